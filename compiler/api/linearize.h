@@ -1,0 +1,75 @@
+// jvpc's public compiler API: linearize and jvp of C++ callables on tensors.
+//
+//   auto lin = jvpc::linearize(fn, {{"q", q}, {"k", k}, {"v", v}});
+//   at::Tensor out = lin.primal_outputs[0];      // f(q, k, v), computed once, while tracing
+//   auto dout = lin.jvp({dq, dk, dv});           // J·(dq, dk, dv); call it again and again
+//
+// linearize traces fn once (that run is the only forward evaluation), differentiates the
+// graph, folds every primal-only value into residuals (reusing the tracing run's values), and
+// minimises the tangent graph. The result holds the tangent graph, an Executable for it on the
+// primals' device, and the per-pass compile report.
+#pragma once
+
+#include "compiler/cost/cost_model.h"
+#include "compiler/trace/tracer.h"
+#include "passes/cost_table.h"
+#include "passes/pass.h"
+#include "runtime/executable.h"
+
+#include <map>
+#include <memory>
+
+namespace jvpc {
+
+struct LinearizeOptions {
+  /// Primal inputs to differentiate; empty: those marked differentiable.
+  std::vector<std::string> wrt;
+  /// Extra observers of the pass pipeline (IR dumps, ...).
+  std::vector<PassObserver*> observers;
+  ExecutableOptions runtime;
+};
+
+struct CompileReport {
+  /// One row for the traced graph ("trace"), then one per pass.
+  std::vector<CostRow> passes;
+  /// Cost of the traced forward graph.
+  GraphCost forward;
+  /// Matmul FLOPs of the kernels that ran during linearize (tracing and folding), measured.
+  int64_t linearize_matmul_flops = 0;
+  std::map<std::string, int64_t> linearize_matmul_by_op;
+  /// Cost of the final tangent graph.
+  GraphCost tangent;
+};
+
+struct Linearized {
+  std::vector<at::Tensor> primal_outputs;
+  std::shared_ptr<const Graph> tangent_graph;
+  std::shared_ptr<Executable> jvp_fn;
+  CompileReport report;
+  /// Names of the tangents jvp() takes, in order ("dq", "dk", ...).
+  std::vector<std::string> tangent_names() const;
+  /// The linear map: one tangent per differentiated primal input, in graph order.
+  std::vector<at::Tensor> jvp(const std::vector<at::Tensor>& tangents) const { return jvp_fn->run(tangents); }
+};
+
+/// Linearizes `fn` at `primals`.
+Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals, const LinearizeOptions& options = {});
+
+/// Linearizes a traced graph (e.g. loaded from JSON) at `primal_values`, one per primal input
+/// in graph order. The forward is evaluated once, by folding.
+Linearized linearize(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values,
+                     const LinearizeOptions& options = {});
+
+/// The passes linearize runs after `jvp`, in order. `known` feeds fold.
+void add_linearize_passes(Pipeline& p, const std::vector<std::string>& wrt, size_t primal_outputs,
+                          std::shared_ptr<std::unordered_map<int, at::Tensor>> known);
+
+struct JvpResult {
+  std::vector<at::Tensor> outputs;
+  std::vector<at::Tensor> tangents;
+};
+/// One-shot forward-mode derivative: f(primals) and J·tangents.
+JvpResult jvp(const TensorFn& fn, const std::vector<TraceInput>& primals, const std::vector<at::Tensor>& tangents,
+              const LinearizeOptions& options = {});
+
+}  // namespace jvpc

@@ -1,0 +1,56 @@
+#include "compiler/api/reference.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+
+namespace jvpc {
+
+std::vector<at::Tensor> forward_ad_jvp(const TensorFn& fn, const std::vector<at::Tensor>& primals,
+                                       const std::vector<std::optional<at::Tensor>>& tangents) {
+  if (primals.size() != tangents.size()) throw Error("forward_ad_jvp: one tangent (or none) per primal");
+  if (c10::InferenceMode::is_enabled()) throw Error("forward_ad_jvp: forward AD is disabled under InferenceMode");
+  uint64_t level = torch::autograd::forward_ad::enter_dual_level();
+  struct Exit {
+    uint64_t level;
+    ~Exit() { torch::autograd::forward_ad::exit_dual_level(level); }
+  } exit{level};
+  std::vector<at::Tensor> duals;
+  for (size_t i = 0; i < primals.size(); ++i)
+    duals.push_back(tangents[i] ? at::_make_dual(primals[i], *tangents[i], static_cast<int64_t>(level)) : primals[i]);
+  std::vector<at::Tensor> outs = fn(duals);
+  std::vector<at::Tensor> result;
+  for (const at::Tensor& o : outs) {
+    at::Tensor t = std::get<1>(at::_unpack_dual(o, static_cast<int64_t>(level)));
+    result.push_back(t.defined() ? t.clone() : at::zeros_like(o));
+  }
+  return result;
+}
+
+ErrorStats compare(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& reference) {
+  if (got.size() != reference.size()) throw Error("compare: different numbers of tensors");
+  double diff2 = 0, ref2 = 0, max_abs = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i].sizes() != reference[i].sizes()) throw Error("compare: tensor " + std::to_string(i) + " has a different shape");
+    at::Tensor a = got[i].detach().to(at::kCPU, at::kDouble), b = reference[i].detach().to(at::kCPU, at::kDouble);
+    at::Tensor d = a - b;
+    diff2 += d.square().sum().item<double>();
+    ref2 += b.square().sum().item<double>();
+    if (d.numel()) max_abs = std::max(max_abs, d.abs().max().item<double>());
+  }
+  ErrorStats s;
+  s.max_abs_error = max_abs;
+  s.rel_error = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  return s;
+}
+
+double tolerance_for(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::kDouble: return 1e-10;
+    case c10::kFloat: return 1e-5;
+    default: return 2e-2;
+  }
+}
+
+}  // namespace jvpc

@@ -1,0 +1,25 @@
+// The reference jvpc is checked against: LibTorch's own forward-mode AD, run eagerly.
+#pragma once
+
+#include "compiler/trace/tracer.h"
+
+#include <optional>
+
+namespace jvpc {
+
+/// J_fn(primals)·tangents by LibTorch's forward AD (dual tensors). A missing tangent is zero.
+/// Force the math SDPA backend inside fn: fused attention kernels have no forward-AD formula.
+std::vector<at::Tensor> forward_ad_jvp(const TensorFn& fn, const std::vector<at::Tensor>& primals,
+                                       const std::vector<std::optional<at::Tensor>>& tangents);
+
+/// ‖a − b‖ / ‖b‖ over all tensors (float64), and max |a − b|.
+struct ErrorStats {
+  double rel_error = 0;
+  double max_abs_error = 0;
+};
+ErrorStats compare(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& reference);
+
+/// The tolerance on rel_error for a dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2.
+double tolerance_for(c10::ScalarType dtype);
+
+}  // namespace jvpc

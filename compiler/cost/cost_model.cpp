@@ -1,0 +1,180 @@
+#include "compiler/cost/cost_model.h"
+
+#include "compiler/ir/liveness.h"
+#include "compiler/ir/ops.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+namespace jvpc {
+
+int64_t distinct_bytes(const TensorMeta& m) {
+  int64_t numel = m.numel();
+  if (numel == 0) return 0;
+  int64_t extent = 1;
+  for (size_t i = 0; i < m.sizes.size(); ++i) extent += (m.sizes[i] - 1) * m.strides[i];
+  return std::min(numel, extent) * static_cast<int64_t>(c10::elementSize(m.dtype));
+}
+
+int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& s) {
+  auto dim = [&](size_t t, size_t d) { return s.at(t).at(d); };
+  if (op == "aten::mm") return 2 * dim(0, 0) * dim(0, 1) * dim(1, 1);
+  if (op == "aten::addmm") return 2 * dim(1, 0) * dim(1, 1) * dim(2, 1);
+  if (op == "aten::bmm") return 2 * dim(0, 0) * dim(0, 1) * dim(0, 2) * dim(1, 2);
+  if (op == "aten::baddbmm") return 2 * dim(1, 0) * dim(1, 1) * dim(1, 2) * dim(2, 2);
+  if (op == "aten::_scaled_dot_product_flash_attention" || op == "aten::_scaled_dot_product_efficient_attention" ||
+      op == "aten::_scaled_dot_product_cudnn_attention" || op == "aten::_scaled_dot_product_flash_attention_for_cpu") {
+    // q [b,h,s_q,d], k [b,h_k,s_k,d], v [b,h_k,s_k,d_v]; counted with q's heads.
+    const auto &q = s.at(0), &k = s.at(1), &v = s.at(2);
+    int64_t bh = q.at(0) * q.at(1), sq = q.at(2), d = q.at(3), sk = k.at(2), dv = v.at(3);
+    return 2 * bh * sq * d * sk + 2 * bh * sq * sk * dv;
+  }
+  return -1;
+}
+
+namespace {
+
+enum class Kind { View, Copy, Elementwise, Reduction, Softmax, SoftmaxBackward, LayerNorm, Factory };
+
+struct Rule {
+  Kind kind;
+  int other = 1;  // other FLOPs per element
+  int trans = 0;  // transcendentals per element
+};
+
+// One row per op family; ops not listed are elementwise (1 FLOP per output element) unless
+// they are views (from their schema).
+const std::unordered_map<std::string, Rule>& rules() {
+  static const std::unordered_map<std::string, Rule> r = [] {
+    std::unordered_map<std::string, Rule> m;
+    for (const char* op : {"aten::clone", "aten::_to_copy", "aten::copy", "aten::contiguous", "aten::cat", "aten::stack",
+                           "aten::index_select", "aten::repeat", "aten::repeat_interleave.self_int", "aten::index.Tensor",
+                           "aten::tril", "aten::triu", "aten::fill.Scalar", "aten::zero", "aten::masked_fill.Scalar"})
+      m[op] = {Kind::Copy, 0, 0};
+    for (const char* op : {"aten::ones", "aten::zeros", "aten::empty.memory_format", "aten::full", "aten::scalar_tensor",
+                           "aten::empty_strided", "aten::arange", "aten::arange.start", "aten::ones_like", "aten::zeros_like",
+                           "aten::empty_like", "aten::full_like", "aten::rand", "aten::randn"})
+      m[op] = {Kind::Factory, 0, 0};
+    for (const char* op : {"aten::exp", "aten::log", "aten::tanh", "aten::sigmoid", "aten::erf", "aten::sqrt", "aten::rsqrt",
+                           "aten::sin", "aten::cos", "aten::log1p", "aten::expm1", "aten::reciprocal"})
+      m[op] = {Kind::Elementwise, 0, 1};
+    m["aten::pow.Tensor_Scalar"] = {Kind::Elementwise, 0, 1};
+    m["aten::gelu"] = {Kind::Elementwise, 4, 1};            // x·½(1+erf(x/√2))
+    m["aten::gelu_backward"] = {Kind::Elementwise, 8, 2};   // ½(1+erf) + x·φ(x), times grad
+    m["aten::silu"] = {Kind::Elementwise, 2, 1};
+    for (const char* op : {"aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::amax", "aten::amin",
+                           "aten::max", "aten::min", "aten::var.correction", "aten::norm.Scalar"})
+      m[op] = {Kind::Reduction, 1, 0};
+    for (const char* op : {"aten::_softmax", "aten::_safe_softmax", "aten::_log_softmax"})
+      m[op] = {Kind::Softmax, 4, 1};                        // max, subtract, sum, divide; exp
+    m["aten::_softmax_backward_data"] = {Kind::SoftmaxBackward, 4, 0};  // y·(g − Σ g·y)
+    m["aten::native_layer_norm"] = {Kind::LayerNorm, 8, 0};
+    return m;
+  }();
+  return r;
+}
+
+}  // namespace
+
+NodeCost node_cost(const Node& n) {
+  NodeCost c;
+  const OpInfo& info = op_info(n.op());
+  if (info.is_view) return c;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const Arg& a : n.args())
+    if (a.kind == ArgKind::Tensor) shapes.push_back(n.input(static_cast<size_t>(a.operands[0]))->meta().sizes);
+    else if (a.kind == ArgKind::None) shapes.emplace_back();
+  for (const Value* v : n.inputs()) c.bytes += distinct_bytes(v->meta());
+  int64_t out_elems = 0;
+  for (const Value* v : n.outputs()) {
+    c.bytes += v->meta().nbytes();
+    out_elems += v->meta().numel();
+  }
+  int64_t in_elems = n.inputs().empty() ? 0 : n.input(0)->meta().numel();
+  int64_t mm = -1;
+  try {
+    mm = matmul_flops_for(n.op(), shapes);
+  } catch (const std::out_of_range&) {
+    throw Error("node " + n.op() + ": operand shapes do not fit the matmul formula");
+  }
+  if (mm >= 0) {
+    c.matmul_flops = mm;
+    if (n.op() == "aten::_scaled_dot_product_flash_attention_for_cpu")
+      c.note = "FlopCounterMode has no rule for the CPU flash kernel; counted as its two bmms";
+    if (n.op() == "aten::addmm" || n.op() == "aten::baddbmm") c.other_flops = out_elems;  // the addition
+    return c;
+  }
+  auto it = rules().find(n.op());
+  Rule r = it == rules().end() ? Rule{Kind::Elementwise, 1, 0} : it->second;
+  switch (r.kind) {
+    case Kind::View:
+    case Kind::Copy:
+    case Kind::Factory: break;
+    case Kind::Elementwise:
+      c.other_flops = r.other * out_elems;
+      c.transcendentals = r.trans * out_elems;
+      break;
+    case Kind::Reduction:
+    case Kind::Softmax:
+    case Kind::SoftmaxBackward:
+      c.other_flops = r.other * in_elems;
+      c.transcendentals = r.trans * in_elems;
+      break;
+    case Kind::LayerNorm: {
+      c.other_flops = r.other * in_elems;
+      c.transcendentals = n.outputs().size() > 2 ? n.output(2)->meta().numel() : 0;  // one rsqrt per row
+      break;
+    }
+  }
+  return c;
+}
+
+GraphCost graph_cost(const Graph& g) {
+  GraphCost c;
+  auto nodes = g.nodes();
+  for (const Node* n : nodes) {
+    NodeCost nc = node_cost(*n);
+    c.nodes++;
+    c.matmul_flops += nc.matmul_flops;
+    c.other_flops += nc.other_flops;
+    c.transcendentals += nc.transcendentals;
+    c.bytes += nc.bytes;
+    c.ops[n->op()]++;
+  }
+  // Residuals: constants, with shared storage counted once, aliases of caller inputs apart.
+  std::unordered_set<const void*> seen;
+  for (const Input& in : g.inputs()) {
+    if (in.role != Role::Constant) continue;
+    int64_t bytes = in.data.defined() ? static_cast<int64_t>(in.data.storage().nbytes()) : in.value->meta().nbytes();
+    const void* key = in.data.defined() && in.data.has_storage() ? in.data.storage().unsafeGetStorageImpl()
+                                                                 : static_cast<const void*>(in.value);
+    if (!seen.insert(key).second) continue;
+    (in.aliases.empty() ? c.residual_bytes : c.aliased_input_bytes) += bytes;
+  }
+  // Peak: walk the nodes, allocating each fresh output and freeing a storage when the last
+  // value living in it is dead. Measured after each node's outputs exist (its operands too).
+  Liveness live = analyze_liveness(g);
+  std::unordered_map<const Value*, int> refs;  // storage root -> live values in it
+  int64_t current = 0;
+  auto release = [&](const Value* v) {
+    const Value* root = live.storage_root.at(v);
+    if (g.is_input(root)) return;
+    if (--refs[root] == 0) current -= root->meta().nbytes();
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const Value* o : nodes[i]->outputs()) {
+      const Value* root = live.storage_root.at(o);
+      if (g.is_input(root)) continue;
+      if (refs[root]++ == 0) current += root->meta().nbytes();
+    }
+    c.peak_bytes = std::max(c.peak_bytes, current);
+    std::unordered_set<const Value*> done;
+    for (const Value* v : nodes[i]->inputs())
+      if (live.last_use.at(v) == static_cast<int>(i) && done.insert(v).second) release(v);
+    for (const Value* o : nodes[i]->outputs())
+      if (live.last_use.at(o) < 0) release(o);
+  }
+  return c;
+}
+
+}  // namespace jvpc

@@ -1,0 +1,59 @@
+// The cost model: FLOPs, bytes and memory of a graph, computed from its metadata alone.
+//
+// matmul_flops are counted exactly as PyTorch's FlopCounterMode counts them
+// (torch/utils/flop_counter.py): mm and addmm 2·m·n·k, bmm and baddbmm 2·b·m·n·k (the addition
+// of addmm/baddbmm is not counted), fused attention forwards (flash, efficient, cuDNN)
+// 2·b·h·s_q·s_k·d_qk + 2·b·h·s_q·s_k·d_v, mask ignored. FlopCounterMode has no rule for the CPU
+// flash kernel; jvpc uses the same formula there (the two bmms it replaces), and says so in
+// the node's note. So graph matmul_flops compare directly with FlopCounterMode's totals.
+//
+// Everything else goes in other_flops and transcendentals, by the convention in
+// docs/cost-model.md: one per output element for elementwise arithmetic, one per input element
+// for reductions, softmax 4 + 1 transcendental per element, and so on. Views and copies cost no
+// FLOPs. bytes = bytes read + bytes written, 0 for views; a broadcast (stride-0) operand is read
+// once per distinct element.
+#pragma once
+
+#include "compiler/ir/graph.h"
+
+#include <map>
+#include <string>
+
+namespace jvpc {
+
+struct NodeCost {
+  int64_t matmul_flops = 0;
+  int64_t other_flops = 0;
+  int64_t transcendentals = 0;
+  int64_t bytes = 0;
+  const char* note = nullptr;  ///< set where jvpc extends FlopCounterMode's rules
+};
+
+NodeCost node_cost(const Node& n);
+
+struct GraphCost {
+  int64_t nodes = 0;
+  int64_t matmul_flops = 0;
+  int64_t other_flops = 0;
+  int64_t transcendentals = 0;
+  int64_t bytes = 0;
+  /// Constant inputs the graph owns (residuals), shared storage counted once.
+  int64_t residual_bytes = 0;
+  /// Constant inputs that alias the caller's inputs (reported apart: the caller owns them).
+  int64_t aliased_input_bytes = 0;
+  /// Peak bytes of intermediates and outputs alive at once during one execution, from liveness
+  /// (graph inputs and constants excluded: they are held by the caller and residual_bytes).
+  int64_t peak_bytes = 0;
+  std::map<std::string, int64_t> ops;
+};
+
+GraphCost graph_cost(const Graph& g);
+
+/// Bytes of one tensor as a kernel reads it: distinct elements × element size.
+int64_t distinct_bytes(const TensorMeta& m);
+
+/// FlopCounterMode's matmul FLOPs for `op` given its operand shapes, or -1 if not a matmul op.
+/// Shared with the FLOP counter that watches kernels at run time.
+int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& shapes);
+
+}  // namespace jvpc

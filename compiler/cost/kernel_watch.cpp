@@ -1,0 +1,68 @@
+#include "compiler/cost/kernel_watch.h"
+
+#include "compiler/cost/cost_model.h"
+#include "compiler/ir/ops.h"
+
+#include <ATen/record_function.h>
+
+namespace jvpc {
+
+namespace {
+thread_local KernelWatch* t_watch = nullptr;
+struct Entered : at::ObserverContext {};
+}  // namespace
+
+struct KernelWatchAccess {
+  static std::unique_ptr<at::ObserverContext> start(const at::RecordFunction& fn) {
+    KernelWatch* w = t_watch;
+    if (!w) return nullptr;
+    auto name = fn.operator_name();
+    if (!name) return nullptr;
+    const OpInfo* info = nullptr;
+    try {
+      info = &op_info(op_name(*name));
+    } catch (const Error&) {
+      return nullptr;
+    }
+    if (info->composite_implicit) return nullptr;
+    // Shape inference runs kernels on Meta tensors: nothing is computed, nothing is counted.
+    bool meta = false;
+    for (const c10::IValue& v : fn.inputs()) meta |= v.isTensor() && v.toTensor().defined() && v.toTensor().is_meta();
+    if (w->depth_++ == 0 && !meta) {
+      w->kernels_.push_back(info->name);
+      std::vector<std::vector<int64_t>> shapes;
+      for (const c10::IValue& v : fn.inputs()) {
+        if (v.isTensor() && v.toTensor().defined()) shapes.push_back(v.toTensor().sizes().vec());
+        else if (v.isNone() || v.isTensor()) shapes.emplace_back();
+      }
+      int64_t f = -1;
+      try {
+        f = matmul_flops_for(info->name, shapes);
+      } catch (const std::exception&) {
+      }
+      if (f > 0) {
+        w->matmul_flops_ += f;
+        w->by_op_[info->name] += f;
+      }
+    }
+    return std::make_unique<Entered>();
+  }
+  static void end(const at::RecordFunction&, at::ObserverContext* ctx) {
+    if (ctx && t_watch) t_watch->depth_--;
+  }
+};
+
+KernelWatch::KernelWatch() : outer_(t_watch) {
+  t_watch = this;
+  handle_ = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(&KernelWatchAccess::start, &KernelWatchAccess::end)
+          .needsInputs(true)
+          .scopes({at::RecordScope::FUNCTION}));
+}
+
+KernelWatch::~KernelWatch() {
+  at::removeCallback(handle_);
+  t_watch = outer_;
+}
+
+}  // namespace jvpc

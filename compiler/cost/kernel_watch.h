@@ -1,0 +1,38 @@
+// KernelWatch: observes, on the calling thread, the kernels the dispatcher runs, at the level
+// the tracer records and FlopCounterMode counts: ops that are not CompositeImplicitAutograd
+// decompositions, called from outside any other kernel. Built on ATen's RecordFunction
+// callbacks (the profiler's mechanism), so it measures what actually ran, not what a graph
+// says. Kernels run on Meta tensors (shape inference) compute nothing and are not counted. Used for linearize's measured FLOPs and to cross-check the cost model.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace jvpc {
+
+class KernelWatch {
+ public:
+  KernelWatch();
+  ~KernelWatch();
+  KernelWatch(const KernelWatch&) = delete;
+  KernelWatch& operator=(const KernelWatch&) = delete;
+
+  /// Kernel-level ops in the order they ran ("aten::bmm", "aten::mul.Scalar", ...).
+  const std::vector<std::string>& kernels() const { return kernels_; }
+  /// Matmul FLOPs of those kernels, by FlopCounterMode's formulas (cost_model.h).
+  int64_t matmul_flops() const { return matmul_flops_; }
+  const std::map<std::string, int64_t>& matmul_flops_by_op() const { return by_op_; }
+
+ private:
+  friend struct KernelWatchAccess;
+  uint64_t handle_ = 0;
+  KernelWatch* outer_ = nullptr;
+  int depth_ = 0;
+  std::vector<std::string> kernels_;
+  int64_t matmul_flops_ = 0;
+  std::map<std::string, int64_t> by_op_;
+};
+
+}  // namespace jvpc

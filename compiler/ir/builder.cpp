@@ -1,0 +1,71 @@
+#include "compiler/ir/builder.h"
+
+namespace jvpc {
+
+BArg BArg::of_arg(const Arg& a, const Node* from) {
+  switch (a.kind) {
+    case ArgKind::Tensor: return BArg(from->input(static_cast<size_t>(a.operands.at(0))));
+    case ArgKind::TensorList: {
+      std::vector<Value*> vs;
+      for (int o : a.operands) vs.push_back(from->input(static_cast<size_t>(o)));
+      return BArg(std::move(vs));
+    }
+    case ArgKind::OptTensorList: throw Error("BArg::of_arg: optional tensor lists are not supported");
+    default: {
+      BArg b(std::nullopt);
+      b.c_ = a.value;
+      return b;
+    }
+  }
+}
+
+std::vector<Value*> Builder::emit(const std::string& op, std::vector<BArg> bargs) {
+  const OpInfo& info = op_info(op);
+  const auto& schema = info.schema().arguments();
+  if (bargs.size() > schema.size())
+    throw Error(op + " takes " + std::to_string(schema.size()) + " arguments, got " + std::to_string(bargs.size()));
+  std::vector<Arg> args;
+  std::vector<Value*> inputs;
+  for (size_t i = 0; i < schema.size(); ++i) {
+    if (i >= bargs.size()) {
+      if (!schema[i].default_value())
+        throw Error(op + ": argument '" + schema[i].name() + "' has no default and was not given");
+      args.push_back(arg_from_ivalue(schema[i], *schema[i].default_value(),
+                                     [](const at::Tensor&) -> int { throw Error("tensor default"); }));
+      continue;
+    }
+    BArg& b = bargs[i];
+    Arg a;
+    if (b.kind_ == BArg::K::Value) {
+      a = Arg::tensor(static_cast<int>(inputs.size()));
+      inputs.push_back(b.v_);
+    } else if (b.kind_ == BArg::K::Values) {
+      a.kind = ArgKind::TensorList;
+      for (Value* v : b.vs_) {
+        a.operands.push_back(static_cast<int>(inputs.size()));
+        inputs.push_back(v);
+      }
+    } else {
+      a = arg_from_ivalue(schema[i], b.c_, [](const at::Tensor&) -> int { throw Error("tensor constant"); });
+    }
+    if (!kind_matches(a.kind, schema[i]))
+      throw Error(op + ": argument '" + schema[i].name() + "' of type " + schema[i].real_type()->str() +
+                  " cannot take a " + arg_kind_name(a.kind));
+    args.push_back(std::move(a));
+  }
+  std::vector<TensorMeta> metas;
+  for (Value* v : inputs) metas.push_back(v->meta());
+  std::vector<int> counts;
+  auto outs = infer_outputs(info, args, metas, &counts);
+  bool impure = is_impure(info, args);
+  Node* n = g_.create(op, std::move(args), std::move(inputs), std::move(outs), std::move(counts), impure);
+  return n->outputs();
+}
+
+Value* Builder::call(const std::string& op, std::vector<BArg> args) {
+  auto outs = emit(op, std::move(args));
+  if (outs.empty()) throw Error(op + " produced no tensor");
+  return outs[0];
+}
+
+}  // namespace jvpc

@@ -1,0 +1,59 @@
+// Builds nodes from an op name and plain C++ arguments, the way rules and passes write IR:
+//
+//   Builder b(graph);                    // inserts at graph.insertion_point()
+//   Value* y = b.call("aten::bmm", {x, w});
+//   Value* z = b.call("aten::sum.dim_IntList", {y, std::vector<int64_t>{-1}, true});
+//
+// Trailing arguments left out take the schema's defaults. Output metadata is inferred
+// (ops.h: infer_outputs), so a rule never states shapes by hand.
+#pragma once
+
+#include "compiler/ir/graph.h"
+#include "compiler/ir/ops.h"
+
+#include <optional>
+
+namespace jvpc {
+
+/// One argument as written in C++: a value, a list of values, or a constant.
+class BArg {
+ public:
+  BArg(Value* v) : v_(v), kind_(K::Value) {}
+  BArg(std::vector<Value*> vs) : vs_(std::move(vs)), kind_(K::Values) {}
+  BArg(int v) : c_(static_cast<int64_t>(v)) {}
+  BArg(int64_t v) : c_(v) {}
+  BArg(double v) : c_(v) {}
+  BArg(bool v) : c_(v) {}
+  BArg(const char* s) : c_(std::string(s)) {}
+  BArg(std::string s) : c_(std::move(s)) {}
+  BArg(std::vector<int64_t> v) : c_(std::move(v)) {}
+  BArg(c10::ScalarType t) : c_(static_cast<int64_t>(t)) {}
+  BArg(c10::Device d) : c_(d) {}
+  BArg(c10::MemoryFormat m) : c_(static_cast<int64_t>(m)) {}
+  BArg(std::nullopt_t) {}
+  /// The argument exactly as a node already holds it (copied from another node).
+  static BArg of_arg(const Arg& a, const Node* from);
+
+ private:
+  friend class Builder;
+  enum class K { Value, Values, Const };
+  Value* v_ = nullptr;
+  std::vector<Value*> vs_;
+  c10::IValue c_;
+  K kind_ = K::Const;
+};
+
+class Builder {
+ public:
+  explicit Builder(Graph& g) : g_(g) {}
+  /// Creates the node; returns all its outputs.
+  std::vector<Value*> emit(const std::string& op, std::vector<BArg> args);
+  /// Creates the node; returns its single output.
+  Value* call(const std::string& op, std::vector<BArg> args);
+  Graph& graph() { return g_; }
+
+ private:
+  Graph& g_;
+};
+
+}  // namespace jvpc

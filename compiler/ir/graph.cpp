@@ -1,0 +1,273 @@
+// Graph, Node and Value: construction, use lists and mutation.
+#include "compiler/ir/graph.h"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+
+namespace jvpc {
+
+// --- TensorMeta ---------------------------------------------------------------------------
+
+TensorMeta TensorMeta::of(const at::Tensor& t) {
+  return TensorMeta{t.sizes().vec(), t.strides().vec(), t.scalar_type(), t.device()};
+}
+
+TensorMeta TensorMeta::contiguous(std::vector<int64_t> sizes, c10::ScalarType dtype, c10::Device device) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t s = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(sizes[i], 1);
+  }
+  return TensorMeta{std::move(sizes), std::move(strides), dtype, device};
+}
+
+int64_t TensorMeta::numel() const {
+  int64_t n = 1;
+  for (int64_t s : sizes) {
+    if (s < 0) throw Error("negative size " + std::to_string(s) + " in " + str());
+    if (s != 0 && n > std::numeric_limits<int64_t>::max() / s)
+      throw Error("element count of " + str() + " overflows 64 bits");
+    n *= s;
+  }
+  return n;
+}
+
+bool TensorMeta::is_contiguous() const {
+  return strides == contiguous(sizes, dtype, device).strides;
+}
+
+std::string TensorMeta::str() const {
+  std::ostringstream os;
+  switch (dtype) {
+    case c10::kFloat: os << "f32"; break;
+    case c10::kDouble: os << "f64"; break;
+    case c10::kHalf: os << "f16"; break;
+    case c10::kBFloat16: os << "bf16"; break;
+    case c10::kLong: os << "i64"; break;
+    case c10::kInt: os << "i32"; break;
+    case c10::kBool: os << "bool"; break;
+    default: os << c10::toString(dtype);
+  }
+  os << "[";
+  for (size_t i = 0; i < sizes.size(); ++i) os << (i ? "," : "") << sizes[i];
+  os << "]";
+  if (!device.is_cpu()) os << "@" << device.str();
+  return os.str();
+}
+
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::Primal: return "primal";
+    case Role::Tangent: return "tangent";
+    case Role::Constant: return "constant";
+  }
+  return "?";
+}
+
+const char* arg_kind_name(ArgKind k) {
+  switch (k) {
+    case ArgKind::None: return "none";
+    case ArgKind::Bool: return "bool";
+    case ArgKind::Int: return "int";
+    case ArgKind::Float: return "float";
+    case ArgKind::Str: return "str";
+    case ArgKind::Ints: return "ints";
+    case ArgKind::Floats: return "floats";
+    case ArgKind::Bools: return "bools";
+    case ArgKind::ScalarType: return "scalar_type";
+    case ArgKind::Layout: return "layout";
+    case ArgKind::MemoryFormat: return "memory_format";
+    case ArgKind::Device: return "device";
+    case ArgKind::Tensor: return "tensor";
+    case ArgKind::TensorList: return "tensors";
+    case ArgKind::OptTensorList: return "opt_tensors";
+  }
+  return "?";
+}
+
+std::pair<std::string, std::string> split_op_name(const std::string& qualified) {
+  auto ns = qualified.find("::");
+  auto dot = qualified.find('.', ns == std::string::npos ? 0 : ns + 2);
+  if (dot == std::string::npos) return {qualified, ""};
+  return {qualified.substr(0, dot), qualified.substr(dot + 1)};
+}
+
+// --- Value and Node -----------------------------------------------------------------------
+
+void Value::replace_all_uses_with(Value* other) {
+  if (other == this) return;
+  auto uses = uses_;  // replace_input edits uses_
+  for (const Use& u : uses) u.user->replace_input(u.index, other);
+  for (size_t i = 0; i < graph_->outputs_.size(); ++i)
+    if (graph_->outputs_[i] == this) graph_->outputs_[i] = other;
+}
+
+Value* Node::tensor_arg(size_t i) const {
+  const Arg& a = args_.at(i);
+  if (a.kind != ArgKind::Tensor)
+    throw Error(op_ + ": argument " + std::to_string(i) + " is " + arg_kind_name(a.kind) +
+                ", not a tensor");
+  return inputs_.at(static_cast<size_t>(a.operands.at(0)));
+}
+
+void Node::replace_input(size_t i, Value* v) {
+  Value* old = inputs_.at(i);
+  auto& uses = old->uses_;
+  uses.erase(std::find(uses.begin(), uses.end(), Use{this, i}));
+  inputs_[i] = v;
+  v->uses_.push_back(Use{this, i});
+}
+
+void Node::set_constant_arg(size_t i, Arg a) {
+  if (a.is_tensor_kind() || args_.at(i).is_tensor_kind())
+    throw Error("set_constant_arg: tensor arguments are edited with replace_input");
+  args_[i] = std::move(a);
+}
+
+// --- Graph --------------------------------------------------------------------------------
+
+Value* Graph::new_value(TensorMeta meta) {
+  auto v = std::make_unique<Value>();
+  v->graph_ = this;
+  v->id_ = next_id_++;
+  v->meta_ = std::move(meta);
+  values_.push_back(std::move(v));
+  return values_.back().get();
+}
+
+Value* Graph::add_input(std::string name, TensorMeta meta, Role role, bool differentiable) {
+  Value* v = new_value(std::move(meta));
+  inputs_.push_back(Input{std::move(name), v, role, differentiable, {}, ""});
+  return v;
+}
+
+Value* Graph::add_constant(std::string name, at::Tensor data, std::string aliases) {
+  Value* v = add_input(std::move(name), TensorMeta::of(data), Role::Constant);
+  inputs_.back().data = std::move(data);
+  inputs_.back().aliases = std::move(aliases);
+  return v;
+}
+
+const Input& Graph::input_of(const Value* v) const {
+  for (const Input& in : inputs_)
+    if (in.value == v) return in;
+  throw Error("%" + std::to_string(v->id()) + " is not a graph input");
+}
+
+void Graph::erase_input(size_t i) {
+  if (inputs_.at(i).value->has_uses()) throw Error("erase_input: input '" + inputs_[i].name + "' is used");
+  for (Value* o : outputs_)
+    if (o == inputs_[i].value) throw Error("erase_input: input '" + inputs_[i].name + "' is an output");
+  inputs_.erase(inputs_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+std::vector<Input*> Graph::inputs_with_role(Role r) {
+  std::vector<Input*> out;
+  for (Input& in : inputs_)
+    if (in.role == r) out.push_back(&in);
+  return out;
+}
+
+void Graph::add_output(Value* v, std::string name) {
+  if (name.empty()) name = "out" + std::to_string(outputs_.size());
+  outputs_.push_back(v);
+  output_names_.push_back(std::move(name));
+}
+
+void Graph::set_output(size_t i, Value* v) { outputs_.at(i) = v; }
+
+void Graph::erase_output(size_t i) {
+  outputs_.erase(outputs_.begin() + static_cast<std::ptrdiff_t>(i));
+  output_names_.erase(output_names_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+Node* Graph::create(std::string op, std::vector<Arg> args, std::vector<Value*> inputs,
+                    std::vector<TensorMeta> outputs, std::vector<int> return_counts, bool impure) {
+  auto node = std::make_unique<Node>();
+  Node* n = node.get();
+  n->graph_ = this;
+  n->op_ = std::move(op);
+  n->args_ = std::move(args);
+  n->impure_ = impure;
+  for (const Arg& a : n->args_)
+    for (int o : a.operands)
+      if (o >= static_cast<int>(inputs.size()))
+        throw Error(n->op_ + ": argument refers to operand " + std::to_string(o) + " of " +
+                    std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i] || inputs[i]->graph_ != this) throw Error(n->op_ + ": operand from another graph");
+    n->inputs_.push_back(inputs[i]);
+    inputs[i]->uses_.push_back(Use{n, i});
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Value* v = new_value(std::move(outputs[i]));
+    v->producer_ = n;
+    v->index_ = i;
+    n->outputs_.push_back(v);
+  }
+  if (return_counts.empty()) return_counts.assign(n->outputs_.size(), 1);
+  n->return_counts_ = std::move(return_counts);
+  auto pos = insert_before_ ? insert_before_->self_ : nodes_.end();
+  n->self_ = nodes_.insert(pos, std::move(node));
+  return n;
+}
+
+void Graph::erase(Node* n) {
+  for (Value* o : n->outputs_) {
+    if (o->has_uses()) throw Error("erase: output %" + std::to_string(o->id()) + " of " + n->op_ + " is used");
+    if (std::find(outputs_.begin(), outputs_.end(), o) != outputs_.end())
+      throw Error("erase: output %" + std::to_string(o->id()) + " of " + n->op_ + " is a graph output");
+  }
+  for (size_t i = 0; i < n->inputs_.size(); ++i) {
+    auto& uses = n->inputs_[i]->uses_;
+    uses.erase(std::find(uses.begin(), uses.end(), Use{n, i}));
+  }
+  if (insert_before_ == n) insert_before_ = next(n);
+  // Values stay allocated (ids are never reused) but are detached from the node.
+  for (Value* o : n->outputs_) o->producer_ = nullptr;
+  nodes_.erase(n->self_);
+}
+
+std::vector<Node*> Graph::nodes() const {
+  std::vector<Node*> out;
+  out.reserve(nodes_.size());
+  for (const auto& n : nodes_) out.push_back(n.get());
+  return out;
+}
+
+Node* Graph::next(Node* n) const {
+  auto it = std::next(n->self_);
+  return it == nodes_.end() ? nullptr : it->get();
+}
+
+void Graph::move_before(Node* n, Node* before) {
+  auto pos = before ? before->self_ : nodes_.end();
+  nodes_.splice(pos, nodes_, n->self_);
+}
+
+std::unique_ptr<Graph> Graph::clone(std::unordered_map<const Value*, Value*>* map) const {
+  auto g = std::make_unique<Graph>();
+  std::unordered_map<const Value*, Value*> local;
+  auto& m = map ? *map : local;
+  for (const Input& in : inputs_) {
+    Value* v = g->add_input(in.name, in.value->meta(), in.role, in.differentiable);
+    g->inputs_.back().data = in.data;
+    g->inputs_.back().aliases = in.aliases;
+    m[in.value] = v;
+  }
+  for (const auto& n : nodes_) {
+    std::vector<Value*> ins;
+    for (Value* v : n->inputs_) ins.push_back(m.at(v));
+    std::vector<TensorMeta> outs;
+    for (Value* v : n->outputs_) outs.push_back(v->meta());
+    Node* c = g->create(n->op_, n->args_, ins, outs, n->return_counts_, n->impure_);
+    for (size_t i = 0; i < outs.size(); ++i) m[n->outputs_[i]] = c->outputs_[i];
+  }
+  for (size_t i = 0; i < outputs_.size(); ++i) g->add_output(m.at(outputs_[i]), output_names_[i]);
+  return g;
+}
+
+}  // namespace jvpc

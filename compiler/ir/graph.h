@@ -1,0 +1,252 @@
+// jvpc's IR: an SSA graph of ATen kernel calls.
+//
+// A Graph owns Nodes (in execution order) and Values. Every Value is a tensor with static
+// metadata (sizes, strides, dtype, device); it is either a graph input or the output of
+// exactly one Node. A Node names the ATen operator with its overload ("aten::mul.Tensor",
+// "aten::bmm") and holds one Arg per schema argument, in schema order: tensor arguments
+// refer to the node's inputs, everything else is a typed constant. That is enough to run
+// the node through the dispatcher (runtime/), to cost it (compiler/cost/) and to rewrite it
+// (passes/).
+//
+//   graph(%0 : f32[1,5,128,64] q, %1 : f32[1,5,128,64] k):
+//     %2 : f32[1,5,128,64] = aten::mul.Scalar(%0, 0.3535)
+//     %3 : f32[1,5,64,128] = aten::transpose.int(%1, -2, -1)
+//     ...
+//
+// Invariants (checked by verify()):
+//  - every input of a node is a graph input or the output of an earlier node;
+//  - Value::uses() lists exactly the (node, operand) pairs that read the value;
+//  - a node's Args refer to valid operand indices, and its op exists with that many arguments.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace jvpc {
+
+/// The one error type jvpc throws for bad input and broken invariants. Its message is one line.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Static metadata of a tensor value.
+struct TensorMeta {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  c10::Device device = c10::Device(c10::kCPU);
+
+  static TensorMeta of(const at::Tensor& t);
+  /// Contiguous strides for `sizes`.
+  static TensorMeta contiguous(std::vector<int64_t> sizes, c10::ScalarType dtype, c10::Device device);
+  /// Number of elements; throws jvpc::Error when it overflows int64.
+  int64_t numel() const;
+  int64_t nbytes() const { return numel() * static_cast<int64_t>(c10::elementSize(dtype)); }
+  bool is_contiguous() const;
+  /// Same sizes, dtype and device (strides are a layout detail).
+  bool same_signature(const TensorMeta& other) const {
+    return sizes == other.sizes && dtype == other.dtype && device == other.device;
+  }
+  /// "f32[5,128,64]" (device omitted for CPU).
+  std::string str() const;
+};
+
+class Node;
+class Graph;
+
+/// A read of a value: operand `index` of `user`.
+struct Use {
+  Node* user;
+  size_t index;
+  bool operator==(const Use& o) const { return user == o.user && index == o.index; }
+};
+
+/// What a graph input stands for.
+enum class Role : uint8_t {
+  Primal,    ///< an input of the traced function
+  Tangent,   ///< a tangent (a direction) for a primal input
+  Constant,  ///< a tensor bound into the graph: a captured constant or a folded residual
+};
+const char* role_name(Role r);
+
+class Value {
+ public:
+  int id() const { return id_; }
+  const TensorMeta& meta() const { return meta_; }
+  void set_meta(TensorMeta m) { meta_ = std::move(m); }
+  /// The node that computes this value, or nullptr for a graph input.
+  Node* producer() const { return producer_; }
+  /// Position in producer()->outputs().
+  size_t output_index() const { return index_; }
+  const std::vector<Use>& uses() const { return uses_; }
+  bool has_uses() const { return !uses_.empty(); }
+  /// Makes every reader of this value read `other` instead. Graph outputs are redirected too.
+  void replace_all_uses_with(Value* other);
+  Graph* graph() const { return graph_; }
+
+ private:
+  friend class Graph;
+  friend class Node;
+  Graph* graph_ = nullptr;
+  int id_ = -1;
+  TensorMeta meta_;
+  Node* producer_ = nullptr;
+  size_t index_ = 0;
+  std::vector<Use> uses_;
+};
+
+/// How a schema argument is given. Tensor kinds refer to Node operands; the rest are constants
+/// stored as the boxed calling convention stores them (ScalarType, Layout and MemoryFormat as
+/// Int, Scalar as Int, Float or Bool).
+enum class ArgKind : uint8_t {
+  None, Bool, Int, Float, Str, Ints, Floats, Bools, ScalarType, Layout, MemoryFormat, Device,
+  Tensor, TensorList, OptTensorList,
+};
+const char* arg_kind_name(ArgKind k);
+
+struct Arg {
+  ArgKind kind = ArgKind::None;
+  c10::IValue value;          ///< the constant, for non-tensor kinds
+  std::vector<int> operands;  ///< tensor kinds: indices into Node::inputs(), -1 for an absent entry
+
+  bool is_tensor_kind() const {
+    return kind == ArgKind::Tensor || kind == ArgKind::TensorList || kind == ArgKind::OptTensorList;
+  }
+  static Arg none() { return Arg{}; }
+  static Arg of_bool(bool b) { return Arg{ArgKind::Bool, b, {}}; }
+  static Arg of_int(int64_t i) { return Arg{ArgKind::Int, i, {}}; }
+  static Arg of_float(double d) { return Arg{ArgKind::Float, d, {}}; }
+  static Arg of_str(std::string s) { return Arg{ArgKind::Str, std::move(s), {}}; }
+  static Arg of_ints(std::vector<int64_t> v) { return Arg{ArgKind::Ints, std::move(v), {}}; }
+  static Arg of_scalar_type(c10::ScalarType t) {
+    return Arg{ArgKind::ScalarType, static_cast<int64_t>(t), {}};
+  }
+  static Arg of_device(c10::Device d) { return Arg{ArgKind::Device, d, {}}; }
+  static Arg tensor(int operand) { return Arg{ArgKind::Tensor, {}, {operand}}; }
+};
+
+class Node {
+ public:
+  /// Qualified operator name with overload: "aten::bmm", "aten::mul.Tensor".
+  const std::string& op() const { return op_; }
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  Value* input(size_t i) const { return inputs_.at(i); }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  Value* output(size_t i = 0) const { return outputs_.at(i); }
+  const std::vector<Arg>& args() const { return args_; }
+  const Arg& arg(size_t i) const { return args_.at(i); }
+  /// The value passed for schema argument `i`, which must be of kind Tensor.
+  Value* tensor_arg(size_t i) const;
+  /// For each schema return: how many outputs it produced (1 for Tensor, n for Tensor[],
+  /// 0 for a return that is not a tensor, or was undefined when traced, and is dropped).
+  const std::vector<int>& return_counts() const { return return_counts_; }
+  /// Random ops: never folded, deduplicated or differentiated.
+  bool impure() const { return impure_; }
+  Graph* graph() const { return graph_; }
+
+  void replace_input(size_t i, Value* v);
+  /// Replaces schema argument `i`, a constant, by another constant.
+  void set_constant_arg(size_t i, Arg a);
+
+ private:
+  friend class Graph;
+  Graph* graph_ = nullptr;
+  std::string op_;
+  std::vector<Value*> inputs_;
+  std::vector<Arg> args_;
+  std::vector<Value*> outputs_;
+  std::vector<int> return_counts_;
+  bool impure_ = false;
+  std::list<std::unique_ptr<Node>>::iterator self_;
+};
+
+/// A graph input: a named value with a role. Constants carry their tensor in `data`.
+struct Input {
+  std::string name;
+  Value* value = nullptr;
+  Role role = Role::Primal;
+  /// Primal inputs: differentiated by default.
+  bool differentiable = false;
+  /// Constant inputs: the bound tensor (may be undefined until bound, e.g. after load()).
+  at::Tensor data;
+  /// Constant inputs: the name of the caller's input this tensor aliases (a view of a primal
+  /// input kept as a residual), or "". Such bytes are owned by the caller, not by the graph.
+  std::string aliases;
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // --- inputs and outputs -------------------------------------------------------------------
+  Value* add_input(std::string name, TensorMeta meta, Role role, bool differentiable = false);
+  Value* add_constant(std::string name, at::Tensor data, std::string aliases = "");
+  const std::vector<Input>& inputs() const { return inputs_; }
+  std::vector<Input>& inputs() { return inputs_; }
+  const Input& input_of(const Value* v) const;  ///< throws if v is not a graph input
+  bool is_input(const Value* v) const { return v->producer() == nullptr; }
+  /// Removes an input that nothing reads.
+  void erase_input(size_t i);
+  std::vector<Input*> inputs_with_role(Role r);
+
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  const std::vector<std::string>& output_names() const { return output_names_; }
+  void add_output(Value* v, std::string name = "");
+  void set_output(size_t i, Value* v);
+  void erase_output(size_t i);
+
+  // --- nodes --------------------------------------------------------------------------------
+  /// Creates a node at the insertion point. `args` follow the schema; their tensor operands
+  /// index `inputs`. Output metadata is given, one per produced output.
+  Node* create(std::string op, std::vector<Arg> args, std::vector<Value*> inputs,
+               std::vector<TensorMeta> outputs, std::vector<int> return_counts = {},
+               bool impure = false);
+  /// Removes a node none of whose outputs is used.
+  void erase(Node* n);
+  /// Nodes are created before `n` until reset; nullptr means at the end.
+  void set_insertion_point(Node* before) { insert_before_ = before; }
+  Node* insertion_point() const { return insert_before_; }
+
+  /// Nodes in execution order. Safe against erasing the current node when iterating with
+  /// a copy (see nodes_snapshot()).
+  size_t num_nodes() const { return nodes_.size(); }
+  std::vector<Node*> nodes() const;
+  /// The node after `n` in execution order, or nullptr.
+  Node* next(Node* n) const;
+  /// Moves `n` just before `before` (nullptr: to the end). The caller keeps order valid.
+  void move_before(Node* n, Node* before);
+
+  /// A deep copy. `map` (optional) receives old value -> new value.
+  std::unique_ptr<Graph> clone(std::unordered_map<const Value*, Value*>* map = nullptr) const;
+
+  /// Number of values ever created; ids are below this.
+  int next_value_id() const { return next_id_; }
+
+ private:
+  Value* new_value(TensorMeta meta);
+  friend class Value;
+  std::list<std::unique_ptr<Node>> nodes_;
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<Input> inputs_;
+  std::vector<Value*> outputs_;
+  std::vector<std::string> output_names_;
+  Node* insert_before_ = nullptr;
+  int next_id_ = 0;
+};
+
+/// Splits "aten::mul.Tensor" into {"aten::mul", "Tensor"}; "aten::bmm" into {"aten::bmm", ""}.
+std::pair<std::string, std::string> split_op_name(const std::string& qualified);
+
+}  // namespace jvpc

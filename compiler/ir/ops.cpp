@@ -1,0 +1,359 @@
+// Operator lookup, Arg <-> IValue conversion and output-metadata inference.
+#include "compiler/ir/ops.h"
+
+#include <ATen/ExpandUtils.h>
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <mutex>
+#include <unordered_map>
+
+namespace jvpc {
+
+std::string one_line(const std::exception& e) {
+  std::string msg;
+  if (auto* ce = dynamic_cast<const c10::Error*>(&e))
+    msg = ce->what_without_backtrace();
+  else
+    msg = e.what();
+  auto nl = msg.find('\n');
+  if (nl != std::string::npos) msg = msg.substr(0, nl);
+  return msg;
+}
+
+std::string op_name(const c10::OperatorName& n) {
+  return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+}
+
+namespace {
+
+bool alias_written(const c10::AliasInfo* a) {
+  if (!a) return false;
+  if (a->isWrite()) return true;
+  for (const auto& c : a->containedTypes())
+    if (alias_written(&c)) return true;
+  return false;
+}
+
+std::unique_ptr<OpInfo> make_info(const c10::OperatorHandle& h) {
+  auto info = std::make_unique<OpInfo>(OpInfo{op_name(h.operator_name()), h});
+  const auto& s = h.schema();
+  for (const auto& a : s.arguments())
+    if (alias_written(a.alias_info())) info->mutates = true;
+  for (const auto& r : s.returns())
+    if (r.alias_info() && !alias_written(r.alias_info())) info->is_view = true;
+  info->seeded_random = h.hasTag(at::Tag::nondeterministic_seeded);
+  using K = c10::DispatchKey;
+  info->composite_implicit =
+      h.hasKernelForDispatchKey(K::CompositeImplicitAutograd) && !h.hasKernelForDispatchKey(K::CPU) &&
+      !h.hasKernelForDispatchKey(K::CUDA) && !h.hasKernelForDispatchKey(K::CompositeExplicitAutograd) &&
+      !h.hasKernelForDispatchKey(K::CompositeExplicitAutogradNonFunctional);
+  return info;
+}
+
+struct OpTable {
+  std::mutex mu;
+  std::unordered_map<std::string, std::unique_ptr<OpInfo>> by_name;
+  std::unordered_map<const void*, const OpInfo*> by_schema;
+};
+OpTable& table() {
+  static OpTable* t = new OpTable();  // never destroyed: handles outlive static teardown
+  return *t;
+}
+
+}  // namespace
+
+const OpInfo& op_info(const std::string& qualified_name) {
+  auto& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.by_name.find(qualified_name);
+  if (it != t.by_name.end()) return *it->second;
+  auto [name, overload] = split_op_name(qualified_name);
+  auto h = c10::Dispatcher::singleton().findSchema({name, overload});
+  if (!h) throw Error("unknown op '" + qualified_name + "'");
+  auto& slot = t.by_name[qualified_name];
+  slot = make_info(*h);
+  t.by_schema[&h->schema()] = slot.get();
+  return *slot;
+}
+
+const OpInfo& op_info(const c10::OperatorHandle& op) {
+  auto& t = table();
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    auto it = t.by_schema.find(&op.schema());
+    if (it != t.by_schema.end()) return *it->second;
+  }
+  return op_info(op_name(op.operator_name()));
+}
+
+// --- Args -----------------------------------------------------------------------------------
+
+namespace {
+
+c10::TypePtr unwrap_optional(const c10::TypePtr& t, bool* optional = nullptr) {
+  if (auto o = t->cast<c10::OptionalType>()) {
+    if (optional) *optional = true;
+    return o->getElementType();
+  }
+  if (optional) *optional = false;
+  return t;
+}
+
+c10::TypeKind list_elem_kind(const c10::TypePtr& t, bool* elem_optional = nullptr) {
+  auto l = t->cast<c10::ListType>();
+  if (!l) return c10::TypeKind::AnyType;
+  return unwrap_optional(l->getElementType(), elem_optional)->kind();
+}
+
+}  // namespace
+
+Arg arg_from_ivalue(const c10::Argument& arg, const c10::IValue& v,
+                    const std::function<int(const at::Tensor&)>& operand) {
+  auto base = unwrap_optional(arg.real_type());
+  auto unsupported = [&]() {
+    return Error("argument '" + arg.name() + "' of type " + arg.real_type()->str() + " (value tag " +
+                 v.tagKind() + ") is not supported");
+  };
+  if (v.isNone()) return Arg::none();
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) return Arg::none();
+    return Arg::tensor(operand(t));
+  }
+  if (v.isTensorList()) {
+    Arg a{ArgKind::TensorList, {}, {}};
+    for (const at::Tensor& t : v.toTensorVector()) {
+      if (!t.defined()) throw unsupported();
+      a.operands.push_back(operand(t));
+    }
+    return a;
+  }
+  if (v.isBool()) return Arg::of_bool(v.toBool());
+  if (v.isDouble()) return Arg::of_float(v.toDouble());
+  if (v.isInt() || v.isSymInt()) {
+    int64_t i = v.isInt() ? v.toInt() : v.toSymInt().guard_int(__FILE__, __LINE__);
+    switch (base->kind()) {
+      case c10::TypeKind::ScalarTypeType: return Arg{ArgKind::ScalarType, i, {}};
+      case c10::TypeKind::LayoutType: return Arg{ArgKind::Layout, i, {}};
+      case c10::TypeKind::MemoryFormatType: return Arg{ArgKind::MemoryFormat, i, {}};
+      default: return Arg::of_int(i);
+    }
+  }
+  if (v.isString()) return Arg::of_str(v.toStringRef());
+  if (v.isDevice()) return Arg::of_device(v.toDevice());
+  if (v.isIntList()) return Arg::of_ints(v.toIntVector());
+  if (v.isDoubleList()) return Arg{ArgKind::Floats, v, {}};
+  if (v.isBoolList()) return Arg{ArgKind::Bools, v, {}};
+  if (v.isList()) {
+    bool elem_optional = false;
+    auto elem = list_elem_kind(base, &elem_optional);
+    if (elem == c10::TypeKind::TensorType) {
+      Arg a{elem_optional ? ArgKind::OptTensorList : ArgKind::TensorList, {}, {}};
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isNone() || (e.isTensor() && !e.toTensor().defined())) {
+          if (!elem_optional) throw unsupported();
+          a.operands.push_back(-1);
+        } else if (e.isTensor()) {
+          a.operands.push_back(operand(e.toTensor()));
+        } else {
+          throw unsupported();
+        }
+      }
+      return a;
+    }
+    if (elem == c10::TypeKind::IntType || elem == c10::TypeKind::SymIntType) {
+      std::vector<int64_t> ints;
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isInt()) ints.push_back(e.toInt());
+        else if (e.isSymInt()) ints.push_back(e.toSymInt().guard_int(__FILE__, __LINE__));
+        else throw unsupported();
+      }
+      return Arg::of_ints(std::move(ints));
+    }
+  }
+  throw unsupported();
+}
+
+bool kind_matches(ArgKind k, const c10::Argument& arg) {
+  bool optional = false;
+  auto base = unwrap_optional(arg.real_type(), &optional);
+  auto kind = base->kind();
+  bool elem_optional = false;
+  auto elem = list_elem_kind(base, &elem_optional);
+  using T = c10::TypeKind;
+  switch (k) {
+    case ArgKind::None: return optional || kind == T::NoneType;
+    case ArgKind::Tensor: return kind == T::TensorType;
+    case ArgKind::TensorList: return elem == T::TensorType && !elem_optional;
+    case ArgKind::OptTensorList: return elem == T::TensorType && elem_optional;
+    case ArgKind::Bool: return kind == T::BoolType || kind == T::NumberType || kind == T::SymBoolType;
+    case ArgKind::Int: return kind == T::IntType || kind == T::SymIntType || kind == T::NumberType;
+    case ArgKind::Float: return kind == T::FloatType || kind == T::NumberType || kind == T::SymFloatType;
+    case ArgKind::Str: return kind == T::StringType;
+    case ArgKind::Ints: return elem == T::IntType || elem == T::SymIntType;
+    case ArgKind::Floats: return elem == T::FloatType;
+    case ArgKind::Bools: return elem == T::BoolType;
+    case ArgKind::ScalarType: return kind == T::ScalarTypeType;
+    case ArgKind::Layout: return kind == T::LayoutType;
+    case ArgKind::MemoryFormat: return kind == T::MemoryFormatType;
+    case ArgKind::Device: return kind == T::DeviceObjType;
+  }
+  return false;
+}
+
+c10::IValue arg_to_ivalue(const Arg& a, const std::function<at::Tensor(int)>& operand) {
+  switch (a.kind) {
+    case ArgKind::None: return c10::IValue();
+    case ArgKind::Tensor: return operand(a.operands.at(0));
+    case ArgKind::TensorList: {
+      c10::List<at::Tensor> l;
+      for (int o : a.operands) l.push_back(operand(o));
+      return l;
+    }
+    case ArgKind::OptTensorList: {
+      c10::List<std::optional<at::Tensor>> l;
+      for (int o : a.operands)
+        l.push_back(o < 0 ? std::optional<at::Tensor>() : std::optional<at::Tensor>(operand(o)));
+      return l;
+    }
+    default: return a.value;
+  }
+}
+
+bool is_impure(const OpInfo& info, const std::vector<Arg>& args) {
+  if (!info.seeded_random) return false;
+  const auto& schema = info.schema().arguments();
+  for (size_t i = 0; i < args.size() && i < schema.size(); ++i) {
+    const auto& name = schema[i].name();
+    if ((name == "dropout_p" || name == "p") && args[i].kind == ArgKind::Float && args[i].value.toDouble() == 0.0)
+      return false;
+    if (name == "train" && args[i].kind == ArgKind::Bool && !args[i].value.toBool()) return false;
+  }
+  return true;
+}
+
+// --- Output metadata ------------------------------------------------------------------------
+
+namespace {
+
+using ShapeRule = std::function<std::vector<TensorMeta>(const std::vector<Arg>&, const std::vector<TensorMeta>&)>;
+
+const TensorMeta& operand_meta(const std::vector<Arg>& args, size_t i, const std::vector<TensorMeta>& in) {
+  if (i >= args.size() || args[i].kind != ArgKind::Tensor) throw Error("argument " + std::to_string(i) + " must be a tensor");
+  return in.at(static_cast<size_t>(args[i].operands[0]));
+}
+
+TensorMeta like(const TensorMeta& m, std::vector<int64_t> sizes, c10::ScalarType dtype) {
+  return TensorMeta::contiguous(std::move(sizes), dtype, m.device);
+}
+
+// Shape rules for kernels without a Meta implementation in C++ (PyTorch registers theirs from
+// Python). Each mirrors the kernel's output allocation.
+const std::unordered_map<std::string, ShapeRule>& shape_rules() {
+  static const std::unordered_map<std::string, ShapeRule> rules = {
+      {"aten::where.self",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto &c = operand_meta(a, 0, in), &x = operand_meta(a, 1, in), &y = operand_meta(a, 2, in);
+         auto sizes = at::infer_size(at::infer_size(c.sizes, x.sizes), y.sizes);
+         return std::vector<TensorMeta>{like(x, sizes, c10::promoteTypes(x.dtype, y.dtype))};
+       }},
+      {"aten::_safe_softmax",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto& x = operand_meta(a, 0, in);
+         auto dt = a.size() > 2 && a[2].kind == ArgKind::ScalarType
+                       ? static_cast<c10::ScalarType>(a[2].value.toInt()) : x.dtype;
+         return std::vector<TensorMeta>{like(x, x.sizes, dt)};
+       }},
+      {"aten::relu",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto& x = operand_meta(a, 0, in);
+         return std::vector<TensorMeta>{like(x, x.sizes, x.dtype)};
+       }},
+      {"aten::index_select",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto& x = operand_meta(a, 0, in);
+         const auto& idx = operand_meta(a, 2, in);
+         auto sizes = x.sizes;
+         int64_t dim = c10::maybe_wrap_dim(a.at(1).value.toInt(), static_cast<int64_t>(sizes.size()));
+         sizes.at(static_cast<size_t>(dim)) = idx.numel();
+         return std::vector<TensorMeta>{like(x, sizes, x.dtype)};
+       }},
+      {"aten::native_layer_norm",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto& x = operand_meta(a, 0, in);
+         auto normalized = a.at(1).value.toIntVector();
+         if (normalized.size() > x.sizes.size()) throw Error("normalized_shape has more dims than the input");
+         auto stat = x.sizes;
+         for (size_t i = stat.size() - normalized.size(); i < stat.size(); ++i) stat[i] = 1;
+         auto acc = c10::isReducedFloatingType(x.dtype) ? c10::kFloat : x.dtype;
+         return std::vector<TensorMeta>{like(x, x.sizes, x.dtype), like(x, stat, acc), like(x, stat, acc)};
+       }},
+  };
+  return rules;
+}
+
+}  // namespace
+
+std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,
+                                      const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts) {
+  const auto& schema = info.schema();
+  if (args.size() != schema.arguments().size())
+    throw Error(info.name + " takes " + std::to_string(schema.arguments().size()) + " arguments, got " +
+                std::to_string(args.size()));
+  // The device of the result: an explicit device argument, else the first tensor operand's.
+  c10::Device device = inputs.empty() ? c10::Device(c10::kCPU) : inputs[0].device;
+  for (const Arg& a : args)
+    if (a.kind == ArgKind::Device) device = a.value.toDevice();
+
+  std::vector<at::Tensor> metas;
+  metas.reserve(inputs.size());
+  for (const TensorMeta& m : inputs) {
+    m.numel();  // rejects negative and overflowing sizes before ATen sees them
+    metas.push_back(at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(c10::kMeta)));
+  }
+  torch::jit::Stack stack;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Arg& a = args[i];
+    if (a.kind == ArgKind::Device ||
+        (a.kind == ArgKind::None && inputs.empty() && schema.arguments()[i].name() == "device")) {
+      stack.emplace_back(c10::Device(c10::kMeta));
+    } else {
+      stack.push_back(arg_to_ivalue(a, [&](int o) { return metas.at(static_cast<size_t>(o)); }));
+    }
+  }
+  std::vector<TensorMeta> out;
+  std::vector<int> counts;
+  try {
+    info.handle.callBoxed(stack);
+  } catch (const c10::NotImplementedError&) {
+    auto it = shape_rules().find(info.name);
+    if (it == shape_rules().end()) throw NoShapeRule("no shape rule for " + info.name);
+    out = it->second(args, inputs);
+    if (return_counts) *return_counts = std::vector<int>(out.size(), 1);
+    return out;
+  } catch (const c10::Error& e) {
+    throw Error(info.name + ": " + one_line(e));
+  }
+  auto add = [&](const at::Tensor& t) {
+    TensorMeta m = TensorMeta::of(t);
+    m.device = device;
+    out.push_back(std::move(m));
+  };
+  for (const c10::IValue& r : stack) {
+    if (r.isTensor() && r.toTensor().defined()) {
+      add(r.toTensor());
+      counts.push_back(1);
+    } else if (r.isTensorList()) {
+      auto l = r.toTensorVector();
+      for (const auto& t : l) add(t);
+      counts.push_back(static_cast<int>(l.size()));
+    } else {
+      counts.push_back(0);
+    }
+  }
+  if (return_counts) *return_counts = std::move(counts);
+  return out;
+}
+
+}  // namespace jvpc

@@ -1,0 +1,62 @@
+// What jvpc knows about ATen operators, asked of the dispatcher once per operator.
+//
+// jvpc does not keep its own list of ops: any operator registered with the dispatcher can
+// appear in a graph. This file resolves names to schemas, converts between the boxed calling
+// convention (c10::IValue) and the IR's typed Args, classifies ops (view, mutating, random,
+// composite) and infers output metadata by running the op on Meta tensors, with a short table
+// of shape rules for the few kernels that have no Meta implementation in C++.
+#pragma once
+
+#include "compiler/ir/graph.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <functional>
+
+namespace jvpc {
+
+struct OpInfo {
+  std::string name;  ///< "aten::mul.Tensor"
+  c10::OperatorHandle handle;
+  const c10::FunctionSchema& schema() const { return handle.schema(); }
+  bool is_view = false;             ///< a return aliases an input without writing it (Tensor(a))
+  bool mutates = false;             ///< some argument is written (Tensor(a!))
+  bool seeded_random = false;       ///< tagged nondeterministic_seeded (may still be pure, see is_impure)
+  bool composite_implicit = false;  ///< only a CompositeImplicitAutograd kernel: it decomposes
+};
+
+/// The op named "aten::name.overload". Throws jvpc::Error("unknown op ...") if there is none.
+const OpInfo& op_info(const std::string& qualified_name);
+const OpInfo& op_info(const c10::OperatorHandle& op);
+std::string op_name(const c10::OperatorName& n);
+
+/// Converts the boxed value `v` of schema argument `arg` to an Arg. Tensors become operands
+/// through `operand` (which returns the operand index). Throws for unsupported argument types.
+Arg arg_from_ivalue(const c10::Argument& arg, const c10::IValue& v,
+                    const std::function<int(const at::Tensor&)>& operand);
+
+/// Whether an Arg of kind `k` may be passed for schema argument `arg`.
+bool kind_matches(ArgKind k, const c10::Argument& arg);
+
+/// The boxed value of `a`; tensor operands are looked up with `operand(i)`.
+c10::IValue arg_to_ivalue(const Arg& a, const std::function<at::Tensor(int)>& operand);
+
+/// Random ops are impure unless their dropout probability is zero.
+bool is_impure(const OpInfo& info, const std::vector<Arg>& args);
+
+/// Output metadata of the op applied to arguments `args` whose tensor operands have metadata
+/// `inputs`. `return_counts` receives the count per schema return (see Node::return_counts).
+/// Throws jvpc::Error naming the op when the arguments are inconsistent with it, and
+/// NoShapeRule when neither a Meta kernel nor a shape rule exists.
+std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,
+                                      const std::vector<TensorMeta>& inputs,
+                                      std::vector<int>* return_counts = nullptr);
+
+struct NoShapeRule : Error {
+  using Error::Error;
+};
+
+/// The first line of an exception's message, without LibTorch's backtrace.
+std::string one_line(const std::exception& e);
+
+}  // namespace jvpc

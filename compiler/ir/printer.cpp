@@ -1,0 +1,129 @@
+#include "compiler/ir/printer.h"
+
+#include <charconv>
+#include <cmath>
+#include <sstream>
+#include <unordered_map>
+
+namespace jvpc {
+
+std::string format_double(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), d);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".en") == std::string::npos) s += ".";
+  return s;
+}
+
+namespace {
+
+std::string ref(const Value* v) { return "%" + std::to_string(v->id()); }
+
+template <class T, class F>
+std::string list(const std::vector<T>& xs, F f) {
+  std::string s = "[";
+  for (size_t i = 0; i < xs.size(); ++i) s += (i ? ", " : "") + f(xs[i]);
+  return s + "]";
+}
+
+std::string arg_text(const Node& n, const Arg& a) {
+  auto operand = [&](int o) { return o < 0 ? std::string("None") : ref(n.input(static_cast<size_t>(o))); };
+  switch (a.kind) {
+    case ArgKind::None: return "None";
+    case ArgKind::Bool: return a.value.toBool() ? "true" : "false";
+    case ArgKind::Int: return std::to_string(a.value.toInt());
+    case ArgKind::Float: return format_double(a.value.toDouble());
+    case ArgKind::Str: return "'" + a.value.toStringRef() + "'";
+    case ArgKind::Ints: return list(a.value.toIntVector(), [](int64_t i) { return std::to_string(i); });
+    case ArgKind::Floats: return list(a.value.toDoubleVector(), format_double);
+    case ArgKind::Bools: return list(a.value.toBoolList().vec(), [](bool b) { return std::string(b ? "true" : "false"); });
+    case ArgKind::ScalarType: return c10::toString(static_cast<c10::ScalarType>(a.value.toInt()));
+    case ArgKind::Layout: {
+      std::ostringstream os;
+      os << static_cast<c10::Layout>(a.value.toInt());
+      return os.str();
+    }
+    case ArgKind::MemoryFormat: {
+      std::ostringstream os;
+      os << static_cast<c10::MemoryFormat>(a.value.toInt());
+      return os.str();
+    }
+    case ArgKind::Device: return a.value.toDevice().str();
+    case ArgKind::Tensor: return operand(a.operands.at(0));
+    case ArgKind::TensorList:
+    case ArgKind::OptTensorList: return list(a.operands, operand);
+  }
+  return "?";
+}
+
+std::string outputs_text(const Node& n) {
+  std::string s;
+  for (size_t i = 0; i < n.outputs().size(); ++i)
+    s += (i ? ", " : "") + ref(n.output(i)) + " : " + n.output(i)->meta().str();
+  return s.empty() ? "()" : s;
+}
+
+}  // namespace
+
+std::string to_text(const Node& n) {
+  std::string s = outputs_text(n) + " = " + n.op() + "(";
+  for (size_t i = 0; i < n.args().size(); ++i) s += (i ? ", " : "") + arg_text(n, n.arg(i));
+  s += ")";
+  if (n.impure()) s += "  # impure";
+  return s;
+}
+
+std::string to_text(const Graph& g) {
+  std::ostringstream os;
+  os << "graph(";
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const Input& in = g.inputs()[i];
+    os << (i ? ",\n      " : "") << ref(in.value) << " : " << in.value->meta().str() << " " << in.name;
+    if (in.role != Role::Primal || !in.differentiable) {
+      os << " [" << role_name(in.role);
+      if (!in.aliases.empty()) os << ", aliases " << in.aliases;
+      os << "]";
+    }
+  }
+  os << "):\n";
+  for (const Node* n : g.nodes()) os << "  " << to_text(*n) << "\n";
+  os << "  return (";
+  for (size_t i = 0; i < g.outputs().size(); ++i) os << (i ? ", " : "") << ref(g.outputs()[i]);
+  os << ")\n";
+  return os.str();
+}
+
+std::string to_dot(const Graph& g, const std::string& title) {
+  std::ostringstream os;
+  os << "digraph \"" << title << "\" {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
+     << "  edge [fontname=\"Helvetica\", fontsize=8];\n";
+  auto vname = [](const Value* v) { return "v" + std::to_string(v->id()); };
+  // A value is drawn at its producer (a node, named by its position) or as an input box.
+  std::unordered_map<const Node*, std::string> node_id;
+  auto src = [&](const Value* v) { return v->producer() ? node_id.at(v->producer()) : vname(v); };
+  for (const Input& in : g.inputs()) {
+    const char* color = in.role == Role::Tangent ? "lightblue" : in.role == Role::Constant ? "lightgrey" : "palegreen";
+    os << "  " << vname(in.value) << " [shape=box, style=filled, fillcolor=" << color << ", label=\"" << in.name << "\\n"
+       << in.value->meta().str() << "\"];\n";
+  }
+  for (const Node* n : g.nodes()) {
+    std::string id = "n" + std::to_string(node_id.size());
+    node_id[n] = id;
+    bool heavy = n->op() == "aten::bmm" || n->op() == "aten::mm" || n->op() == "aten::addmm" || n->op() == "aten::baddbmm";
+    os << "  " << id << " [label=\"" << n->op() << "\"" << (heavy ? ", style=filled, fillcolor=orange" : "") << "];\n";
+    for (const Value* v : n->inputs()) {
+      os << "  " << src(v) << " -> " << id << " [label=\"" << v->meta().str() << "\"];\n";
+    }
+  }
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    const Value* v = g.outputs()[i];
+    os << "  out" << i << " [shape=box, style=filled, fillcolor=gold, label=\"" << g.output_names()[i] << "\"];\n";
+    os << "  " << src(v) << " -> out" << i << " [label=\"" << v->meta().str() << "\"];\n";
+  }
+  os << "}\n";
+  return os.str();
+}
+
+}  // namespace jvpc

@@ -1,0 +1,597 @@
+// JSON and safetensors reading and writing. Every read is checked: this code faces files
+// written by hand, by other versions and by fuzzers.
+#include "compiler/ir/serialize.h"
+
+#include "compiler/ir/ops.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace jvpc {
+
+using nlohmann::json;
+
+// --- names of enums -------------------------------------------------------------------------
+
+c10::ScalarType parse_dtype(const std::string& s) {
+#define JVPC_DTYPE_CASE(_, name) \
+  if (s == #name) return c10::ScalarType::name;
+  AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(JVPC_DTYPE_CASE)
+  JVPC_DTYPE_CASE(_, Bool)
+  JVPC_DTYPE_CASE(_, Half)
+  JVPC_DTYPE_CASE(_, BFloat16)
+#undef JVPC_DTYPE_CASE
+  throw Error("unknown dtype '" + s + "'");
+}
+
+namespace {
+
+std::string layout_name(c10::Layout l) {
+  std::ostringstream os;
+  os << l;
+  return os.str();
+}
+std::string memory_format_name(c10::MemoryFormat m) {
+  std::ostringstream os;
+  os << m;
+  return os.str();
+}
+c10::Layout parse_layout(const std::string& s) {
+  for (auto l : {c10::kStrided, c10::kSparse, c10::kSparseCsr, c10::kMkldnn})
+    if (layout_name(l) == s) return l;
+  throw Error("unknown layout '" + s + "'");
+}
+c10::MemoryFormat parse_memory_format(const std::string& s) {
+  for (auto m : {c10::MemoryFormat::Contiguous, c10::MemoryFormat::Preserve, c10::MemoryFormat::ChannelsLast,
+                 c10::MemoryFormat::ChannelsLast3d})
+    if (memory_format_name(m) == s) return m;
+  throw Error("unknown memory format '" + s + "'");
+}
+c10::Device parse_device(const std::string& s) {
+  try {
+    return c10::Device(s);
+  } catch (const std::exception&) {
+    throw Error("unknown device '" + s + "'");
+  }
+}
+
+json float_json(double d) { return std::isfinite(d) ? json(d) : json(format_double(d)); }
+
+// --- writing --------------------------------------------------------------------------------
+
+json meta_json(const TensorMeta& m) {
+  return {{"sizes", m.sizes}, {"strides", m.strides}, {"dtype", c10::toString(m.dtype)}, {"device", m.device.str()}};
+}
+
+json arg_json(const Node& n, const Arg& a) {
+  auto id = [&](int o) { return o < 0 ? json(nullptr) : json(n.input(static_cast<size_t>(o))->id()); };
+  switch (a.kind) {
+    case ArgKind::None: return {{"none", nullptr}};
+    case ArgKind::Bool: return {{"bool", a.value.toBool()}};
+    case ArgKind::Int: return {{"int", a.value.toInt()}};
+    case ArgKind::Float: return {{"float", float_json(a.value.toDouble())}};
+    case ArgKind::Str: return {{"str", a.value.toStringRef()}};
+    case ArgKind::Ints: return {{"ints", a.value.toIntVector()}};
+    case ArgKind::Floats: {
+      json l = json::array();
+      for (double d : a.value.toDoubleVector()) l.push_back(float_json(d));
+      return {{"floats", l}};
+    }
+    case ArgKind::Bools: return {{"bools", a.value.toBoolList().vec()}};
+    case ArgKind::ScalarType: return {{"scalar_type", c10::toString(static_cast<c10::ScalarType>(a.value.toInt()))}};
+    case ArgKind::Layout: return {{"layout", layout_name(static_cast<c10::Layout>(a.value.toInt()))}};
+    case ArgKind::MemoryFormat:
+      return {{"memory_format", memory_format_name(static_cast<c10::MemoryFormat>(a.value.toInt()))}};
+    case ArgKind::Device: return {{"device", a.value.toDevice().str()}};
+    case ArgKind::Tensor: return {{"tensor", id(a.operands.at(0))}};
+    case ArgKind::TensorList:
+    case ArgKind::OptTensorList: {
+      json l = json::array();
+      for (int o : a.operands) l.push_back(id(o));
+      return {{arg_kind_name(a.kind), l}};
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+json to_json(const Graph& g, const std::string& constants_file) {
+  json j;
+  j["format"] = "jvpc-graph";
+  j["schema_version"] = kSchemaVersion;
+  if (!constants_file.empty()) j["constants_file"] = constants_file;
+  json inputs = json::array();
+  for (const Input& in : g.inputs()) {
+    json ji = {{"name", in.name}, {"id", in.value->id()}, {"role", role_name(in.role)}, {"meta", meta_json(in.value->meta())}};
+    if (in.role == Role::Primal) ji["differentiable"] = in.differentiable;
+    if (in.role == Role::Constant) ji["stored"] = in.data.defined();
+    if (!in.aliases.empty()) ji["aliases"] = in.aliases;
+    inputs.push_back(std::move(ji));
+  }
+  j["inputs"] = std::move(inputs);
+  json nodes = json::array();
+  for (const Node* n : g.nodes()) {
+    json jn = {{"op", n->op()}};
+    json args = json::array();
+    for (const Arg& a : n->args()) args.push_back(arg_json(*n, a));
+    jn["args"] = std::move(args);
+    json outs = json::array();
+    for (const Value* v : n->outputs()) outs.push_back({{"id", v->id()}, {"meta", meta_json(v->meta())}});
+    jn["outputs"] = std::move(outs);
+    if (n->return_counts() != std::vector<int>(n->outputs().size(), 1)) jn["returns"] = n->return_counts();
+    if (n->impure()) jn["impure"] = true;
+    nodes.push_back(std::move(jn));
+  }
+  j["nodes"] = std::move(nodes);
+  json outs = json::array();
+  for (size_t i = 0; i < g.outputs().size(); ++i) outs.push_back({{"name", g.output_names()[i]}, {"id", g.outputs()[i]->id()}});
+  j["outputs"] = std::move(outs);
+  return j;
+}
+
+// --- reading --------------------------------------------------------------------------------
+
+namespace {
+
+// A JSON value with the path that led to it, for error messages.
+struct At {
+  const json& j;
+  std::string path;
+
+  [[noreturn]] void fail(const std::string& msg) const { throw Error(path + ": " + msg); }
+  At operator[](const char* key) const {
+    if (!j.is_object()) fail("expected an object");
+    auto it = j.find(key);
+    if (it == j.end()) fail(std::string("missing \"") + key + "\"");
+    return At{*it, path + "." + key};
+  }
+  bool has(const char* key) const { return j.is_object() && j.contains(key); }
+  At operator[](size_t i) const { return At{j[i], path + "[" + std::to_string(i) + "]"}; }
+  size_t size() const { return j.size(); }
+  const json& array() const {
+    if (!j.is_array()) fail("expected an array");
+    return j;
+  }
+  int64_t integer() const {
+    if (!j.is_number_integer()) fail("expected an integer");
+    if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail("integer out of range");
+    return j.get<int64_t>();
+  }
+  int id() const {
+    int64_t i = integer();
+    if (i < 0 || i > std::numeric_limits<int>::max()) fail("value id out of range");
+    return static_cast<int>(i);
+  }
+  double number() const {
+    if (j.is_number()) return j.get<double>();
+    if (j.is_string()) {
+      const auto& s = j.get_ref<const std::string&>();
+      if (s == "inf") return std::numeric_limits<double>::infinity();
+      if (s == "-inf") return -std::numeric_limits<double>::infinity();
+      if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+    }
+    fail("expected a number");
+  }
+  bool boolean() const {
+    if (!j.is_boolean()) fail("expected true or false");
+    return j.get<bool>();
+  }
+  const std::string& str() const {
+    if (!j.is_string()) fail("expected a string");
+    return j.get_ref<const std::string&>();
+  }
+  std::vector<int64_t> ints() const {
+    std::vector<int64_t> out;
+    const json& a = array();
+    for (size_t i = 0; i < a.size(); ++i) out.push_back((*this)[i].integer());
+    return out;
+  }
+};
+
+template <class F>
+auto wrap(const At& at, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    // Errors from helpers that do not know the JSON path get it prefixed here.
+    std::string msg = e.what();
+    if (msg.rfind(at.path, 0) == 0) throw;
+    at.fail(msg);
+  }
+}
+
+TensorMeta read_meta(const At& m) {
+  TensorMeta t;
+  t.sizes = m["sizes"].ints();
+  t.strides = m["strides"].ints();
+  t.dtype = wrap(m, [&] { return parse_dtype(m["dtype"].str()); });
+  t.device = wrap(m, [&] { return parse_device(m["device"].str()); });
+  if (t.strides.size() != t.sizes.size()) m.fail("sizes and strides differ in length");
+  wrap(m, [&] { return t.numel(); });
+  return t;
+}
+
+Role parse_role(const At& a) {
+  const std::string& s = a.str();
+  if (s == "primal") return Role::Primal;
+  if (s == "tangent") return Role::Tangent;
+  if (s == "constant") return Role::Constant;
+  a.fail("unknown role '" + s + "'");
+}
+
+// Reads one argument. Tensor ids are mapped to operand indices through `operand`.
+Arg read_arg(const At& a, const std::function<int(const At&)>& operand) {
+  if (!a.j.is_object() || a.j.size() != 1) a.fail("expected an object with one key (the argument's kind)");
+  const std::string& key = a.j.begin().key();
+  At v{a.j.begin().value(), a.path + "." + key};
+  if (key == "none") return Arg::none();
+  if (key == "bool") return Arg::of_bool(v.boolean());
+  if (key == "int") return Arg::of_int(v.integer());
+  if (key == "float") return Arg::of_float(v.number());
+  if (key == "str") return Arg::of_str(v.str());
+  if (key == "ints") return Arg::of_ints(v.ints());
+  if (key == "floats") {
+    std::vector<double> ds;
+    for (size_t i = 0; i < v.array().size(); ++i) ds.push_back(v[i].number());
+    return Arg{ArgKind::Floats, ds, {}};
+  }
+  if (key == "bools") {
+    c10::List<bool> bs;
+    for (size_t i = 0; i < v.array().size(); ++i) bs.push_back(v[i].boolean());
+    return Arg{ArgKind::Bools, bs, {}};
+  }
+  if (key == "scalar_type") return Arg::of_scalar_type(wrap(v, [&] { return parse_dtype(v.str()); }));
+  if (key == "layout") return Arg{ArgKind::Layout, static_cast<int64_t>(wrap(v, [&] { return parse_layout(v.str()); })), {}};
+  if (key == "memory_format")
+    return Arg{ArgKind::MemoryFormat, static_cast<int64_t>(wrap(v, [&] { return parse_memory_format(v.str()); })), {}};
+  if (key == "device") return Arg::of_device(wrap(v, [&] { return parse_device(v.str()); }));
+  if (key == "tensor") return Arg::tensor(operand(v));
+  if (key == "tensors" || key == "opt_tensors") {
+    Arg out{key == "tensors" ? ArgKind::TensorList : ArgKind::OptTensorList, {}, {}};
+    for (size_t i = 0; i < v.array().size(); ++i) {
+      if (v[i].j.is_null() && out.kind == ArgKind::OptTensorList) out.operands.push_back(-1);
+      else out.operands.push_back(operand(v[i]));
+    }
+    return out;
+  }
+  a.fail("unknown argument kind '" + key + "'");
+}
+
+}  // namespace
+
+std::unique_ptr<Graph> from_json(const json& j) {
+  At root{j, "$"};
+  if (!j.is_object()) root.fail("expected a JSON object");
+  if (!root.has("schema_version")) root.fail("missing \"schema_version\" (not a jvpc graph?)");
+  int64_t version = root["schema_version"].integer();
+  if (version != kSchemaVersion)
+    root.fail("schema_version " + std::to_string(version) + " is not supported (this jvpc reads version " +
+              std::to_string(kSchemaVersion) + ")");
+  if (root.has("format") && root["format"].str() != "jvpc-graph") root.fail("format is not \"jvpc-graph\"");
+
+  auto g = std::make_unique<Graph>();
+  std::unordered_map<int, Value*> by_id;        // ids defined so far
+  std::unordered_map<int, std::string> all_ids;  // every id the file defines, and where
+  // First pass: where is each id defined? (To tell "dangling" from "used before defined".)
+  {
+    At ins = root["inputs"];
+    for (size_t i = 0; i < ins.array().size(); ++i) {
+      int id = ins[i]["id"].id();
+      if (!all_ids.emplace(id, ins[i].path).second) ins[i]["id"].fail("value id %" + std::to_string(id) + " is defined twice");
+    }
+    At nodes = root["nodes"];
+    for (size_t i = 0; i < nodes.array().size(); ++i) {
+      At outs = nodes[i]["outputs"];
+      for (size_t k = 0; k < outs.array().size(); ++k) {
+        int id = outs[k]["id"].id();
+        if (!all_ids.emplace(id, outs[k].path).second)
+          outs[k]["id"].fail("value id %" + std::to_string(id) + " is defined twice (also at " + all_ids[id] + ")");
+      }
+    }
+  }
+  auto lookup = [&](const At& a) -> Value* {
+    int id = a.id();
+    auto it = by_id.find(id);
+    if (it != by_id.end()) return it->second;
+    if (all_ids.count(id))
+      a.fail("value %" + std::to_string(id) + " is used before it is defined at " + all_ids[id] +
+             " (nodes must be in topological order; a cycle cannot be)");
+    a.fail("value %" + std::to_string(id) + " is not defined anywhere (dangling reference)");
+  };
+
+  At ins = root["inputs"];
+  for (size_t i = 0; i < ins.size(); ++i) {
+    At in = ins[i];
+    Role role = parse_role(in["role"]);
+    bool diff = in.has("differentiable") ? in["differentiable"].boolean() : false;
+    Value* v = g->add_input(in["name"].str(), read_meta(in["meta"]), role, diff);
+    if (in.has("aliases")) g->inputs().back().aliases = in["aliases"].str();
+    by_id[in["id"].id()] = v;
+  }
+
+  At nodes = root["nodes"];
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    At jn = nodes[i];
+    const std::string& op = jn["op"].str();
+    const OpInfo& info = wrap(jn["op"], [&]() -> const OpInfo& { return op_info(op); });
+    At jargs = jn["args"];
+    const auto& schema = info.schema().arguments();
+    if (jargs.array().size() != schema.size())
+      jargs.fail(op + " takes " + std::to_string(schema.size()) + " arguments, got " + std::to_string(jargs.size()));
+    std::vector<Value*> inputs;
+    std::vector<Arg> args;
+    for (size_t k = 0; k < jargs.size(); ++k) {
+      Arg a = read_arg(jargs[k], [&](const At& ref) {
+        inputs.push_back(lookup(ref));
+        return static_cast<int>(inputs.size() - 1);
+      });
+      if (!kind_matches(a.kind, schema[k]))
+        jargs[k].fail("argument '" + schema[k].name() + "' of " + op + " has type " + schema[k].real_type()->str() +
+                      " and cannot take a " + arg_kind_name(a.kind));
+      args.push_back(std::move(a));
+    }
+    At jouts = jn["outputs"];
+    std::vector<TensorMeta> metas;
+    for (size_t k = 0; k < jouts.array().size(); ++k) metas.push_back(read_meta(jouts[k]["meta"]));
+    std::vector<int> counts;
+    if (jn.has("returns")) {
+      for (int64_t c : jn["returns"].ints()) {
+        if (c < 0 || c > 1 << 20) jn["returns"].fail("bad return count");
+        counts.push_back(static_cast<int>(c));
+      }
+    } else {
+      counts.assign(metas.size(), 1);
+    }
+    if (counts.size() != info.schema().returns().size())
+      jn.fail(op + " has " + std::to_string(info.schema().returns().size()) + " returns, the node declares " +
+              std::to_string(counts.size()));
+    int64_t total = 0;
+    for (int c : counts) total += c;
+    if (total != static_cast<int64_t>(metas.size())) jn.fail("\"returns\" does not add up to the number of outputs");
+    bool impure = jn.has("impure") ? jn["impure"].boolean() : false;
+    Node* n = g->create(op, std::move(args), std::move(inputs), std::move(metas), std::move(counts), impure);
+    for (size_t k = 0; k < n->outputs().size(); ++k) by_id[jouts[k]["id"].id()] = n->output(k);
+  }
+
+  At outs = root["outputs"];
+  for (size_t i = 0; i < outs.array().size(); ++i) g->add_output(lookup(outs[i]["id"]), outs[i]["name"].str());
+
+  try {
+    verify(*g);
+  } catch (const Error& e) {
+    throw Error(std::string("$.nodes: ") + e.what());
+  }
+  return g;
+}
+
+std::unique_ptr<Graph> parse_graph(const std::string& text) {
+  json j;
+  try {
+    constexpr int kMaxDepth = 16;
+    j = json::parse(text, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxDepth) throw Error("JSON nesting deeper than " + std::to_string(kMaxDepth));
+      return true;
+    });
+  } catch (const json::parse_error& e) {
+    std::string msg = e.what();
+    auto p = msg.find("] ");
+    throw Error("invalid JSON at byte " + std::to_string(e.byte) + ": " + (p == std::string::npos ? msg : msg.substr(p + 2)));
+  } catch (const Error& e) {
+    throw Error(std::string("invalid JSON: ") + e.what());
+  }
+  return from_json(j);
+}
+
+// --- files --------------------------------------------------------------------------------
+
+namespace {
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(std::string("cannot read ") + what + " '" + path + "'");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string dirname_of(const std::string& path) {
+  auto p = path.find_last_of('/');
+  return p == std::string::npos ? "" : path.substr(0, p + 1);
+}
+std::string basename_of(const std::string& path) {
+  auto p = path.find_last_of('/');
+  return p == std::string::npos ? path : path.substr(p + 1);
+}
+
+const char* safetensors_dtype(c10::ScalarType t) {
+  switch (t) {
+    case c10::kDouble: return "F64";
+    case c10::kFloat: return "F32";
+    case c10::kHalf: return "F16";
+    case c10::kBFloat16: return "BF16";
+    case c10::kLong: return "I64";
+    case c10::kInt: return "I32";
+    case c10::kShort: return "I16";
+    case c10::kChar: return "I8";
+    case c10::kByte: return "U8";
+    case c10::kBool: return "BOOL";
+    default: throw Error(std::string("dtype ") + c10::toString(t) + " cannot be stored");
+  }
+}
+c10::ScalarType from_safetensors_dtype(const std::string& s) {
+  for (auto t : {c10::kDouble, c10::kFloat, c10::kHalf, c10::kBFloat16, c10::kLong, c10::kInt, c10::kShort, c10::kChar,
+                 c10::kByte, c10::kBool})
+    if (s == safetensors_dtype(t)) return t;
+  throw Error("unknown safetensors dtype '" + s + "'");
+}
+
+}  // namespace
+
+std::string constants_path_for(const std::string& graph_path) {
+  const std::string ext = ".json";
+  if (graph_path.size() > ext.size() && graph_path.compare(graph_path.size() - ext.size(), ext.size(), ext) == 0)
+    return graph_path.substr(0, graph_path.size() - ext.size()) + ".safetensors";
+  return graph_path + ".safetensors";
+}
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  json header = json::object();
+  std::vector<at::Tensor> blobs;
+  int64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    at::Tensor c = t.to(at::kCPU).contiguous();
+    int64_t nbytes = static_cast<int64_t>(c.nbytes());
+    header[name] = {{"dtype", safetensors_dtype(c.scalar_type())}, {"shape", c.sizes().vec()},
+                    {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+    blobs.push_back(c);
+  }
+  header["__metadata__"] = {{"format", "pt"}, {"writer", "jvpc"}};
+  std::string h = header.dump();
+  while ((h.size() + 8) % 8) h += ' ';  // data starts 8-byte aligned
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) throw Error("cannot write '" + path + "'");
+  uint64_t n = h.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  f.write(reinterpret_cast<const char*>(len), 8);
+  f.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const auto& b : blobs) f.write(static_cast<const char*>(b.data_ptr()), static_cast<std::streamsize>(b.nbytes()));
+  if (!f) throw Error("error writing '" + path + "'");
+}
+
+std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path) {
+  std::string bytes = read_file(path, "constants file");
+  auto bad = [&](const std::string& why) { return Error("constants file '" + path + "': " + why); };
+  if (bytes.size() < 8) throw bad("too short");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[static_cast<size_t>(i)])) << (8 * i);
+  if (n > bytes.size() - 8) throw bad("header length " + std::to_string(n) + " exceeds the file");
+  json header;
+  try {
+    header = json::parse(bytes.substr(8, n));
+  } catch (const json::exception& e) {
+    throw bad("header is not JSON");
+  }
+  if (!header.is_object()) throw bad("header is not an object");
+  const char* data = bytes.data() + 8 + n;
+  uint64_t data_size = bytes.size() - 8 - n;
+  std::unordered_map<std::string, at::Tensor> out;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    try {
+      At e{it.value(), it.key()};
+      c10::ScalarType dtype = from_safetensors_dtype(e["dtype"].str());
+      TensorMeta m = TensorMeta::contiguous(e["shape"].ints(), dtype, c10::kCPU);
+      auto offs = e["data_offsets"].ints();
+      if (offs.size() != 2 || offs[0] < 0 || offs[1] < offs[0] || static_cast<uint64_t>(offs[1]) > data_size)
+        throw Error("data_offsets out of range");
+      if (offs[1] - offs[0] != m.nbytes()) throw Error("data_offsets do not match shape and dtype");
+      at::Tensor t = at::empty(m.sizes, at::TensorOptions().dtype(dtype));
+      if (m.nbytes()) std::memcpy(t.data_ptr(), data + offs[0], static_cast<size_t>(m.nbytes()));
+      out[it.key()] = t;
+    } catch (const Error& err) {
+      throw bad(std::string("tensor '") + it.key() + "': " + err.what());
+    }
+  }
+  return out;
+}
+
+void save(const Graph& g, const std::string& path) {
+  std::vector<std::pair<std::string, at::Tensor>> constants;
+  for (const Input& in : g.inputs())
+    if (in.role == Role::Constant && in.data.defined()) constants.emplace_back(in.name, in.data);
+  std::string cpath;
+  if (!constants.empty()) {
+    cpath = constants_path_for(path);
+    write_safetensors(cpath, constants);
+  }
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) throw Error("cannot write '" + path + "'");
+  f << to_json(g, cpath.empty() ? "" : basename_of(cpath)).dump(1) << "\n";
+  if (!f) throw Error("error writing '" + path + "'");
+}
+
+std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device) {
+  std::string text = read_file(path, "graph file");
+  std::unique_ptr<Graph> g;
+  std::string constants_file;
+  {
+    json j;
+    try {
+      g = parse_graph(text);
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what());
+    }
+    j = json::parse(text);  // already known to parse
+    for (const auto& in : j["inputs"])
+      if (in.value("stored", false) && !j.contains("constants_file"))
+        throw Error(path + ": constant '" + in["name"].get<std::string>() + "' is stored but no constants_file is named");
+    if (j.contains("constants_file")) {
+      if (!j["constants_file"].is_string()) throw Error(path + ": constants_file must be a string");
+      constants_file = dirname_of(path) + j["constants_file"].get<std::string>();
+    }
+    std::unordered_map<std::string, at::Tensor> tensors;
+    if (!constants_file.empty()) tensors = read_safetensors(constants_file);
+    for (const auto& jin : j["inputs"]) {
+      if (!jin.value("stored", false)) continue;
+      const std::string& name = jin["name"].get_ref<const std::string&>();
+      auto it = tensors.find(name);
+      if (it == tensors.end()) throw Error(constants_file + ": constant '" + name + "' is missing");
+      Input* in = nullptr;
+      for (Input& x : g->inputs())
+        if (x.name == name) in = &x;
+      const TensorMeta& m = in->value->meta();
+      TensorMeta got = TensorMeta::of(it->second);
+      if (got.sizes != m.sizes || got.dtype != m.dtype)
+        throw Error(constants_file + ": constant '" + name + "' is " + got.str() + " but the graph declares " +
+                    TensorMeta::contiguous(m.sizes, m.dtype, c10::kCPU).str());
+      at::Tensor t = it->second;
+      if (!m.is_contiguous()) {
+        at::Tensor probe = at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(c10::kMeta));
+        if (!probe.is_non_overlapping_and_dense())
+          throw Error(path + ": constant '" + name + "' declares overlapping strides");
+        t = at::empty_strided(m.sizes, m.strides, t.options()).copy_(t);
+      }
+      in->data = t;
+    }
+  }
+  c10::Device target = device ? *device : c10::Device(c10::kCPU);
+  if (!device)
+    for (const Input& in : g->inputs()) target = in.value->meta().device;  // the graph's own device
+  if (target.is_cuda() && !at::hasCUDA()) {
+    if (device) throw Error("--device " + target.str() + ": CUDA is not available on this machine");
+    throw Error(path + ": the graph is on " + target.str() + " but CUDA is not available (use --device cpu)");
+  }
+  retarget(*g, target);
+  return g;
+}
+
+void retarget(Graph& g, c10::Device device) {
+  auto move = [&](Value* v) {
+    TensorMeta m = v->meta();
+    m.device = device;
+    v->set_meta(std::move(m));
+  };
+  for (Input& in : g.inputs()) {
+    move(in.value);
+    if (in.data.defined() && in.data.device() != device) in.data = in.data.to(device);
+  }
+  for (Node* n : g.nodes()) {
+    for (Value* o : n->outputs()) move(o);
+    for (size_t i = 0; i < n->args().size(); ++i)
+      if (n->arg(i).kind == ArgKind::Device) n->set_constant_arg(i, Arg::of_device(device));
+  }
+}
+
+}  // namespace jvpc

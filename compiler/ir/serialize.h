@@ -1,0 +1,54 @@
+// The JSON form of a graph, and its constants in a safetensors file beside it.
+//
+//   {"format": "jvpc-graph", "schema_version": 1,
+//    "constants_file": "tangent.safetensors",
+//    "inputs":  [{"name": "q", "id": 0, "role": "primal", "differentiable": true,
+//                 "meta": {"sizes": [1,5,128,64], "strides": [...], "dtype": "Float", "device": "cpu"}}],
+//    "nodes":   [{"op": "aten::bmm", "args": [{"tensor": 3}, {"tensor": 6}],
+//                 "outputs": [{"id": 7, "meta": {...}}]}],
+//    "outputs": [{"name": "out0", "id": 12}]}
+//
+// Arguments are one-key objects, as in torch.export's schema: none, bool, int, float, str,
+// ints, floats, bools, scalar_type, layout, memory_format, device, tensor, tensors,
+// opt_tensors. Non-finite floats are written as the strings "inf", "-inf" and "nan".
+// Nodes may add "returns" (see Node::return_counts) and "impure": true.
+//
+// Loading checks everything it reads and reports the first problem with its JSON path
+// ("nodes[4].args[1]: ..."); the graph it returns has passed verify().
+#pragma once
+
+#include "compiler/ir/graph.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+namespace jvpc {
+
+constexpr int kSchemaVersion = 1;
+
+nlohmann::json to_json(const Graph& g, const std::string& constants_file = "");
+/// Builds and verifies a graph. Constant inputs are left unbound.
+std::unique_ptr<Graph> from_json(const nlohmann::json& j);
+/// Parses text (nesting limited, errors with their byte offset) and calls from_json.
+std::unique_ptr<Graph> parse_graph(const std::string& text);
+
+/// Writes `path` and, when the graph holds constant data, the safetensors file beside it.
+void save(const Graph& g, const std::string& path);
+/// Reads a graph and its constants. The constants file must hold every stored constant with the
+/// declared shape and dtype. With `device`, the graph is moved there (see retarget()).
+std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device = std::nullopt);
+
+/// Moves a graph to another device: every value's metadata, device arguments, and constants.
+void retarget(Graph& g, c10::Device device);
+
+/// The safetensors file that goes with a graph file: "x.json" -> "x.safetensors".
+std::string constants_path_for(const std::string& graph_path);
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path);
+
+c10::ScalarType parse_dtype(const std::string& s);
+
+}  // namespace jvpc

@@ -1,0 +1,138 @@
+#include "compiler/ir/verifier.h"
+
+#include "compiler/ir/ops.h"
+
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace jvpc {
+
+std::string describe(const Node* n) {
+  std::string s = n->op();
+  if (!n->outputs().empty()) s += " -> %" + std::to_string(n->output()->id());
+  return s;
+}
+
+namespace {
+
+void check_meta(const TensorMeta& m, const std::string& what) {
+  if (m.strides.size() != m.sizes.size())
+    throw Error(what + ": " + std::to_string(m.sizes.size()) + " sizes but " + std::to_string(m.strides.size()) +
+                " strides");
+  m.numel();  // negative sizes and overflow
+  for (int64_t s : m.strides)
+    if (s < 0) throw Error(what + ": negative stride " + std::to_string(s));
+}
+
+}  // namespace
+
+void verify(const Graph& g, const VerifyOptions& options) {
+  std::unordered_set<const Value*> defined;
+  std::unordered_set<int> ids;
+  std::unordered_set<std::string> names;
+  std::map<std::pair<const Value*, std::pair<const Node*, size_t>>, int> reads;  // expected uses
+
+  auto define = [&](const Value* v, const std::string& where) {
+    if (!ids.insert(v->id()).second) throw Error(where + ": value id %" + std::to_string(v->id()) + " is defined twice");
+    defined.insert(v);
+  };
+
+  for (const Input& in : g.inputs()) {
+    std::string where = "input '" + in.name + "'";
+    if (in.name.empty()) throw Error("an input has no name");
+    if (!names.insert(in.name).second) throw Error(where + " is declared twice");
+    if (in.value->producer()) throw Error(where + ": value %" + std::to_string(in.value->id()) + " has a producer");
+    check_meta(in.value->meta(), where);
+    if (in.role == Role::Constant && in.data.defined()) {
+      TensorMeta actual = TensorMeta::of(in.data);
+      if (!actual.same_signature(in.value->meta()))
+        throw Error(where + ": bound tensor is " + actual.str() + " but the graph declares " + in.value->meta().str());
+    }
+    if (in.role != Role::Constant && in.data.defined()) throw Error(where + ": only constants carry data");
+    define(in.value, where);
+  }
+
+  for (const Node* n : g.nodes()) {
+    std::string where = "node " + describe(n);
+    if (n->graph() != &g) throw Error(where + " belongs to another graph");
+    for (size_t i = 0; i < n->inputs().size(); ++i) {
+      const Value* v = n->inputs()[i];
+      if (!defined.count(v))
+        throw Error(where + ": operand " + std::to_string(i) + " (%" + std::to_string(v->id()) +
+                    ") is not defined before use");
+      reads[{v, {n, i}}]++;
+    }
+    std::vector<bool> referenced(n->inputs().size(), false);
+    for (const Arg& a : n->args())
+      for (int o : a.operands) {
+        if (o < -1 || o >= static_cast<int>(n->inputs().size()))
+          throw Error(where + ": argument refers to missing operand " + std::to_string(o));
+        if (o == -1 && a.kind != ArgKind::OptTensorList) throw Error(where + ": absent operand outside an optional list");
+        if (o >= 0) {
+          if (referenced[static_cast<size_t>(o)]) throw Error(where + ": operand " + std::to_string(o) + " is passed twice");
+          referenced[static_cast<size_t>(o)] = true;
+        }
+      }
+    for (size_t i = 0; i < referenced.size(); ++i)
+      if (!referenced[i]) throw Error(where + ": operand " + std::to_string(i) + " is not passed to any argument");
+    int produced = 0;
+    for (int c : n->return_counts()) {
+      if (c < 0) throw Error(where + ": negative return count");
+      produced += c;
+    }
+    if (produced != static_cast<int>(n->outputs().size()))
+      throw Error(where + ": return counts add up to " + std::to_string(produced) + " but the node has " +
+                  std::to_string(n->outputs().size()) + " outputs");
+    for (size_t i = 0; i < n->outputs().size(); ++i) {
+      const Value* o = n->outputs()[i];
+      if (o->producer() != n || o->output_index() != i) throw Error(where + ": output " + std::to_string(i) + " is not linked to it");
+      check_meta(o->meta(), where + " output %" + std::to_string(o->id()));
+    }
+
+    if (options.check_schemas) {
+      const OpInfo& info = op_info(n->op());
+      const auto& schema = info.schema();
+      if (n->args().size() != schema.arguments().size())
+        throw Error(where + ": " + n->op() + " takes " + std::to_string(schema.arguments().size()) +
+                    " arguments, the node has " + std::to_string(n->args().size()));
+      for (size_t i = 0; i < n->args().size(); ++i)
+        if (!kind_matches(n->args()[i].kind, schema.arguments()[i]))
+          throw Error(where + ": argument '" + schema.arguments()[i].name() + "' of type " +
+                      schema.arguments()[i].real_type()->str() + " cannot take a " + arg_kind_name(n->args()[i].kind));
+      if (n->return_counts().size() != schema.returns().size())
+        throw Error(where + ": " + std::to_string(n->return_counts().size()) + " return counts for " +
+                    std::to_string(schema.returns().size()) + " schema returns");
+      if (options.check_shapes) {
+        std::vector<TensorMeta> in_metas;
+        for (const Value* v : n->inputs()) in_metas.push_back(v->meta());
+        try {
+          std::vector<int> counts;
+          auto expect = infer_outputs(info, n->args(), in_metas, &counts);
+          if (counts != n->return_counts()) throw Error(where + ": outputs do not match the op's returns");
+          for (size_t i = 0; i < expect.size(); ++i) {
+            const TensorMeta& got = n->outputs()[i]->meta();
+            if (got.sizes != expect[i].sizes || got.dtype != expect[i].dtype)
+              throw Error(where + ": output %" + std::to_string(n->outputs()[i]->id()) + " is declared " + got.str() +
+                          " but " + n->op() + " produces " + expect[i].str());
+          }
+        } catch (const NoShapeRule&) {
+          // Kernels without a Meta implementation or shape rule: declared shapes are trusted.
+        }
+      }
+    }
+    for (const Value* o : n->outputs()) define(o, where);
+  }
+
+  // Use lists must list exactly the reads.
+  std::map<std::pair<const Value*, std::pair<const Node*, size_t>>, int> listed;
+  for (const Value* v : defined)
+    for (const Use& u : v->uses()) listed[{v, {u.user, u.index}}]++;
+  if (listed != reads) throw Error("use lists are out of date (a pass edited operands without replace_input)");
+
+  for (size_t i = 0; i < g.outputs().size(); ++i)
+    if (!defined.count(g.outputs()[i]))
+      throw Error("output " + std::to_string(i) + " (%" + std::to_string(g.outputs()[i]->id()) + ") is not defined");
+}
+
+}  // namespace jvpc

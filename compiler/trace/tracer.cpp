@@ -1,0 +1,228 @@
+#include "compiler/trace/tracer.h"
+
+#include "compiler/ir/ops.h"
+#include "compiler/ir/verifier.h"
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <unordered_set>
+
+namespace jvpc {
+namespace {
+
+constexpr c10::DispatchKey kTraceKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
+
+// Per-trace state, reached from the fallback through a thread-local pointer.
+class Recorder {
+ public:
+  Recorder(Graph& g, bool keep_values) : g_(g), keep_values_(keep_values) {}
+
+  Value* bind_input(const TraceInput& in) {
+    if (!in.value.defined()) throw Error("input '" + in.name + "' is an undefined tensor");
+    if (value_of_.count(in.value.unsafeGetTensorImpl()))
+      throw Error("input '" + in.name + "' is the same tensor as an earlier input");
+    Value* v = g_.add_input(in.name, TensorMeta::of(in.value), Role::Primal, in.differentiable);
+    bind(in.value, v);
+    protected_storages_.insert(storage_of(in.value));
+    return v;
+  }
+
+  /// The value a tensor argument stands for; tensors never seen are captured as constants.
+  Value* value_for(const at::Tensor& t, const std::string& reader) {
+    auto it = value_of_.find(t.unsafeGetTensorImpl());
+    if (it == value_of_.end()) {
+      Value* c = g_.add_constant("c" + std::to_string(constants_++), t);
+      bind(t, c);
+      protected_storages_.insert(storage_of(t));
+      return c;
+    }
+    if (stale_.count(it->second))
+      throw Error(reader + " reads a tensor whose storage an earlier in-place op wrote through another view; "
+                  "jvpc's functional IR cannot express this");
+    return it->second;
+  }
+
+  void record(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack) {
+    kernels_.push_back(info.name);
+    const auto& schema = info.schema();
+    const size_t nargs = schema.arguments().size();
+    if (stack->size() < nargs) throw Error(info.name + ": boxed stack is shorter than the schema");
+    auto first = stack->end() - static_cast<std::ptrdiff_t>(nargs);
+
+    // Fused attention kernels: ask for the logsumexp, which their JVP rule needs.
+    for (size_t i = 0; i < nargs; ++i)
+      if (schema.arguments()[i].name() == "compute_log_sumexp" && first[i].isBool()) first[i] = true;
+
+    const OpInfo* rec = &info;
+    std::vector<c10::IValue> args(first, stack->end());
+    std::vector<size_t> arg_index(nargs);  // recorded argument i <- boxed argument arg_index[i]
+    for (size_t i = 0; i < nargs; ++i) arg_index[i] = i;
+    at::Tensor written;
+    if (info.mutates) {
+      rec = &functional_form(info);
+      written = args[0].toTensor();
+      if (protected_storages_.count(storage_of(written)))
+        throw Error(info.name + " writes in place to an input or captured constant; only intermediates may be "
+                    "written");
+    } else if (info.name == "aten::_reshape_alias" || info.name == "aten::_unsafe_view") {
+      rec = &op_info("aten::view");
+      arg_index = {0, 1};
+    }
+
+    std::vector<Value*> operands;
+    std::vector<Arg> rec_args;
+    for (size_t i = 0; i < rec->schema().arguments().size(); ++i) {
+      const auto& sarg = rec->schema().arguments()[i];
+      Arg a = arg_from_ivalue(sarg, args[arg_index[i]], [&](const at::Tensor& t) {
+        operands.push_back(value_for(t, info.name));
+        return static_cast<int>(operands.size() - 1);
+      });
+      if (!kind_matches(a.kind, sarg))
+        throw Error(info.name + ": argument '" + sarg.name() + "' cannot be recorded as " + arg_kind_name(a.kind));
+      rec_args.push_back(std::move(a));
+    }
+    {
+      c10::impl::ExcludeDispatchKeyGuard guard(kTraceKey);
+      op.callBoxed(stack);
+    }
+
+    const size_t nret = schema.returns().size();
+    std::vector<at::Tensor> results;
+    std::vector<int> counts;
+    for (auto it = stack->end() - static_cast<std::ptrdiff_t>(nret); it != stack->end(); ++it) {
+      if (it->isTensor() && it->toTensor().defined()) {
+        results.push_back(it->toTensor());
+        counts.push_back(1);
+      } else if (it->isTensorList()) {
+        auto l = it->toTensorVector();
+        for (auto& t : l) results.push_back(t);
+        counts.push_back(static_cast<int>(l.size()));
+      } else {
+        counts.push_back(0);
+      }
+    }
+    if (results.empty()) return;  // metadata queries (no tensor results) are not part of the graph
+    std::vector<TensorMeta> metas;
+    for (const auto& t : results) metas.push_back(TensorMeta::of(t));
+    bool impure = is_impure(*rec, rec_args);
+    Node* n = g_.create(rec->name, std::move(rec_args), std::move(operands), std::move(metas), std::move(counts),
+                        impure);
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (written.defined() && results[i].unsafeGetTensorImpl() == written.unsafeGetTensorImpl()) {
+        for (Value* alias : by_storage_[storage_of(written)]) stale_.insert(alias);
+        stale_.erase(n->output(i));
+      }
+      bind(results[i], n->output(i));
+    }
+  }
+
+  std::vector<std::string> kernels_;
+  std::unordered_map<int, at::Tensor> values_;
+
+ private:
+  static const void* storage_of(const at::Tensor& t) {
+    return t.has_storage() ? static_cast<const void*>(t.storage().unsafeGetStorageImpl())
+                           : static_cast<const void*>(t.unsafeGetTensorImpl());
+  }
+
+  void bind(const at::Tensor& t, Value* v) {
+    value_of_[t.unsafeGetTensorImpl()] = v;
+    by_storage_[storage_of(t)].push_back(v);
+    keep_.push_back(t);
+    if (keep_values_) values_[v->id()] = t;
+  }
+
+  // aten::add_.Tensor -> aten::add.Tensor, with the same arguments.
+  static const OpInfo& functional_form(const OpInfo& info) {
+    const auto& schema = info.schema();
+    for (size_t i = 1; i < schema.arguments().size(); ++i)
+      if (schema.arguments()[i].alias_info() && schema.arguments()[i].alias_info()->isWrite())
+        throw Error(info.name + " writes to its argument '" + schema.arguments()[i].name() +
+                    "' (out= variants are not supported)");
+    if (!schema.arguments().empty() && !(schema.arguments()[0].alias_info() && schema.arguments()[0].alias_info()->isWrite()))
+      throw Error(info.name + " mutates an argument in a way jvpc cannot record");
+    auto [name, overload] = split_op_name(info.name);
+    if (name.empty() || name.back() != '_') throw Error(info.name + " mutates its input and has no functional form");
+    std::string functional = name.substr(0, name.size() - 1) + (overload.empty() ? "" : "." + overload);
+    const OpInfo* f = nullptr;
+    try {
+      f = &op_info(functional);
+    } catch (const Error&) {
+      throw Error(info.name + " mutates its input and has no functional form " + functional);
+    }
+    const auto& fa = f->schema().arguments();
+    if (fa.size() != schema.arguments().size())
+      throw Error(info.name + ": functional form " + functional + " takes different arguments");
+    for (size_t i = 0; i < fa.size(); ++i)
+      if (fa[i].name() != schema.arguments()[i].name())
+        throw Error(info.name + ": functional form " + functional + " takes different arguments");
+    return *f;
+  }
+
+  Graph& g_;
+  bool keep_values_;
+  std::unordered_map<const c10::TensorImpl*, Value*> value_of_;
+  std::unordered_map<const void*, std::vector<Value*>> by_storage_;
+  std::unordered_set<const Value*> stale_;
+  std::unordered_set<const void*> protected_storages_;
+  std::vector<at::Tensor> keep_;  // keeps TensorImpl pointers unique for the whole trace
+  int constants_ = 0;
+};
+
+thread_local Recorder* t_recorder = nullptr;
+
+void trace_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const OpInfo& info = op_info(op);
+  if (!t_recorder || info.composite_implicit) {
+    op.redispatchBoxed(ks.remove(kTraceKey), stack);
+    return;
+  }
+  t_recorder->record(op, info, stack);
+}
+
+void register_fallback() {
+  static std::once_flag once;
+  static std::unique_ptr<torch::Library> lib;
+  std::call_once(once, [] {
+    if (c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(kTraceKey))
+      throw Error("the dispatch key TESTING_ONLY_GenericMode already has a fallback; jvpc's tracer needs it");
+    lib = std::make_unique<torch::Library>(torch::Library::IMPL, "_", kTraceKey, __FILE__, __LINE__);
+    lib->fallback(torch::CppFunction::makeFromBoxedFunction<&trace_fallback>());
+  });
+}
+
+}  // namespace
+
+Trace trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const TraceOptions& options) {
+  register_fallback();
+  if (t_recorder) throw Error("trace() called while tracing (nested traces are not supported)");
+  Trace result;
+  result.graph = std::make_unique<Graph>();
+  Recorder rec(*result.graph, options.keep_values);
+  std::vector<at::Tensor> args;
+  for (const TraceInput& in : inputs) {
+    rec.bind_input(in);
+    args.push_back(in.value);
+  }
+  struct Reset {
+    ~Reset() { t_recorder = nullptr; }
+  } reset;
+  t_recorder = &rec;
+  {
+    c10::impl::IncludeDispatchKeyGuard on(kTraceKey);
+    result.outputs = fn(args);
+  }
+  t_recorder = nullptr;
+  for (size_t i = 0; i < result.outputs.size(); ++i) {
+    if (!result.outputs[i].defined()) throw Error("output " + std::to_string(i) + " of the traced callable is undefined");
+    result.graph->add_output(rec.value_for(result.outputs[i], "output " + std::to_string(i)));
+  }
+  result.values = std::move(rec.values_);
+  result.kernels = std::move(rec.kernels_);
+  verify(*result.graph, {true, false});
+  return result;
+}
+
+}  // namespace jvpc

@@ -1,0 +1,62 @@
+// The tracer: runs a C++ callable on real tensors and records, as a jvpc Graph, the kernels
+// the dispatcher actually executes.
+//
+// How: a boxed fallback on the dispatch key TESTING_ONLY_GenericMode, switched on for the
+// calling thread only while tracing. That key sits above Autograd, so every ATen call reaches
+// the fallback first:
+//  - an op whose only kernel is CompositeImplicitAutograd (scaled_dot_product_attention,
+//    matmul, linear, reshape, ...) is not recorded; it is passed on below our key, runs its
+//    decomposition, and the decomposition's own calls come back to the fallback;
+//  - any other op (one with a CPU/CUDA or CompositeExplicit kernel: bmm, _safe_softmax, views,
+//    factories, fused attention kernels) is recorded as one node and run with our key
+//    excluded, so that a kernel's internals never show.
+// This sees exactly the ops PyTorch's FlopCounterMode and profiler see at kernel level, needs
+// no Python, and works for any callable. The alternatives (a fallback below Autograd on the
+// Fake key, which upstream is taking for a C++ fake-tensor mode; a C++ TorchDispatchMode,
+// which is tied to one version's PyInterpreter vtable; torch::jit::tracer, which records SDPA
+// whole) are documented in docs/design.md.
+//
+// The IR is functional. In-place ops on intermediates (`add_` in SDPA's masked path) are
+// recorded as their out-of-place forms; reading, after such a write, another view of the
+// written storage is an error, as is writing to an input. `_reshape_alias` and `_unsafe_view`
+// are recorded as `view`. Fused attention kernels are asked for their logsumexp.
+#pragma once
+
+#include "compiler/ir/graph.h"
+
+#include <functional>
+#include <unordered_map>
+
+namespace jvpc {
+
+/// A callable on tensors: what jvpc traces.
+using TensorFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+
+struct TraceInput {
+  std::string name;
+  at::Tensor value;
+  /// Differentiated by default (q, k, v; activations and weights). Masks are not.
+  bool differentiable = true;
+};
+
+struct TraceOptions {
+  /// Keep every value the tracing run computed (for folding without a second forward).
+  bool keep_values = true;
+};
+
+struct Trace {
+  std::unique_ptr<Graph> graph;
+  /// The callable's outputs, as the tracing run computed them.
+  std::vector<at::Tensor> outputs;
+  /// Value id -> tensor computed by the tracing run (inputs included), when keep_values.
+  std::unordered_map<int, at::Tensor> values;
+  /// The kernels the dispatcher ran, in order, as named by the dispatcher (before the
+  /// functional and view normalisation of the graph).
+  std::vector<std::string> kernels;
+};
+
+/// Traces `fn` on `inputs`. Throws jvpc::Error naming the op for anything the IR cannot
+/// express (out= variants, writes to inputs, reads of stale views, unsupported argument types).
+Trace trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const TraceOptions& options = {});
+
+}  // namespace jvpc

@@ -1,0 +1,67 @@
+// Common-subexpression elimination: a node equal to an earlier one (same op, same constant
+// arguments, same operands, pure) has its readers moved to the earlier node's outputs. The
+// duplicate, now unread, is left for dce (as in Glow).
+//
+//   %5 = aten::transpose.int(%1, -2, -1)
+//   %9 = aten::transpose.int(%1, -2, -1)   // readers of %9 now read %5
+#include "passes/passes.h"
+
+#include "compiler/ir/printer.h"
+
+#include <algorithm>
+#include <sstream>
+#include <unordered_map>
+
+namespace jvpc {
+
+namespace {
+
+// A key that identifies a node's computation: op, arguments (operands by value id) and metas.
+std::string key_of(const Node& n) {
+  std::string k = n.op();
+  k += "|";
+  for (const Arg& a : n.args()) {
+    k += arg_kind_name(a.kind);
+    k += ":";
+    if (a.is_tensor_kind()) {
+      for (int o : a.operands) k += o < 0 ? std::string("_,") : "%" + std::to_string(n.input(static_cast<size_t>(o))->id()) + ",";
+    } else if (a.kind == ArgKind::Float) {
+      k += format_double(a.value.toDouble());
+    } else if (a.kind == ArgKind::Floats) {
+      for (double d : a.value.toDoubleVector()) k += format_double(d) + ",";
+    } else {
+      std::ostringstream os;
+      os << a.value;
+      k += os.str();
+    }
+    k += ";";
+  }
+  return k;
+}
+
+}  // namespace
+
+bool cse(Graph& g) {
+  bool changed = false;
+  std::unordered_map<std::string, Node*> seen;
+  for (Node* n : g.nodes()) {
+    if (n->impure() || n->outputs().empty()) continue;
+    auto [it, added] = seen.emplace(key_of(*n), n);
+    if (added) continue;
+    Node* first = it->second;
+    bool same = first->outputs().size() == n->outputs().size();
+    for (size_t i = 0; same && i < n->outputs().size(); ++i)
+      same = n->output(i)->meta().same_signature(first->output(i)->meta());
+    if (!same) continue;
+    for (size_t i = 0; i < n->outputs().size(); ++i) {
+      if (n->output(i)->has_uses() || std::count(g.outputs().begin(), g.outputs().end(), n->output(i))) {
+        n->output(i)->replace_all_uses_with(first->output(i));
+        changed = true;
+      }
+    }
+    erase_if_dead(g, n);
+  }
+  return changed;
+}
+
+}  // namespace jvpc

@@ -1,0 +1,46 @@
+// Fuses the sum of a product into the product: the tangent of q·kᵀ is dq·kᵀ + q·dkᵀ, two bmms
+// and an add; baddbmm computes it with the second bmm accumulating into the first's output.
+//
+//   %a = aten::bmm(%dq, %k)
+//   %b = aten::bmm(%q, %dk)                 =>   %a = aten::bmm(%dq, %k)
+//   %c = aten::add.Tensor(%a, %b, 1)             %c = aten::baddbmm(%a, %q, %dk, 1, 1)
+//
+// Applies to add.Tensor with alpha 1 when one operand is an mm/bmm read only by the add and
+// the other has the result's shape and dtype. FLOPs by FlopCounterMode's rules are unchanged
+// (baddbmm counts as its bmm); one kernel and one intermediate fewer.
+#include "passes/passes.h"
+
+#include "compiler/ir/builder.h"
+
+namespace jvpc {
+
+bool fuse_matmul_add(Graph& g) {
+  bool changed = false;
+  Builder b(g);
+  for (Node* n : g.nodes()) {
+    if (n->op() != "aten::add.Tensor" || n->inputs().size() != 2) continue;
+    const Arg& alpha = n->arg(2);
+    if (!((alpha.kind == ArgKind::Int && alpha.value.toInt() == 1) || (alpha.kind == ArgKind::Float && alpha.value.toDouble() == 1.0)))
+      continue;
+    for (size_t side : {size_t(1), size_t(0)}) {
+      Value* prod = n->input(side);
+      Value* other = n->input(1 - side);
+      const Node* p = prod->producer();
+      if (!p || (p->op() != "aten::bmm" && p->op() != "aten::mm") || prod->uses().size() != 1) continue;
+      bool is_output = false;
+      for (const Value* o : g.outputs()) is_output |= o == prod;
+      if (is_output || !other->meta().same_signature(n->output()->meta())) continue;
+      g.set_insertion_point(n);
+      Value* fused = b.call(p->op() == "aten::bmm" ? "aten::baddbmm" : "aten::addmm", {other, p->input(0), p->input(1)});
+      g.set_insertion_point(nullptr);
+      changed = true;
+      if (!fused->meta().same_signature(n->output()->meta())) continue;  // left unread: dce removes it
+      n->output()->replace_all_uses_with(fused);
+      erase_if_dead(g, n);
+      break;
+    }
+  }
+  return changed;
+}
+
+}  // namespace jvpc

@@ -1,0 +1,97 @@
+// Forward-mode differentiation (JVP) of a graph, in place.
+//
+// For each chosen primal input x a tangent input "dx" is added. Nodes are visited in order;
+// for a node with at least one non-zero operand tangent and a floating output, the op's rule
+// (passes/jvp_rules/) emits the tangent computation right after the node. Zero tangents are
+// absent (nullptr) and cost nothing. One tangent output per primal output is appended.
+//
+//   graph(%0 : f32[4,8] x, %1 : f32[8,3] w):           graph(..., %3 : f32[4,8] dx, %4 : f32[8,3] dw):
+//     %2 = aten::mm(%0, %1)                     =>        %2 = aten::mm(%0, %1)
+//     return (%2)                                         %5 = aten::mm(%3, %1)
+//                                                         %6 = aten::mm(%0, %4)
+//                                                         %7 = aten::add.Tensor(%5, %6, 1)
+//                                                         return (%2, %7)
+//
+// Errors: an op with no rule (named), a random op, and --wrt names that are not primal inputs.
+#include "passes/passes.h"
+
+#include "passes/jvp_rules/rules.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace jvpc {
+
+namespace {
+
+bool floating(c10::ScalarType t) { return c10::isFloatingType(t) || c10::isComplexType(t); }
+
+// Makes a rule's tangent match its primal output: broadcast to the output's shape, cast to its dtype.
+Value* conform(Builder& b, Value* t, const Value* out) {
+  if (t->meta().sizes != out->meta().sizes) t = b.call("aten::expand", {t, out->meta().sizes});
+  if (t->meta().dtype != out->meta().dtype) t = b.call("aten::_to_copy", {t, out->meta().dtype});
+  return t;
+}
+
+}  // namespace
+
+bool jvp(Graph& g, const std::vector<std::string>& wrt) {
+  for (const std::string& name : wrt) {
+    bool found = false;
+    for (const Input& in : g.inputs()) found |= in.role == Role::Primal && in.name == name;
+    if (!found) throw Error("--wrt: no primal input named '" + name + "'");
+  }
+  std::unordered_map<const Value*, Value*> tangent;
+  size_t n_inputs = g.inputs().size();
+  for (size_t i = 0; i < n_inputs; ++i) {
+    Input in = g.inputs()[i];  // a copy: add_input grows the vector
+    if (in.role != Role::Primal) continue;
+    bool chosen = wrt.empty() ? in.differentiable : std::count(wrt.begin(), wrt.end(), in.name) > 0;
+    if (!chosen) continue;
+    const TensorMeta& m = in.value->meta();
+    if (!floating(m.dtype)) throw Error("input '" + in.name + "' has dtype " + c10::toString(m.dtype) + " and cannot be differentiated");
+    tangent[in.value] = g.add_input("d" + in.name, TensorMeta::contiguous(m.sizes, m.dtype, m.device), Role::Tangent);
+  }
+  if (tangent.empty()) throw Error("nothing to differentiate: no primal input is chosen");
+
+  Builder b(g);
+  const auto& rules = jvp_rules::registry();
+  for (Node* n : g.nodes()) {
+    std::vector<Value*> in_t;
+    bool any = false;
+    for (Value* v : n->inputs()) {
+      auto it = tangent.find(v);
+      in_t.push_back(it == tangent.end() ? nullptr : it->second);
+      any |= in_t.back() != nullptr;
+    }
+    bool float_out = false;
+    for (Value* o : n->outputs()) float_out |= floating(o->meta().dtype);
+    if (!any || !float_out) continue;
+    if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
+    const jvp_rules::Rule* rule = rules.find(n->op());
+    if (!rule) throw Error("no JVP rule for " + n->op());
+    g.set_insertion_point(g.next(n));
+    jvp_rules::Ctx ctx(b, *n, std::move(in_t));
+    std::vector<Value*> outs;
+    try {
+      outs = (*rule)(ctx);
+    } catch (const std::exception& e) {
+      throw Error("JVP rule of " + n->op() + ": " + one_line(e));
+    }
+    if (outs.size() > n->outputs().size()) throw Error("JVP rule of " + n->op() + " returned too many tangents");
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (outs[i] && floating(n->output(i)->meta().dtype)) tangent[n->output(i)] = conform(b, outs[i], n->output(i));
+  }
+  g.set_insertion_point(nullptr);
+  size_t n_out = g.outputs().size();
+  for (size_t i = 0; i < n_out; ++i) {
+    Value* o = g.outputs()[i];
+    auto it = tangent.find(o);
+    Value* t = it != tangent.end() ? it->second
+                                   : b.call("aten::zeros", {o->meta().sizes, o->meta().dtype, std::nullopt, o->meta().device});
+    g.add_output(t, "d" + g.output_names()[i]);
+  }
+  return true;
+}
+
+}  // namespace jvpc

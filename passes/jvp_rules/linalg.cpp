@@ -1,0 +1,34 @@
+// JVP rules of matrix products. Each product is bilinear: d(x·y) = dx·y + x·dy, and a zero
+// tangent drops its term, so a product with one differentiated operand costs one matmul.
+#include "passes/jvp_rules/rules.h"
+
+namespace jvpc::jvp_rules {
+
+namespace {
+
+double scalar(const c10::IValue& v) { return v.isInt() ? static_cast<double>(v.toInt()) : v.toDouble(); }
+
+// addmm / baddbmm (self, a, b, beta, alpha): beta·d(self) + alpha·(da·b + a·db).
+Rule add_product(const char* product) {
+  return [product](Ctx& c) -> std::vector<Value*> {
+    double beta = scalar(c.c(3)), alpha = scalar(c.c(4));
+    Value* left = c.t(1) ? c.call(product, {c.t(1), c.x(2)}) : nullptr;
+    Value* right = c.t(2) ? c.call(product, {c.x(1), c.t(2)}) : nullptr;
+    Value* prod = c.scale(c.add(left, right), alpha);
+    Value* self = beta == 0.0 ? nullptr : c.scale(c.t(0), beta);
+    return {c.add(prod, self)};
+  };
+}
+
+}  // namespace
+
+void register_linalg(Registry& r) {
+  r.add("aten::mm", bilinear());
+  r.add("aten::bmm", bilinear());
+  r.add("aten::dot", bilinear());
+  r.add("aten::mv", bilinear());
+  r.add("aten::addmm", add_product("aten::mm"));
+  r.add("aten::baddbmm", add_product("aten::bmm"));
+}
+
+}  // namespace jvpc::jvp_rules

@@ -1,0 +1,85 @@
+// JVP rules: for each ATen op, how to build the tangent of its outputs from the tangents of its
+// inputs, as IR. A table keyed by op name, filled by one file per op family (elementwise,
+// reductions, linalg, views, normalization, attention), in the manner of JAX's primitive_jvps.
+//
+// A rule sees the primal node and its operands' tangents, where nullptr is a symbolic zero:
+// no work is ever emitted for a zero. It returns one tangent per node output (nullptr for
+// zero; fewer entries mean the rest are zero). The JVP pass makes each tangent match its
+// primal output's shape and dtype. Rules write derivative factors as primal expressions
+// (t * f'(x) with f'(x) built from primal values), so that fold computes them once.
+#pragma once
+
+#include "compiler/ir/builder.h"
+
+#include <functional>
+#include <unordered_map>
+
+namespace jvpc::jvp_rules {
+
+class Ctx {
+ public:
+  Ctx(Builder& b, const Node& n, std::vector<Value*> operand_tangents)
+      : b(b), n(n), tangents_(std::move(operand_tangents)) {}
+
+  Builder& b;
+  const Node& n;
+
+  /// The primal value passed for schema argument `arg` (a tensor).
+  Value* x(size_t arg) const { return n.tensor_arg(arg); }
+  /// Its tangent, or nullptr for zero.
+  Value* t(size_t arg) const;
+  /// The tangent of operand `i` (in Node::inputs() order).
+  Value* operand_tangent(size_t i) const { return tangents_.at(i); }
+  Value* out(size_t i = 0) const { return n.output(i); }
+  /// A constant argument.
+  const c10::IValue& c(size_t arg) const { return n.arg(arg).value; }
+
+  Value* call(const std::string& op, std::vector<BArg> args) { return b.call(op, std::move(args)); }
+  /// a + b, where either may be a zero (nullptr).
+  Value* add(Value* a, Value* b);
+  /// a * s, skipping s == 1; zero stays zero.
+  Value* scale(Value* a, double s);
+  /// t * factor (elementwise, broadcasting); zero stays zero.
+  Value* mul(Value* t, Value* factor);
+  /// The node's op applied again with argument `arg` replaced by `v` (other arguments as in
+  /// the primal node).
+  std::vector<Value*> reapply(size_t arg, Value* v);
+
+ private:
+  std::vector<Value*> tangents_;
+};
+
+using Rule = std::function<std::vector<Value*>(Ctx&)>;
+
+class Registry {
+ public:
+  void add(const std::string& op, Rule r);
+  const Rule* find(const std::string& op) const;
+  std::vector<std::string> ops() const;
+
+ private:
+  std::unordered_map<std::string, Rule> rules_;
+};
+
+/// All rules, built once.
+const Registry& registry();
+
+// Rule makers.
+/// Linear in argument `arg`: the same op applied to its tangent (views, sums, copies).
+Rule linear_in(size_t arg);
+/// Linear in every tensor of a tensor-list argument (cat, stack); zeros fill absent tangents.
+Rule linear_in_list(size_t arg);
+/// Bilinear in arguments 0 and 1: op(t0, x1) + op(x0, t1) (mm, bmm, mul).
+Rule bilinear();
+/// Elementwise in argument 0: t0 * f'(x0), with f'(x0) built by `derivative` from primals.
+Rule unary(std::function<Value*(Ctx&)> derivative);
+
+// One registration function per family file.
+void register_elementwise(Registry& r);
+void register_reductions(Registry& r);
+void register_linalg(Registry& r);
+void register_views(Registry& r);
+void register_normalization(Registry& r);
+void register_attention(Registry& r);
+
+}  // namespace jvpc::jvp_rules

@@ -1,0 +1,38 @@
+// JVP rules of views and data movement: all linear, so the tangent goes through the same op.
+// A view of the primal may not be a view of its tangent when the two are laid out differently
+// (a tangent input is contiguous, a primal may be a transposed weight); `view` then copies the
+// tangent first, visibly, rather than fail at run time.
+#include "passes/jvp_rules/rules.h"
+
+#include <ATen/InferSize.h>
+#include <ATen/TensorUtils.h>
+
+namespace jvpc::jvp_rules {
+
+namespace {
+
+bool viewable(const TensorMeta& m, std::vector<int64_t> sizes) {
+  auto shape = at::infer_size(sizes, m.numel());
+  return at::detail::computeStride(m.sizes, m.strides, shape).has_value();
+}
+
+}  // namespace
+
+void register_views(Registry& r) {
+  for (const char* op : {"aten::expand", "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze",
+                         "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor",
+                         "aten::split.Tensor", "aten::split_with_sizes", "aten::unbind.int", "aten::alias",
+                         "aten::diagonal", "aten::unfold", "aten::movedim.int", "aten::index_select", "aten::gather",
+                         "aten::repeat", "aten::flip", "aten::roll", "aten::index.Tensor", "aten::narrow"})
+    r.add(op, linear_in(0));
+  r.add("aten::cat", linear_in_list(0));
+  r.add("aten::stack", linear_in_list(0));
+  r.add("aten::view", [](Ctx& c) -> std::vector<Value*> {
+    Value* t = c.t(0);
+    if (!t) return {};
+    if (!viewable(t->meta(), c.c(1).toIntVector())) t = c.call("aten::clone", {t, c10::MemoryFormat::Contiguous});
+    return c.reapply(0, t);
+  });
+}
+
+}  // namespace jvpc::jvp_rules

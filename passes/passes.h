@@ -1,0 +1,60 @@
+// Every pass jvpc has, as a free function on a Graph (returns true if it changed the graph)
+// and as a named Pass for pipelines. One pass per file; each file's banner says what it does.
+#pragma once
+
+#include "passes/pass.h"
+
+#include <functional>
+#include <unordered_map>
+
+namespace jvpc {
+
+/// jvp.cpp: adds a tangent input for each chosen primal input ("d" + name) and the tangent of
+/// every node, from the per-op rules in passes/jvp_rules/. Appends one tangent output per
+/// primal output. `wrt` empty: every primal input marked differentiable.
+bool jvp(Graph& g, const std::vector<std::string>& wrt = {});
+
+/// fold.cpp: evaluates, at most once each, the nodes that depend only on primal inputs and
+/// constants, and turns the values the rest of the graph reads into constant inputs
+/// (residuals). `known` holds tensors already computed (value id -> tensor: the tracing run's
+/// values, the primal inputs); anything else needed is evaluated through the runtime.
+/// Residuals that alias a primal input are marked with that input's name.
+bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known);
+
+/// dce.cpp: removes nodes whose outputs nobody reads (impure nodes stay), then unused
+/// constant inputs, and unused primal inputs when `prune_primal_inputs`.
+bool dce(Graph& g, bool prune_primal_inputs = false);
+
+/// cse.cpp: makes readers of a node that repeats an earlier one (same op, arguments and
+/// operands; pure) read the earlier one. The repeat is left to dce.
+bool cse(Graph& g);
+
+/// simplify_views.cpp: removes identity views (expand or view to the same shape, transposing
+/// twice, clones of contiguous values) and collapses view-of-view chains into one view.
+bool simplify_views(Graph& g);
+
+/// simplify_arith.cpp: removes multiplications and divisions by one and additions of zero,
+/// and merges chains of scalar multiplications.
+bool simplify_arith(Graph& g);
+
+/// scale_to_residual.cpp: sinks scalar multiplications of tangent values through views into
+/// the matmul that reads them, and moves the scale onto the matmul's tangent-independent
+/// operand, where fold precomputes it once.
+bool scale_to_residual(Graph& g);
+
+/// fuse_matmul_add.cpp: add(x, bmm(a, b)) -> baddbmm(x, a, b) and add(x, mm(a, b)) ->
+/// addmm(x, a, b), when the product is read only by the addition.
+bool fuse_matmul_add(Graph& g);
+
+/// Erases `n` if it is pure and nothing reads its outputs, then does the same for the nodes
+/// that produced its operands. Rewrites call it on what they replace, so that every row of the
+/// cost table describes a graph without leftovers.
+void erase_if_dead(Graph& g, Node* n);
+
+/// A Pass that calls a function.
+std::unique_ptr<Pass> make_pass(std::string name, std::function<bool(Graph&)> fn);
+
+/// Values that depend on a tangent input (the rest is primal-only: fold can compute it).
+std::unordered_set<const Value*> tangent_dependent(const Graph& g);
+
+}  // namespace jvpc

@@ -1,0 +1,52 @@
+#include "passes/pass.h"
+
+#include "compiler/ir/printer.h"
+#include "compiler/ir/serialize.h"
+#include "compiler/ir/verifier.h"
+
+#include <nlohmann/json.hpp>
+
+#include <ostream>
+
+namespace jvpc {
+
+Pipeline& Pipeline::add(std::unique_ptr<Pass> p) {
+  passes_.push_back(std::move(p));
+  return *this;
+}
+
+Pipeline& Pipeline::observe(PassObserver* o) {
+  observers_.push_back(o);
+  return *this;
+}
+
+std::vector<std::string> Pipeline::pass_names() const {
+  std::vector<std::string> names;
+  for (const auto& p : passes_) names.push_back(p->name());
+  return names;
+}
+
+void Pipeline::run(Graph& g) {
+  for (PassObserver* o : observers_) o->start(g);
+  for (const auto& p : passes_) {
+    bool changed = false;
+    try {
+      changed = p->run(g);
+      verify(g);
+    } catch (const std::exception& e) {
+      throw Error("pass '" + p->name() + "': " + e.what());
+    }
+    for (PassObserver* o : observers_) o->after_pass(p->name(), g, changed);
+  }
+}
+
+void IrDump::after_pass(const std::string& pass, const Graph& g, bool) {
+  if (!passes_.count(pass) && !passes_.count("all")) return;
+  if (format_ == "json") {
+    out_ << to_json(g).dump(1) << "\n";
+  } else {
+    out_ << "// IR after pass '" << pass << "'\n" << to_text(g);
+  }
+}
+
+}  // namespace jvpc

@@ -1,0 +1,61 @@
+// Arithmetic simplification.
+//
+//   %4 = aten::mul.Scalar(%3, 1.)          -> readers of %4 read %3
+//   %5 = aten::mul.Scalar(%2, 0.125)
+//   %6 = aten::mul.Scalar(%5, 2.)          -> %6 = aten::mul.Scalar(%2, 0.25)
+//
+// Multiplication or division by one, addition or subtraction of zero, double negation. Only
+// where the result has the operand's shape and dtype (mul.Scalar(int, 1.) promotes: kept).
+#include "passes/passes.h"
+
+namespace jvpc {
+
+namespace {
+
+bool is_scalar(const Arg& a, double v) {
+  if (a.kind == ArgKind::Int) return static_cast<double>(a.value.toInt()) == v;
+  if (a.kind == ArgKind::Float) return a.value.toDouble() == v;
+  return false;
+}
+
+double scalar(const Arg& a) { return a.kind == ArgKind::Int ? static_cast<double>(a.value.toInt()) : a.value.toDouble(); }
+
+Value* identity_of(const Node* n) {
+  const std::string& op = n->op();
+  if (n->outputs().size() != 1 || n->inputs().empty()) return nullptr;
+  Value *x = n->input(0), *out = n->output();
+  if (!x->meta().same_signature(out->meta())) return nullptr;
+  if ((op == "aten::mul.Scalar" || op == "aten::div.Scalar") && is_scalar(n->arg(1), 1.0)) return x;
+  if ((op == "aten::add.Scalar" || op == "aten::sub.Scalar") && is_scalar(n->arg(1), 0.0)) return x;
+  if (op == "aten::neg" && x->producer() && x->producer()->op() == "aten::neg") return x->producer()->input(0);
+  return nullptr;
+}
+
+}  // namespace
+
+bool simplify_arith(Graph& g) {
+  bool changed = false;
+  for (Node* n : g.nodes()) {
+    if (Value* x = identity_of(n)) {
+      n->output()->replace_all_uses_with(x);
+      erase_if_dead(g, n);
+      changed = true;
+      continue;
+    }
+    // mul.Scalar(mul.Scalar(x, a), b) -> mul.Scalar(x, a·b)
+    if (n->op() == "aten::mul.Scalar") {
+      Node* p = n->input(0)->producer();
+      if (p && p->op() == "aten::mul.Scalar" && p->input(0)->meta().same_signature(n->output()->meta()) &&
+          c10::isFloatingType(n->output()->meta().dtype) &&
+          n->arg(1).kind != ArgKind::Bool && p->arg(1).kind != ArgKind::Bool) {
+        n->set_constant_arg(1, Arg::of_float(scalar(n->arg(1)) * scalar(p->arg(1))));
+        n->replace_input(0, p->input(0));
+        erase_if_dead(g, p);
+        changed = true;
+      }
+    }
+  }
+  return changed;
+}
+
+}  // namespace jvpc

@@ -1,0 +1,75 @@
+// View simplification: the traced math path of attention reshapes every operand
+// (expand to the same shape, view to 3-D, view back); its tangent copies those chains.
+//
+//   %3 = aten::expand(%0, [1, 5, 128, 64], false)   // %0 is already [1,5,128,64]
+//   %4 = aten::view(%3, [5, 128, 64])
+//  =>
+//   %4 = aten::view(%0, [5, 128, 64])
+//
+// Rules: expand/view/alias to the same shape and strides is the identity; a clone or a same-
+// dtype copy of a contiguous value is the identity (the IR is functional); transposing the
+// same two dims twice is the identity; view of a view and expand of an expand collapse.
+#include "passes/passes.h"
+
+#include <algorithm>
+
+namespace jvpc {
+
+namespace {
+
+bool same_layout(const Value* a, const Value* b) {
+  return a->meta().sizes == b->meta().sizes && a->meta().strides == b->meta().strides && a->meta().dtype == b->meta().dtype &&
+         a->meta().device == b->meta().device;
+}
+
+std::pair<int64_t, int64_t> dims_of(const Node* n) {
+  int64_t rank = static_cast<int64_t>(n->input(0)->meta().sizes.size());
+  int64_t a = c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank), b = c10::maybe_wrap_dim(n->arg(2).value.toInt(), rank);
+  return {std::min(a, b), std::max(a, b)};
+}
+
+// The value `n` computes anyway, or nullptr.
+Value* identity_of(const Node* n) {
+  const std::string& op = n->op();
+  if (n->outputs().size() != 1 || n->inputs().empty()) return nullptr;
+  Value *x = n->input(0), *out = n->output();
+  if ((op == "aten::expand" || op == "aten::view" || op == "aten::alias") && same_layout(x, out)) return x;
+  if ((op == "aten::clone" || op == "aten::_to_copy") && same_layout(x, out) && x->meta().is_contiguous()) return x;
+  const Node* p = x->producer();
+  if (op == "aten::transpose.int" && p && p->op() == "aten::transpose.int" && dims_of(n) == dims_of(p) &&
+      same_layout(p->input(0), out))
+    return p->input(0);
+  if (op == "aten::t" && p && p->op() == "aten::t" && same_layout(p->input(0), out)) return p->input(0);
+  return nullptr;
+}
+
+bool has_negative(const std::vector<int64_t>& v) {
+  return std::any_of(v.begin(), v.end(), [](int64_t s) { return s < 0; });
+}
+
+}  // namespace
+
+bool simplify_views(Graph& g) {
+  bool changed = false;
+  for (Node* n : g.nodes()) {
+    if (Value* x = identity_of(n)) {
+      n->output()->replace_all_uses_with(x);
+      erase_if_dead(g, n);
+      changed = true;
+      continue;
+    }
+    // view(view(x)) -> view(x); expand(expand(x)) -> expand(x)  (the outer node reads x)
+    const std::string& op = n->op();
+    if ((op == "aten::view" || op == "aten::expand") && !n->inputs().empty()) {
+      Node* p = n->input(0)->producer();
+      if (p && p->op() == op && !(op == "aten::expand" && has_negative(n->arg(1).value.toIntVector()))) {
+        n->replace_input(0, p->input(0));
+        erase_if_dead(g, p->output()->producer());
+        changed = true;
+      }
+    }
+  }
+  return changed;
+}
+
+}  // namespace jvpc

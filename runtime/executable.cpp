@@ -1,0 +1,299 @@
+#include "runtime/executable.h"
+
+#include "compiler/ir/liveness.h"
+#include "compiler/ir/ops.h"
+#include "compiler/ir/verifier.h"
+
+#include <ATen/ATen.h>
+
+#ifdef JVPC_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <cstdlib>
+#include <unordered_map>
+
+namespace jvpc {
+
+struct Executable::Step {
+  const OpInfo* info = nullptr;
+  std::string where;                // for error messages
+  std::vector<c10::IValue> stack;   // boxed arguments; tensor positions are filled per call
+  struct TensorArg {
+    size_t pos;
+    int slot;
+  };
+  std::vector<TensorArg> tensors;
+  struct ListArg {
+    size_t pos;
+    std::vector<int> slots;  // -1: absent (optional lists)
+    bool optional;
+  };
+  std::vector<ListArg> lists;
+  std::vector<int> return_counts;
+  std::vector<int> out_slots;
+  std::vector<int> release;  // slots whose last use is this step
+};
+
+struct Executable::CudaGraphState {
+#ifdef JVPC_WITH_CUDA
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  std::vector<at::Tensor> static_inputs;
+  std::vector<at::Tensor> static_outputs;
+#endif
+};
+
+namespace {
+
+bool device_matches(const c10::Device& declared, const c10::Device& actual) {
+  return declared.type() == actual.type() && (!declared.has_index() || declared.index() == actual.index());
+}
+
+std::string meta_of(const at::Tensor& t) { return TensorMeta::of(t).str(); }
+
+}  // namespace
+
+Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options)
+    : graph_(std::move(graph)), options_(options), cuda_(std::make_unique<CudaGraphState>()) {
+  if (!graph_) throw Error("Executable: null graph");
+  verify(*graph_, {true, false});
+  std::unordered_map<const Value*, int> slot;
+  auto slot_of = [&](const Value* v) {
+    auto [it, added] = slot.emplace(v, num_slots_);
+    if (added) ++num_slots_;
+    return it->second;
+  };
+  for (const Input& in : graph_->inputs()) {
+    int s = slot_of(in.value);
+    if (in.role == Role::Constant) {
+      constants_.emplace_back(s, in.data.defined() ? in.data.to(in.value->meta().device) : at::Tensor());
+      constant_names_.push_back(in.name);
+    } else {
+      arguments_.push_back(&in);
+      argument_slots_.push_back(s);
+    }
+  }
+  Liveness live = analyze_liveness(*graph_);
+  auto nodes = graph_->nodes();
+  bool impure = false;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node* n = nodes[i];
+    impure |= n->impure();
+    Step st;
+    st.info = &op_info(n->op());
+    st.where = "node " + describe(n);
+    st.return_counts = n->return_counts();
+    for (size_t a = 0; a < n->args().size(); ++a) {
+      const Arg& arg = n->arg(a);
+      if (arg.kind == ArgKind::Tensor) {
+        st.tensors.push_back({a, slot_of(n->input(static_cast<size_t>(arg.operands[0])))});
+        st.stack.emplace_back();
+      } else if (arg.kind == ArgKind::TensorList || arg.kind == ArgKind::OptTensorList) {
+        Step::ListArg l{a, {}, arg.kind == ArgKind::OptTensorList};
+        for (int o : arg.operands) l.slots.push_back(o < 0 ? -1 : slot_of(n->input(static_cast<size_t>(o))));
+        st.lists.push_back(std::move(l));
+        st.stack.emplace_back();
+      } else {
+        st.stack.push_back(arg.value);
+      }
+    }
+    for (const Value* o : n->outputs()) st.out_slots.push_back(slot_of(o));
+    // Release what dies here: operands read for the last time, and outputs nobody reads.
+    auto dies = [&](const Value* v) {
+      return !graph_->is_input(v) && live.last_use.at(v) <= static_cast<int>(i);
+    };
+    for (const Value* v : n->inputs())
+      if (dies(v) && std::find(st.release.begin(), st.release.end(), slot.at(v)) == st.release.end())
+        st.release.push_back(slot.at(v));
+    for (const Value* o : n->outputs())
+      if (dies(o)) st.release.push_back(slot.at(o));
+    steps_.push_back(std::move(st));
+  }
+  for (const Value* o : graph_->outputs()) output_slots_.push_back(slot_of(o));
+
+  c10::Device device(c10::kCPU);
+  for (const Input& in : graph_->inputs()) device = in.value->meta().device;
+  for (const Node* n : nodes)
+    for (const Value* o : n->outputs()) device = o->meta().device;
+#ifdef JVPC_WITH_CUDA
+  use_cuda_graph_ = options_.cuda_graph && device.is_cuda() && !impure && !std::getenv("JVPC_NO_CUDA_GRAPH");
+#else
+  (void)impure;
+#endif
+}
+
+Executable::~Executable() = default;
+
+void Executable::bind(const std::string& name, const at::Tensor& value) {
+  for (size_t i = 0; i < constant_names_.size(); ++i) {
+    if (constant_names_[i] != name) continue;
+    const Value* v = nullptr;
+    for (const Input& in : graph_->inputs())
+      if (in.name == name) v = in.value;
+    if (!value.defined()) throw Error("constant '" + name + "': undefined tensor");
+    if (value.sizes().vec() != v->meta().sizes || value.scalar_type() != v->meta().dtype)
+      throw Error("constant '" + name + "': expected " + v->meta().str() + " but got " + meta_of(value));
+    constants_[i].second = value.to(v->meta().device);
+    std::lock_guard<std::mutex> lock(mu_);
+    cuda_ = std::make_unique<CudaGraphState>();  // a captured graph read the old tensor
+    return;
+  }
+  throw Error("the graph has no constant named '" + name + "'");
+}
+
+std::vector<at::Tensor> Executable::checked(const std::vector<at::Tensor>& inputs) const {
+  if (inputs.size() != arguments_.size())
+    throw Error("expected " + std::to_string(arguments_.size()) + " input tensors, got " + std::to_string(inputs.size()));
+  std::vector<at::Tensor> out;
+  out.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Input& in = *arguments_[i];
+    const TensorMeta& m = in.value->meta();
+    const at::Tensor& t = inputs[i];
+    std::string who = std::string(role_name(in.role)) + " '" + in.name + "'";
+    if (!t.defined()) throw Error(who + " is an undefined tensor");
+    if (t.sizes().vec() != m.sizes) throw Error(who + ": expected shape " + m.str() + " but got " + meta_of(t));
+    if (t.scalar_type() != m.dtype) throw Error(who + ": expected dtype " + m.str() + " but got " + meta_of(t));
+    if (!device_matches(m.device, t.device()))
+      throw Error(who + ": expected device " + m.device.str() + " but got " + t.device().str());
+    if (t.layout() != c10::kStrided) throw Error(who + ": only strided tensors are supported");
+    if (t.is_neg() || t.is_conj()) throw Error(who + ": lazily negated or conjugated tensors are not supported");
+    // Views with a layout the graph was not compiled for are made contiguous (a copy);
+    // contiguous inputs are used as they are.
+    out.push_back(m.is_contiguous() && !t.is_contiguous() ? t.contiguous() : t);
+  }
+  for (size_t i = 0; i < constants_.size(); ++i)
+    if (!constants_[i].second.defined()) throw Error("constant '" + constant_names_[i] + "' is not bound");
+  return out;
+}
+
+std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inputs) const {
+  std::vector<at::Tensor> slots(static_cast<size_t>(num_slots_));
+  for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(argument_slots_[i])] = inputs[i];
+  for (const auto& [s, t] : constants_) slots[static_cast<size_t>(s)] = t;
+  torch::jit::Stack stack;
+  for (const Step& st : steps_) {
+    stack = st.stack;
+    for (const auto& ta : st.tensors) stack[ta.pos] = slots[static_cast<size_t>(ta.slot)];
+    for (const auto& la : st.lists) {
+      if (la.optional) {
+        c10::List<std::optional<at::Tensor>> l;
+        for (int s : la.slots)
+          l.push_back(s < 0 ? std::optional<at::Tensor>() : std::optional<at::Tensor>(slots[static_cast<size_t>(s)]));
+        stack[la.pos] = std::move(l);
+      } else {
+        c10::List<at::Tensor> l;
+        for (int s : la.slots) l.push_back(slots[static_cast<size_t>(s)]);
+        stack[la.pos] = std::move(l);
+      }
+    }
+    try {
+      st.info->handle.callBoxed(stack);
+    } catch (const std::exception& e) {
+      throw Error(st.where + ": " + one_line(e));
+    }
+    size_t out = 0;
+    for (size_t r = 0; r < st.return_counts.size(); ++r) {
+      int c = st.return_counts[r];
+      if (c == 0) continue;
+      const c10::IValue& v = stack[r];
+      if (c == 1 && v.isTensor()) {
+        slots[static_cast<size_t>(st.out_slots[out++])] = v.toTensor();
+      } else if (v.isTensorList() && static_cast<int>(v.toTensorList().size()) == c) {
+        for (const at::Tensor& t : v.toTensorVector()) slots[static_cast<size_t>(st.out_slots[out++])] = t;
+      } else {
+        throw Error(st.where + ": return " + std::to_string(r) + " does not have the traced form");
+      }
+    }
+    for (int s : st.release) slots[static_cast<size_t>(s)] = at::Tensor();
+  }
+  std::vector<at::Tensor> outs;
+  outs.reserve(output_slots_.size());
+  for (int s : output_slots_) outs.push_back(slots[static_cast<size_t>(s)]);
+  return outs;
+}
+
+std::vector<at::Tensor> Executable::run(const std::vector<at::Tensor>& inputs) {
+  std::vector<at::Tensor> in = checked(inputs);
+  if (!use_cuda_graph_) return run_eager(in);
+#ifdef JVPC_WITH_CUDA
+  std::lock_guard<std::mutex> lock(mu_);
+  CudaGraphState& st = *cuda_;
+  if (!st.graph) {
+    auto current = c10::cuda::getCurrentCUDAStream();
+    st.static_inputs.clear();
+    for (const at::Tensor& t : in) st.static_inputs.push_back(t.clone(at::MemoryFormat::Contiguous));
+    auto side = c10::cuda::getStreamFromPool();
+    at::cuda::CUDAEvent ready;
+    ready.record(current);
+    ready.block(side);
+    {
+      c10::cuda::CUDAStreamGuard guard(side);
+      run_eager(st.static_inputs);  // warm-up: cuBLAS handles and workspaces exist before capture
+      auto g = std::make_unique<at::cuda::CUDAGraph>();
+      g->capture_begin();
+      try {
+        st.static_outputs = run_eager(st.static_inputs);
+      } catch (...) {
+        g->capture_end();
+        throw;
+      }
+      g->capture_end();
+      st.graph = std::move(g);
+    }
+    at::cuda::CUDAEvent captured;
+    captured.record(side);
+    captured.block(current);
+  } else {
+    for (size_t i = 0; i < in.size(); ++i)
+      if (in[i].data_ptr() != st.static_inputs[i].data_ptr()) st.static_inputs[i].copy_(in[i]);
+  }
+  st.graph->replay();
+  if (options_.static_outputs) return st.static_outputs;
+  std::vector<at::Tensor> outs;
+  for (const at::Tensor& t : st.static_outputs) outs.push_back(t.clone());
+  return outs;
+#else
+  return run_eager(in);
+#endif
+}
+
+bool Executable::replaying_cuda_graph() const {
+#ifdef JVPC_WITH_CUDA
+  return cuda_ && cuda_->graph != nullptr;
+#else
+  return false;
+#endif
+}
+
+std::vector<at::Tensor> Executable::input_buffers() {
+#ifdef JVPC_WITH_CUDA
+  std::lock_guard<std::mutex> lock(mu_);
+  if (use_cuda_graph_ && cuda_->graph) return cuda_->static_inputs;
+#endif
+  throw Error("input_buffers(): no CUDA graph has been captured (call run() once on a CUDA device first)");
+}
+
+std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor>& operands) {
+  const OpInfo& info = op_info(n.op());
+  torch::jit::Stack stack;
+  for (const Arg& a : n.args()) stack.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
+  try {
+    info.handle.callBoxed(stack);
+  } catch (const std::exception& e) {
+    throw Error("node " + describe(&n) + ": " + one_line(e));
+  }
+  std::vector<at::Tensor> out;
+  for (size_t r = 0; r < n.return_counts().size(); ++r) {
+    if (n.return_counts()[r] == 0) continue;
+    if (stack[r].isTensor()) out.push_back(stack[r].toTensor());
+    else for (const at::Tensor& t : stack[r].toTensorVector()) out.push_back(t);
+  }
+  if (out.size() != n.outputs().size()) throw Error("node " + describe(&n) + ": unexpected number of results");
+  return out;
+}
+
+}  // namespace jvpc

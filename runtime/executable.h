@@ -1,0 +1,92 @@
+// The jvpc runtime: executes a Graph through ATen, on CPU or CUDA. Depends on the IR only, so
+// an application can load a compiled tangent graph and run it without the tracer or passes:
+//
+//   auto g = jvpc::load("tangent.json");              // constants come from tangent.safetensors
+//   jvpc::Executable f(std::move(g));
+//   std::vector<at::Tensor> dy = f({dq, dk, dv});      // one tensor per non-constant input
+//
+// At construction every node is resolved to a dispatcher handle and a boxed-argument template;
+// a call fills in the tensors, calls each kernel and releases each intermediate after its last
+// use. Inputs are checked against the graph's signature; a contiguous input declared contiguous
+// is used in place, never copied.
+//
+// CUDA: work is issued on the caller's current stream. A graph on a CUDA device with static
+// shapes and no random ops is captured as a CUDA graph on the first call and replayed after
+// that (ExecutableOptions::cuda_graph). Inputs are then copied into static buffers, unless the
+// caller wrote them there directly (input_buffers()), and outputs are copied out of the
+// graph's static memory unless ExecutableOptions::static_outputs.
+//
+// Threads: run() may be called from several threads at once on CPU, and on CUDA when no CUDA
+// graph is used. With a CUDA graph, calls are serialised by a mutex (the static buffers are
+// shared). bind() must not race with run().
+#pragma once
+
+#include "compiler/ir/graph.h"
+
+#include <memory>
+#include <mutex>
+
+namespace jvpc {
+
+struct ExecutableOptions {
+  /// Capture and replay a CUDA graph where that is safe (CUDA device, no impure nodes).
+  bool cuda_graph = true;
+  /// With a CUDA graph: return the graph's static output tensors (overwritten by the next call)
+  /// instead of copies.
+  bool static_outputs = false;
+};
+
+class Executable {
+ public:
+  explicit Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options = {});
+  explicit Executable(std::unique_ptr<Graph> graph, ExecutableOptions options = {})
+      : Executable(std::shared_ptr<const Graph>(std::move(graph)), options) {}
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  /// Binds (or rebinds) the tensor of a constant input, moved to the graph's device.
+  void bind(const std::string& constant_name, const at::Tensor& value);
+
+  /// Runs the graph. `inputs` holds one tensor per non-constant graph input, in graph order.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs);
+  std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) { return run(inputs); }
+
+  /// The non-constant inputs run() takes, in order.
+  const std::vector<const Input*>& arguments() const { return arguments_; }
+  const Graph& graph() const { return *graph_; }
+
+  /// True once a CUDA graph has been captured and is being replayed.
+  bool replaying_cuda_graph() const;
+  /// Whether this executable will capture a CUDA graph on its first call.
+  bool cuda_graph_enabled() const { return use_cuda_graph_; }
+  /// With a CUDA graph: the static input buffers, one per argument (captured on first use with
+  /// these shapes). A caller may write inputs into them and pass them to run() to skip copies.
+  std::vector<at::Tensor> input_buffers();
+
+  /// Runs without CUDA-graph capture (what a capture records). `inputs` are already checked.
+  std::vector<at::Tensor> run_eager(const std::vector<at::Tensor>& inputs) const;
+
+ private:
+  struct Step;
+  struct CudaGraphState;
+  std::vector<at::Tensor> checked(const std::vector<at::Tensor>& inputs) const;
+
+  std::shared_ptr<const Graph> graph_;
+  ExecutableOptions options_;
+  std::vector<const Input*> arguments_;
+  std::vector<int> argument_slots_;
+  std::vector<std::pair<int, at::Tensor>> constants_;  // slot, tensor
+  std::vector<std::string> constant_names_;
+  std::vector<Step> steps_;
+  std::vector<int> output_slots_;
+  int num_slots_ = 0;
+  bool use_cuda_graph_ = false;
+  std::unique_ptr<CudaGraphState> cuda_;
+  std::mutex mu_;
+};
+
+/// Executes a single node on concrete tensors (one per operand). Used by constant folding.
+std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor>& operands);
+
+}  // namespace jvpc
