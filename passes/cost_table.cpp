@@ -28,12 +28,12 @@ void CostTable::start(const Graph& g) { rows_.push_back({first_, graph_cost(g)})
 
 void CostTable::after_pass(const std::string& pass, const Graph& g, bool) { rows_.push_back({pass, graph_cost(g)}); }
 
-void CostTable::print(std::ostream& os) const {
+void print_cost_rows(const std::vector<CostRow>& rows, std::ostream& os) {
   char line[256];
   std::snprintf(line, sizeof line, "%-20s %6s %12s %12s %10s %10s %10s %10s\n", "pass", "nodes", "matmul_flops", "other_flops",
                 "bytes", "residual", "aliased", "peak");
   os << line;
-  for (const CostRow& r : rows_) {
+  for (const CostRow& r : rows) {
     const GraphCost& c = r.cost;
     std::snprintf(line, sizeof line, "%-20s %6lld %12s %12s %10s %10s %10s %10s\n", r.pass.c_str(),
                   static_cast<long long>(c.nodes), human_count(c.matmul_flops).c_str(),

@@ -14,13 +14,16 @@ struct CostRow {
   GraphCost cost;
 };
 
+/// Prints rows as the pipeline's cost table.
+void print_cost_rows(const std::vector<CostRow>& rows, std::ostream& os);
+
 class CostTable : public PassObserver {
  public:
   explicit CostTable(std::string first_row = "input") : first_(std::move(first_row)) {}
   void start(const Graph& g) override;
   void after_pass(const std::string& pass, const Graph& g, bool changed) override;
   const std::vector<CostRow>& rows() const { return rows_; }
-  void print(std::ostream& os) const;
+  void print(std::ostream& os) const { print_cost_rows(rows_, os); }
 
  private:
   std::string first_;

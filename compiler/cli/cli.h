@@ -1,0 +1,34 @@
+// The jvpc command-line tool: one function per command, sharing a few helpers.
+// Exit codes: 0 success, 1 a check failed (linearize's comparison), 2 bad input or error.
+#pragma once
+
+#include "compiler/ir/graph.h"
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace jvpc::cli {
+
+void add_trace(CLI::App& app);
+void add_show(CLI::App& app);
+void add_run(CLI::App& app);
+void add_cost(CLI::App& app);
+void add_linearize(CLI::App& app);
+
+/// The exit code of the command that ran (set by the command's callback).
+extern int exit_code;
+
+/// Random values for the non-constant inputs of `g` (floating: standard normal, bool: random,
+/// integer: zeros), seeded, drawn on the CPU and moved to each input's device.
+std::vector<at::Tensor> random_inputs(const Graph& g, uint64_t seed);
+/// Refuses inputs larger than JVPC_MAX_INPUT_BYTES (default 16 GiB) before allocating them.
+void check_input_size(const Graph& g);
+/// Example flags: the arguments CLI11 left over, in order.
+std::vector<std::string> leftover(const CLI::App& sub);
+/// "sdpa: scaled ..." lines and each example's flags, for --help footers.
+std::string examples_help();
+
+}  // namespace jvpc::cli

@@ -1,0 +1,146 @@
+// jvpc trace | show | run | cost
+#include "compiler/cli/cli.h"
+
+#include "compiler/cost/cost_model.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/serialize.h"
+#include "examples/examples.h"
+#include "passes/cost_table.h"
+#include "runtime/executable.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+namespace jvpc::cli {
+
+void add_trace(CLI::App& app) {
+  struct Opts {
+    std::string example, out, format = "text";
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("trace", "Trace an example into a jvpc graph (kernel level, as the dispatcher runs it)");
+  cmd->add_option("example", o->example, "example to trace: sdpa, mlp or block")->required();
+  cmd->add_option("-o,--output", o->out, "write the graph as JSON (constants beside it in .safetensors)");
+  cmd->add_option("--format", o->format, "without -o: print the graph as text or json")
+      ->check(CLI::IsMember({"text", "json"}))->capture_default_str();
+  cmd->allow_extras();
+  cmd->footer(examples_help());
+  cmd->callback([o, cmd] {
+    examples::Instance ex = examples::make(o->example, leftover(*cmd));
+    Trace t = trace(ex.fn(), ex.inputs, TraceOptions{false});
+    GraphCost c = graph_cost(*t.graph);
+    if (o->out.empty()) {
+      std::cout << (o->format == "json" ? to_json(*t.graph).dump(1) + "\n" : to_text(*t.graph));
+      return;
+    }
+    save(*t.graph, o->out);
+    std::cout << "traced " << ex.description << ": " << c.nodes << " nodes, " << human_count(c.matmul_flops)
+              << " matmul FLOPs -> " << o->out << "\n";
+  });
+}
+
+void add_show(CLI::App& app) {
+  struct Opts {
+    std::string file, format = "text";
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("show", "Print a graph file as text, JSON or Graphviz dot");
+  cmd->add_option("graph", o->file, "graph JSON file")->required();
+  cmd->add_option("--format", o->format, "text, json or dot (render dot with: dot -Tpng)")
+      ->check(CLI::IsMember({"text", "json", "dot"}))->capture_default_str();
+  cmd->callback([o] {
+    auto g = load(o->file, c10::Device(c10::kCPU));
+    if (o->format == "json") std::cout << to_json(*g).dump(1) << "\n";
+    else if (o->format == "dot") std::cout << to_dot(*g, o->file);
+    else std::cout << to_text(*g);
+  });
+}
+
+void add_run(CLI::App& app) {
+  struct Opts {
+    std::string file, device, inputs;
+    uint64_t seed = 0;
+    bool no_cuda_graph = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("run", "Run a graph on random inputs (or inputs from a file); print output shapes and checksums");
+  cmd->add_option("graph", o->file, "graph JSON file")->required();
+  cmd->add_option("--device", o->device, "cpu or cuda (moves the graph and its constants there)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str();
+  cmd->add_option("--inputs", o->inputs, "safetensors file with a tensor per non-constant input, by name");
+  cmd->add_flag("--no-cuda-graph", o->no_cuda_graph, "run node by node on CUDA instead of replaying a CUDA graph");
+  cmd->callback([o] {
+    std::optional<c10::Device> dev;
+    if (!o->device.empty()) dev = c10::Device(o->device);
+    std::shared_ptr<const Graph> g(load(o->file, dev));
+    Executable exe(g, ExecutableOptions{!o->no_cuda_graph, false});
+    std::vector<at::Tensor> inputs;
+    if (o->inputs.empty()) {
+      inputs = random_inputs(*g, o->seed);
+    } else {
+      auto file = read_safetensors(o->inputs);
+      for (const Input* in : exe.arguments()) {
+        auto it = file.find(in->name);
+        if (it == file.end()) throw Error(o->inputs + ": no tensor for input '" + in->name + "'");
+        inputs.push_back(it->second.to(in->value->meta().device));
+      }
+    }
+    auto outs = exe.run(inputs);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      at::Tensor d = outs[i].to(at::kCPU, at::kDouble);
+      char line[256];
+      std::snprintf(line, sizeof line, "%-10s %-24s sum=% .9e  abs_sum=%.9e\n", g->output_names()[i].c_str(),
+                    TensorMeta::of(outs[i]).str().c_str(), d.sum().item<double>(), d.abs().sum().item<double>());
+      std::cout << line;
+    }
+  });
+}
+
+void add_cost(CLI::App& app) {
+  struct Opts {
+    std::string file;
+    bool json = false, nodes = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("cost", "FLOPs, bytes and memory of a graph (matmul FLOPs as FlopCounterMode counts them)");
+  cmd->add_option("graph", o->file, "graph JSON file")->required();
+  cmd->add_flag("--json", o->json, "print a JSON object");
+  cmd->add_flag("--nodes", o->nodes, "also print the cost of every node");
+  cmd->callback([o] {
+    auto g = load(o->file, c10::Device(c10::kCPU));
+    GraphCost c = graph_cost(*g);
+    if (o->json) {
+      nlohmann::json j = {{"nodes", c.nodes},
+                          {"matmul_flops", c.matmul_flops},
+                          {"other_flops", c.other_flops},
+                          {"transcendentals", c.transcendentals},
+                          {"bytes", c.bytes},
+                          {"residual_bytes", c.residual_bytes},
+                          {"aliased_input_bytes", c.aliased_input_bytes},
+                          {"peak_bytes", c.peak_bytes},
+                          {"ops", c.ops}};
+      std::cout << j.dump(1) << "\n";
+      return;
+    }
+    CostTable t(o->file);
+    t.start(*g);
+    t.print(std::cout);
+    std::cout << "ops:";
+    for (const auto& [op, n] : c.ops) std::cout << " " << op << "×" << n;
+    std::cout << "\n";
+    if (o->nodes)
+      for (const Node* n : g->nodes()) {
+        NodeCost nc = node_cost(*n);
+        std::cout << "  " << to_text(*n) << "\n      matmul " << nc.matmul_flops << "  other " << nc.other_flops
+                  << "  transcendental " << nc.transcendentals << "  bytes " << nc.bytes
+                  << (nc.note ? std::string("  (") + nc.note + ")" : "") << "\n";
+      }
+  });
+}
+
+}  // namespace jvpc::cli

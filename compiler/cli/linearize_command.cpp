@@ -1,0 +1,189 @@
+// jvpc linearize: trace and compile, run the linear function on random tangents, and check
+// it against LibTorch's forward AD run eagerly on the untraced callable (math SDPA backend).
+#include "compiler/cli/cli.h"
+
+#include "compiler/api/linearize.h"
+#include "compiler/api/reference.h"
+#include "compiler/ir/serialize.h"
+#include "examples/examples.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+namespace jvpc::cli {
+
+namespace {
+
+struct Opts {
+  std::string target, report, out, dump_format = "text", device, wrt;
+  std::vector<std::string> dump_after;
+  uint64_t seed = 0;
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<std::string> split_names(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+nlohmann::json cost_json(const GraphCost& c) {
+  return {{"nodes", c.nodes},           {"matmul_flops", c.matmul_flops},   {"other_flops", c.other_flops},
+          {"transcendentals", c.transcendentals}, {"bytes", c.bytes},   {"residual_bytes", c.residual_bytes},
+          {"aliased_input_bytes", c.aliased_input_bytes}, {"peak_bytes", c.peak_bytes}, {"ops", c.ops}};
+}
+
+// What a linearize run needs, from an example or from a graph file.
+struct Problem {
+  std::string description;
+  std::vector<TraceInput> primals;
+  TensorFn fn;         // traced by linearize (examples)
+  TensorFn reference;  // run under forward AD
+  std::unique_ptr<Graph> graph;  // graph files: linearized directly
+};
+
+Problem from_example(const Opts& o, const std::vector<std::string>& flags) {
+  examples::Instance ex = examples::make(o.target, flags);
+  return {ex.description, ex.inputs, ex.fn(), ex.make_fn(examples::Backend::Math), nullptr};
+}
+
+Problem from_graph(const Opts& o) {
+  std::optional<c10::Device> dev;
+  if (!o.device.empty()) dev = c10::Device(o.device);
+  Problem p;
+  p.graph = load(o.target, dev);
+  for (const Input& in : p.graph->inputs())
+    if (in.role == Role::Tangent) throw Error(o.target + ": already has tangent input '" + in.name + "'; linearize takes a traced graph");
+  auto values = random_inputs(*p.graph, o.seed);
+  size_t i = 0;
+  for (const Input& in : p.graph->inputs())
+    if (in.role == Role::Primal) p.primals.push_back({in.name, values.at(i++), in.differentiable});
+  // The reference: the same graph, run node by node through the dispatcher on dual tensors.
+  auto exe = std::make_shared<Executable>(p.graph->clone(), ExecutableOptions{false, false});
+  p.reference = [exe](const std::vector<at::Tensor>& x) { return exe->run(x); };
+  p.description = o.target;
+  return p;
+}
+
+}  // namespace
+
+void add_linearize(CLI::App& app) {
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "linearize",
+      "Linearize an example or a traced graph: compile the tangent graph, run it on random tangents and check it "
+      "against LibTorch's forward AD");
+  cmd->add_option("target", o->target, "an example (sdpa, mlp, block) or a graph .json from `jvpc trace`")->required();
+  cmd->add_option("--wrt", o->wrt, "comma-separated primal inputs to differentiate (default: the differentiable ones)");
+  cmd->add_option("--report", o->report, "write the compile report and the check as JSON");
+  cmd->add_option("--dump-after", o->dump_after, "print the IR after this pass (repeatable; 'all' for every pass)");
+  cmd->add_option("--dump-format", o->dump_format, "text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
+  cmd->add_option("-o,--output", o->out, "write the tangent graph as JSON (residuals beside it in .safetensors)");
+  cmd->add_option("--seed", o->seed, "seed of the random tangents (and of the primals, for a graph file)")->capture_default_str();
+  cmd->add_option("--device", o->device, "for a graph file: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->allow_extras();
+  cmd->footer(examples_help());
+  cmd->callback([o, cmd] {
+    bool is_graph = ends_with(o->target, ".json");
+    Problem p = is_graph ? from_graph(*o) : from_example(*o, leftover(*cmd));
+    if (is_graph && !leftover(*cmd).empty()) throw Error("unexpected arguments after a graph file: " + leftover(*cmd)[0]);
+
+    LinearizeOptions opts;
+    opts.wrt = split_names(o->wrt);
+    std::set<std::string> dumps(o->dump_after.begin(), o->dump_after.end());
+    IrDump dump(dumps, o->dump_format, std::cout);
+    if (!dumps.empty()) opts.observers.push_back(&dump);
+    std::vector<at::Tensor> primal_values;
+    for (const auto& in : p.primals) primal_values.push_back(in.value);
+    Linearized lin = p.graph ? linearize(std::move(p.graph), primal_values, opts) : linearize(p.fn, p.primals, opts);
+
+    // Random tangents for the differentiated inputs; the reference gets the same ones.
+    at::Generator gen = at::detail::createCPUGenerator(o->seed + 1);
+    std::vector<at::Tensor> tangents;
+    std::vector<std::optional<at::Tensor>> ref_tangents(p.primals.size());
+    for (const Input* in : lin.jvp_fn->arguments()) {
+      const TensorMeta& m = in->value->meta();
+      at::Tensor t = at::randn(m.sizes, gen, at::TensorOptions().dtype(at::kDouble)).to(m.device, m.dtype);
+      tangents.push_back(t);
+      for (size_t i = 0; i < p.primals.size(); ++i)
+        if ("d" + p.primals[i].name == in->name) ref_tangents[i] = t;
+    }
+    std::vector<at::Tensor> got = lin.jvp(tangents);
+    std::vector<at::Tensor> ref = forward_ad_jvp(p.reference, primal_values, ref_tangents);
+    ErrorStats err = compare(got, ref);
+    double tol = tolerance_for(got.empty() ? c10::kFloat : got[0].scalar_type());
+    bool passed = err.rel_error <= tol;
+
+    const CompileReport& r = lin.report;
+    std::cout << "jvpc linearize " << p.description << "\n\n";
+    print_cost_rows(r.passes, std::cout);
+    std::string ops;
+    for (const auto& [op, n] : r.tangent.ops)
+      if (op == "aten::bmm" || op == "aten::baddbmm" || op == "aten::mm" || op == "aten::addmm")
+        ops += (ops.empty() ? "" : ", ") + op + " ×" + std::to_string(n);
+    std::string aliased;
+    for (const Input& in : lin.tangent_graph->inputs())
+      if (!in.aliases.empty() && aliased.find(in.aliases) == std::string::npos) aliased += (aliased.empty() ? "" : ", ") + in.aliases;
+    char line[512];
+    std::printf("\n");
+    std::snprintf(line, sizeof line, "forward    matmul FLOPs %14lld  (%s; cost model of the traced graph)\n",
+                  static_cast<long long>(r.forward.matmul_flops), human_count(r.forward.matmul_flops).c_str());
+    std::cout << line;
+    std::snprintf(line, sizeof line, "linearize  matmul FLOPs %14lld  (%s; measured: kernels run while tracing and folding)\n",
+                  static_cast<long long>(r.linearize_matmul_flops), human_count(r.linearize_matmul_flops).c_str());
+    std::cout << line;
+    std::snprintf(line, sizeof line, "jvp call   matmul FLOPs %14lld  (%s; %lld nodes: %s)\n",
+                  static_cast<long long>(r.tangent.matmul_flops), human_count(r.tangent.matmul_flops).c_str(),
+                  static_cast<long long>(r.tangent.nodes), ops.c_str());
+    std::cout << line;
+    std::cout << "residuals  " << human_bytes(r.tangent.residual_bytes) << " held by the tangent graph";
+    if (r.tangent.aliased_input_bytes)
+      std::cout << ", plus " << human_bytes(r.tangent.aliased_input_bytes) << " aliasing the inputs (" << aliased << ")";
+    std::cout << "; peak " << human_bytes(r.tangent.peak_bytes) << " per call\n";
+    std::snprintf(line, sizeof line,
+                  "check      vs LibTorch forward AD (math backend): rel_error %.3e, max_abs_error %.3e, tolerance %.0e: %s\n",
+                  err.rel_error, err.max_abs_error, tol, passed ? "PASS" : "FAIL");
+    std::cout << line;
+
+    if (!o->out.empty()) {
+      save(*lin.tangent_graph, o->out);
+      std::cout << "tangent graph -> " << o->out << "\n";
+    }
+    if (!o->report.empty()) {
+      nlohmann::json rep;
+      rep["config"] = p.description;
+      rep["passes"] = nlohmann::json::array();
+      for (const auto& row : r.passes) {
+        nlohmann::json j = cost_json(row.cost);
+        j.erase("ops");
+        j["name"] = row.pass;
+        rep["passes"].push_back(j);
+      }
+      rep["forward"] = cost_json(r.forward);
+      rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
+      rep["jvp"] = cost_json(r.tangent);
+      rep["jvp"]["tangents"] = lin.tangent_names();
+      rep["check"] = {{"reference", "forward_ad"}, {"max_abs_error", err.max_abs_error}, {"rel_error", err.rel_error},
+                      {"tolerance", tol}, {"passed", passed}};
+      std::ofstream f(o->report);
+      if (!f) throw Error("cannot write '" + o->report + "'");
+      f << rep.dump(1) << "\n";
+    }
+    exit_code = passed ? 0 : 1;
+  });
+}
+
+}  // namespace jvpc::cli

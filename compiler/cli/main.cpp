@@ -1,0 +1,37 @@
+// jvpc: trace, inspect, cost, run and linearize graphs. See `jvpc --help`.
+#include "compiler/cli/cli.h"
+
+#include "compiler/ir/ops.h"
+
+#include <iostream>
+
+int main(int argc, char** argv) {
+  CLI::App app("jvpc: a graph-tracing compiler for forward-mode differentiation over LibTorch", "jvpc");
+  app.require_subcommand(1, 1);
+  app.footer(
+      "Start with:  jvpc linearize sdpa   (the seed's attention: bsz 1, 5 heads, seq 128, head dim 64)\n"
+      "Each command has --help. Exit codes: 0 ok, 1 a check failed, 2 bad input.");
+  jvpc::cli::add_trace(app);
+  jvpc::cli::add_show(app);
+  jvpc::cli::add_run(app);
+  jvpc::cli::add_cost(app);
+  jvpc::cli::add_linearize(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    std::cerr << "jvpc: error: " << msg.substr(0, msg.find('\n')) << " (see jvpc --help)\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "jvpc: error: " << jvpc::one_line(e) << "\n";
+    return 2;
+  } catch (...) {
+    std::cerr << "jvpc: error: unknown failure\n";
+    return 2;
+  }
+  return jvpc::cli::exit_code;
+}

@@ -1,0 +1,54 @@
+#include "compiler/cli/cli.h"
+
+#include "examples/examples.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstdlib>
+
+namespace jvpc::cli {
+
+int exit_code = 0;
+
+std::vector<at::Tensor> random_inputs(const Graph& g, uint64_t seed) {
+  check_input_size(g);
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  std::vector<at::Tensor> out;
+  for (const Input& in : g.inputs()) {
+    if (in.role == Role::Constant) continue;
+    const TensorMeta& m = in.value->meta();
+    at::Tensor t;
+    if (c10::isFloatingType(m.dtype)) t = at::randn(m.sizes, gen, at::TensorOptions().dtype(at::kDouble));
+    else if (m.dtype == c10::kBool) t = at::rand(m.sizes, gen) < 0.8;
+    else t = at::zeros(m.sizes, at::TensorOptions().dtype(m.dtype));
+    out.push_back(t.to(m.device, m.dtype));
+  }
+  return out;
+}
+
+void check_input_size(const Graph& g) {
+  int64_t limit = 16LL << 30;
+  if (const char* env = std::getenv("JVPC_MAX_INPUT_BYTES")) limit = std::atoll(env);
+  int64_t total = 0;
+  for (const Input& in : g.inputs()) {
+    if (in.role == Role::Constant) continue;
+    int64_t bytes = in.value->meta().nbytes();
+    if (bytes > limit - total)
+      throw Error("input '" + in.name + "' (" + in.value->meta().str() + ") would take the inputs past " +
+                  std::to_string(limit) + " bytes (JVPC_MAX_INPUT_BYTES)");
+    total += bytes;
+  }
+}
+
+std::vector<std::string> leftover(const CLI::App& sub) { return sub.remaining(); }
+
+std::string examples_help() {
+  std::string s = "Examples (each takes its own flags, after its name):\n";
+  for (const auto& name : examples::names()) {
+    s += "\n" + examples::help(name);
+  }
+  return s;
+}
+
+}  // namespace jvpc::cli
