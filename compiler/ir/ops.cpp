@@ -279,6 +279,17 @@ const std::unordered_map<std::string, ShapeRule>& shape_rules() {
          sizes.at(static_cast<size_t>(dim)) = idx.numel();
          return std::vector<TensorMeta>{like(x, sizes, x.dtype)};
        }},
+      {"aten::dot",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto& x = operand_meta(a, 0, in);
+         return std::vector<TensorMeta>{like(x, {}, x.dtype)};
+       }},
+      {"aten::mv",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto& m = operand_meta(a, 0, in);
+         if (m.sizes.size() != 2) throw Error("aten::mv: the matrix must be 2-D");
+         return std::vector<TensorMeta>{like(m, {m.sizes[0]}, m.dtype)};
+       }},
       {"aten::native_layer_norm",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto& x = operand_meta(a, 0, in);

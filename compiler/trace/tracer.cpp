@@ -143,9 +143,14 @@ class Recorder {
                     "' (out= variants are not supported)");
     if (!schema.arguments().empty() && !(schema.arguments()[0].alias_info() && schema.arguments()[0].alias_info()->isWrite()))
       throw Error(info.name + " mutates an argument in a way jvpc cannot record");
+    // In-place ops whose functional form has another overload name.
+    static const std::unordered_map<std::string, std::string> renamed = {
+        {"aten::bernoulli_.float", "aten::bernoulli.p"},
+    };
     auto [name, overload] = split_op_name(info.name);
     if (name.empty() || name.back() != '_') throw Error(info.name + " mutates its input and has no functional form");
     std::string functional = name.substr(0, name.size() - 1) + (overload.empty() ? "" : "." + overload);
+    if (renamed.count(info.name)) functional = renamed.at(info.name);
     const OpInfo* f = nullptr;
     try {
       f = &op_info(functional);

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs what jvpc needs and is missing, then configures and builds it into build/.
+# Idempotent: quick when everything is already there. Used by quickstart.sh, test.sh and CI.
+#
+#   Debian packages: cmake, ninja, g++, ccache, nlohmann-json3-dev, libgtest-dev, libcli11-dev
+#   Python:          torch==2.11.0 (LibTorch comes from this wheel), numpy
+#
+# Environment: JVPC_PYTHON (a python3 with torch 2.11), JVPC_BUILD_DIR (default build),
+# JVPC_BUILD_TYPE (default Release), JVPC_CMAKE_ARGS (extra configure arguments).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD_DIR=${JVPC_BUILD_DIR:-build}
+TORCH_VERSION=2.11.0
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else "$@"; fi; }
+
+# --- Debian packages ------------------------------------------------------------------------
+need=()
+for pkg in cmake ninja-build g++ ccache nlohmann-json3-dev libgtest-dev libcli11-dev python3; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update -qq
+  as_root apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# --- Python with torch 2.11.0 -----------------------------------------------------------------
+has_torch() { "$1" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; }
+PY=""
+for cand in ${JVPC_PYTHON:-} python3 "$ROOT/.venv/bin/python"; do
+  if [ -n "$cand" ] && command -v "$cand" >/dev/null && has_torch "$cand"; then PY=$(command -v "$cand"); break; fi
+done
+if [ -z "$PY" ]; then
+  log "installing torch==$TORCH_VERSION (several GB with its CUDA runtime packages)"
+  if python3 -m pip install -q "torch==$TORCH_VERSION" numpy 2>/dev/null && has_torch python3; then
+    PY=$(command -v python3)
+  else
+    # Debian's system Python refuses pip installs (PEP 668): use a virtual environment.
+    dpkg -s python3-venv >/dev/null 2>&1 || as_root apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv "$ROOT/.venv"
+    "$ROOT/.venv/bin/python" -m pip install -q "torch==$TORCH_VERSION" numpy
+    PY=$ROOT/.venv/bin/python
+  fi
+fi
+"$PY" -c "import numpy" 2>/dev/null || "$PY" -m pip install -q numpy
+TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+log "torch $("$PY" -c 'import torch; print(torch.__version__)') from $PY"
+
+# --- configure and build --------------------------------------------------------------------
+export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.ccache}
+if [ ! -f "$BUILD_DIR/build.ninja" ] || [ "$(cat "$BUILD_DIR/.jvpc-prefix" 2>/dev/null)" != "$TORCH_PREFIX" ]; then
+  log "configuring $BUILD_DIR"
+  # shellcheck disable=SC2086
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${JVPC_BUILD_TYPE:-Release}" \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython3_EXECUTABLE="$PY" ${JVPC_CMAKE_ARGS:-} >"$BUILD_DIR.configure.log" 2>&1 ||
+    { cat "$BUILD_DIR.configure.log"; exit 1; }
+  echo "$TORCH_PREFIX" >"$BUILD_DIR/.jvpc-prefix"
+fi
+log "building $BUILD_DIR (2 cores: the first build takes several minutes)"
+cmake --build "$BUILD_DIR"
+echo "$PY" >"$BUILD_DIR/.jvpc-python"

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The jvpc command line: every command's --help, the main flows, and bad input (one-line
+# error, exit code 2). Usage: cli_test.sh path/to/jvpc
+set -u
+JVPC=$1
+DIR=$(mktemp -d)
+trap 'rm -rf "$DIR"' EXIT
+fails=0
+pass() { printf 'ok   %s\n' "$1"; }
+fail() { printf 'FAIL %s\n' "$1"; fails=$((fails + 1)); }
+
+# expect CODE NAME -- command...: exit code, and for errors a single-line "jvpc: error:" message
+expect() {
+  local code=$1 name=$2; shift 3
+  "$@" >"$DIR/out" 2>"$DIR/err"
+  local got=$?
+  if [ "$got" != "$code" ]; then fail "$name: exit $got, expected $code: $(head -c 300 "$DIR/err")"; return; fi
+  if [ "$code" = 2 ]; then
+    if [ "$(wc -l <"$DIR/err")" != 1 ] || ! grep -q '^jvpc: error: ' "$DIR/err"; then
+      fail "$name: error is not one 'jvpc: error:' line: $(head -c 300 "$DIR/err")"; return
+    fi
+  fi
+  pass "$name"
+}
+contains() { if grep -q -- "$2" "$DIR/$1"; then pass "  ...$1 has '$2'"; else fail "  ...$1 lacks '$2'"; fi; }
+
+expect 0 "jvpc --help" -- "$JVPC" --help
+for cmd in trace show run cost linearize; do expect 0 "jvpc $cmd --help" -- "$JVPC" "$cmd" --help; done
+expect 0 "trace --help lists the examples' flags" -- "$JVPC" trace --help; contains out "--kv-heads"
+
+expect 0 "trace sdpa" -- "$JVPC" trace sdpa --device cpu -o "$DIR/sdpa.json"
+expect 0 "show text" -- "$JVPC" show "$DIR/sdpa.json"; contains out "aten::bmm"
+expect 0 "show dot" -- "$JVPC" show "$DIR/sdpa.json" --format dot; contains out "digraph"
+expect 0 "show json" -- "$JVPC" show "$DIR/sdpa.json" --format json; contains out '"schema_version": 1'
+expect 0 "cost --json" -- "$JVPC" cost "$DIR/sdpa.json" --json; contains out '"matmul_flops": 20971520'
+expect 0 "cost table" -- "$JVPC" cost "$DIR/sdpa.json" --nodes; contains out "aten::bmm×2"
+expect 0 "run" -- "$JVPC" run "$DIR/sdpa.json" --seed 3; contains out "out0"
+expect 0 "linearize sdpa with report and tangent graph" -- \
+  "$JVPC" linearize sdpa --device cpu --report "$DIR/report.json" -o "$DIR/tangent.json"
+contains out "PASS"
+python3 - "$DIR/report.json" <<'PY' && pass "report fields and numbers" || fail "report fields and numbers"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["forward"]["matmul_flops"] == 20971520
+assert r["linearize"]["matmul_flops"] == 20971520
+assert r["jvp"]["matmul_flops"] == 41943040 and r["jvp"]["ops"]["aten::bmm"] + r["jvp"]["ops"]["aten::baddbmm"] == 4
+assert r["check"]["reference"] == "forward_ad" and r["check"]["passed"] is True
+for p in r["passes"]:
+    for k in ("name", "nodes", "matmul_flops", "other_flops", "bytes", "residual_bytes", "peak_bytes"):
+        assert k in p, k
+PY
+expect 0 "run the tangent graph" -- "$JVPC" run "$DIR/tangent.json"
+expect 0 "linearize a graph file" -- "$JVPC" linearize "$DIR/sdpa.json"; contains out "41943040"
+expect 0 "linearize --wrt v --dump-after fold" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --wrt v --dump-after fold
+contains out "IR after pass 'fold'"
+expect 0 "linearize mlp" -- "$JVPC" linearize mlp --device cpu --seq-len 16
+expect 0 "linearize block" -- "$JVPC" linearize block --device cpu --seq-len 16 --causal
+
+# Bad input: one line, exit 2.
+printf '{"schema_version": 1, "nodes": [' >"$DIR/truncated.json"
+printf '{"schema_version": 7, "inputs": [], "nodes": [], "outputs": []}' >"$DIR/version.json"
+sed 's/aten::bmm/aten::bmmm/' "$DIR/sdpa.json" >"$DIR/unknown_op.json"
+expect 2 "missing file" -- "$JVPC" run "$DIR/nope.json"
+expect 2 "truncated JSON" -- "$JVPC" show "$DIR/truncated.json"
+expect 2 "wrong schema version" -- "$JVPC" cost "$DIR/version.json"
+expect 2 "unknown op" -- "$JVPC" run "$DIR/unknown_op.json"
+expect 2 "unknown example" -- "$JVPC" linearize attention
+expect 2 "bad example flag" -- "$JVPC" trace sdpa --bsz 0
+expect 2 "incompatible sizes" -- "$JVPC" trace sdpa --device cpu --model-dim 100 --head-dim 64
+expect 2 "unknown command" -- "$JVPC" frobnicate
+expect 2 "unknown wrt" -- "$JVPC" linearize sdpa --device cpu --wrt mask
+expect 2 "inputs file missing tensors" -- "$JVPC" run "$DIR/sdpa.json" --inputs "$DIR/tangent.safetensors"
+if python3 -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  expect 0 "run on cuda" -- "$JVPC" run "$DIR/sdpa.json" --device cuda
+else
+  expect 2 "cuda without a GPU" -- "$JVPC" run "$DIR/sdpa.json" --device cuda
+fi
+JVPC_MAX_INPUT_BYTES=1000 expect 2 "inputs over the size limit" -- "$JVPC" run "$DIR/sdpa.json"
+
+[ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }

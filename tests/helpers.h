@@ -1,0 +1,61 @@
+// Shared test helpers.
+#pragma once
+
+#include "compiler/ir/graph.h"
+#include "examples/examples.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace jvpc::test {
+
+/// Example configurations the tests sweep: every example and every SDPA variant, on CPU.
+inline std::vector<std::vector<std::string>> example_configs() {
+  return {
+      {"sdpa"},
+      {"sdpa", "--causal"},
+      {"sdpa", "--mask", "bool"},
+      {"sdpa", "--mask", "float", "--kv-seq-len", "96"},
+      {"sdpa", "--kv-heads", "1"},
+      {"sdpa", "--scale", "0.3", "--seq-len", "64"},
+      {"sdpa", "--backend", "flash"},
+      {"sdpa", "--backend", "flash", "--causal", "--kv-heads", "5", "--seq-len", "80", "--kv-seq-len", "112"},
+      {"mlp"},
+      {"block"},
+      {"block", "--causal", "--backend", "flash"},
+  };
+}
+
+/// Builds an example on the CPU: the first entry is the name, the rest its flags.
+inline examples::Instance make_example(const std::vector<std::string>& cfg, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> flags(cfg.begin() + 1, cfg.end());
+  flags.push_back("--device");
+  flags.push_back("cpu");
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return examples::make(cfg[0], flags);
+}
+
+inline std::string config_name(const std::vector<std::string>& cfg) {
+  std::string s;
+  for (const auto& a : cfg) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+inline std::vector<at::Tensor> values_of(const std::vector<TraceInput>& in) {
+  std::vector<at::Tensor> v;
+  for (const auto& i : in) v.push_back(i.value);
+  return v;
+}
+
+/// ‖a − b‖ / ‖b‖ in float64.
+inline double rel_error(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor x = a.to(at::kDouble), y = b.to(at::kDouble);
+  double den = y.norm().item<double>();
+  double num = (x - y).norm().item<double>();
+  return den > 0 ? num / den : num;
+}
+
+}  // namespace jvpc::test

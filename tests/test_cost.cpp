@@ -1,0 +1,127 @@
+// The cost model: FlopCounterMode's matmul formulas, exact totals, residual and peak memory,
+// and a cross-check against the kernels that actually run.
+#include "compiler/cost/cost_model.h"
+#include "compiler/cost/kernel_watch.h"
+#include "compiler/ir/builder.h"
+#include "compiler/trace/tracer.h"
+#include "runtime/executable.h"
+#include "tests/helpers.h"
+#include "tests/profiler.h"
+
+namespace jvpc {
+namespace {
+
+TensorMeta f32(std::vector<int64_t> sizes) { return TensorMeta::contiguous(std::move(sizes), c10::kFloat, c10::kCPU); }
+
+TEST(Cost, SeedSdpaCostsExactlyTheForwardMatmulFlops) {
+  auto ex = test::make_example({"sdpa"});
+  Trace t = trace(ex.fn(), ex.inputs);
+  GraphCost c = graph_cost(*t.graph);
+  EXPECT_EQ(c.matmul_flops, 20971520);
+  EXPECT_EQ(c.ops.at("aten::bmm"), 2);
+}
+
+TEST(Cost, MatmulFormulasAreFlopCounterModes) {
+  EXPECT_EQ(matmul_flops_for("aten::mm", {{3, 5}, {5, 7}}), 2 * 3 * 5 * 7);
+  EXPECT_EQ(matmul_flops_for("aten::addmm", {{7}, {3, 5}, {5, 7}}), 2 * 3 * 5 * 7);
+  EXPECT_EQ(matmul_flops_for("aten::bmm", {{2, 3, 5}, {2, 5, 7}}), 2 * 2 * 3 * 5 * 7);
+  EXPECT_EQ(matmul_flops_for("aten::baddbmm", {{2, 3, 7}, {2, 3, 5}, {2, 5, 7}}), 2 * 2 * 3 * 5 * 7);
+  // Fused attention: two bmms, q·kᵀ and p·v; the mask is ignored.
+  EXPECT_EQ(matmul_flops_for("aten::_scaled_dot_product_efficient_attention", {{1, 5, 128, 64}, {1, 5, 128, 64}, {1, 5, 128, 64}, {}}),
+            20971520);
+  EXPECT_EQ(matmul_flops_for("aten::exp", {{4}}), -1);
+}
+
+TEST(Cost, CpuFlashKernelIsCountedAsItsBmmsAndSaysSo) {
+  auto ex = test::make_example({"sdpa", "--backend", "flash"});
+  Trace t = trace(ex.fn(), ex.inputs);
+  GraphCost c = graph_cost(*t.graph);
+  EXPECT_EQ(c.matmul_flops, 20971520);
+  for (const Node* n : t.graph->nodes())
+    if (n->op() == "aten::_scaled_dot_product_flash_attention_for_cpu") {
+      EXPECT_NE(node_cost(*n).note, nullptr);
+    }
+}
+
+TEST(Cost, OtherFlopsFollowTheConvention) {
+  Graph g;
+  Value* x = g.add_input("x", f32({8, 16}), Role::Primal);
+  Builder b(g);
+  Value* e = b.call("aten::exp", {x});
+  Value* s = b.call("aten::_softmax", {e, -1, false});
+  Value* r = b.call("aten::sum.dim_IntList", {s, std::vector<int64_t>{-1}, true});
+  Value* v = b.call("aten::view", {r, std::vector<int64_t>{8}});
+  g.add_output(b.call("aten::mul.Scalar", {v, 2.0}));
+  auto nodes = g.nodes();
+  EXPECT_EQ(node_cost(*nodes[0]).transcendentals, 128);  // exp: one per element
+  EXPECT_EQ(node_cost(*nodes[0]).other_flops, 0);
+  EXPECT_EQ(node_cost(*nodes[1]).other_flops, 4 * 128);  // softmax: max, subtract, sum, divide
+  EXPECT_EQ(node_cost(*nodes[1]).transcendentals, 128);
+  EXPECT_EQ(node_cost(*nodes[2]).other_flops, 128);       // reduction: one per input element
+  EXPECT_EQ(node_cost(*nodes[3]).bytes, 0);               // views move nothing
+  EXPECT_EQ(node_cost(*nodes[4]).other_flops, 8);         // elementwise: one per output element
+  EXPECT_EQ(node_cost(*nodes[4]).bytes, 8 * 4 * 2);
+}
+
+TEST(Cost, PeakBytesFollowLiveness) {
+  // x -> a -> b -> c: a dies once b exists, so at most two intermediates are alive.
+  Graph g;
+  Value* x = g.add_input("x", f32({1024}), Role::Primal);
+  Builder b(g);
+  Value* a = b.call("aten::exp", {x});
+  Value* c = b.call("aten::exp", {a});
+  Value* d = b.call("aten::exp", {c});
+  g.add_output(d);
+  EXPECT_EQ(graph_cost(g).peak_bytes, 2 * 4096);
+  // A view keeps its base alive and allocates nothing.
+  g.add_output(b.call("aten::view", {a, std::vector<int64_t>{32, 32}}));
+  EXPECT_EQ(graph_cost(g).peak_bytes, 3 * 4096);
+}
+
+TEST(Cost, ResidualBytesCountSharedStorageOnceAndAliasesApart) {
+  Graph g;
+  at::Tensor base = at::randn({16, 16});
+  g.add_constant("r0", base);
+  g.add_constant("r1", base.view({256}));  // same storage
+  g.add_constant("r2", at::randn({8}), "q");  // the caller's input
+  GraphCost c = graph_cost(g);
+  EXPECT_EQ(c.residual_bytes, 16 * 16 * 4);
+  EXPECT_EQ(c.aliased_input_bytes, 8 * 4);
+}
+
+// For every example: the matmul FLOPs the cost model predicts equal what runs, counted both
+// by jvpc's KernelWatch and by LibTorch's profiler (with_flops).
+class CostMatchesExecution : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(CostMatchesExecution, PredictedMatmulFlopsRun) {
+  auto ex = test::make_example(GetParam());
+  Trace t = trace(ex.fn(), ex.inputs);
+  GraphCost predicted = graph_cost(*t.graph);
+  std::vector<std::string> graph_ops;
+  int64_t predicted_plain = 0;  // the matmuls LibTorch's profiler has FLOP formulas for
+  for (const Node* n : t.graph->nodes()) {
+    graph_ops.push_back(n->op());
+    if (n->op() == "aten::bmm" || n->op() == "aten::mm" || n->op() == "aten::addmm" || n->op() == "aten::baddbmm")
+      predicted_plain += node_cost(*n).matmul_flops;
+  }
+  Executable exe(std::move(t.graph), ExecutableOptions{false, false});
+  auto inputs = test::values_of(ex.inputs);
+  {
+    KernelWatch watch;
+    exe.run(inputs);
+    EXPECT_EQ(watch.matmul_flops(), predicted.matmul_flops);
+    EXPECT_EQ(watch.kernels(), graph_ops);
+  }
+  auto profiled = test::profile_kernels([&] { exe.run(inputs); });
+  int64_t profiler_flops = 0;
+  for (const auto& k : profiled)
+    if (k.op == "aten::bmm" || k.op == "aten::mm" || k.op == "aten::addmm" || k.op == "aten::baddbmm") profiler_flops += k.flops;
+  EXPECT_EQ(profiled.size(), graph_ops.size());
+  EXPECT_EQ(profiler_flops, predicted_plain);
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, CostMatchesExecution, ::testing::ValuesIn(test::example_configs()),
+                         [](const auto& info) { return "config" + std::to_string(info.index); });
+
+}  // namespace
+}  // namespace jvpc

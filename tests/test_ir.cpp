@@ -1,0 +1,107 @@
+// The IR: building graphs, use lists, mutation, cloning and the text form.
+#include "compiler/ir/builder.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
+#include "tests/helpers.h"
+
+namespace jvpc {
+namespace {
+
+TensorMeta f32(std::vector<int64_t> sizes) { return TensorMeta::contiguous(std::move(sizes), c10::kFloat, c10::kCPU); }
+
+TEST(Ir, BuilderInfersOutputMetadataAndFillsDefaults) {
+  Graph g;
+  Value* x = g.add_input("x", f32({2, 3}), Role::Primal, true);
+  Value* w = g.add_input("w", f32({3, 4}), Role::Primal, true);
+  Builder b(g);
+  Value* y = b.call("aten::mm", {x, w});
+  Value* s = b.call("aten::sum.dim_IntList", {y, std::vector<int64_t>{-1}, true});
+  EXPECT_EQ(y->meta().sizes, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(s->meta().sizes, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(s->producer()->args().size(), 4u);  // dtype took its default (None)
+  EXPECT_EQ(s->producer()->arg(3).kind, ArgKind::None);
+  verify(g);
+}
+
+TEST(Ir, UseListsFollowReplaceAllUsesWith) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  Value* a = b.call("aten::neg", {x});
+  Value* c = b.call("aten::exp", {a});
+  Value* d = b.call("aten::add.Tensor", {a, c});
+  g.add_output(d);
+  EXPECT_EQ(a->uses().size(), 2u);
+  a->replace_all_uses_with(x);
+  EXPECT_FALSE(a->has_uses());
+  EXPECT_EQ(x->uses().size(), 3u);  // neg, exp, add
+  g.erase(a->producer());
+  EXPECT_EQ(g.num_nodes(), 2u);
+  verify(g);
+}
+
+TEST(Ir, EraseRefusesUsedNodes) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  Value* a = b.call("aten::neg", {x});
+  b.call("aten::exp", {a});
+  EXPECT_THROW(g.erase(a->producer()), Error);
+}
+
+TEST(Ir, InsertionPointPlacesNodesBefore) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  Value* e = b.call("aten::exp", {x});
+  g.set_insertion_point(e->producer());
+  b.call("aten::neg", {x});
+  g.set_insertion_point(nullptr);
+  ASSERT_EQ(g.nodes().size(), 2u);
+  EXPECT_EQ(g.nodes()[0]->op(), "aten::neg");
+}
+
+TEST(Ir, CloneIsIndependentAndEqualInText) {
+  Graph g;
+  Value* x = g.add_input("x", f32({2, 2}), Role::Primal, true);
+  g.add_constant("c", at::ones({2, 2}));
+  Builder b(g);
+  g.add_output(b.call("aten::mul.Scalar", {x, 0.5}));
+  auto c = g.clone();
+  EXPECT_EQ(to_text(g), to_text(*c));
+  EXPECT_TRUE(c->inputs()[1].data.equal(g.inputs()[1].data));
+  verify(*c);
+}
+
+TEST(Ir, TextFormIsOneLinePerNode) {
+  Graph g;
+  Value* x = g.add_input("x", f32({5, 128, 64}), Role::Primal, true);
+  Value* w = g.add_input("w", f32({5, 64, 128}), Role::Primal, true);
+  Builder b(g);
+  g.add_output(b.call("aten::bmm", {x, w}));
+  EXPECT_EQ(to_text(g),
+            "graph(%0 : f32[5,128,64] x,\n"
+            "      %1 : f32[5,64,128] w):\n"
+            "  %2 : f32[5,128,128] = aten::bmm(%0, %1)\n"
+            "  return (%2)\n");
+}
+
+TEST(Ir, NumelOverflowIsAnError) {
+  TensorMeta m = f32({1LL << 40, 1LL << 40});
+  EXPECT_THROW(m.numel(), Error);
+}
+
+TEST(Ir, UnknownOpIsAnErrorNamingIt) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  try {
+    b.call("aten::no_such_op", {x});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("aten::no_such_op"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace jvpc

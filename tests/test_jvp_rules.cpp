@@ -1,0 +1,173 @@
+// Every JVP rule, table-driven: each case is a callable whose trace contains the op under test.
+// Its jvpc JVP (trace, jvp, fold, simplify, run) is checked in float64 against LibTorch's
+// forward AD and against central differences. Fused attention kernels are checked against
+// forward AD of the math path.
+#include "compiler/api/linearize.h"
+#include "compiler/api/reference.h"
+#include "examples/examples.h"
+#include "tests/helpers.h"
+
+#include <ATen/ATen.h>
+
+namespace jvpc {
+namespace {
+
+using Shapes = std::vector<std::vector<int64_t>>;
+using Fn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+
+struct RuleCase {
+  std::string op;      // the op whose rule is exercised (must appear in the trace)
+  Shapes shapes;       // float64 inputs, all differentiated
+  Fn fn;
+  Fn reference = nullptr;  // what forward AD runs, when it differs (fused kernels)
+  bool positive = false;   // inputs in (0.5, 1.5) (log, sqrt, pow)
+  size_t ad_outputs = 99;  // outputs LibTorch's forward AD defines (the rest: central differences only)
+};
+
+Fn one(std::function<at::Tensor(const std::vector<at::Tensor>&)> f) {
+  return [f](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{f(x)}; };
+}
+Fn sdpa(examples::Backend b, bool causal, bool mask) {
+  return [=](const std::vector<at::Tensor>& x) {
+    examples::BackendScope scope(b);
+    std::optional<at::Tensor> m;
+    if (mask) m = x.at(3).gt(0);  // a boolean mask derived from a tensor
+    return std::vector<at::Tensor>{at::scaled_dot_product_attention(x[0], x[1], x[2], m, 0.0, causal)};
+  };
+}
+
+std::vector<RuleCase> cases() {
+  using B = examples::Backend;
+  std::vector<RuleCase> c = {
+      {"aten::add.Tensor", {{3, 4}, {4}}, one([](auto& x) { return at::add(x[0], x[1], 2.5); })},
+      {"aten::sub.Tensor", {{3, 4}, {3, 4}}, one([](auto& x) { return at::sub(x[0], x[1], 0.5); })},
+      {"aten::add.Scalar", {{5}}, one([](auto& x) { return at::add(x[0], 3.0); })},
+      {"aten::sub.Scalar", {{5}}, one([](auto& x) { return at::sub(x[0], 3.0); })},
+      {"aten::rsub.Scalar", {{5}}, one([](auto& x) { return at::rsub(x[0], 3.0, 2.0); })},
+      {"aten::mul.Tensor", {{3, 4}, {3, 4}}, one([](auto& x) { return x[0] * x[1]; })},
+      {"aten::mul.Scalar", {{3, 4}}, one([](auto& x) { return x[0] * 0.7; })},
+      {"aten::div.Tensor", {{3, 4}, {3, 4}}, one([](auto& x) { return x[0] / x[1]; }), nullptr, true},
+      {"aten::div.Scalar", {{3, 4}}, one([](auto& x) { return x[0] / 3.0; })},
+      {"aten::neg", {{6}}, one([](auto& x) { return -x[0]; })},
+      {"aten::exp", {{6}}, one([](auto& x) { return x[0].exp(); })},
+      {"aten::log", {{6}}, one([](auto& x) { return x[0].log(); }), nullptr, true},
+      {"aten::reciprocal", {{6}}, one([](auto& x) { return x[0].reciprocal(); }), nullptr, true},
+      {"aten::tanh", {{6}}, one([](auto& x) { return x[0].tanh(); })},
+      {"aten::sigmoid", {{6}}, one([](auto& x) { return x[0].sigmoid(); })},
+      {"aten::relu", {{6}}, one([](auto& x) { return x[0].relu(); })},
+      {"aten::gelu", {{6}}, one([](auto& x) { return at::gelu(x[0]); })},
+      {"aten::gelu", {{6}}, one([](auto& x) { return at::gelu(x[0], "tanh"); })},
+      {"aten::silu", {{6}}, one([](auto& x) { return at::silu(x[0]); })},
+      {"aten::sqrt", {{6}}, one([](auto& x) { return x[0].sqrt(); }), nullptr, true},
+      {"aten::rsqrt", {{6}}, one([](auto& x) { return x[0].rsqrt(); }), nullptr, true},
+      {"aten::erf", {{6}}, one([](auto& x) { return x[0].erf(); })},
+      {"aten::sin", {{6}}, one([](auto& x) { return x[0].sin(); })},
+      {"aten::cos", {{6}}, one([](auto& x) { return x[0].cos(); })},
+      {"aten::abs", {{6}}, one([](auto& x) { return x[0].abs(); })},
+      {"aten::pow.Tensor_Scalar", {{6}}, one([](auto& x) { return x[0].pow(3); })},
+      {"aten::pow.Tensor_Scalar", {{6}}, one([](auto& x) { return x[0].pow(0.5); }), nullptr, true},
+      {"aten::where.self", {{4, 4}, {4, 4}}, one([](auto& x) { return at::where(x[0] > x[1], x[0], x[1]); })},
+      {"aten::masked_fill.Scalar", {{4, 4}}, one([](auto& x) { return x[0].masked_fill(x[0] > 0, 2.0); })},
+      {"aten::_to_copy", {{4}}, one([](auto& x) { return at::_to_copy(x[0], at::kDouble); })},
+      {"aten::clone", {{4}}, one([](auto& x) { return x[0].clone(); })},
+      {"aten::tril", {{4, 4}}, one([](auto& x) { return x[0].tril(); })},
+      {"aten::triu", {{4, 4}}, one([](auto& x) { return x[0].triu(1); })},
+      {"aten::sum", {{3, 4}}, one([](auto& x) { return x[0].sum(); })},
+      {"aten::sum.dim_IntList", {{3, 4}}, one([](auto& x) { return x[0].sum(-1, true); })},
+      {"aten::mean", {{3, 4}}, one([](auto& x) { return x[0].mean(); })},
+      {"aten::mean.dim", {{3, 4}}, one([](auto& x) { return x[0].mean(0); })},
+      {"aten::mm", {{3, 5}, {5, 4}}, one([](auto& x) { return at::mm(x[0], x[1]); })},
+      {"aten::bmm", {{2, 3, 5}, {2, 5, 4}}, one([](auto& x) { return at::bmm(x[0], x[1]); })},
+      {"aten::addmm", {{4}, {3, 5}, {5, 4}}, one([](auto& x) { return at::addmm(x[0], x[1], x[2], 0.5, 2.0); })},
+      {"aten::baddbmm", {{2, 3, 4}, {2, 3, 5}, {2, 5, 4}}, one([](auto& x) { return at::baddbmm(x[0], x[1], x[2], 1.5, 0.5); })},
+      {"aten::dot", {{5}, {5}}, one([](auto& x) { return at::dot(x[0], x[1]); })},
+      {"aten::mv", {{3, 5}, {5}}, one([](auto& x) { return at::mv(x[0], x[1]); })},
+      {"aten::view", {{3, 4}}, one([](auto& x) { return x[0].view({2, 6}); })},
+      {"aten::view", {{3, 4}}, one([](auto& x) { return x[0].t().reshape({12}); })},
+      {"aten::expand", {{3, 1}}, one([](auto& x) { return x[0].expand({2, 3, 4}); })},
+      {"aten::transpose.int", {{2, 3, 4}}, one([](auto& x) { return x[0].transpose(0, 2); })},
+      {"aten::t", {{3, 4}}, one([](auto& x) { return x[0].t(); })},
+      {"aten::permute", {{2, 3, 4}}, one([](auto& x) { return x[0].permute({2, 0, 1}); })},
+      {"aten::unsqueeze", {{3, 4}}, one([](auto& x) { return x[0].unsqueeze(1); })},
+      {"aten::squeeze.dim", {{3, 1, 4}}, one([](auto& x) { return x[0].squeeze(1); })},
+      {"aten::select.int", {{3, 4}}, one([](auto& x) { return x[0].select(1, 2); })},
+      {"aten::slice.Tensor", {{6, 4}}, one([](auto& x) { return x[0].slice(0, 1, 5, 2); })},
+      {"aten::split.Tensor", {{6, 4}}, [](auto& x) { auto p = x[0].split(2, 0); return std::vector<at::Tensor>(p.begin(), p.end()); }},
+      {"aten::unbind.int", {{3, 4}}, [](auto& x) { auto p = x[0].unbind(1); return std::vector<at::Tensor>(p.begin(), p.end()); }},
+      {"aten::cat", {{2, 4}, {3, 4}}, one([](auto& x) { return at::cat({x[0], x[1]}, 0); })},
+      {"aten::stack", {{2, 4}, {2, 4}}, one([](auto& x) { return at::stack({x[0], x[1]}, 1); })},
+      {"aten::index_select", {{5, 4}}, one([](auto& x) { return x[0].index_select(0, at::tensor({4, 0, 2}, at::kLong)); })},
+      {"aten::_softmax", {{3, 5}}, one([](auto& x) { return at::_softmax(x[0], -1, false); })},
+      {"aten::_safe_softmax", {{3, 5}}, one([](auto& x) { return at::_safe_softmax(x[0], 0); })},
+      {"aten::_log_softmax", {{3, 5}}, one([](auto& x) { return at::log_softmax(x[0], -1); })},
+      {"aten::native_layer_norm", {{3, 8}, {8}, {8}}, one([](auto& x) { return at::layer_norm(x[0], {8}, x[1], x[2]); })},
+      {"aten::native_layer_norm", {{2, 3, 4}}, one([](auto& x) { return at::layer_norm(x[0], {3, 4}); })},
+      {"aten::native_layer_norm", {{3, 8}}, [](auto& x) {
+         auto r = at::native_layer_norm(x[0], {8}, std::nullopt, std::nullopt, 1e-5);
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+       }, nullptr, false, /*ad_outputs=*/1},  // PyTorch gives mean and rstd no forward-AD tangent
+      {"aten::_scaled_dot_product_flash_attention_for_cpu", {{1, 2, 6, 4}, {1, 2, 6, 4}, {1, 2, 6, 4}},
+       sdpa(B::Flash, false, false), sdpa(B::Math, false, false)},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu", {{1, 2, 6, 4}, {1, 2, 9, 4}, {1, 2, 9, 4}},
+       sdpa(B::Flash, true, false), sdpa(B::Math, true, false)},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu", {{2, 2, 6, 4}, {2, 2, 7, 4}, {2, 2, 7, 4}, {6, 7}},
+       sdpa(B::Flash, false, true), sdpa(B::Math, false, true)},
+      {"aten::_safe_softmax", {{1, 2, 6, 4}, {1, 2, 6, 4}, {1, 2, 6, 4}}, sdpa(B::Math, true, false)},
+  };
+  return c;
+}
+
+class JvpRule : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(JvpRule, MatchesForwardAdAndCentralDifferencesInFloat64) {
+  RuleCase rc = cases()[GetParam()];
+  at::manual_seed(static_cast<uint64_t>(GetParam()));
+  std::vector<TraceInput> primals;
+  std::vector<at::Tensor> tangents, values;
+  std::vector<std::optional<at::Tensor>> ref_tangents;
+  for (size_t i = 0; i < rc.shapes.size(); ++i) {
+    at::Tensor v = rc.positive ? at::rand(rc.shapes[i], at::kDouble) + 0.5 : at::randn(rc.shapes[i], at::kDouble);
+    at::Tensor t = at::randn(rc.shapes[i], at::kDouble);
+    primals.push_back({"x" + std::to_string(i), v});
+    values.push_back(v);
+    tangents.push_back(t);
+    ref_tangents.push_back(t);
+  }
+  Linearized lin = linearize(rc.fn, primals);
+  // The rule under test was exercised: the traced graph contained the op.
+  bool seen = false;
+  for (const Node* n : lin.tangent_graph->nodes()) seen |= n->op() == rc.op;
+  Trace t = trace(rc.fn, primals, TraceOptions{false});
+  for (const Node* n : t.graph->nodes()) seen |= n->op() == rc.op;
+  ASSERT_TRUE(seen) << rc.op << " does not appear in the trace";
+
+  std::vector<at::Tensor> got = lin.jvp(tangents);
+  Fn ref_fn = rc.reference ? rc.reference : rc.fn;
+  std::vector<at::Tensor> ad = forward_ad_jvp(ref_fn, values, ref_tangents);
+  // Central differences: (f(x + h·t) − f(x − h·t)) / 2h.
+  const double h = 1e-6;
+  std::vector<at::Tensor> plus, minus;
+  for (size_t i = 0; i < values.size(); ++i) {
+    plus.push_back(values[i] + h * tangents[i]);
+    minus.push_back(values[i] - h * tangents[i]);
+  }
+  auto fp = ref_fn(plus), fm = ref_fn(minus);
+  ASSERT_EQ(got.size(), ad.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    at::Tensor fd = (fp[i] - fm[i]) / (2 * h);
+    if (i < rc.ad_outputs) {
+      EXPECT_LT(test::rel_error(got[i], ad[i]), 1e-10) << rc.op << " output " << i << " vs forward AD";
+    }
+    EXPECT_LT(test::rel_error(got[i], fd), 1e-6) << rc.op << " output " << i << " vs central differences";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, JvpRule, ::testing::Range<size_t>(0, cases().size()), [](const auto& info) {
+  std::string name = cases()[info.param].op.substr(6) + "_" + std::to_string(info.param);
+  for (char& ch : name)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+});
+
+}  // namespace
+}  // namespace jvpc

@@ -1,0 +1,242 @@
+// linearize end to end: the seed's numbers, the 2x rule over a sweep of sizes, every SDPA
+// variant, MLP and transformer block against forward AD, residual accounting, and errors.
+#include "compiler/api/linearize.h"
+#include "compiler/api/reference.h"
+#include "compiler/cost/kernel_watch.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/serialize.h"
+#include "tests/helpers.h"
+
+#include <random>
+#include <unordered_set>
+
+namespace jvpc {
+namespace {
+
+struct Checked {
+  Linearized lin;
+  ErrorStats err;
+};
+
+// Linearizes an example, runs the linear map on random tangents, and compares with forward AD
+// of the untraced callable on the math backend.
+Checked linearize_and_check(const examples::Instance& ex, const LinearizeOptions& opt = {}) {
+  Checked c{linearize(ex.fn(), ex.inputs, opt), {}};
+  std::vector<at::Tensor> tangents;
+  std::vector<std::optional<at::Tensor>> ref(ex.inputs.size());
+  for (const Input* in : c.lin.jvp_fn->arguments()) {
+    at::Tensor t = at::randn(in->value->meta().sizes, at::TensorOptions().dtype(in->value->meta().dtype).device(in->value->meta().device));
+    tangents.push_back(t);
+    for (size_t i = 0; i < ex.inputs.size(); ++i)
+      if ("d" + ex.inputs[i].name == in->name) ref[i] = t;
+  }
+  auto got = c.lin.jvp(tangents);
+  auto want = forward_ad_jvp(ex.make_fn(examples::Backend::Math), test::values_of(ex.inputs), ref);
+  c.err = compare(got, want);
+  return c;
+}
+
+int64_t matmul_kernels(const GraphCost& c) {
+  int64_t n = 0;
+  for (const char* op : {"aten::bmm", "aten::baddbmm", "aten::mm", "aten::addmm"})
+    if (c.ops.count(op)) n += c.ops.at(op);
+  return n;
+}
+
+TEST(Linearize, SeedSdpaReachesTheFourBmmFloorAndOneForward) {
+  auto ex = test::make_example({"sdpa"});
+  Checked c = linearize_and_check(ex);
+  const CompileReport& r = c.lin.report;
+  EXPECT_EQ(r.forward.matmul_flops, 20971520);
+  EXPECT_EQ(r.tangent.matmul_flops, 41943040);  // PyTorch's first jvp_fn call: 62,914,560
+  EXPECT_EQ(r.linearize_matmul_flops, 20971520);  // PyTorch's linearize: 83,886,080
+  EXPECT_EQ(matmul_kernels(r.tangent), 4);
+  EXPECT_LT(c.err.rel_error, 1e-5);
+}
+
+TEST(Linearize, EveryPassHasACostRow) {
+  auto ex = test::make_example({"sdpa"});
+  Linearized lin = linearize(ex.fn(), ex.inputs);
+  ASSERT_GE(lin.report.passes.size(), 3u);
+  EXPECT_EQ(lin.report.passes.front().pass, "trace");
+  EXPECT_EQ(lin.report.passes[1].pass, "jvp");
+  EXPECT_EQ(lin.report.passes.front().cost.matmul_flops, 20971520);
+  EXPECT_EQ(lin.report.passes.back().cost.matmul_flops, 41943040);
+}
+
+TEST(Linearize, TangentMatmulFlopsAreTwiceTheForwardOnARandomSweep) {
+  std::mt19937 rng(7);
+  auto pick = [&](std::vector<int64_t> v) { return v[rng() % v.size()]; };
+  for (int i = 0; i < 8; ++i) {
+    int64_t hd = pick({8, 16, 32}), heads = pick({1, 2, 3}), seq = pick({5, 16, 33}), kv = pick({5, 16, 40});
+    std::vector<std::string> cfg = {"sdpa", "--bsz", std::to_string(pick({1, 2})), "--head-dim", std::to_string(hd),
+                                    "--model-dim", std::to_string(hd * heads), "--seq-len", std::to_string(seq),
+                                    "--kv-seq-len", std::to_string(kv)};
+    int variant = static_cast<int>(rng() % 3);
+    if (variant == 1) cfg.insert(cfg.end(), {"--mask", "bool"});
+    if (variant == 2) cfg.insert(cfg.end(), {"--mask", "float"});
+    if (rng() % 2) cfg.insert(cfg.end(), {"--dtype", "float64"});
+    auto ex = test::make_example(cfg);
+    Checked c = linearize_and_check(ex);
+    SCOPED_TRACE(test::config_name(cfg));
+    EXPECT_EQ(c.lin.report.tangent.matmul_flops, 2 * c.lin.report.forward.matmul_flops);
+    EXPECT_EQ(c.lin.report.linearize_matmul_flops, c.lin.report.forward.matmul_flops);
+    EXPECT_LT(c.err.rel_error, tolerance_for(ex.dtype));
+  }
+}
+
+TEST(Linearize, FusedBackendsAddOneQkTransposeToLinearize) {
+  auto ex = test::make_example({"sdpa", "--backend", "flash"});
+  Checked c = linearize_and_check(ex);
+  int64_t qk = 2 * 5 * 128 * 128 * 64;
+  EXPECT_EQ(c.lin.report.linearize_matmul_flops, c.lin.report.forward.matmul_flops + qk);
+  EXPECT_EQ(c.lin.report.tangent.matmul_flops, 41943040);
+  EXPECT_LT(c.err.rel_error, 1e-5);
+}
+
+class WholeGraph : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(WholeGraph, MatchesForwardAdInFloat32AndFloat64) {
+  for (const char* dtype : {"float32", "float64"}) {
+    auto ex = test::make_example(GetParam(), {"--dtype", dtype});
+    Checked c = linearize_and_check(ex);
+    EXPECT_LT(c.err.rel_error, tolerance_for(ex.dtype)) << test::config_name(GetParam()) << " " << dtype;
+    EXPECT_EQ(c.lin.report.tangent.matmul_flops, 2 * c.lin.report.forward.matmul_flops) << dtype;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, WholeGraph, ::testing::ValuesIn(test::example_configs()),
+                         [](const auto& info) { return "config" + std::to_string(info.index); });
+
+TEST(Linearize, EveryResidualIsReadAndResidualBytesAreTheirSum) {
+  for (auto cfg : test::example_configs()) {
+    auto ex = test::make_example(cfg);
+    Linearized lin = linearize(ex.fn(), ex.inputs);
+    std::unordered_set<const void*> storages;
+    int64_t owned = 0, aliased = 0;
+    for (const Input& in : lin.tangent_graph->inputs()) {
+      if (in.role != Role::Constant) continue;
+      EXPECT_TRUE(in.value->has_uses()) << test::config_name(cfg) << ": residual " << in.name << " is never read";
+      if (!storages.insert(in.data.storage().unsafeGetStorageImpl()).second) continue;
+      (in.aliases.empty() ? owned : aliased) += static_cast<int64_t>(in.data.storage().nbytes());
+    }
+    EXPECT_EQ(lin.report.tangent.residual_bytes, owned) << test::config_name(cfg);
+    EXPECT_EQ(lin.report.tangent.aliased_input_bytes, aliased) << test::config_name(cfg);
+  }
+}
+
+TEST(Linearize, ResidualsOfTheSeedAreTheScaledOperandsTheProbabilitiesAndV) {
+  auto ex = test::make_example({"sdpa"});
+  Linearized lin = linearize(ex.fn(), ex.inputs);
+  EXPECT_EQ(lin.report.tangent.residual_bytes, 2 * 163840 + 327680);  // q·s, k·s, softmax
+  EXPECT_EQ(lin.report.tangent.aliased_input_bytes, 163840);          // v, held by the caller
+}
+
+TEST(Linearize, JvpCallsCopyNoTangent) {
+  auto ex = test::make_example({"sdpa"});
+  Linearized lin = linearize(ex.fn(), ex.inputs);
+  std::vector<at::Tensor> tangents;
+  for (const Input* in : lin.jvp_fn->arguments()) tangents.push_back(at::randn(in->value->meta().sizes));
+  KernelWatch watch;
+  lin.jvp(tangents);
+  for (const auto& k : watch.kernels())
+    for (const char* copy : {"aten::clone", "aten::copy_", "aten::_to_copy", "aten::contiguous"}) EXPECT_NE(k, copy);
+  EXPECT_EQ(watch.matmul_flops(), 41943040);
+}
+
+TEST(Linearize, WrtChoosesTheDifferentiatedInputs) {
+  auto ex = test::make_example({"sdpa"});
+  LinearizeOptions opt;
+  opt.wrt = {"v"};
+  Checked c = linearize_and_check(ex, opt);
+  EXPECT_EQ(c.lin.tangent_names(), std::vector<std::string>{"dv"});
+  EXPECT_EQ(matmul_kernels(c.lin.report.tangent), 1);  // P·dv
+  EXPECT_LT(c.err.rel_error, 1e-5);
+}
+
+TEST(Linearize, FromAGraphFileGivesTheSameTangentGraph) {
+  auto ex = test::make_example({"sdpa"});
+  Trace t = trace(ex.fn(), ex.inputs, TraceOptions{false});
+  std::string path = ::testing::TempDir() + "jvpc_lin_graph.json";
+  save(*t.graph, path);
+  Linearized from_file = linearize(load(path), test::values_of(ex.inputs));
+  Linearized direct = linearize(ex.fn(), ex.inputs);
+  EXPECT_EQ(to_text(*from_file.tangent_graph).size(), to_text(*direct.tangent_graph).size());
+  EXPECT_EQ(from_file.report.linearize_matmul_flops, 20971520);
+  EXPECT_EQ(from_file.report.tangent.matmul_flops, 41943040);
+  std::vector<at::Tensor> tangents;
+  for (const Input* in : direct.jvp_fn->arguments()) tangents.push_back(at::randn(in->value->meta().sizes));
+  EXPECT_TRUE(from_file.jvp(tangents)[0].allclose(direct.jvp(tangents)[0], 1e-5, 1e-6));
+}
+
+TEST(Linearize, TheTangentGraphSavesAndRunsAlone) {
+  auto ex = test::make_example({"sdpa"});
+  Linearized lin = linearize(ex.fn(), ex.inputs);
+  std::string path = ::testing::TempDir() + "jvpc_tangent.json";
+  save(*lin.tangent_graph, path);
+  Executable alone(load(path));
+  std::vector<at::Tensor> tangents;
+  for (const Input* in : alone.arguments()) tangents.push_back(at::randn(in->value->meta().sizes));
+  EXPECT_TRUE(alone.run(tangents)[0].equal(lin.jvp(tangents)[0]));
+}
+
+void expect_error(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    FAIL() << "no error (expected: " << fragment << ")";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Linearize, WrongTangentsAreErrorsNamingTheTangent) {
+  auto ex = test::make_example({"sdpa"});
+  Linearized lin = linearize(ex.fn(), ex.inputs);
+  at::Tensor ok = at::randn({1, 5, 128, 64});
+  expect_error([&] { lin.jvp({ok, ok}); }, "expected 3 input tensors, got 2");
+  expect_error([&] { lin.jvp({ok, at::randn({1, 5, 128, 32}), ok}); }, "tangent 'dk': expected shape");
+  expect_error([&] { lin.jvp({ok, ok, ok.to(at::kDouble)}); }, "tangent 'dv': expected dtype");
+  expect_error([&] { lin.jvp({at::empty({1, 5, 128, 64}, at::device(at::kMeta)), ok, ok}); }, "tangent 'dq': expected device");
+}
+
+TEST(Linearize, AnOpWithoutARuleIsAnErrorNamingIt) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0].cumsum(0)}; };
+  expect_error([&] { linearize(fn, {{"x", at::randn({4})}}); }, "no JVP rule for aten::cumsum");
+}
+
+TEST(Linearize, RandomOpsAreRejected) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::dropout(x[0], 0.5, true)}; };
+  expect_error([&] { linearize(fn, {{"x", at::randn({4})}}); }, "is random (impure)");
+}
+
+TEST(Linearize, UnknownWrtIsAnError) {
+  auto ex = test::make_example({"sdpa"});
+  LinearizeOptions opt;
+  opt.wrt = {"mask"};
+  expect_error([&] { linearize(ex.fn(), ex.inputs, opt); }, "--wrt: no primal input named 'mask'");
+}
+
+TEST(Linearize, OneShotJvp) {
+  auto ex = test::make_example({"mlp", "--seq-len", "8"});
+  std::vector<at::Tensor> tangents;
+  for (const auto& in : ex.inputs) tangents.push_back(at::randn(in.value.sizes()));
+  JvpResult r = jvp(ex.fn(), ex.inputs, tangents);
+  std::vector<std::optional<at::Tensor>> ref(tangents.begin(), tangents.end());
+  auto want = forward_ad_jvp(ex.fn(), test::values_of(ex.inputs), ref);
+  EXPECT_LT(compare(r.tangents, want).rel_error, 1e-5);
+  EXPECT_TRUE(r.outputs[0].allclose(ex.fn()(test::values_of(ex.inputs))[0]));
+}
+
+TEST(Linearize, CudaMatchesForwardAd) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  for (auto cfg : std::vector<std::vector<std::string>>{{"sdpa"}, {"sdpa", "--causal"}, {"mlp"}, {"block"}}) {
+    std::vector<std::string> flags(cfg.begin() + 1, cfg.end());
+    flags.insert(flags.end(), {"--device", "cuda", "--dtype", "float32"});
+    auto ex = examples::make(cfg[0], flags);
+    Checked c = linearize_and_check(ex);
+    EXPECT_LT(c.err.rel_error, 1e-4) << test::config_name(cfg);
+  }
+}
+
+}  // namespace
+}  // namespace jvpc

@@ -1,0 +1,80 @@
+// The jvp pass on its own, and the pipeline's verification and observers.
+#include "passes/cost_table.h"
+#include "tests/pass_helpers.h"
+
+#include <sstream>
+
+namespace jvpc {
+namespace {
+using test::f32;
+
+TEST(JvpPass, ZeroTangentsEmitNothing) {
+  Graph g;
+  Value* x = g.add_input("x", f32({3, 4}), Role::Primal, true);
+  Value* w = g.add_input("w", f32({4, 5}), Role::Primal, false);
+  Builder b(g);
+  g.add_output(b.call("aten::mm", {x, w}));
+  EXPECT_TRUE(jvp(g));
+  verify(g);
+  EXPECT_EQ(g.outputs().size(), 2u);
+  EXPECT_EQ(test::count_op(g, "aten::mm"), 2);  // the primal and dx·w; no x·dw, no add
+  EXPECT_EQ(test::count_op(g, "aten::add.Tensor"), 0);
+  EXPECT_EQ(g.inputs().back().name, "dx");
+}
+
+TEST(JvpPass, TangentsOfBroadcastOperandsAreExpanded) {
+  Graph g;
+  Value* x = g.add_input("x", f32({3, 4}), Role::Primal, false);
+  Value* bias = g.add_input("bias", f32({4}), Role::Primal, true);
+  Builder b(g);
+  g.add_output(b.call("aten::add.Tensor", {x, bias}));
+  jvp(g);
+  verify(g);
+  EXPECT_EQ(g.outputs()[1]->meta().sizes, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(g.outputs()[1]->producer()->op(), "aten::expand");
+}
+
+TEST(Pipeline, NamesThePassThatBreaksTheGraph) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::exp", {x}));
+  Pipeline p;
+  p.add(make_pass("breaker", [](Graph& gr) {
+    TensorMeta m = gr.outputs()[0]->meta();
+    m.sizes = {5};
+    m.strides = {1};
+    gr.outputs()[0]->set_meta(m);
+    return true;
+  }));
+  try {
+    p.run(g);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("pass 'breaker': ", 0), 0u) << e.what();
+  }
+}
+
+TEST(Pipeline, ObserversSeeEveryPass) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  b.call("aten::neg", {x});
+  g.add_output(b.call("aten::exp", {x}));
+  Pipeline p;
+  p.add(make_pass("dce", [](Graph& gr) { return dce(gr); })).add(make_pass("cse", cse));
+  CostTable table("input");
+  std::ostringstream dumps;
+  IrDump dump({"dce"}, "text", dumps);
+  p.observe(&table).observe(&dump);
+  p.run(g);
+  ASSERT_EQ(table.rows().size(), 3u);
+  EXPECT_EQ(table.rows()[0].cost.nodes, 2);
+  EXPECT_EQ(table.rows()[1].pass, "dce");
+  EXPECT_EQ(table.rows()[1].cost.nodes, 1);
+  EXPECT_NE(dumps.str().find("// IR after pass 'dce'"), std::string::npos);
+  EXPECT_EQ(dumps.str().find("'cse'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace jvpc

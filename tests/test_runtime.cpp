@@ -1,0 +1,116 @@
+// The runtime: results, input checks, constants, threads, and CUDA graphs (on a GPU).
+#include "compiler/api/linearize.h"
+#include "compiler/ir/builder.h"
+#include "compiler/trace/tracer.h"
+#include "runtime/executable.h"
+#include "tests/helpers.h"
+
+#include <thread>
+
+namespace jvpc {
+namespace {
+
+std::shared_ptr<Graph> small_graph() {
+  auto g = std::make_shared<Graph>();
+  Value* x = g->add_input("x", TensorMeta::contiguous({4, 3}, c10::kFloat, c10::kCPU), Role::Primal, true);
+  Value* c = g->add_constant("w", at::randn({3, 2}));
+  Builder b(*g);
+  g->add_output(b.call("aten::mm", {b.call("aten::exp", {x}), c}), "y");
+  return g;
+}
+
+void expect_error(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    FAIL() << "no error (expected: " << fragment << ")";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Runtime, RunsAGraph) {
+  auto g = small_graph();
+  at::Tensor w = g->inputs()[1].data;
+  Executable exe{std::shared_ptr<const Graph>(g)};
+  at::Tensor x = at::randn({4, 3});
+  EXPECT_TRUE(exe.run({x})[0].allclose(at::mm(x.exp(), w)));
+}
+
+TEST(Runtime, ChecksInputsByName) {
+  Executable exe{std::shared_ptr<const Graph>(small_graph())};
+  expect_error([&] { exe.run({}); }, "expected 1 input tensors, got 0");
+  expect_error([&] { exe.run({at::randn({4, 4})}); }, "primal 'x': expected shape f32[4,3] but got f32[4,4]");
+  expect_error([&] { exe.run({at::randn({4, 3}, at::kDouble)}); }, "primal 'x': expected dtype f32[4,3] but got f64[4,3]");
+  expect_error([&] { exe.run({at::empty({4, 3}, at::device(at::kMeta))}); }, "primal 'x': expected device cpu but got meta");
+  expect_error([&] { exe.run({at::Tensor()}); }, "primal 'x' is an undefined tensor");
+}
+
+TEST(Runtime, NonContiguousInputsAreAccepted) {
+  auto g = small_graph();
+  at::Tensor w = g->inputs()[1].data;
+  Executable exe{std::shared_ptr<const Graph>(g)};
+  at::Tensor x = at::randn({3, 4}).t();
+  EXPECT_TRUE(exe.run({x})[0].allclose(at::mm(x.exp(), w)));
+}
+
+TEST(Runtime, ConstantsCanBeRebound) {
+  auto g = small_graph();
+  g->inputs()[1].data = at::Tensor();
+  Executable exe{std::shared_ptr<const Graph>(g)};
+  at::Tensor x = at::randn({4, 3});
+  expect_error([&] { exe.run({x}); }, "constant 'w' is not bound");
+  expect_error([&] { exe.bind("w", at::ones({2, 3})); }, "constant 'w': expected f32[3,2]");
+  expect_error([&] { exe.bind("nope", at::ones({3, 2})); }, "no constant named 'nope'");
+  exe.bind("w", at::ones({3, 2}));
+  EXPECT_TRUE(exe.run({x})[0].allclose(at::mm(x.exp(), at::ones({3, 2}))));
+}
+
+TEST(Runtime, KernelErrorsNameTheNode) {
+  // A graph that verifies but whose kernel rejects its input values at run time.
+  auto g = std::make_shared<Graph>();
+  Value* x = g->add_input("x", TensorMeta::contiguous({4}, c10::kLong, c10::kCPU), Role::Primal);
+  Value* t = g->add_constant("t", at::randn({3}));
+  Builder b(*g);
+  g->add_output(b.call("aten::index_select", {t, 0, x}));
+  Executable exe{std::shared_ptr<const Graph>(g)};
+  expect_error([&] { exe.run({at::full({4}, 7, at::kLong)}); }, "node aten::index_select");
+}
+
+TEST(Runtime, ConcurrentCallsOnCpuAgree) {
+  auto ex = test::make_example({"sdpa", "--seq-len", "32"});
+  auto lin = linearize(ex.fn(), ex.inputs);
+  std::vector<at::Tensor> tangents;
+  for (const Input* in : lin.jvp_fn->arguments()) tangents.push_back(at::randn(in->value->meta().sizes));
+  at::Tensor want = lin.jvp(tangents)[0];
+  std::vector<at::Tensor> got(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { got[i] = lin.jvp(tangents)[0]; });
+  for (auto& t : threads) t.join();
+  for (const auto& g : got) EXPECT_TRUE(g.equal(want));
+}
+
+TEST(Runtime, CudaGraphReplaysTheSeedTangentGraph) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  auto ex = examples::make("sdpa", {"--device", "cuda"});
+  LinearizeOptions opt;
+  auto lin = linearize(ex.fn(), ex.inputs, opt);
+  ASSERT_TRUE(lin.jvp_fn->cuda_graph_enabled());
+  Executable plain(lin.tangent_graph, ExecutableOptions{false, false});
+  std::vector<at::Tensor> tangents;
+  for (const Input* in : lin.jvp_fn->arguments())
+    tangents.push_back(at::randn(in->value->meta().sizes, at::device(at::kCUDA).dtype(in->value->meta().dtype)));
+  at::Tensor first = lin.jvp(tangents)[0];
+  EXPECT_TRUE(lin.jvp_fn->replaying_cuda_graph());
+  for (auto& t : tangents) t.normal_();
+  at::Tensor replayed = lin.jvp(tangents)[0];
+  at::Tensor expected = plain.run(tangents)[0];
+  EXPECT_TRUE(replayed.allclose(expected, 1e-3, 1e-3));
+  EXPECT_FALSE(replayed.allclose(first));
+  // Writing into the captured buffers skips the input copies.
+  auto buffers = lin.jvp_fn->input_buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(tangents[i]);
+  EXPECT_TRUE(lin.jvp(buffers)[0].allclose(expected, 1e-3, 1e-3));
+}
+
+}  // namespace
+}  // namespace jvpc

@@ -1,0 +1,64 @@
+// scale-to-residual and fuse-matmul-add.
+#include "tests/pass_helpers.h"
+
+namespace jvpc {
+namespace {
+using test::f32;
+
+TEST(ScaleToResidual, MovesTheTangentScaleOntoThePrimalOperand) {
+  Graph g;
+  Value* k = g.add_input("k", f32({5, 64, 128}), Role::Primal, true);
+  Value* dq = g.add_input("dq", f32({1, 5, 128, 64}), Role::Tangent);
+  Builder b(g);
+  Value* s = b.call("aten::mul.Scalar", {dq, 0.125});
+  Value* v = b.call("aten::view", {s, std::vector<int64_t>{5, 128, 64}});
+  g.add_output(b.call("aten::bmm", {v, k}));
+  EXPECT_TRUE(scale_to_residual(g));
+  verify(g);
+  // Now: bmm(view(dq), mul(k, 0.125)); the multiplication reads only the primal k.
+  const Node* bmm = g.nodes().back();
+  ASSERT_EQ(bmm->op(), "aten::bmm") << to_text(g);
+  EXPECT_EQ(bmm->input(0)->producer()->op(), "aten::view");
+  EXPECT_EQ(bmm->input(0)->producer()->input(0), dq);
+  EXPECT_EQ(bmm->input(1)->producer()->op(), "aten::mul.Scalar");
+  EXPECT_EQ(bmm->input(1)->producer()->input(0), k);
+  EXPECT_EQ(test::count_op(g, "aten::mul.Scalar"), 1);
+}
+
+TEST(ScaleToResidual, LeavesScalesOfTwoTangentOperandsAlone) {
+  Graph g;
+  Value* da = g.add_input("da", f32({3, 4}), Role::Tangent);
+  Value* db = g.add_input("db", f32({4, 5}), Role::Tangent);
+  Builder b(g);
+  g.add_output(b.call("aten::mm", {b.call("aten::mul.Scalar", {da, 2.0}), db}));
+  EXPECT_FALSE(scale_to_residual(g));
+}
+
+TEST(FuseMatmulAdd, SumOfTwoBmmsBecomesBaddbmm) {
+  Graph g;
+  Value* a = g.add_input("a", f32({2, 3, 4}), Role::Primal);
+  Value* c = g.add_input("c", f32({2, 4, 5}), Role::Primal);
+  Builder b(g);
+  Value* p = b.call("aten::bmm", {a, c});
+  Value* q = b.call("aten::bmm", {a, c});
+  g.add_output(b.call("aten::add.Tensor", {p, q}));
+  EXPECT_TRUE(fuse_matmul_add(g));
+  verify(g);
+  EXPECT_EQ(test::count_op(g, "aten::baddbmm"), 1);
+  EXPECT_EQ(test::count_op(g, "aten::bmm"), 1);
+  EXPECT_EQ(test::count_op(g, "aten::add.Tensor"), 0);
+}
+
+TEST(FuseMatmulAdd, KeepsProductsOthersRead) {
+  Graph g;
+  Value* a = g.add_input("a", f32({3, 4}), Role::Primal);
+  Value* c = g.add_input("c", f32({4, 3}), Role::Primal);
+  Builder b(g);
+  Value* p = b.call("aten::mm", {a, c});
+  g.add_output(b.call("aten::add.Tensor", {p, p}));
+  g.add_output(p);
+  EXPECT_FALSE(fuse_matmul_add(g));
+}
+
+}  // namespace
+}  // namespace jvpc

@@ -1,0 +1,204 @@
+// JSON and safetensors: every example round-trips; every kind of bad file is rejected with a
+// message that says what and where.
+#include "compiler/ir/printer.h"
+#include "compiler/ir/serialize.h"
+#include "compiler/trace/tracer.h"
+#include "tests/helpers.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+namespace jvpc {
+namespace {
+
+using nlohmann::json;
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "jvpc_" + name; }
+
+class RoundTrip : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(RoundTrip, JsonAndFilesGiveTheSameGraph) {
+  auto ex = test::make_example(GetParam());
+  Trace t = trace(ex.fn(), ex.inputs, TraceOptions{false});
+  json j = to_json(*t.graph);
+  auto back = from_json(j);
+  EXPECT_EQ(to_json(*back), j);
+  EXPECT_EQ(to_text(*back), to_text(*t.graph));
+  std::string path = temp_path(ex.name + ".json");
+  save(*t.graph, path);
+  auto loaded = load(path);
+  EXPECT_EQ(to_text(*loaded), to_text(*t.graph));
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, RoundTrip, ::testing::ValuesIn(test::example_configs()),
+                         [](const auto& info) { return "config" + std::to_string(info.index); });
+
+// A small graph with a captured constant, saved to disk.
+struct Saved {
+  std::string path;
+  json j;
+};
+Saved save_small(const std::string& name) {
+  at::Tensor c = at::arange(6, at::kFloat).view({2, 3});
+  Trace t = trace([c](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] * c + 1}; },
+                  {{"x", at::ones({2, 3})}});
+  Saved s{temp_path(name + ".json"), to_json(*t.graph)};
+  save(*t.graph, s.path);
+  std::ifstream f(s.path);
+  s.j = json::parse(f);
+  return s;
+}
+
+void expect_load_error(const std::string& text, const std::string& fragment) {
+  try {
+    parse_graph(text);
+    FAIL() << "accepted: " << text.substr(0, 200);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "multi-line error: " << e.what();
+  }
+}
+
+TEST(Serialize, ConstantsRoundTripThroughSafetensors) {
+  Saved s = save_small("const");
+  auto g = load(s.path);
+  ASSERT_EQ(g->inputs().size(), 2u);
+  EXPECT_TRUE(g->inputs()[1].data.equal(at::arange(6, at::kFloat).view({2, 3})));
+}
+
+TEST(Serialize, RejectsInvalidJson) { expect_load_error("{\"schema_version\": 1, \"nodes\": [", "invalid JSON at byte"); }
+
+TEST(Serialize, RejectsDeepNesting) { expect_load_error(std::string(100, '[') + std::string(100, ']'), "nesting"); }
+
+TEST(Serialize, RejectsMissingSchemaVersion) {
+  json j = save_small("nover").j;
+  j.erase("schema_version");
+  expect_load_error(j.dump(), "missing \"schema_version\"");
+}
+
+TEST(Serialize, RejectsWrongSchemaVersion) {
+  json j = save_small("badver").j;
+  j["schema_version"] = 99;
+  expect_load_error(j.dump(), "schema_version 99 is not supported");
+}
+
+TEST(Serialize, RejectsUnknownOp) {
+  json j = save_small("unknownop").j;
+  j["nodes"][0]["op"] = "aten::frobnicate";
+  expect_load_error(j.dump(), "$.nodes[0].op: unknown op 'aten::frobnicate'");
+}
+
+TEST(Serialize, RejectsWrongArgumentCount) {
+  json j = save_small("argcount").j;
+  j["nodes"][0]["args"].push_back({{"int", 1}});
+  expect_load_error(j.dump(), "$.nodes[0].args: aten::mul.Tensor takes 2 arguments, got 3");
+}
+
+TEST(Serialize, RejectsWrongArgumentType) {
+  json j = save_small("argtype").j;
+  j["nodes"][0]["args"][1] = {{"str", "x"}};
+  expect_load_error(j.dump(), "$.nodes[0].args[1]: argument 'other'");
+}
+
+TEST(Serialize, RejectsMalformedArgument) {
+  json j = save_small("argform").j;
+  j["nodes"][0]["args"][1] = {{"int", "seven"}};
+  expect_load_error(j.dump(), "$.nodes[0].args[1].int: expected an integer");
+}
+
+TEST(Serialize, RejectsDanglingIds) {
+  json j = save_small("dangling").j;
+  j["nodes"][0]["args"][0] = {{"tensor", 77}};
+  expect_load_error(j.dump(), "value %77 is not defined anywhere");
+}
+
+TEST(Serialize, RejectsDuplicateIds) {
+  json j = save_small("dup").j;
+  j["nodes"][1]["outputs"][0]["id"] = j["nodes"][0]["outputs"][0]["id"];
+  expect_load_error(j.dump(), "is defined twice");
+}
+
+TEST(Serialize, RejectsCycles) {
+  json j = save_small("cycle").j;
+  // node 0 reads node 1's output, which reads node 0's: a cycle.
+  j["nodes"][0]["args"][0] = {{"tensor", j["nodes"][1]["outputs"][0]["id"]}};
+  expect_load_error(j.dump(), "used before it is defined");
+}
+
+TEST(Serialize, RejectsShapesInconsistentWithTheOp) {
+  json j = save_small("shape").j;
+  j["nodes"][0]["outputs"][0]["meta"]["sizes"] = {3, 2};
+  expect_load_error(j.dump(), "is declared f32[3,2] but aten::mul.Tensor produces f32[2,3]");
+}
+
+TEST(Serialize, RejectsElementCountOverflow) {
+  json j = save_small("overflow").j;
+  j["inputs"][0]["meta"]["sizes"] = {4294967296LL, 4294967296LL};
+  j["inputs"][0]["meta"]["strides"] = {4294967296LL, 1};
+  expect_load_error(j.dump(), "overflows 64 bits");
+}
+
+TEST(Serialize, AbsurdSizesAreNotAllocated) {
+  // 10^15 elements: the loader checks shapes on Meta tensors and never allocates them.
+  json j = save_small("huge").j;
+  for (auto* v : {&j["inputs"][0]["meta"], &j["nodes"][0]["outputs"][0]["meta"], &j["nodes"][1]["outputs"][0]["meta"]}) {
+    (*v)["sizes"] = {1000000000000000LL};
+    (*v)["strides"] = {1};
+  }
+  j["inputs"][1]["meta"]["sizes"] = {1};
+  j["inputs"][1]["meta"]["strides"] = {1};
+  j["inputs"][1]["stored"] = false;
+  auto g = from_json(j);
+  EXPECT_EQ(g->inputs()[0].value->meta().numel(), 1000000000000000LL);
+}
+
+TEST(Serialize, RejectsMissingConstantsFile) {
+  Saved s = save_small("nofile");
+  std::remove(constants_path_for(s.path).c_str());
+  try {
+    load(s.path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read constants file"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Serialize, RejectsMismatchedConstants) {
+  Saved s = save_small("mismatch");
+  write_safetensors(constants_path_for(s.path), {{"c0", at::ones({3, 2}, at::kDouble)}});
+  try {
+    load(s.path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("constant 'c0' is f64[3,2] but the graph declares f32[2,3]"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Serialize, RejectsTruncatedConstantsFile) {
+  Saved s = save_small("truncated");
+  std::string cpath = constants_path_for(s.path);
+  std::ifstream in(cpath, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(cpath, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 5);
+  try {
+    load(s.path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data_offsets out of range"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Serialize, RejectsMissingGraphFile) {
+  try {
+    load(temp_path("does_not_exist.json"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read graph file"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace jvpc

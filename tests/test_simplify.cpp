@@ -1,0 +1,67 @@
+// simplify-views and simplify-arith.
+#include "tests/pass_helpers.h"
+
+namespace jvpc {
+namespace {
+using test::f32;
+
+TEST(SimplifyViews, RemovesIdentityExpandAndCollapsesViewChains) {
+  Graph g;
+  Value* x = g.add_input("x", f32({1, 5, 128, 64}), Role::Primal);
+  Builder b(g);
+  Value* e = b.call("aten::expand", {x, std::vector<int64_t>{1, 5, 128, 64}});
+  Value* v = b.call("aten::view", {e, std::vector<int64_t>{5, 128, 64}});
+  Value* w = b.call("aten::view", {v, std::vector<int64_t>{640, 64}});
+  g.add_output(w);
+  EXPECT_TRUE(simplify_views(g));
+  ASSERT_EQ(g.num_nodes(), 1u) << to_text(g);
+  EXPECT_EQ(g.nodes()[0]->op(), "aten::view");
+  EXPECT_EQ(g.nodes()[0]->input(0), x);
+  EXPECT_FALSE(simplify_views(g));
+  verify(g);
+}
+
+TEST(SimplifyViews, DoubleTransposeIsTheIdentity) {
+  Graph g;
+  Value* x = g.add_input("x", f32({2, 3, 4}), Role::Primal);
+  Builder b(g);
+  Value* t = b.call("aten::transpose.int", {b.call("aten::transpose.int", {x, -1, 0}), 0, 2});
+  g.add_output(b.call("aten::exp", {t}));
+  EXPECT_TRUE(simplify_views(g));
+  EXPECT_EQ(g.nodes().back()->input(0), x);
+}
+
+TEST(SimplifyViews, KeepsRealReshapes) {
+  Graph g;
+  Value* x = g.add_input("x", f32({2, 3}), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::expand", {x, std::vector<int64_t>{4, 2, 3}}));
+  g.add_output(b.call("aten::clone", {b.call("aten::t", {x})}));  // a copy of a non-contiguous view
+  EXPECT_FALSE(simplify_views(g));
+  EXPECT_EQ(g.num_nodes(), 3u);
+}
+
+TEST(SimplifyArith, RemovesMultiplicationByOneAndMergesScales) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  Value* a = b.call("aten::mul.Scalar", {x, 1.0});
+  Value* c = b.call("aten::mul.Scalar", {b.call("aten::mul.Scalar", {a, 0.5}), 4.0});
+  g.add_output(c);
+  EXPECT_TRUE(simplify_arith(g));
+  ASSERT_EQ(g.num_nodes(), 1u) << to_text(g);
+  EXPECT_EQ(g.nodes()[0]->input(0), x);
+  EXPECT_EQ(g.nodes()[0]->arg(1).value.toDouble(), 2.0);
+  verify(g);
+}
+
+TEST(SimplifyArith, KeepsPromotingMultiplications) {
+  Graph g;
+  Value* x = g.add_input("x", TensorMeta::contiguous({4}, c10::kLong, c10::kCPU), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::mul.Scalar", {x, 1.0}));  // long * 1.0 is float
+  EXPECT_FALSE(simplify_arith(g));
+}
+
+}  // namespace
+}  // namespace jvpc

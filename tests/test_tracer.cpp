@@ -1,0 +1,231 @@
+// The tracer: kernel-level graphs, the same ops LibTorch's profiler sees, functionalised
+// in-place ops, impure ops, fused kernels, and unchanged results.
+#include "compiler/ir/printer.h"
+#include "compiler/trace/tracer.h"
+#include "runtime/executable.h"
+#include "tests/helpers.h"
+#include "tests/profiler.h"
+
+namespace jvpc {
+namespace {
+
+std::vector<const Node*> nodes_of(const Graph& g, const std::string& op) {
+  std::vector<const Node*> out;
+  for (const Node* n : g.nodes())
+    if (n->op() == op) out.push_back(n);
+  return out;
+}
+
+bool contains(const std::string& s, const std::string& frag) { return s.find(frag) != std::string::npos; }
+
+TEST(Tracer, SeedSdpaHasExactlyTwoBmmsOfTheExpectedShapes) {
+  auto ex = test::make_example({"sdpa"});
+  Trace t = trace(ex.fn(), ex.inputs);
+  auto bmms = nodes_of(*t.graph, "aten::bmm");
+  ASSERT_EQ(bmms.size(), 2u) << to_text(*t.graph);
+  EXPECT_EQ(bmms[0]->input(0)->meta().sizes, (std::vector<int64_t>{5, 128, 64}));
+  EXPECT_EQ(bmms[0]->input(1)->meta().sizes, (std::vector<int64_t>{5, 64, 128}));
+  EXPECT_EQ(bmms[1]->input(0)->meta().sizes, (std::vector<int64_t>{5, 128, 128}));
+  EXPECT_EQ(bmms[1]->input(1)->meta().sizes, (std::vector<int64_t>{5, 128, 64}));
+  EXPECT_EQ(nodes_of(*t.graph, "aten::_safe_softmax").size(), 1u);
+  EXPECT_EQ(nodes_of(*t.graph, "aten::scaled_dot_product_attention").size(), 0u);
+  EXPECT_GE(nodes_of(*t.graph, "aten::transpose.int").size(), 1u);
+  EXPECT_EQ(nodes_of(*t.graph, "aten::mul.Scalar").size(), 2u);  // sqrt(scale) on q and on kᵀ
+}
+
+// Arbitrary callables, not only the examples: the tracer's op list equals the kernel-level ops
+// LibTorch's profiler records for the same callable run eagerly.
+struct Callable {
+  const char* name;
+  TensorFn fn;
+  std::vector<std::vector<int64_t>> shapes;
+};
+
+std::vector<Callable> callables() {
+  return {
+      {"matmul_softmax", [](const std::vector<at::Tensor>& x) {
+         return std::vector<at::Tensor>{at::matmul(at::softmax(at::matmul(x[0], x[1].transpose(-2, -1)), -1), x[1])};
+       }, {{2, 3, 8, 4}, {2, 3, 8, 4}}},
+      {"linear_gelu_norm", [](const std::vector<at::Tensor>& x) {
+         return std::vector<at::Tensor>{at::layer_norm(at::gelu(at::linear(x[0], x[1], x[2])), {6})};
+       }, {{4, 5}, {6, 5}, {6}}},
+      {"reshape_cat_sum", [](const std::vector<at::Tensor>& x) {
+         auto y = at::cat({x[0].reshape({6, 2}), x[1].t()}, 0);
+         return std::vector<at::Tensor>{y.sum(1), y.mean(), at::tanh(y).pow(2)};
+       }, {{3, 4}, {2, 5}}},
+      {"views_and_selects", [](const std::vector<at::Tensor>& x) {
+         auto parts = x[0].chunk(2, -1);
+         return std::vector<at::Tensor>{parts[0] * parts[1].exp(), x[0].select(0, 1).unsqueeze(0).expand({3, 8})};
+       }, {{4, 8}}},
+      {"masked_math", [](const std::vector<at::Tensor>& x) {
+         auto m = x[0] > 0;
+         return std::vector<at::Tensor>{at::where(m, x[0], x[1]).masked_fill(m.logical_not(), 0.5).sigmoid()};
+       }, {{5, 5}, {5, 5}}},
+      {"sdpa_causal_gqa", [](const std::vector<at::Tensor>& x) {
+         at::globalContext().setSDPUseFlash(false);
+         auto o = at::scaled_dot_product_attention(x[0], x[1], x[2], std::nullopt, 0.0, true, std::nullopt, true);
+         at::globalContext().setSDPUseFlash(true);
+         return std::vector<at::Tensor>{o};
+       }, {{1, 4, 16, 8}, {1, 2, 16, 8}, {1, 2, 16, 8}}},
+  };
+}
+
+class TracerMatchesProfiler : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(TracerMatchesProfiler, SameKernelsInTheSameOrder) {
+  Callable c = callables()[GetParam()];
+  std::vector<TraceInput> inputs;
+  for (size_t i = 0; i < c.shapes.size(); ++i) inputs.push_back({"x" + std::to_string(i), at::randn(c.shapes[i])});
+  Trace t = trace(c.fn, inputs, TraceOptions{false});
+  auto profiled = test::profile_kernels([&] { c.fn(test::values_of(inputs)); });
+  std::vector<std::string> expected;
+  for (const auto& k : profiled) expected.push_back(k.op);
+  // Where int and float scalars make two overloads fit the profiler's record (mul.Scalar and
+  // mul.Tensor with a wrapped number), compare names without the overload.
+  ASSERT_EQ(t.kernels.size(), expected.size()) << c.name << "\n" << ::testing::PrintToString(t.kernels) << "\n"
+                                               << ::testing::PrintToString(expected);
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_EQ(split_op_name(t.kernels[i]).first, split_op_name(expected[i]).first) << c.name << " kernel " << i;
+  EXPECT_GT(t.graph->num_nodes(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Callables, TracerMatchesProfiler, ::testing::Range<size_t>(0, 6),
+                         [](const auto& info) { return std::string(callables()[info.param].name); });
+
+TEST(Tracer, InPlaceOpsOnIntermediatesBecomeFunctional) {
+  auto fn = [](const std::vector<at::Tensor>& x) {
+    at::Tensor y = x[0] * 2;
+    y.add_(1);
+    y.mul_(x[0]);
+    return std::vector<at::Tensor>{y};
+  };
+  at::Tensor x = at::randn({3, 3});
+  Trace t = trace(fn, {{"x", x}});
+  for (const Node* n : t.graph->nodes()) EXPECT_NE(n->op().find("_."), n->op().size() - 2) << n->op();
+  EXPECT_EQ(nodes_of(*t.graph, "aten::add.Scalar").size(), 1u);
+  EXPECT_EQ(nodes_of(*t.graph, "aten::mul.Tensor").size(), 1u);
+  Executable exe(std::move(t.graph));
+  EXPECT_TRUE(exe.run({x})[0].allclose(fn({x})[0]));
+}
+
+TEST(Tracer, MaskedSdpaRecordsTheOutOfPlaceAdd) {
+  auto ex = test::make_example({"sdpa", "--mask", "bool"});
+  Trace t = trace(ex.fn(), ex.inputs);
+  EXPECT_EQ(nodes_of(*t.graph, "aten::add_.Tensor").size(), 0u);
+  EXPECT_EQ(nodes_of(*t.graph, "aten::add.Tensor").size(), 1u);
+  EXPECT_TRUE(contains(std::string(t.kernels.begin()->c_str()), "aten::"));
+  EXPECT_NE(std::find(t.kernels.begin(), t.kernels.end(), "aten::add_.Tensor"), t.kernels.end());
+}
+
+TEST(Tracer, WritingToAnInputIsAnErrorNamingTheOp) {
+  auto fn = [](const std::vector<at::Tensor>& x) {
+    x[0].add_(1);
+    return std::vector<at::Tensor>{x[0] * 2};
+  };
+  try {
+    trace(fn, {{"x", at::randn({3})}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "aten::add_.Scalar writes in place to an input")) << e.what();
+  }
+}
+
+TEST(Tracer, ReadingAStaleViewIsAnError) {
+  auto fn = [](const std::vector<at::Tensor>& x) {
+    at::Tensor y = x[0] * 2;
+    at::Tensor v = y.view({-1});
+    v.add_(1);  // writes y's storage through v
+    return std::vector<at::Tensor>{y + 1};
+  };
+  try {
+    trace(fn, {{"x", at::randn({2, 2})}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "in-place")) << e.what();
+  }
+}
+
+TEST(Tracer, OutVariantsAreRejectedByName) {
+  auto fn = [](const std::vector<at::Tensor>& x) {
+    at::Tensor out = at::empty_like(x[0]);
+    at::add_out(out, x[0], x[0]);
+    return std::vector<at::Tensor>{out};
+  };
+  try {
+    trace(fn, {{"x", at::randn({3})}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "aten::add.out writes to its argument 'out'")) << e.what();
+  }
+}
+
+TEST(Tracer, RandomOpsAreImpureAndZeroDropoutIsNot) {
+  auto fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{x[0] + at::rand({4}), std::get<0>(at::native_dropout(x[0], 0.0, true))};
+  };
+  Trace t = trace(fn, {{"x", at::randn({4})}});
+  auto rand = nodes_of(*t.graph, "aten::rand");
+  ASSERT_EQ(rand.size(), 1u);
+  EXPECT_TRUE(rand[0]->impure());
+  auto drop = nodes_of(*t.graph, "aten::native_dropout");
+  ASSERT_EQ(drop.size(), 1u);
+  EXPECT_FALSE(drop[0]->impure());
+}
+
+TEST(Tracer, FusedAttentionIsOneNodeWithItsOutputs) {
+  auto ex = test::make_example({"sdpa", "--backend", "flash"});
+  Trace t = trace(ex.fn(), ex.inputs);
+  auto fused = nodes_of(*t.graph, "aten::_scaled_dot_product_flash_attention_for_cpu");
+  ASSERT_EQ(fused.size(), 1u) << to_text(*t.graph);
+  EXPECT_EQ(fused[0]->outputs().size(), 2u);  // output and logsumexp
+  EXPECT_EQ(fused[0]->output(1)->meta().sizes, (std::vector<int64_t>{1, 5, 128}));
+  EXPECT_EQ(nodes_of(*t.graph, "aten::bmm").size(), 0u);
+}
+
+TEST(Tracer, MultipleOutputsViewsAndNestedCallables) {
+  TensorFn inner = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0].t(), x[0].exp()}; };
+  TensorFn outer = [inner](const std::vector<at::Tensor>& x) {
+    auto a = inner(x);
+    auto parts = a[1].split(2, 0);
+    return std::vector<at::Tensor>{a[0], parts[0], parts[1] * 3, x[0]};
+  };
+  at::Tensor x = at::randn({4, 3});
+  Trace t = trace(outer, {{"x", x}});
+  EXPECT_EQ(t.graph->outputs().size(), 4u);
+  EXPECT_EQ(t.graph->outputs()[3], t.graph->inputs()[0].value);  // returning an input
+  auto split = nodes_of(*t.graph, "aten::split.Tensor");
+  ASSERT_EQ(split.size(), 1u);
+  EXPECT_EQ(split[0]->outputs().size(), 2u);
+  Executable exe(std::move(t.graph));
+  auto got = exe.run({x});
+  auto want = outer({x});
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << i;
+}
+
+TEST(Tracer, CapturedTensorsBecomeConstants) {
+  at::Tensor w = at::randn({3, 3});
+  Trace t = trace([w](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::mm(x[0], w)}; },
+                  {{"x", at::randn({2, 3})}});
+  ASSERT_EQ(t.graph->inputs().size(), 2u);
+  EXPECT_EQ(t.graph->inputs()[1].role, Role::Constant);
+  EXPECT_TRUE(t.graph->inputs()[1].data.equal(w));
+}
+
+class TracingChangesNothing : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(TracingChangesNothing, TracedRunAndGraphRunEqualEager) {
+  auto ex = test::make_example(GetParam());
+  auto eager = ex.fn()(test::values_of(ex.inputs));
+  Trace t = trace(ex.fn(), ex.inputs);
+  ASSERT_EQ(t.outputs.size(), eager.size());
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(t.outputs[i].equal(eager[i]));
+  Executable exe(std::move(t.graph));
+  auto replay = exe.run(test::values_of(ex.inputs));
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(replay[i].allclose(eager[i], 1e-5, 1e-6)) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, TracingChangesNothing, ::testing::ValuesIn(test::example_configs()),
+                         [](const auto& info) { return "config" + std::to_string(info.index); });
+
+}  // namespace
+}  // namespace jvpc

@@ -1,0 +1,122 @@
+// The verifier rejects each kind of broken graph, naming the problem.
+#include "compiler/ir/builder.h"
+#include "compiler/ir/verifier.h"
+#include "tests/helpers.h"
+
+namespace jvpc {
+namespace {
+
+TensorMeta f32(std::vector<int64_t> sizes) { return TensorMeta::contiguous(std::move(sizes), c10::kFloat, c10::kCPU); }
+
+void expect_rejected(const Graph& g, const std::string& fragment) {
+  try {
+    verify(g);
+    FAIL() << "verify accepted a broken graph (expected: " << fragment << ")";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Verifier, AcceptsAWellFormedGraph) {
+  Graph g;
+  Value* x = g.add_input("x", f32({2, 3}), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::exp", {x}));
+  EXPECT_NO_THROW(verify(g));
+}
+
+TEST(Verifier, RejectsUseBeforeDefinition) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  Value* a = b.call("aten::neg", {x});
+  Value* e = b.call("aten::exp", {a});
+  g.add_output(e);
+  g.move_before(e->producer(), a->producer());
+  expect_rejected(g, "not defined before use");
+}
+
+TEST(Verifier, RejectsUndefinedOutput) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  Value* a = b.call("aten::neg", {x});
+  g.erase(a->producer());
+  g.add_output(a);
+  expect_rejected(g, "is not defined");
+}
+
+TEST(Verifier, RejectsDuplicateInputNames) {
+  Graph g;
+  g.add_input("x", f32({4}), Role::Primal);
+  g.add_input("x", f32({4}), Role::Primal);
+  expect_rejected(g, "declared twice");
+}
+
+TEST(Verifier, RejectsWrongArgumentCount) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  g.create("aten::exp", {Arg::tensor(0), Arg::of_int(1)}, {x}, {f32({4})});
+  expect_rejected(g, "takes 1 arguments");
+}
+
+TEST(Verifier, RejectsWrongArgumentKind) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  g.create("aten::mul.Scalar", {Arg::tensor(0), Arg::of_str("two")}, {x}, {f32({4})});
+  expect_rejected(g, "cannot take a str");
+}
+
+TEST(Verifier, RejectsUnknownOp) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  g.create("aten::frobnicate", {Arg::tensor(0)}, {x}, {f32({4})});
+  expect_rejected(g, "unknown op 'aten::frobnicate'");
+}
+
+TEST(Verifier, RejectsShapesInconsistentWithTheOp) {
+  Graph g;
+  Value* x = g.add_input("x", f32({5, 128, 64}), Role::Primal);
+  Value* w = g.add_input("w", f32({5, 64, 128}), Role::Primal);
+  g.create("aten::bmm", {Arg::tensor(0), Arg::tensor(1)}, {x, w}, {f32({5, 128, 64})});
+  expect_rejected(g, "produces f32[5,128,128]");
+}
+
+TEST(Verifier, RejectsOperandsTheOpCannotTake) {
+  Graph g;
+  Value* x = g.add_input("x", f32({5, 128, 64}), Role::Primal);
+  g.create("aten::bmm", {Arg::tensor(0), Arg::tensor(1)}, {x, x}, {f32({5, 128, 128})});
+  expect_rejected(g, "aten::bmm");
+}
+
+TEST(Verifier, RejectsConstantDataThatDisagreesWithItsMetadata) {
+  Graph g;
+  g.add_constant("c", at::ones({2, 2}));
+  g.inputs()[0].data = at::ones({3});
+  expect_rejected(g, "bound tensor is f32[3]");
+}
+
+TEST(Verifier, RejectsMismatchedStrides) {
+  Graph g;
+  TensorMeta m = f32({2, 3});
+  m.strides = {1};
+  g.add_input("x", m, Role::Primal);
+  expect_rejected(g, "2 sizes but 1 strides");
+}
+
+TEST(Verifier, RejectsReturnCountsThatDisagreeWithOutputs) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  g.create("aten::exp", {Arg::tensor(0)}, {x}, {f32({4})}, {0});
+  expect_rejected(g, "return counts");
+}
+
+TEST(Verifier, RejectsOperandsNoArgumentPasses) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  g.create("aten::exp", {Arg::tensor(0)}, {x, x}, {f32({4})});
+  expect_rejected(g, "not passed to any argument");
+}
+
+}  // namespace
+}  // namespace jvpc
