@@ -28,8 +28,9 @@ struct KernelWatchAccess {
     // Shape inference runs kernels on Meta tensors: nothing is computed, nothing is counted.
     bool meta = false;
     for (const c10::IValue& v : fn.inputs()) meta |= v.isTensor() && v.toTensor().defined() && v.toTensor().is_meta();
-    if (w->depth_++ == 0 && !meta) {
-      w->kernels_.push_back(info->name);
+    bool top = w->depth_++ == 0;
+    if (top && !meta) w->kernels_.push_back(info->name);
+    if ((top || w->nested_matmuls_) && !meta) {
       std::vector<std::vector<int64_t>> shapes;
       for (const c10::IValue& v : fn.inputs()) {
         if (v.isTensor() && v.toTensor().defined()) shapes.push_back(v.toTensor().sizes().vec());
@@ -52,7 +53,7 @@ struct KernelWatchAccess {
   }
 };
 
-KernelWatch::KernelWatch() : outer_(t_watch) {
+KernelWatch::KernelWatch(bool nested_matmuls) : outer_(t_watch), nested_matmuls_(nested_matmuls) {
   t_watch = this;
   handle_ = at::addThreadLocalCallback(
       at::RecordFunctionCallback(&KernelWatchAccess::start, &KernelWatchAccess::end)

@@ -14,7 +14,10 @@ namespace jvpc {
 
 class KernelWatch {
  public:
-  KernelWatch();
+  /// `nested_matmuls`: also count matmul kernels called from inside another kernel. LibTorch's
+  /// forward AD computes tangents inside the primal op's autograd kernel, where the default
+  /// (kernel level only) would not see them; FlopCounterMode, below Autograd, does.
+  explicit KernelWatch(bool nested_matmuls = false);
   ~KernelWatch();
   KernelWatch(const KernelWatch&) = delete;
   KernelWatch& operator=(const KernelWatch&) = delete;
@@ -30,6 +33,7 @@ class KernelWatch {
   uint64_t handle_ = 0;
   KernelWatch* outer_ = nullptr;
   int depth_ = 0;
+  bool nested_matmuls_ = false;
   std::vector<std::string> kernels_;
   int64_t matmul_flops_ = 0;
   std::map<std::string, int64_t> by_op_;

@@ -1,0 +1,219 @@
+// jvpc_bench: measures jvpc's linearize and jvp calls on an example, and LibTorch's own forward
+// AD in C++, the way scripts/bench/torch_reference.py measures PyTorch. scripts/bench.sh runs
+// both and prints the side-by-side table.
+//
+//   jvpc_bench sdpa [example flags] [--repeats 50] [--warmup 5] [--json out.json]
+//
+// Per phase: matmul FLOPs of one execution (counted from the kernels that ran), the median wall
+// time (CUDA events on a GPU), and the peak memory allocated during one call above what was
+// allocated before it (the CUDA caching allocator's statistics on a GPU; on a CPU, the running
+// sum of the profiler's memory events, as the Python side does).
+#include "compiler/api/linearize.h"
+#include "compiler/api/reference.h"
+#include "compiler/cost/kernel_watch.h"
+#include "compiler/ir/ops.h"
+#include "examples/examples.h"
+
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/version.h>
+
+#ifdef JVPC_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+namespace {
+
+using nlohmann::json;
+
+bool on_cuda = false;
+
+void sync() {
+#ifdef JVPC_WITH_CUDA
+  if (on_cuda) c10::cuda::getCurrentCUDAStream().synchronize();
+#endif
+}
+
+// Seconds for one call of fn.
+double time_once(const std::function<void()>& fn) {
+#ifdef JVPC_WITH_CUDA
+  if (on_cuda) {
+    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
+    auto stream = c10::cuda::getCurrentCUDAStream();
+    start.record(stream);
+    fn();
+    end.record(stream);
+    end.synchronize();
+    return start.elapsed_time(end) / 1e3;
+  }
+#endif
+  auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median_time(const std::function<void()>& fn, int warmup, int repeats) {
+  for (int i = 0; i < warmup; ++i) fn();
+  sync();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) t.push_back(time_once(fn));
+  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+  return t[t.size() / 2];
+}
+
+// Peak bytes allocated during fn, above what was allocated before it.
+int64_t peak_bytes(const std::function<void()>& fn) {
+#ifdef JVPC_WITH_CUDA
+  if (on_cuda) {
+    sync();
+    int dev = c10::cuda::current_device();
+    auto* alloc = c10::cuda::CUDACachingAllocator::get();
+    int64_t before = alloc->getDeviceStats(dev).allocated_bytes[0].current;
+    alloc->resetPeakStats(dev);
+    fn();
+    sync();
+    return alloc->getDeviceStats(dev).allocated_bytes[0].peak - before;
+  }
+#endif
+  namespace prof = torch::autograd::profiler;
+  namespace impl = torch::profiler::impl;
+  impl::ProfilerConfig cfg(impl::ProfilerState::KINETO, false, /*profile_memory=*/true);
+  prof::prepareProfiler(cfg, {impl::ActivityType::CPU});
+  prof::enableProfiler(cfg, {impl::ActivityType::CPU});
+  fn();
+  auto result = prof::disableProfiler();
+  std::vector<std::pair<uint64_t, int64_t>> events;
+  for (const auto& e : result->events())
+    if (e.name() == "[memory]" && e.deviceType() == c10::DeviceType::CPU) events.emplace_back(e.startNs(), e.nBytes());
+  std::stable_sort(events.begin(), events.end());
+  int64_t current = 0, peak = 0;
+  for (const auto& [t, bytes] : events) peak = std::max(peak, current += bytes);
+  return peak;
+}
+
+int64_t matmul_flops(const std::function<void()>& fn, bool nested = false) {
+  jvpc::KernelWatch watch(nested);
+  fn();
+  return watch.matmul_flops();
+}
+
+std::vector<at::Tensor> random_like(const std::vector<const jvpc::Input*>& args) {
+  std::vector<at::Tensor> out;
+  for (const jvpc::Input* in : args) {
+    const auto& m = in->value->meta();
+    out.push_back(at::randn(m.sizes, at::TensorOptions().dtype(m.dtype).device(m.device)));
+  }
+  return out;
+}
+
+std::string device_name(const c10::Device& d) {
+  if (d.is_cuda()) {
+#ifdef JVPC_WITH_CUDA
+    return at::cuda::getDeviceProperties(d.index() < 0 ? 0 : d.index())->name;
+#endif
+  }
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "cpu";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("jvpc_bench: time and count jvpc's linearize and jvp calls, and LibTorch's forward AD", "jvpc_bench");
+  std::string example, json_out;
+  int repeats = 50, warmup = 5, fresh = 5;
+  app.add_option("example", example, "sdpa, mlp or block")->required();
+  app.add_option("--repeats", repeats, "timed calls per phase (median reported)")->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed calls first")->capture_default_str();
+  app.add_option("--fresh", fresh, "fresh linearize runs timed (median reported)")->capture_default_str();
+  app.add_option("--json", json_out, "write the measurements as JSON");
+  app.allow_extras();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    jvpc::examples::Instance ex = jvpc::examples::make(example, app.remaining());
+    on_cuda = ex.device.is_cuda();
+    std::vector<at::Tensor> primals;
+    for (const auto& in : ex.inputs) primals.push_back(in.value);
+    jvpc::TensorFn fn = ex.fn();
+    json phases;
+
+    // linearize: FLOPs and peak of one run, time as the median of fresh runs.
+    auto linearize_once = [&] { return jvpc::linearize(fn, ex.inputs); };
+    jvpc::Linearized lin = linearize_once();
+    int64_t lin_peak = peak_bytes([&] { linearize_once(); });
+    std::vector<double> lin_times;
+    for (int i = 0; i < fresh; ++i) lin_times.push_back(time_once([&] { linearize_once(); }));
+    std::sort(lin_times.begin(), lin_times.end());
+    phases["linearize"] = {{"matmul_flops", lin.report.linearize_matmul_flops}, {"time_s", lin_times[lin_times.size() / 2]},
+                           {"peak_bytes", lin_peak}};
+
+    std::vector<at::Tensor> tangents = random_like(lin.jvp_fn->arguments());
+    // The first call of a fresh linearization (it captures a CUDA graph on a GPU).
+    std::vector<double> first_times;
+    int64_t first_flops = 0;
+    for (int i = 0; i < fresh; ++i) {
+      jvpc::Linearized l = linearize_once();
+      sync();
+      if (i == 0) first_flops = matmul_flops([&] { l.jvp(tangents); });
+      else first_times.push_back(time_once([&] { l.jvp(tangents); }));
+    }
+    std::sort(first_times.begin(), first_times.end());
+    phases["jvp_fn_first"] = {{"matmul_flops", first_flops},
+                              {"time_s", first_times.empty() ? 0.0 : first_times[first_times.size() / 2]}};
+    auto call = [&] { lin.jvp(tangents); };
+    call();
+    phases["jvp_fn_later"] = {{"matmul_flops", matmul_flops(call)}, {"time_s", median_time(call, warmup, repeats)},
+                              {"peak_bytes", peak_bytes(call)}};
+
+    // LibTorch's forward AD in C++, on the untraced callable (math backend), and the plain forward.
+    std::vector<std::optional<at::Tensor>> ad_tangents(ex.inputs.size());
+    {
+      size_t k = 0;
+      for (size_t i = 0; i < ex.inputs.size(); ++i)
+        if (ex.inputs[i].differentiable) ad_tangents[i] = tangents.at(k++);
+    }
+    jvpc::TensorFn math = ex.make_fn(jvpc::examples::Backend::Math);
+    auto forward_ad = [&] { jvpc::forward_ad_jvp(math, primals, ad_tangents); };
+    phases["forward_ad"] = {{"matmul_flops", matmul_flops(forward_ad, /*nested=*/true)}, {"time_s", median_time(forward_ad, warmup, repeats)},
+                            {"peak_bytes", peak_bytes(forward_ad)}};
+    auto forward = [&] {
+      at::NoGradGuard no_grad;
+      fn(primals);
+    };
+    phases["forward"] = {{"matmul_flops", matmul_flops(forward)}, {"time_s", median_time(forward, warmup, repeats)},
+                         {"peak_bytes", peak_bytes(forward)}};
+
+    const jvpc::GraphCost& t = lin.report.tangent;
+    json out = {{"config", ex.description},
+                {"runtime", "jvpc (LibTorch " TORCH_VERSION ")"},
+                {"device", device_name(ex.device)},
+                {"phases", phases},
+                {"residual_bytes", t.residual_bytes},
+                {"aliased_input_bytes", t.aliased_input_bytes},
+                {"residual_tensors", static_cast<int64_t>(lin.tangent_graph->inputs().size() - lin.jvp_fn->arguments().size())},
+                {"predicted", {{"jvp_matmul_flops", t.matmul_flops}, {"jvp_peak_bytes", t.peak_bytes}, {"jvp_nodes", t.nodes},
+                               {"cuda_graph", lin.jvp_fn->replaying_cuda_graph()}}}};
+    if (!json_out.empty()) std::ofstream(json_out) << out.dump(1) << "\n";
+    std::cout << out.dump(1) << "\n";
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "jvpc_bench: error: " << jvpc::one_line(e) << "\n";
+    return 2;
+  }
+}
