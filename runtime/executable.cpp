@@ -15,11 +15,12 @@
 
 #include <cstdlib>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace jvpc {
 
 struct Executable::Step {
-  const OpInfo* info = nullptr;
+  const OpInfo* info = nullptr;     // may be the in-place form of the node's op (see reuses_operand)
   std::string where;                // for error messages
   std::vector<c10::IValue> stack;   // boxed arguments; tensor positions are filled per call
   struct TensorArg {
@@ -47,6 +48,40 @@ struct Executable::CudaGraphState {
 };
 
 namespace {
+
+// Ops whose in-place form (op_) the runtime may call when their first operand dies at the node:
+// the result then reuses that operand's buffer instead of allocating (baddbmm would otherwise
+// copy its `self` into a fresh output first).
+bool has_safe_inplace_form(const std::string& op) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::baddbmm", "aten::addmm", "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor",
+      "aten::div.Tensor", "aten::mul.Scalar", "aten::div.Scalar", "aten::add.Scalar", "aten::sub.Scalar"};
+  return ops.count(op) > 0;
+}
+
+// The in-place form of `n`, if its first operand can be overwritten: an intermediate with its own
+// storage (no view shares it), read for the last time here, not a graph output, and laid out as
+// the result.
+const OpInfo* inplace_form(const Graph& g, const Node* n, const Liveness& live, int position,
+                           const std::unordered_map<const Value*, int>& storage_users) {
+  if (!has_safe_inplace_form(n->op()) || n->inputs().empty() || n->outputs().size() != 1) return nullptr;
+  if (n->arg(0).kind != ArgKind::Tensor || n->arg(0).operands[0] != 0) return nullptr;
+  const Value* self = n->input(0);
+  const Value* out = n->output();
+  if (g.is_input(self) || live.storage_root.at(self) != self || storage_users.at(self) != 1) return nullptr;
+  if (live.last_use.at(self) != position) return nullptr;
+  for (size_t i = 1; i < n->inputs().size(); ++i)
+    if (n->input(i) == self) return nullptr;
+  if (self->meta().sizes != out->meta().sizes || self->meta().strides != out->meta().strides ||
+      self->meta().dtype != out->meta().dtype)
+    return nullptr;
+  auto [name, overload] = split_op_name(n->op());
+  try {
+    return &op_info(name + "_" + (overload.empty() ? "" : "." + overload));
+  } catch (const Error&) {
+    return nullptr;
+  }
+}
 
 bool device_matches(const c10::Device& declared, const c10::Device& actual) {
   return declared.type() == actual.type() && (!declared.has_index() || declared.index() == actual.index());
@@ -77,13 +112,16 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
     }
   }
   Liveness live = analyze_liveness(*graph_);
+  std::unordered_map<const Value*, int> storage_users;  // storage root -> values living in it
+  for (const auto& [v, root] : live.storage_root) storage_users[root]++;
   auto nodes = graph_->nodes();
   bool impure = false;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node* n = nodes[i];
     impure |= n->impure();
     Step st;
-    st.info = &op_info(n->op());
+    const OpInfo* inplace = options_.reuse_buffers ? inplace_form(*graph_, n, live, static_cast<int>(i), storage_users) : nullptr;
+    st.info = inplace ? inplace : &op_info(n->op());
     st.where = "node " + describe(n);
     st.return_counts = n->return_counts();
     for (size_t a = 0; a < n->args().size(); ++a) {

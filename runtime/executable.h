@@ -7,8 +7,9 @@
 //
 // At construction every node is resolved to a dispatcher handle and a boxed-argument template;
 // a call fills in the tensors, calls each kernel and releases each intermediate after its last
-// use. Inputs are checked against the graph's signature; a contiguous input declared contiguous
-// is used in place, never copied.
+// use; a node whose first operand dies there and that has an in-place form (baddbmm_, add_, ...)
+// runs in place, reusing that buffer. Inputs are never written. They are checked against the
+// graph's signature; a contiguous input declared contiguous is used as it is, never copied.
 //
 // CUDA: work is issued on the caller's current stream. A graph on a CUDA device with static
 // shapes and no random ops is captured as a CUDA graph on the first call and replayed after
@@ -34,6 +35,9 @@ struct ExecutableOptions {
   /// With a CUDA graph: return the graph's static output tensors (overwritten by the next call)
   /// instead of copies.
   bool static_outputs = false;
+  /// Run a node in place (add_, baddbmm_, ...) when its first operand is an intermediate that
+  /// dies there, reusing its buffer.
+  bool reuse_buffers = true;
 };
 
 class Executable {

@@ -6,7 +6,8 @@
 #   Python:          torch==2.11.0 (LibTorch comes from this wheel), numpy
 #
 # Environment: JVPC_PYTHON (a python3 with torch 2.11), JVPC_BUILD_DIR (default build),
-# JVPC_BUILD_TYPE (default Release), JVPC_CMAKE_ARGS (extra configure arguments).
+# JVPC_BUILD_TYPE (default Release), JVPC_CMAKE_ARGS (extra configure arguments),
+# JVPC_EXTRA_PACKAGES (more Debian packages), JVPC_SETUP_ONLY=1 (install, do not build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -18,7 +19,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; t
 
 # --- Debian packages ------------------------------------------------------------------------
 need=()
-for pkg in cmake ninja-build g++ ccache nlohmann-json3-dev libgtest-dev libcli11-dev python3; do
+for pkg in cmake ninja-build g++ ccache nlohmann-json3-dev libgtest-dev libcli11-dev python3 ${JVPC_EXTRA_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -49,6 +50,8 @@ fi
 "$PY" -c "import numpy" 2>/dev/null || "$PY" -m pip install -q numpy
 TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 log "torch $("$PY" -c 'import torch; print(torch.__version__)') from $PY"
+
+[ -n "${JVPC_SETUP_ONLY:-}" ] && { mkdir -p build && echo "$PY" >build/.jvpc-python; exit 0; }
 
 # --- configure and build --------------------------------------------------------------------
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime

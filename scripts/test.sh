@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Sets up and builds jvpc, then runs every test (CUDA tests skip without a GPU).
+# Sets up and builds jvpc, then runs every test (CUDA tests skip without a GPU), then the
+# sanitizer build and the fuzzer (scripts/sanitize.sh; JVPC_SKIP_SANITIZE=1 skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 ctest --test-dir "${JVPC_BUILD_DIR:-build}" --output-on-failure -j 2 "$@"
+# The sanitizer build: IR, loader and runtime tests under ASan+UBSan, and a minute of fuzzing.
+[ -n "${JVPC_SKIP_SANITIZE:-}" ] || scripts/sanitize.sh

@@ -1,5 +1,6 @@
 // The runtime: results, input checks, constants, threads, and CUDA graphs (on a GPU).
 #include "compiler/api/linearize.h"
+#include "compiler/cost/kernel_watch.h"
 #include "compiler/ir/builder.h"
 #include "compiler/trace/tracer.h"
 #include "runtime/executable.h"
@@ -74,6 +75,48 @@ TEST(Runtime, KernelErrorsNameTheNode) {
   g->add_output(b.call("aten::index_select", {t, 0, x}));
   Executable exe{std::shared_ptr<const Graph>(g)};
   expect_error([&] { exe.run({at::full({4}, 7, at::kLong)}); }, "node aten::index_select");
+}
+
+TEST(Runtime, ReusesTheBufferOfAnOperandThatDies) {
+  auto g = std::make_shared<Graph>();
+  Value* x = g->add_input("x", TensorMeta::contiguous({64}, c10::kFloat, c10::kCPU), Role::Primal);
+  Builder b(*g);
+  Value* a = b.call("aten::exp", {x});
+  Value* c = b.call("aten::add.Tensor", {a, x});       // a dies here: add_ into a's buffer
+  g->add_output(b.call("aten::mul.Tensor", {x, c}));  // x is an input: never written
+  Executable exe{std::shared_ptr<const Graph>(g)};
+  at::Tensor xv = at::randn({64}), keep = xv.clone();
+  at::Tensor out;
+  std::vector<std::string> kernels;
+  {
+    KernelWatch watch;
+    out = exe.run({xv})[0];
+    kernels = watch.kernels();
+  }
+  EXPECT_TRUE(out.allclose(keep * (keep.exp() + keep)));
+  EXPECT_TRUE(xv.equal(keep));
+  EXPECT_EQ(kernels, (std::vector<std::string>{"aten::exp", "aten::add_.Tensor", "aten::mul.Tensor"}));
+}
+
+TEST(Runtime, NeverReusesBuffersThatAViewShares) {
+  auto g = std::make_shared<Graph>();
+  Value* x = g->add_input("x", TensorMeta::contiguous({8}, c10::kFloat, c10::kCPU), Role::Primal);
+  Builder b(*g);
+  Value* a = b.call("aten::exp", {x});
+  Value* v = b.call("aten::view", {a, std::vector<int64_t>{2, 4}});  // a view shares a's storage
+  g->add_output(b.call("aten::add.Tensor", {a, x}));
+  g->add_output(v);
+  Executable exe{std::shared_ptr<const Graph>(g)};
+  at::Tensor xv = at::randn({8});
+  std::vector<at::Tensor> outs;
+  std::vector<std::string> kernels;
+  {
+    KernelWatch watch;
+    outs = exe.run({xv});
+    kernels = watch.kernels();
+  }
+  EXPECT_TRUE(outs[1].equal(xv.exp().view({2, 4})));
+  EXPECT_EQ(kernels.back(), "aten::add.Tensor");
 }
 
 TEST(Runtime, ConcurrentCallsOnCpuAgree) {

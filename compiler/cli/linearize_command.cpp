@@ -72,7 +72,7 @@ Problem from_graph(const Opts& o) {
   for (const Input& in : p.graph->inputs())
     if (in.role == Role::Primal) p.primals.push_back({in.name, values.at(i++), in.differentiable});
   // The reference: the same graph, run node by node through the dispatcher on dual tensors.
-  auto exe = std::make_shared<Executable>(p.graph->clone(), ExecutableOptions{false, false});
+  auto exe = std::make_shared<Executable>(p.graph->clone(), ExecutableOptions{false, false, false});
   p.reference = [exe](const std::vector<at::Tensor>& x) { return exe->run(x); };
   p.description = o.target;
   return p;

@@ -36,14 +36,19 @@ struct KernelWatchAccess {
         if (v.isTensor() && v.toTensor().defined()) shapes.push_back(v.toTensor().sizes().vec());
         else if (v.isNone() || v.isTensor()) shapes.emplace_back();
       }
+      // In-place forms (baddbmm_, which the runtime uses to reuse buffers) cost what their
+      // functional forms cost.
+      auto [base, overload] = split_op_name(info->name);
+      std::string functional = info->name;
+      if (!base.empty() && base.back() == '_') functional = base.substr(0, base.size() - 1) + (overload.empty() ? "" : "." + overload);
       int64_t f = -1;
       try {
-        f = matmul_flops_for(info->name, shapes);
+        f = matmul_flops_for(functional, shapes);
       } catch (const std::exception&) {
       }
       if (f > 0) {
         w->matmul_flops_ += f;
-        w->by_op_[info->name] += f;
+        w->by_op_[functional] += f;
       }
     }
     return std::make_unique<Entered>();

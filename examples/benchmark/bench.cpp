@@ -199,6 +199,24 @@ int main(int argc, char** argv) {
     phases["forward"] = {{"matmul_flops", matmul_flops(forward)}, {"time_s", median_time(forward, warmup, repeats)},
                          {"peak_bytes", peak_bytes(forward)}};
 
+    // The tangent graph's matrix products alone (cuBLAS or the CPU BLAS, same shapes and dtype):
+    // the floor a fused kernel could approach.
+    std::vector<std::pair<at::Tensor, at::Tensor>> products;
+    for (const jvpc::Node* n : lin.tangent_graph->nodes()) {
+      size_t a = n->op() == "aten::bmm" || n->op() == "aten::mm" ? 0 : 1;
+      if (n->op() != "aten::bmm" && n->op() != "aten::mm" && n->op() != "aten::baddbmm" && n->op() != "aten::addmm") continue;
+      auto operand = [&](size_t i) {
+        const auto& m = n->tensor_arg(i)->meta();
+        return at::randn(m.sizes, at::TensorOptions().dtype(m.dtype).device(m.device));
+      };
+      products.emplace_back(operand(a), operand(a + 1));
+    }
+    auto matmuls_alone = [&] {
+      for (const auto& [x, y] : products) (void)(x.dim() == 3 ? at::bmm(x, y) : at::mm(x, y));
+    };
+    phases["matmuls_alone"] = {{"matmul_flops", matmul_flops(matmuls_alone)}, {"time_s", median_time(matmuls_alone, warmup, repeats)},
+                               {"kernels", static_cast<int64_t>(products.size())}};
+
     const jvpc::GraphCost& t = lin.report.tangent;
     json out = {{"config", ex.description},
                 {"runtime", "jvpc (LibTorch " TORCH_VERSION ")"},

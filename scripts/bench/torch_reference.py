@@ -3,8 +3,9 @@
 
 The PyTorch side of jvpc's benchmark: the same functions as jvpc's examples (examples/sdpa.cpp,
 examples/block.cpp), run through torch.func.linearize and the other forward-mode routes. For each
-phase it records the matmul FLOPs FlopCounterMode counts in one execution, the median time and
-the peak memory of one execution; it also reports the bytes the linearized function keeps alive.
+phase it records the matmul FLOPs FlopCounterMode counts in one execution (the profiler's count for
+compiled code), the median time and the peak memory of one execution; it also reports the bytes
+the linearized function keeps alive. It prints a table and, with --json, writes the numbers.
 
   python3 scripts/bench/torch_reference.py --config sdpa [--causal] [--json OUT.json]
   python3 scripts/bench/torch_reference.py --config block --seq-len 64 --model-dim 128 --head-dim 32
@@ -31,6 +32,7 @@ warnings.filterwarnings("ignore", message="Attempted to insert a get_attr Node")
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 ONE_OFF_SAMPLES = 5  # fresh linearize instances timed for the one-off phases
+MATMUL_OPS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"}  # profiler names with FLOPs
 SEED, TANGENT_SEED = 0, 1  # SEED is the default --seed of jvpc's examples
 
 
@@ -160,8 +162,24 @@ def peak_bytes(fn, device):
     return peak
 
 
-def measure_repeated(fn, device, args):
-    return {"matmul_flops": matmul_flops(fn), "time_s": median_time(fn, device, args.warmup, args.repeats),
+def profiler_matmul_flops(fn):
+    """FLOPs of the matmul-family ops the profiler records in one fn() call, for compiled code.
+
+    FlopCounterMode cannot count torch.compile'd code: under a TorchDispatchMode dynamo does not run
+    the compiled graph, and it marks the function's code object to be skipped from then on, so every
+    later call of the compiled function (and of any other torch.compile(jvp_fn)) runs eagerly. The
+    profiler is no dispatch mode; inductor calls its matmuls as aten ops (extern kernels), which the
+    profiler records with their FLOPs (for eager code this gives FlopCounterMode's numbers).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile(activities=[ProfilerActivity.CPU], with_flops=True, record_shapes=True) as prof:
+            fn()
+    return sum(e.flops for e in prof.events() if e.name in MATMUL_OPS)
+
+
+def measure_repeated(fn, device, args, count_flops=matmul_flops):
+    return {"matmul_flops": count_flops(fn), "time_s": median_time(fn, device, args.warmup, args.repeats),
             "peak_bytes": peak_bytes(fn, device)}
 
 
@@ -174,8 +192,9 @@ def reachable_tensors(root):
     the `_FX_CONST_FOLDED_ATTRS` ParameterList the folding fills. Rather than hard-coding those names,
     follow every reference gc.get_referents reports (closure cells, partial args, module
     __dict__/_parameters/_buffers, containers, fx nodes' meta, ...) from `root`, not entering
-    modules, classes or module globals. FakeTensors and meta tensors (the tracing metadata on fx
-    nodes) own no memory and are skipped.
+    modules, classes or module globals. FakeTensors (the tracing metadata on fx nodes) and meta
+    tensors (with --causal, one folded attribute is the mask's zero tangent moved to "meta") own no
+    memory and are skipped.
     """
     module_dicts = {id(m.__dict__) for m in list(sys.modules.values()) if hasattr(m, "__dict__")}
     seen, found, stack = set(), [], [root]
@@ -251,12 +270,19 @@ def phase_forward(f, primals, device, args):
     return measure_repeated(run, device, args)
 
 
-class CompileTimeout(Exception):
+def unavailable(error):
+    """The record of a phase that could not run: the error's type and first line."""
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    return {"unavailable": f"{type(error).__name__}: {first_line}"[:300]}
+
+
+class CompileTimeout(BaseException):  # not an Exception: torch.compile catches those internally
     pass
 
 
 def phase_compiled_jvp_fn(jvp_fn, tangents, device, args):
-    """torch.compile(jvp_fn); the first call (the compilation) runs under a SIGALRM time limit."""
+    """torch.compile(jvp_fn); the first call (the compilation) runs under a SIGALRM time limit.
+    Its FLOPs come from the profiler, never FlopCounterMode (see profiler_matmul_flops)."""
     def on_alarm(signum, frame):
         raise CompileTimeout(f"compilation took over {args.compile_timeout} s")
 
@@ -268,12 +294,12 @@ def phase_compiled_jvp_fn(jvp_fn, tangents, device, args):
             compile_s = time_once(lambda: compiled(*tangents), device)
         finally:
             signal.alarm(0)
-        result = measure_repeated(lambda: compiled(*tangents), device, args)
+        result = measure_repeated(lambda: compiled(*tangents), device, args, profiler_matmul_flops)
         result["compile_s"] = compile_s
         return result
-    except Exception as e:  # a failed or timed-out compilation is a result, not a crash
+    except (Exception, CompileTimeout) as e:  # a failed or timed-out compilation is a result, not a crash
         torch._dynamo.reset()
-        return {"unavailable": f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:300]}
+        return unavailable(e)
     finally:
         signal.signal(signal.SIGALRM, previous)
 
@@ -308,7 +334,7 @@ def phase_cudagraph_jvp_fn(jvp_fn, tangents, device, args):
                 "time_s": median_time(graph.replay, device, args.warmup, args.repeats),
                 "peak_bytes": capture_peak}
     except Exception as e:
-        return {"unavailable": f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:300]}
+        return unavailable(e)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -337,6 +363,7 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--compile-timeout", type=int, default=300, help="seconds allowed for torch.compile")
+    p.add_argument("--skip-compile", action="store_true", help="do not measure torch.compile (it takes seconds to minutes)")
     p.add_argument("--json", metavar="OUT.json")
     args = p.parse_args()
     if args.model_dim % args.head_dim:
@@ -372,7 +399,8 @@ def main():
     phases["func_jvp"] = phase_func_jvp(f, primals, tangents, device, args)
     phases["forward_ad"] = phase_forward_ad(f, primals, tangents, device, args)
     phases["forward"] = phase_forward(f, primals, device, args)
-    phases["compiled_jvp_fn"] = phase_compiled_jvp_fn(jvp_fn, tangents, device, args)
+    phases["compiled_jvp_fn"] = ({"unavailable": "not measured (--skip-compile)"} if args.skip_compile
+                                 else phase_compiled_jvp_fn(jvp_fn, tangents, device, args))
     phases["cudagraph_jvp_fn"] = phase_cudagraph_jvp_fn(jvp_fn, tangents, device, args)
 
     result = {"config": config, "torch": torch.__version__, "device": device_name(device), "phases": phases,

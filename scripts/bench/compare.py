@@ -1,0 +1,147 @@
+"""Side-by-side table of jvpc and PyTorch from the JSON files scripts/bench.sh writes.
+
+    python3 scripts/bench/compare.py OUT_DIR [--markdown table.md] [--plot seq_sweep.png]
+
+OUT_DIR holds jvpc_<name>.json (from build/jvpc_bench) and torch_<name>.json (from
+torch_reference.py) per configuration. Ratios are jvpc / PyTorch: below 1 means jvpc spends less.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+
+import torch
+
+
+def load_pairs(out_dir):
+    pairs = {}
+    for path in sorted(glob.glob(os.path.join(out_dir, "jvpc_*.json"))):
+        name = os.path.basename(path)[len("jvpc_"):-len(".json")]
+        other = os.path.join(out_dir, f"torch_{name}.json")
+        if os.path.exists(other):
+            with open(path) as a, open(other) as b:
+                pairs[name] = (json.load(a), json.load(b))
+    return pairs
+
+
+def fmt_time(s):
+    return f"{s * 1e3:.3f} ms" if s >= 1e-4 else f"{s * 1e6:.1f} µs"
+
+
+def fmt_bytes(n):
+    return f"{n:,} B" if n < 1024 else f"{n / 1024:,.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):,.2f} MiB"
+
+
+def ratio(a, b):
+    return f"{a / b:.3f}" if b else "—"
+
+
+def rows_for(j, t):
+    jp, tp = j["phases"], t["phases"]
+    rows = [
+        ("matmul FLOPs, linearize", f"{jp['linearize']['matmul_flops']:,}", f"{tp['linearize']['matmul_flops']:,}",
+         ratio(jp["linearize"]["matmul_flops"], tp["linearize"]["matmul_flops"])),
+        ("matmul FLOPs, first jvp call", f"{jp['jvp_fn_first']['matmul_flops']:,}", f"{tp['jvp_fn_first']['matmul_flops']:,}",
+         ratio(jp["jvp_fn_first"]["matmul_flops"], tp["jvp_fn_first"]["matmul_flops"])),
+        ("matmul FLOPs, later jvp calls", f"{jp['jvp_fn_later']['matmul_flops']:,}", f"{tp['jvp_fn_later']['matmul_flops']:,}",
+         ratio(jp["jvp_fn_later"]["matmul_flops"], tp["jvp_fn_later"]["matmul_flops"])),
+        ("time, linearize", fmt_time(jp["linearize"]["time_s"]), fmt_time(tp["linearize"]["time_s"]),
+         ratio(jp["linearize"]["time_s"], tp["linearize"]["time_s"])),
+        ("time per jvp call (later calls), vs eager jvp_fn", fmt_time(jp["jvp_fn_later"]["time_s"]),
+         fmt_time(tp["jvp_fn_later"]["time_s"]), ratio(jp["jvp_fn_later"]["time_s"], tp["jvp_fn_later"]["time_s"])),
+    ]
+    for key, label in (("compiled_jvp_fn", "torch.compile(jvp_fn)"), ("cudagraph_jvp_fn", "CUDA-graphed jvp_fn")):
+        p = tp.get(key, {"unavailable": "not measured"})
+        if "unavailable" in p:
+            rows.append((f"time per jvp call, vs {label}", fmt_time(jp["jvp_fn_later"]["time_s"]), p["unavailable"], "—"))
+        else:
+            rows.append((f"time per jvp call, vs {label}", fmt_time(jp["jvp_fn_later"]["time_s"]), fmt_time(p["time_s"]),
+                         ratio(jp["jvp_fn_later"]["time_s"], p["time_s"])))
+    rows += [
+        ("time per call, LibTorch forward AD (C++) / PyTorch forward AD", fmt_time(jp["forward_ad"]["time_s"]),
+         fmt_time(tp["forward_ad"]["time_s"]), ratio(jp["forward_ad"]["time_s"], tp["forward_ad"]["time_s"])),
+        ("residual bytes held", fmt_bytes(j["residual_bytes"]), fmt_bytes(t["residual_bytes"]),
+         ratio(j["residual_bytes"], t["residual_bytes"])),
+        ("  plus bytes aliasing the caller's inputs", fmt_bytes(j["aliased_input_bytes"]), fmt_bytes(t["aliased_input_bytes"]), "—"),
+        ("peak bytes per later jvp call", fmt_bytes(jp["jvp_fn_later"]["peak_bytes"]), fmt_bytes(tp["jvp_fn_later"]["peak_bytes"]),
+         ratio(jp["jvp_fn_later"]["peak_bytes"], tp["jvp_fn_later"]["peak_bytes"])),
+    ]
+    alone = jp.get("matmuls_alone")
+    if alone:
+        rows.append((f"jvpc jvp call / its {alone['kernels']} matmuls alone (same shapes, dtype)",
+                     fmt_time(jp["jvp_fn_later"]["time_s"]), fmt_time(alone["time_s"]) + " (matmuls)",
+                     ratio(jp["jvp_fn_later"]["time_s"], alone["time_s"])))
+    return rows
+
+
+def markdown(pairs):
+    lines = []
+    for name, (j, t) in pairs.items():
+        if name.startswith("seq"):
+            continue
+        lines += [f"**{name}**: {j['config']} — {j['device']}", "",
+                  "| quantity | jvpc | PyTorch | jvpc / PyTorch |", "|---|---:|---:|---:|"]
+        lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows_for(j, t)]
+        lines.append("")
+    sweep = sorted(((int(re.sub(r"\D", "", n)), j, t) for n, (j, t) in pairs.items() if n.startswith("seq")),
+                   key=lambda x: x[0])
+    if sweep:
+        lines += ["**time per jvp call against sequence length** (sdpa, seed sizes otherwise)", "",
+                  "| seq | jvpc | PyTorch jvp_fn | ratio | LibTorch forward AD (C++) |", "|---:|---:|---:|---:|---:|"]
+        for s, j, t in sweep:
+            a, b = j["phases"]["jvp_fn_later"]["time_s"], t["phases"]["jvp_fn_later"]["time_s"]
+            lines.append(f"| {s} | {fmt_time(a)} | {fmt_time(b)} | {ratio(a, b)} | {fmt_time(j['phases']['forward_ad']['time_s'])} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(pairs, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib: no plot", file=sys.stderr)
+        return
+    sweep = sorted(((int(re.sub(r"\D", "", n)), j, t) for n, (j, t) in pairs.items() if n.startswith("seq")),
+                   key=lambda x: x[0])
+    if not sweep:
+        return
+    seq = [s for s, _, _ in sweep]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(seq, [j["phases"]["jvp_fn_later"]["time_s"] * 1e3 for _, j, _ in sweep], "o-", label="jvpc jvp call")
+    ax.plot(seq, [t["phases"]["jvp_fn_later"]["time_s"] * 1e3 for _, _, t in sweep], "s-", label="PyTorch linearize's jvp_fn")
+    ax.plot(seq, [t["phases"]["forward_ad"]["time_s"] * 1e3 for _, _, t in sweep], "^--", label="PyTorch forward AD")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length")
+    ax.set_ylabel("time per call (ms, median)")
+    ax.set_title(f"SDPA JVP, {sweep[0][1]['device']}", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out_dir")
+    p.add_argument("--markdown")
+    p.add_argument("--plot")
+    args = p.parse_args()
+    pairs = load_pairs(args.out_dir)
+    if not pairs:
+        sys.exit(f"compare.py: no jvpc_*.json / torch_*.json pairs in {args.out_dir}")
+    table = markdown(pairs)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(f"torch {torch.__version__}\n\n{table}\n")
+    if args.plot:
+        plot(pairs, args.plot)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One clang-14 build with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/) that
+# serves both the JSON-loader fuzzer and the IR, loader and runtime tests; then the fuzzer runs
+# for JVPC_FUZZ_SECONDS (default 60) from the examples' JSON. A crash, a sanitizer report or a
+# leak fails the script. Called by scripts/test.sh unless JVPC_SKIP_SANITIZE=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JVPC_EXTRA_PACKAGES="clang-14 libclang-rt-14-dev" JVPC_SETUP_ONLY=1 scripts/setup.sh
+PY=$(cat build/.jvpc-python 2>/dev/null || command -v python3)
+TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+BUILD=build-asan
+export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+if [ ! -f "$BUILD/build.ninja" ]; then
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DJVPC_SANITIZE=ON -DJVPC_FUZZ=ON >"$BUILD.configure.log" 2>&1 ||
+    { cat "$BUILD.configure.log"; exit 1; }
+fi
+cmake --build "$BUILD" --target jvpc_tests fuzz_graph_json jvpc_cli
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_odr_violation=0
+export LSAN_OPTIONS=suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+start=$(date +%s)
+echo "[sanitize] IR, verifier, loader and runtime tests under ASan+UBSan"
+"$BUILD/tests/jvpc_tests" --gtest_filter='Ir.*:Verifier.*:Serialize.*:Examples/RoundTrip.*:Runtime.*'
+
+echo "[sanitize] fuzzing the JSON loader for ${JVPC_FUZZ_SECONDS:-60} s"
+CORPUS=$BUILD/fuzz-corpus
+mkdir -p "$CORPUS"
+for ex in "sdpa" "sdpa --mask bool" "sdpa --causal --kv-heads 1" "sdpa --backend flash" "mlp" "block"; do
+  name=$(echo "$ex" | tr ' -' '__')
+  # shellcheck disable=SC2086
+  "$BUILD/jvpc" trace $ex --device cpu --seq-len 8 -o "$CORPUS/$name.json" >/dev/null
+  rm -f "$CORPUS/$name.safetensors"
+done
+"$BUILD/tests/fuzz/fuzz_graph_json" -max_total_time="${JVPC_FUZZ_SECONDS:-60}" -rss_limit_mb=4096 \
+  -artifact_prefix="$BUILD/" "$CORPUS" 2>&1 | tail -n 5
+echo "[sanitize] passed in $(( $(date +%s) - start )) s after the build"
