@@ -87,8 +87,10 @@ TEST(Ir, TextFormIsOneLinePerNode) {
 }
 
 TEST(Ir, NumelOverflowIsAnError) {
-  TensorMeta m = f32({1LL << 40, 1LL << 40});
+  EXPECT_THROW(f32({1LL << 40, 1LL << 40}), Error);  // contiguous strides would overflow
+  TensorMeta m{{1LL << 40, 1LL << 40}, {1, 1}, c10::kFloat, c10::kCPU};
   EXPECT_THROW(m.numel(), Error);
+  EXPECT_THROW(m.is_contiguous(), Error);
 }
 
 TEST(Ir, UnknownOpIsAnErrorNamingIt) {

@@ -133,6 +133,24 @@ TEST(Serialize, RejectsShapesInconsistentWithTheOp) {
   expect_load_error(j.dump(), "is declared f32[3,2] but aten::mul.Tensor produces f32[2,3]");
 }
 
+TEST(Serialize, RejectsShapesThatAShapeRuleRefuses) {
+  // where.self has no Meta kernel in C++; its shape rule must reject, not throw c10::Error.
+  // (Found by the fuzzer.)
+  auto meta = [](std::vector<int64_t> sizes, const char* dtype) {
+    json strides = json::array();
+    int64_t s = 1;
+    for (size_t i = sizes.size(); i-- > 0;) strides.insert(strides.begin(), s), s *= sizes[i];
+    return json{{"sizes", sizes}, {"strides", strides}, {"dtype", dtype}, {"device", "cpu"}};
+  };
+  json j = {{"schema_version", 1},
+            {"inputs", {{{"name", "c"}, {"id", 0}, {"role", "primal"}, {"meta", meta({4, 8}, "Bool")}},
+                        {{"name", "x"}, {"id", 1}, {"role", "primal"}, {"meta", meta({4, 64}, "Float")}}}},
+            {"nodes", {{{"op", "aten::where.self"}, {"args", {{{"tensor", 0}}, {{"tensor", 1}}, {{"tensor", 1}}}},
+                        {"outputs", {{{"id", 2}, {"meta", meta({4, 64}, "Float")}}}}}}},
+            {"outputs", {{{"name", "y"}, {"id", 2}}}}};
+  expect_load_error(j.dump(), "aten::where.self: The size of tensor a (8) must match the size of tensor b (64)");
+}
+
 TEST(Serialize, RejectsElementCountOverflow) {
   json j = save_small("overflow").j;
   j["inputs"][0]["meta"]["sizes"] = {4294967296LL, 4294967296LL};

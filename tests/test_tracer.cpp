@@ -224,6 +224,22 @@ TEST_P(TracingChangesNothing, TracedRunAndGraphRunEqualEager) {
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(replay[i].allclose(eager[i], 1e-5, 1e-6)) << i;
 }
 
+TEST(TracingChangesNothingOnCuda, EveryExample) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  for (auto cfg : test::example_configs()) {
+    std::vector<std::string> flags(cfg.begin() + 1, cfg.end());
+    if (std::find(flags.begin(), flags.end(), "flash") != flags.end()) continue;  // the CPU flash kernel
+    flags.insert(flags.end(), {"--device", "cuda", "--dtype", "float32"});
+    auto ex = examples::make(cfg[0], flags);
+    auto eager = ex.fn()(test::values_of(ex.inputs));
+    Trace t = trace(ex.fn(), ex.inputs);
+    Executable exe(std::move(t.graph));
+    auto replay = exe.run(test::values_of(ex.inputs));
+    for (size_t i = 0; i < eager.size(); ++i)
+      EXPECT_TRUE(replay[i].allclose(eager[i], 1e-4, 1e-5)) << test::config_name(cfg);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Examples, TracingChangesNothing, ::testing::ValuesIn(test::example_configs()),
                          [](const auto& info) { return "config" + std::to_string(info.index); });
 

@@ -12,7 +12,11 @@ int64_t distinct_bytes(const TensorMeta& m) {
   int64_t numel = m.numel();
   if (numel == 0) return 0;
   int64_t extent = 1;
-  for (size_t i = 0; i < m.sizes.size(); ++i) extent += (m.sizes[i] - 1) * m.strides[i];
+  for (size_t i = 0; i < m.sizes.size(); ++i) {
+    int64_t span = 0;
+    if (__builtin_mul_overflow(m.sizes[i] - 1, m.strides[i], &span) || __builtin_add_overflow(extent, span, &extent))
+      return m.nbytes();  // a span past int64: the tensor reads at most its elements
+  }
   return std::min(numel, extent) * static_cast<int64_t>(c10::elementSize(m.dtype));
 }
 

@@ -19,7 +19,8 @@ TensorMeta TensorMeta::contiguous(std::vector<int64_t> sizes, c10::ScalarType dt
   int64_t s = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(sizes[i], 1);
+    if (__builtin_mul_overflow(s, std::max<int64_t>(sizes[i], 1), &s))
+      throw Error("element count of a tensor of " + std::to_string(sizes.size()) + " dims overflows 64 bits");
   }
   return TensorMeta{std::move(sizes), std::move(strides), dtype, device};
 }
@@ -35,7 +36,15 @@ int64_t TensorMeta::numel() const {
   return n;
 }
 
+int64_t TensorMeta::nbytes() const {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(numel(), static_cast<int64_t>(c10::elementSize(dtype)), &bytes))
+    throw Error("byte size of " + str() + " overflows 64 bits");
+  return bytes;
+}
+
 bool TensorMeta::is_contiguous() const {
+  numel();  // throws for sizes whose strides would overflow
   return strides == contiguous(sizes, dtype, device).strides;
 }
 

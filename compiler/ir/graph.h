@@ -51,7 +51,8 @@ struct TensorMeta {
   static TensorMeta contiguous(std::vector<int64_t> sizes, c10::ScalarType dtype, c10::Device device);
   /// Number of elements; throws jvpc::Error when it overflows int64.
   int64_t numel() const;
-  int64_t nbytes() const { return numel() * static_cast<int64_t>(c10::elementSize(dtype)); }
+  /// numel() × element size; throws jvpc::Error when it overflows int64.
+  int64_t nbytes() const;
   bool is_contiguous() const;
   /// Same sizes, dtype and device (strides are a layout detail).
   bool same_signature(const TensorMeta& other) const {

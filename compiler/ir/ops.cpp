@@ -340,7 +340,11 @@ std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>
   } catch (const c10::NotImplementedError&) {
     auto it = shape_rules().find(info.name);
     if (it == shape_rules().end()) throw NoShapeRule("no shape rule for " + info.name);
-    out = it->second(args, inputs);
+    try {
+      out = it->second(args, inputs);
+    } catch (const std::exception& e) {  // inconsistent shapes (c10::Error), bad dims (std::out_of_range)
+      throw Error(info.name + ": " + one_line(e));
+    }
     if (return_counts) *return_counts = std::vector<int>(out.size(), 1);
     return out;
   } catch (const c10::Error& e) {

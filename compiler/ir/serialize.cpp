@@ -389,7 +389,13 @@ std::unique_ptr<Graph> parse_graph(const std::string& text) {
   } catch (const Error& e) {
     throw Error(std::string("invalid JSON: ") + e.what());
   }
-  return from_json(j);
+  try {
+    return from_json(j);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // a check this loader lacks: still one line, never an abort
+    throw Error("invalid graph: " + one_line(e));
+  }
 }
 
 // --- files --------------------------------------------------------------------------------

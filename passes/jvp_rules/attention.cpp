@@ -90,7 +90,10 @@ Rule fused_attention(Layout at) {
       lse = c.call("aten::slice.Tensor", {lse, 2, 0, Sq, 1});
       lse = c.call("aten::clone", {lse, c10::MemoryFormat::Contiguous});
     }
-    lse = c.call("aten::view", {lse, std::vector<int64_t>{B, H, Sq, 1}});
+    std::vector<int64_t> lse4 = {B, H, Sq, 1};  // cuDNN's is [B, H, Sq, 1], flash's [B, H, Sq]
+    if (!at::detail::computeStride(lse->meta().sizes, lse->meta().strides, lse4))
+      lse = c.call("aten::clone", {lse, c10::MemoryFormat::Contiguous});
+    lse = c.call("aten::view", {lse, lse4});
     Value* p = cast(c, c.call("aten::exp", {c.call("aten::sub.Tensor", {s, lse})}), dt);
 
     // Tangent. The scale goes on the primal operands, which fold precomputes.
