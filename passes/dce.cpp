@@ -60,6 +60,11 @@ void erase_if_dead(Graph& g, Node* n) {
   }
 }
 
+void replace_output(Graph& g, Node* n, Value* v) {
+  n->output()->replace_all_uses_with(v);
+  erase_if_dead(g, n);
+}
+
 std::unique_ptr<Pass> make_pass(std::string name, std::function<bool(Graph&)> fn) {
   struct FnPass : Pass {
     std::string n;

@@ -35,8 +35,7 @@ bool fuse_matmul_add(Graph& g) {
       g.set_insertion_point(nullptr);
       changed = true;
       if (!fused->meta().same_signature(n->output()->meta())) continue;  // left unread: dce removes it
-      n->output()->replace_all_uses_with(fused);
-      erase_if_dead(g, n);
+      replace_output(g, n, fused);
       break;
     }
   }

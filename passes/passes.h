@@ -51,6 +51,9 @@ bool fuse_matmul_add(Graph& g);
 /// cost table describes a graph without leftovers.
 void erase_if_dead(Graph& g, Node* n);
 
+/// Makes the readers of `n`'s single output read `v` instead, then erases what became dead.
+void replace_output(Graph& g, Node* n, Value* v);
+
 /// A Pass that calls a function.
 std::unique_ptr<Pass> make_pass(std::string name, std::function<bool(Graph&)> fn);
 

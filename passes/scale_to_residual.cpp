@@ -59,8 +59,7 @@ bool scale_to_residual(Graph& g) {
     Value* scaled = b.call("aten::mul.Scalar", {view, scalar_of(m)});
     changed = true;
     if (!scaled->meta().same_signature(n->output()->meta())) continue;  // left unread: dce removes it
-    n->output()->replace_all_uses_with(scaled);
-    erase_if_dead(g, n);
+    replace_output(g, n, scaled);
   }
   // Step 2: mm/bmm(mul(t, s), w) -> mm/bmm(t, mul(w, s)) when w is tangent-independent.
   dep = tangent_dependent(g);

@@ -37,8 +37,7 @@ bool simplify_arith(Graph& g) {
   bool changed = false;
   for (Node* n : g.nodes()) {
     if (Value* x = identity_of(n)) {
-      n->output()->replace_all_uses_with(x);
-      erase_if_dead(g, n);
+      replace_output(g, n, x);
       changed = true;
       continue;
     }

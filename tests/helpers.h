@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,16 @@ inline std::vector<at::Tensor> values_of(const std::vector<TraceInput>& in) {
   std::vector<at::Tensor> v;
   for (const auto& i : in) v.push_back(i.value);
   return v;
+}
+
+/// Runs f and expects a jvpc::Error whose message contains `fragment`.
+inline void expect_error(const std::function<void()>& f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "no error (expected: " << fragment << ")";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
 }
 
 /// ‖a − b‖ / ‖b‖ in float64.

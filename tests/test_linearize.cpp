@@ -180,14 +180,7 @@ TEST(Linearize, TheTangentGraphSavesAndRunsAlone) {
   EXPECT_TRUE(alone.run(tangents)[0].equal(lin.jvp(tangents)[0]));
 }
 
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    FAIL() << "no error (expected: " << fragment << ")";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 TEST(Linearize, WrongTangentsAreErrorsNamingTheTangent) {
   auto ex = test::make_example({"sdpa"});

@@ -20,14 +20,7 @@ std::shared_ptr<Graph> small_graph() {
   return g;
 }
 
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    FAIL() << "no error (expected: " << fragment << ")";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 TEST(Runtime, RunsAGraph) {
   auto g = small_graph();
