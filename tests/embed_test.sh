@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# Builds examples/embed as an external project against an installed jvpc (find_package), and
-# runs it on a tangent graph the CLI compiled. Usage: embed_test.sh BUILD_DIR SOURCE_DIR JVPC
+# Builds examples/embed as an external project, and runs it on a tangent graph the CLI compiled.
+#   embed_test.sh BUILD_DIR SOURCE_DIR JVPC find_package    # against `cmake --install` of BUILD_DIR
+#   embed_test.sh BUILD_DIR SOURCE_DIR JVPC add_subdirectory # with jvpc's sources in the project
 set -euo pipefail
-BUILD=$1 SRC=$2 JVPC=$3
-WORK=$BUILD/embed-test
+BUILD=$1 SRC=$2 JVPC=$3 MODE=$4
+WORK=$BUILD/embed-test-$MODE
 rm -rf "$WORK" && mkdir -p "$WORK"
 PY=$(cat "$BUILD/.jvpc-python" 2>/dev/null || command -v python3)
 TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')
-cmake --install "$BUILD" --prefix "$WORK/install" >/dev/null
-cmake -S "$SRC/examples/embed" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$WORK/install;$TORCH_PREFIX" >"$WORK/configure.log" 2>&1 || { cat "$WORK/configure.log"; exit 1; }
+if [ "$MODE" = find_package ]; then
+  cmake --install "$BUILD" --prefix "$WORK/install" >/dev/null
+  ARGS=(-DCMAKE_PREFIX_PATH="$WORK/install;$TORCH_PREFIX")
+else
+  ARGS=(-DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DJVPC_SOURCE_DIR="$SRC")
+fi
+cmake -S "$SRC/examples/embed" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${ARGS[@]}" \
+  >"$WORK/configure.log" 2>&1 || { cat "$WORK/configure.log"; exit 1; }
 cmake --build "$WORK/build" >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; exit 1; }
 "$JVPC" linearize sdpa --device cpu -o "$WORK/tangent.json" >/dev/null
 "$WORK/build/embed" "$WORK/tangent.json" 3 | tee "$WORK/out.txt"
 grep -q "out0 : f32\[1,5,128,64\]" "$WORK/out.txt" || grep -q "dout0 : f32\[1,5,128,64\]" "$WORK/out.txt"
 # The embedding links the runtime, not the tracer or the passes.
 ! nm -C "$WORK/build/embed" | grep -q "jvpc::trace\|jvpc::fold\|jvpc::jvp("
-echo "embed example built with find_package(jvpc) and ran"
+echo "embed example built with $MODE and ran"
