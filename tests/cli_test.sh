@@ -53,6 +53,7 @@ expect 0 "run the tangent graph" -- "$JVPC" run "$DIR/tangent.json"
 expect 0 "linearize a graph file" -- "$JVPC" linearize "$DIR/sdpa.json"; contains out "41943040"
 expect 0 "linearize --wrt v --dump-after fold" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --wrt v --dump-after fold
 contains out "IR after pass 'fold'"
+expect 1 "a failed check exits 1" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --tolerance 0; contains out "FAIL"
 expect 0 "linearize mlp" -- "$JVPC" linearize mlp --device cpu --seq-len 16
 expect 0 "linearize block" -- "$JVPC" linearize block --device cpu --seq-len 16 --causal
 
