@@ -51,6 +51,11 @@ inline std::vector<at::Tensor> values_of(const std::vector<TraceInput>& in) {
   return v;
 }
 
+/// Contiguous float32 CPU metadata of `sizes`.
+inline TensorMeta f32(std::vector<int64_t> sizes) {
+  return TensorMeta::contiguous(std::move(sizes), c10::kFloat, c10::kCPU);
+}
+
 /// Runs f and expects a jvpc::Error whose message contains `fragment`.
 inline void expect_error(const std::function<void()>& f, const std::string& fragment) {
   try {

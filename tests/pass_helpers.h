@@ -9,10 +9,6 @@
 
 namespace jvpc::test {
 
-inline TensorMeta f32(std::vector<int64_t> sizes) {
-  return TensorMeta::contiguous(std::move(sizes), c10::kFloat, c10::kCPU);
-}
-
 inline int count_op(const Graph& g, const std::string& op) {
   int n = 0;
   for (const Node* node : g.nodes()) n += node->op() == op;

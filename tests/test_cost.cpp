@@ -11,7 +11,7 @@
 namespace jvpc {
 namespace {
 
-TensorMeta f32(std::vector<int64_t> sizes) { return TensorMeta::contiguous(std::move(sizes), c10::kFloat, c10::kCPU); }
+using test::f32;
 
 TEST(Cost, SeedSdpaCostsExactlyTheForwardMatmulFlops) {
   auto ex = test::make_example({"sdpa"});
