@@ -172,6 +172,15 @@ TEST(Serialize, AbsurdSizesAreNotAllocated) {
   EXPECT_EQ(g->inputs()[0].value->meta().numel(), 1000000000000000LL);
 }
 
+TEST(Serialize, RejectsMalformedStoredFlags) {
+  json j = save_small("stored").j;
+  j["inputs"][1]["stored"] = "yes";
+  expect_load_error(j.dump(), "$.inputs[1].stored: expected true or false");
+  j["inputs"][1]["stored"] = false;
+  j["inputs"][0]["stored"] = true;
+  expect_load_error(j.dump(), "$.inputs[0].stored: only constants are stored");
+}
+
 TEST(Serialize, RejectsMissingConstantsFile) {
   Saved s = save_small("nofile");
   std::remove(constants_path_for(s.path).c_str());

@@ -314,6 +314,7 @@ std::unique_ptr<Graph> from_json(const json& j) {
     At in = ins[i];
     Role role = parse_role(in["role"]);
     bool diff = in.has("differentiable") ? in["differentiable"].boolean() : false;
+    if (in.has("stored") && in["stored"].boolean() && role != Role::Constant) in["stored"].fail("only constants are stored");
     Value* v = g->add_input(in["name"].str(), read_meta(in["meta"]), role, diff);
     if (in.has("aliases")) g->inputs().back().aliases = in["aliases"].str();
     by_id[in["id"].id()] = v;
@@ -374,7 +375,10 @@ std::unique_ptr<Graph> from_json(const json& j) {
   return g;
 }
 
-std::unique_ptr<Graph> parse_graph(const std::string& text) {
+namespace {
+
+// Text to JSON, with nesting limited and errors as one line with their byte offset.
+json parse_json(const std::string& text) {
   json j;
   try {
     constexpr int kMaxDepth = 16;
@@ -389,6 +393,10 @@ std::unique_ptr<Graph> parse_graph(const std::string& text) {
   } catch (const Error& e) {
     throw Error(std::string("invalid JSON: ") + e.what());
   }
+  return j;
+}
+
+std::unique_ptr<Graph> checked_from_json(const json& j) {
   try {
     return from_json(j);
   } catch (const Error&) {
@@ -397,6 +405,10 @@ std::unique_ptr<Graph> parse_graph(const std::string& text) {
     throw Error("invalid graph: " + one_line(e));
   }
 }
+
+}  // namespace
+
+std::unique_ptr<Graph> parse_graph(const std::string& text) { return checked_from_json(parse_json(text)); }
 
 // --- files --------------------------------------------------------------------------------
 
@@ -535,11 +547,11 @@ std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> 
   {
     json j;
     try {
-      g = parse_graph(text);
+      j = parse_json(text);
+      g = checked_from_json(j);  // also checks every "stored" flag and name read below
     } catch (const Error& e) {
       throw Error(path + ": " + e.what());
     }
-    j = json::parse(text);  // already known to parse
     for (const auto& in : j["inputs"])
       if (in.value("stored", false) && !j.contains("constants_file"))
         throw Error(path + ": constant '" + in["name"].get<std::string>() + "' is stored but no constants_file is named");
