@@ -72,7 +72,9 @@ Rule fused_attention(Layout at) {
     Value* q3 = as3d(c, q);
     Value* kt3 = as3d(c, c.call("aten::transpose.int", {kr, -2, -1}));
     Value* v3 = as3d(c, vr);
-    Value* s = cast(c, c.call("aten::bmm", {q3, kt3}), acc);
+    // Scores in the accumulation type, as the kernels compute them (bf16 scores would put
+    // their rounding error into P).
+    Value* s = c.call("aten::bmm", {cast(c, q3, acc), cast(c, kt3, acc)});
     s = as4d(c, c.call("aten::mul.Scalar", {s, scale}), {B, H, Sq, Sk});
     if (at.mask != kNone && c.n.arg(at.mask).kind == ArgKind::Tensor) {
       Value* m = c.x(at.mask);
