@@ -12,6 +12,7 @@
 // runs the real ones.
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
+#include "compiler/ir/serialize.h"
 #include "examples/examples.h"
 #include "tests/helpers.h"
 
@@ -139,17 +140,21 @@ TensorFn math(const Case& c) {
   };
 }
 
+std::vector<TraceInput> inputs(const Case& c) {
+  at::manual_seed(3);
+  auto opt = at::TensorOptions().dtype(c.dtype);
+  std::vector<TraceInput> in = {{"q", at::randn({c.batch, c.heads, c.sq, c.d}, opt)},
+                                {"k", at::randn({c.batch, c.kv_heads, c.sk, c.d}, opt)},
+                                {"v", at::randn({c.batch, c.kv_heads, c.sk, c.d}, opt)}};
+  if (c.bias) in.push_back({"mask", at::randn({c.sq, c.sk}, opt), false});
+  return in;
+}
+
 class FusedEmulated : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FusedEmulated, MatchesMathPathForwardAdAtTheFourBmmFloor) {
   const Case& c = GetParam();
-  at::manual_seed(3);
-  auto opt = at::TensorOptions().dtype(c.dtype);
-  int64_t b = c.batch;
-  std::vector<TraceInput> in = {{"q", at::randn({b, c.heads, c.sq, c.d}, opt)},
-                                {"k", at::randn({b, c.kv_heads, c.sk, c.d}, opt)},
-                                {"v", at::randn({b, c.kv_heads, c.sk, c.d}, opt)}};
-  if (c.bias) in.push_back({"mask", at::randn({c.sq, c.sk}, opt), false});
+  std::vector<TraceInput> in = inputs(c);
 
   // The trace holds the kernel; its FLOPs carry a note where FlopCounterMode has no rule (GQA).
   int kernels = 0;
@@ -178,10 +183,25 @@ TEST_P(FusedEmulated, MatchesMathPathForwardAdAtTheFourBmmFloor) {
   EXPECT_LT(err.rel_error, tolerance_for(c.dtype)) << "max_abs_error " << err.max_abs_error;
 
   // The tangent graph is the four-bmm floor; linearizing adds one q·kᵀ to the forward.
-  int64_t qk = 2 * b * c.heads * c.sq * c.sk * c.d;
+  int64_t qk = 2 * c.batch * c.heads * c.sq * c.sk * c.d;
   EXPECT_EQ(lin.report.tangent.matmul_flops, 4 * qk);
   EXPECT_EQ(lin.report.forward.matmul_flops, 2 * qk);
   EXPECT_EQ(lin.report.linearize_matmul_flops, 3 * qk);
+}
+
+// A graph file holding a fused kernel (with its non-tensor and undefined outputs) loads, folds
+// through the runtime and gives the same linear map as linearizing the callable.
+TEST_P(FusedEmulated, LinearizesTheSameFromAGraphFile) {
+  const Case& c = GetParam();
+  std::vector<TraceInput> in = inputs(c);
+  std::string path = ::testing::TempDir() + "jvpc_fused_" + c.kernel + ".json";
+  save(*trace(fused(c), in, TraceOptions{false}).graph, path);
+  Linearized from_file = linearize(load(path), test::values_of(in));
+  Linearized direct = linearize(fused(c), in);
+  EXPECT_EQ(from_file.report.tangent.matmul_flops, direct.report.tangent.matmul_flops);
+  std::vector<at::Tensor> tangents;
+  for (size_t i = 0; i < 3; ++i) tangents.push_back(at::randn_like(in[i].value));
+  EXPECT_TRUE(from_file.jvp(tangents)[0].equal(direct.jvp(tangents)[0]));
 }
 
 std::vector<Case> cases() {
