@@ -42,6 +42,10 @@ bool simplify_arith(Graph& g);
 /// operand, where fold precomputes it once.
 bool scale_to_residual(Graph& g);
 
+/// group_bmm.cpp: a bmm whose right operand repeats each key/value head (grouped-query
+/// attention) reads the unrepeated tensor, with the left operand's matrices stacked per group.
+bool group_bmm(Graph& g);
+
 /// fuse_matmul_add.cpp: add(x, bmm(a, b)) -> baddbmm(x, a, b) and add(x, mm(a, b)) ->
 /// addmm(x, a, b), when the product is read only by the addition.
 bool fuse_matmul_add(Graph& g);

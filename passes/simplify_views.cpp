@@ -8,8 +8,11 @@
 //
 // Rules: expand/view/alias to the same shape and strides is the identity; a clone or a same-
 // dtype copy of a contiguous value is the identity (the IR is functional); transposing the
-// same two dims twice is the identity; view of a view and expand of an expand collapse.
+// same two dims twice is the identity; view of a view and expand of an expand collapse; an add
+// of two views to one shape is a view of the add.
 #include "passes/passes.h"
+
+#include "compiler/ir/builder.h"
 
 #include <algorithm>
 
@@ -59,6 +62,23 @@ bool simplify_views(Graph& g) {
     }
     // view(view(x)) -> view(x); expand(expand(x)) -> expand(x)  (the outer node reads x)
     const std::string& op = n->op();
+    if (op == "aten::add.Tensor" && n->inputs().size() == 2) {
+      // add(view(a, s), view(b, s)) -> view(add(a, b), s), for a and b of one layout: the
+      // products of grouped bmms (group_bmm.cpp) then meet fuse_matmul_add unviewed.
+      const Node *p = n->input(0)->producer(), *q = n->input(1)->producer();
+      if (p && q && p->op() == "aten::view" && q->op() == "aten::view" && same_layout(p->input(0), q->input(0)) &&
+          same_layout(n->input(0), n->output()) && same_layout(n->input(1), n->output()) &&
+          p->input(0)->meta().is_contiguous()) {
+        Builder b(g);
+        g.set_insertion_point(n);
+        Value* sum = b.call("aten::add.Tensor", {p->input(0), q->input(0), BArg::of_arg(n->arg(2), n)});
+        Value* v = b.call("aten::view", {sum, n->output()->meta().sizes});
+        g.set_insertion_point(nullptr);
+        replace_output(g, n, v);
+        changed = true;
+        continue;
+      }
+    }
     if ((op == "aten::view" || op == "aten::expand") && !n->inputs().empty()) {
       Node* p = n->input(0)->producer();
       if (p && p->op() == op && !(op == "aten::expand" && has_negative(n->arg(1).value.toIntVector()))) {

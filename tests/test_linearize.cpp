@@ -134,15 +134,21 @@ TEST(Linearize, ResidualsOfTheSeedAreTheScaledOperandsTheProbabilitiesAndV) {
 }
 
 TEST(Linearize, JvpCallsCopyNoTangent) {
-  auto ex = test::make_example({"sdpa"});
-  Linearized lin = linearize(ex.fn(), ex.inputs);
-  std::vector<at::Tensor> tangents;
-  for (const Input* in : lin.jvp_fn->arguments()) tangents.push_back(at::randn(in->value->meta().sizes));
-  KernelWatch watch;
-  lin.jvp(tangents);
-  for (const auto& k : watch.kernels())
-    for (const char* copy : {"aten::clone", "aten::copy_", "aten::_to_copy", "aten::contiguous"}) EXPECT_NE(k, copy);
-  EXPECT_EQ(watch.matmul_flops(), 41943040);
+  // Grouped-query attention too: its repeated heads are read unrepeated (group_bmm.cpp).
+  for (auto cfg : std::vector<std::vector<std::string>>{
+           {"sdpa"}, {"sdpa", "--kv-heads", "1"}, {"sdpa", "--backend", "flash", "--kv-heads", "1"}}) {
+    SCOPED_TRACE(test::config_name(cfg));
+    auto ex = test::make_example(cfg);
+    Linearized lin = linearize(ex.fn(), ex.inputs);
+    std::vector<at::Tensor> tangents;
+    for (const Input* in : lin.jvp_fn->arguments()) tangents.push_back(at::randn(in->value->meta().sizes));
+    KernelWatch watch;
+    lin.jvp(tangents);
+    for (const auto& k : watch.kernels())
+      for (const char* copy : {"aten::clone", "aten::copy_", "aten::_to_copy", "aten::contiguous"}) EXPECT_NE(k, copy);
+    EXPECT_EQ(watch.matmul_flops(), 41943040);
+    EXPECT_EQ(matmul_kernels(lin.report.tangent), 4);
+  }
 }
 
 TEST(Linearize, WrtChoosesTheDifferentiatedInputs) {

@@ -1,0 +1,97 @@
+// group-bmm: bmms over repeated key/value heads read the unrepeated tensor.
+#include "compiler/cost/cost_model.h"
+#include "runtime/executable.h"
+#include "tests/pass_helpers.h"
+
+namespace jvpc {
+namespace {
+using test::f32;
+
+// repeat_interleave(x, r, dim=1) as LibTorch's math path traces it: [B, Hk, S, D] -> [B, Hk·r, S, D].
+Value* repeat_heads(Builder& b, Value* x, int64_t r) {
+  auto s = x->meta().sizes;
+  Value* e = b.call("aten::expand", {b.call("aten::unsqueeze", {x, 2}), std::vector<int64_t>{s[0], s[1], r, s[2], s[3]}});
+  Value* c = b.call("aten::clone", {e, c10::MemoryFormat::Contiguous});
+  return b.call("aten::view", {c, std::vector<int64_t>{s[0], s[1] * r, s[2], s[3]}});
+}
+
+std::vector<at::Tensor> run(const Graph& g, const std::vector<at::Tensor>& in) {
+  return Executable(g.clone()).run(in);
+}
+
+// a [2·3·2, 5, 4] times the transposed, scaled, repeated k ([2, 3, 7, 4] over 2 heads each).
+struct Qk {
+  Graph g;
+  Value *a, *k;
+  Qk() {
+    a = g.add_input("a", f32({12, 5, 4}), Role::Primal);
+    k = g.add_input("dk", f32({2, 3, 7, 4}), Role::Tangent);
+    Builder b(g);
+    Value* kt = b.call("aten::mul.Scalar", {b.call("aten::transpose.int", {repeat_heads(b, k, 2), -2, -1}), 0.5});
+    g.add_output(b.call("aten::bmm", {a, b.call("aten::view", {kt, std::vector<int64_t>{12, 4, 7}})}));
+  }
+};
+
+TEST(GroupBmm, ReadsTheUnrepeatedTensorWithTheSameResultAndFlops) {
+  Qk q;
+  std::vector<at::Tensor> in = {at::randn({12, 5, 4}), at::randn({2, 3, 7, 4})};
+  at::Tensor before = run(q.g, in)[0];
+  int64_t flops = graph_cost(q.g).matmul_flops;
+  EXPECT_TRUE(group_bmm(q.g));
+  verify(q.g);
+  EXPECT_EQ(test::count_op(q.g, "aten::clone"), 0) << to_text(q.g);
+  EXPECT_EQ(test::count_op(q.g, "aten::expand"), 0);
+  EXPECT_EQ(graph_cost(q.g).matmul_flops, flops);
+  const Node* bmm = nullptr;
+  for (const Node* n : q.g.nodes())
+    if (n->op() == "aten::bmm") bmm = n;
+  ASSERT_NE(bmm, nullptr);
+  EXPECT_EQ(bmm->input(0)->meta().sizes, (std::vector<int64_t>{6, 10, 4}));  // two heads' rows stacked
+  EXPECT_EQ(bmm->input(1)->meta().sizes, (std::vector<int64_t>{6, 4, 7}));   // one matrix per group
+  EXPECT_TRUE(run(q.g, in)[0].allclose(before, 1e-5, 1e-6));
+}
+
+TEST(GroupBmm, LeavesALeftOperandThatCannotStackItsRows) {
+  // Read a through a transpose: its [12, 5, 4] has rows that no view stacks per group.
+  Graph g;
+  Value* at_ = g.add_input("at", f32({12, 4, 5}), Role::Primal);
+  Value* k = g.add_input("dk", f32({2, 3, 7, 4}), Role::Tangent);
+  Builder b(g);
+  Value* a = b.call("aten::transpose.int", {at_, 1, 2});
+  Value* kt = b.call("aten::transpose.int", {repeat_heads(b, k, 2), -2, -1});
+  g.add_output(b.call("aten::bmm", {a, b.call("aten::view", {kt, std::vector<int64_t>{12, 4, 7}})}));
+  EXPECT_FALSE(group_bmm(g));
+}
+
+TEST(GroupBmm, LeavesRepeatsOverOtherDims) {
+  Graph g;
+  Value* a = g.add_input("a", f32({4, 5, 7}), Role::Primal);
+  Value* x = g.add_input("x", f32({2, 7, 3}), Role::Tangent);
+  Builder b(g);
+  // x repeated along a new leading dim: not the heads of a [B, Hk, S, D] tensor.
+  Value* e = b.call("aten::expand", {b.call("aten::unsqueeze", {x, 0}), std::vector<int64_t>{2, 2, 7, 3}});
+  Value* c = b.call("aten::clone", {e, c10::MemoryFormat::Contiguous});
+  g.add_output(b.call("aten::bmm", {a, b.call("aten::view", {c, std::vector<int64_t>{4, 7, 3}})}));
+  EXPECT_FALSE(group_bmm(g));
+}
+
+TEST(SimplifyViews, AnAddOfTwoViewsIsAViewOfTheAdd) {
+  Graph g;
+  Value* x = g.add_input("x", f32({2, 6, 3}), Role::Primal);
+  Value* y = g.add_input("y", f32({2, 6, 3}), Role::Primal);
+  Builder b(g);
+  std::vector<int64_t> s = {4, 3, 3};
+  g.add_output(b.call("aten::add.Tensor", {b.call("aten::view", {x, s}), b.call("aten::view", {y, s}), 2.0}));
+  std::vector<at::Tensor> in = {at::randn({2, 6, 3}), at::randn({2, 6, 3})};
+  at::Tensor before = run(g, in)[0];
+  EXPECT_TRUE(simplify_views(g));
+  verify(g);
+  const Node* out = g.outputs()[0]->producer();
+  ASSERT_EQ(out->op(), "aten::view") << to_text(g);
+  EXPECT_EQ(out->input(0)->producer()->op(), "aten::add.Tensor");
+  EXPECT_EQ(out->input(0)->meta().sizes, (std::vector<int64_t>{2, 6, 3}));
+  EXPECT_TRUE(run(g, in)[0].equal(before));
+}
+
+}  // namespace
+}  // namespace jvpc
