@@ -9,6 +9,7 @@
 #ifdef JVPC_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -44,6 +45,7 @@ struct Executable::CudaGraphState {
   std::unique_ptr<at::cuda::CUDAGraph> graph;
   std::vector<at::Tensor> static_inputs;
   std::vector<at::Tensor> static_outputs;
+  at::cuda::CUDAEvent done;  // recorded after each replay's outputs are copied out
 #endif
 };
 
@@ -152,12 +154,23 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
   }
   for (const Value* o : graph_->outputs()) output_slots_.push_back(slot_of(o));
 
-  c10::Device device(c10::kCPU);
-  for (const Input& in : graph_->inputs()) device = in.value->meta().device;
-  for (const Node* n : nodes)
-    for (const Value* o : n->outputs()) device = o->meta().device;
+  // A CUDA graph replays only GPU work: every argument and every node result must be on one
+  // CUDA device (constants may be anywhere, e.g. CPU scalars).
+  bool one_cuda_device = true;
+  auto on_device = [&](const Value* v) {
+    c10::Device d = v->meta().device;
 #ifdef JVPC_WITH_CUDA
-  use_cuda_graph_ = options_.cuda_graph && device.is_cuda() && !impure && !std::getenv("JVPC_NO_CUDA_GRAPH");
+    if (d.is_cuda() && !d.has_index()) d = c10::Device(c10::kCUDA, c10::cuda::current_device());  // "cuda"
+#endif
+    if (!d.is_cuda() || (device_.is_cuda() && d != device_)) one_cuda_device = false;
+    device_ = d;
+  };
+  for (const Input* in : arguments_) on_device(in->value);
+  for (const Node* n : nodes)
+    for (const Value* o : n->outputs()) on_device(o);
+#ifdef JVPC_WITH_CUDA
+  use_cuda_graph_ = options_.cuda_graph && one_cuda_device && device_.is_cuda() && !impure &&
+                    !std::getenv("JVPC_NO_CUDA_GRAPH");
 #else
   (void)impure;
 #endif
@@ -259,24 +272,37 @@ std::vector<at::Tensor> Executable::run(const std::vector<at::Tensor>& inputs) {
   if (!use_cuda_graph_) return run_eager(in);
 #ifdef JVPC_WITH_CUDA
   std::lock_guard<std::mutex> lock(mu_);
+  c10::cuda::CUDAGuard device_guard(device_);
   CudaGraphState& st = *cuda_;
+  auto current = c10::cuda::getCurrentCUDAStream(device_.index());
+  st.done.block(current);  // a call on another stream may still be reading the static buffers
+  std::vector<at::Tensor> outs;
   if (!st.graph) {
-    auto current = c10::cuda::getCurrentCUDAStream();
+    // First call: run eagerly on a side stream (this run's results are the call's results, and
+    // it creates cuBLAS handles and workspaces before capture), then capture the same work
+    // without executing it. Later calls replay it: each call executes the graph once.
     st.static_inputs.clear();
-    for (const at::Tensor& t : in) st.static_inputs.push_back(t.clone(at::MemoryFormat::Contiguous));
-    auto side = c10::cuda::getStreamFromPool();
+    for (size_t i = 0; i < in.size(); ++i) {
+      const TensorMeta& m = arguments_[i]->value->meta();
+      st.static_inputs.push_back(at::empty_strided(m.sizes, m.strides, in[i].options()).copy_(in[i]));
+    }
+    auto side = c10::cuda::getStreamFromPool(false, device_.index());
     at::cuda::CUDAEvent ready;
     ready.record(current);
     ready.block(side);
     {
       c10::cuda::CUDAStreamGuard guard(side);
-      run_eager(st.static_inputs);  // warm-up: cuBLAS handles and workspaces exist before capture
+      outs = run_eager(st.static_inputs);
       auto g = std::make_unique<at::cuda::CUDAGraph>();
-      g->capture_begin();
+      // Thread-local capture: other threads' CUDA calls stay legal while this one captures.
+      g->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
       try {
         st.static_outputs = run_eager(st.static_inputs);
       } catch (...) {
-        g->capture_end();
+        try {
+          g->capture_end();
+        } catch (...) {  // the capture was invalidated; the node's error is the one to report
+        }
         throw;
       }
       g->capture_end();
@@ -285,14 +311,20 @@ std::vector<at::Tensor> Executable::run(const std::vector<at::Tensor>& inputs) {
     at::cuda::CUDAEvent captured;
     captured.record(side);
     captured.block(current);
+    for (at::Tensor& t : outs) {
+      for (const at::Tensor& buffer : st.static_inputs)
+        if (t.is_alias_of(buffer)) t = t.clone();  // an output that is an input: the next call overwrites it
+      if (t.is_cuda()) t.record_stream(current);  // made on the side stream, read on the caller's
+    }
   } else {
     for (size_t i = 0; i < in.size(); ++i)
       if (in[i].data_ptr() != st.static_inputs[i].data_ptr()) st.static_inputs[i].copy_(in[i]);
+    st.graph->replay();
+    outs = st.static_outputs;
+    if (!options_.static_outputs)
+      for (at::Tensor& t : outs) t = t.clone();
   }
-  st.graph->replay();
-  if (options_.static_outputs) return st.static_outputs;
-  std::vector<at::Tensor> outs;
-  for (const at::Tensor& t : st.static_outputs) outs.push_back(t.clone());
+  st.done.record(current);
   return outs;
 #else
   return run_eager(in);

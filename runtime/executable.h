@@ -19,7 +19,9 @@
 //
 // Threads: run() may be called from several threads at once on CPU, and on CUDA when no CUDA
 // graph is used. With a CUDA graph, calls are serialised by a mutex (the static buffers are
-// shared). bind() must not race with run().
+// shared), and on the GPU by an event: a call on one stream waits until the previous call's
+// replay and output copies, on whatever stream, are done. Capture is thread-local, so other
+// threads may use CUDA meanwhile. bind() must not race with run().
 #pragma once
 
 #include "compiler/ir/graph.h"
@@ -85,6 +87,7 @@ class Executable {
   std::vector<Step> steps_;
   std::vector<int> output_slots_;
   int num_slots_ = 0;
+  c10::Device device_ = c10::Device(c10::kCPU);  // where the graph's arguments and results live
   bool use_cuda_graph_ = false;
   std::unique_ptr<CudaGraphState> cuda_;
   std::mutex mu_;

@@ -204,6 +204,14 @@ TEST_P(FusedEmulated, LinearizesTheSameFromAGraphFile) {
   EXPECT_TRUE(from_file.jvp(tangents)[0].equal(direct.jvp(tangents)[0]));
 }
 
+TEST(FusedEmulated, CudaFlashCausalWithUnequalLengthsIsAnErrorNamingTheKernel) {
+  // FlashAttention-2 aligns a causal mask to the bottom right when Sq != Sk (LibTorch's SDPA
+  // never sends that case to it); the rule covers top-left alignment only.
+  Case c;
+  c.kernel = "flash", c.causal = true, c.sq = 24, c.sk = 40;
+  test::expect_error([&] { linearize(fused(c), inputs(c)); }, "aten::_scaled_dot_product_flash_attention: causal");
+}
+
 std::vector<Case> cases() {
   std::vector<Case> v;
   for (std::string k : {"flash", "efficient", "cudnn"}) {

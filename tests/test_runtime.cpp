@@ -135,8 +135,9 @@ TEST(Runtime, CudaGraphReplaysTheSeedTangentGraph) {
   std::vector<at::Tensor> tangents;
   for (const Input* in : lin.jvp_fn->arguments())
     tangents.push_back(at::randn(in->value->meta().sizes, at::device(at::kCUDA).dtype(in->value->meta().dtype)));
-  at::Tensor first = lin.jvp(tangents)[0];
+  at::Tensor first = lin.jvp(tangents)[0];  // runs eagerly, then captures
   EXPECT_TRUE(lin.jvp_fn->replaying_cuda_graph());
+  EXPECT_TRUE(first.allclose(plain.run(tangents)[0], 1e-3, 1e-3));
   for (auto& t : tangents) t.normal_();
   at::Tensor replayed = lin.jvp(tangents)[0];
   at::Tensor expected = plain.run(tangents)[0];

@@ -26,6 +26,7 @@ constexpr size_t kNone = static_cast<size_t>(-1);
 
 struct Layout {  // argument positions in each kernel's schema
   size_t mask, causal, scale;
+  bool bottom_right = false;  // causal masks align to the bottom right when Sq != Sk (FlashAttention-2)
 };
 
 // [b, h, s, d] -> [b·h, s, d], copying only if the value cannot be viewed that way.
@@ -83,6 +84,9 @@ Rule fused_attention(Layout at) {
       s = c.call("aten::add.Tensor", {s, cast(c, m, acc)});
     }
     if (at.causal != kNone && c.c(at.causal).toBool()) {
+      if (at.bottom_right && Sq != Sk)
+        throw Error(c.n.op() + ": causal attention with query length " + std::to_string(Sq) + " and key length " +
+                    std::to_string(Sk) + " is aligned to the bottom right there; no JVP rule covers it");
       Value* full = c.call("aten::full", {std::vector<int64_t>{Sq, Sk}, -std::numeric_limits<double>::infinity(), acc,
                                           std::nullopt, q->meta().device});
       s = c.call("aten::add.Tensor", {s, c.call("aten::triu", {full, 1})});
@@ -120,7 +124,7 @@ Rule fused_attention(Layout at) {
 
 void register_attention(Registry& r) {
   r.add("aten::_scaled_dot_product_flash_attention_for_cpu", fused_attention({5, 4, 6}));
-  r.add("aten::_scaled_dot_product_flash_attention", fused_attention({kNone, 4, 6}));
+  r.add("aten::_scaled_dot_product_flash_attention", fused_attention({kNone, 4, 6, true}));
   r.add("aten::_scaled_dot_product_efficient_attention", fused_attention({3, 6, 7}));
   r.add("aten::_scaled_dot_product_cudnn_attention", fused_attention({3, 6, 8}));
 }
