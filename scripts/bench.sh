@@ -3,7 +3,10 @@
 # on the same configurations, each in its own process, then a table of ratios (jvpc / PyTorch)
 # and a plot of time per jvp call against sequence length.
 #
-#   scripts/bench.sh [--device cpu|cuda] [--no-setup] [--skip-compile]
+#   scripts/bench.sh [--device cpu|cuda] [--no-setup] [--skip-compile | --compile-only NAME]
+#
+# --skip-compile leaves out torch.compile(jvp_fn) (its compilation takes a minute or more per
+# configuration); --compile-only seed keeps it for that configuration alone.
 #
 # Configurations: the seed's (sdpa, bsz 1, 5 heads, seq 128, head dim 64), causal, the
 # transformer block, and on CUDA a large one (bsz 4, 16 heads, seq 2048, bfloat16); plus an sdpa
@@ -11,13 +14,14 @@
 # per run, table.md, seq_sweep.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEVICE="" SETUP=1 COMPILE=""
+DEVICE="" SETUP=1 COMPILE="" COMPILE_ONLY=""
 while [ $# -gt 0 ]; do
   case $1 in
     --device) DEVICE=$2; shift 2 ;;
     --no-setup) SETUP=""; shift ;;
     --skip-compile) COMPILE=--skip-compile; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --compile-only) COMPILE_ONLY=$2; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -27,13 +31,16 @@ OUT=${JVPC_BENCH_OUT:-$BUILD/bench}
 PY=$(cat "$BUILD/.jvpc-python" 2>/dev/null || command -v python3)
 [ -n "$DEVICE" ] || DEVICE=$("$PY" -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')
 mkdir -p "$OUT"
-"$PY" -c "import matplotlib" 2>/dev/null || "$PY" -m pip install -q matplotlib 2>/dev/null || echo "(no matplotlib: no plot)"
+"$PY" -c "import matplotlib" 2>/dev/null || "$PY" -m pip install -q --retries 1 --timeout 15 matplotlib 2>/dev/null ||
+  echo "(no matplotlib: no plot)"
 
 run() {  # name example flags...
   local name=$1 example=$2; shift 2
   echo "[bench] $name: $example $*" >&2
   "$BUILD/jvpc_bench" "$example" "$@" --device "$DEVICE" --json "$OUT/jvpc_$name.json" >/dev/null
-  "$PY" scripts/bench/torch_reference.py --config "$example" "$@" --device "$DEVICE" $COMPILE \
+  local compile=$COMPILE
+  [ -n "$COMPILE_ONLY" ] && [ "$name" != "$COMPILE_ONLY" ] && compile=--skip-compile
+  "$PY" scripts/bench/torch_reference.py --config "$example" "$@" --device "$DEVICE" $compile \
     --json "$OUT/torch_$name.json" >/dev/null 2>"$OUT/torch_$name.log"
 }
 sweep() {  # name example flags... (no torch.compile: seconds per point)

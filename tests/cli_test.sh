@@ -73,8 +73,10 @@ expect 2 "unknown wrt" -- "$JVPC" linearize sdpa --device cpu --wrt mask
 expect 2 "inputs file missing tensors" -- "$JVPC" run "$DIR/sdpa.json" --inputs "$DIR/tangent.safetensors"
 if python3 -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   expect 0 "run on cuda" -- "$JVPC" run "$DIR/sdpa.json" --device cuda
+  expect 0 "linearize an example on cuda" -- "$JVPC" linearize sdpa --device cuda --seq-len 16; contains out " cuda backend"
 else
   expect 2 "cuda without a GPU" -- "$JVPC" run "$DIR/sdpa.json" --device cuda
+  expect 2 "an example on cuda without a GPU" -- "$JVPC" linearize sdpa --device cuda; contains err "CUDA is not available"
 fi
 JVPC_MAX_INPUT_BYTES=1000 expect 2 "inputs over the size limit" -- "$JVPC" run "$DIR/sdpa.json"
 

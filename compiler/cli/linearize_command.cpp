@@ -56,7 +56,8 @@ struct Problem {
   std::unique_ptr<Graph> graph;  // graph files: linearized directly
 };
 
-Problem from_example(const Opts& o, const std::vector<std::string>& flags) {
+Problem from_example(const Opts& o, std::vector<std::string> flags) {
+  if (!o.device.empty()) flags.insert(flags.end(), {"--device", o.device});  // CLI11 gives it to us, not the example
   examples::Instance ex = examples::make(o.target, flags);
   return {ex.description, ex.inputs, ex.fn(), ex.make_fn(examples::Backend::Math), nullptr};
 }
@@ -94,7 +95,7 @@ void add_linearize(CLI::App& app) {
   cmd->add_option("--dump-format", o->dump_format, "text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   cmd->add_option("-o,--output", o->out, "write the tangent graph as JSON (residuals beside it in .safetensors)");
   cmd->add_option("--seed", o->seed, "seed of the random tangents (and of the primals, for a graph file)")->capture_default_str();
-  cmd->add_option("--device", o->device, "for a graph file: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", o->device, "cpu or cuda: where a graph file runs, or the example's --device")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--tolerance", o->tolerance,
                   "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2)")
       ->check(CLI::NonNegativeNumber);
