@@ -68,10 +68,12 @@ std::optional<Repeat> repeated(Value* x) {
   }
   if (!n || n->op() != "aten::expand" || n->inputs().size() != 1) return std::nullopt;
   const Node* u = n->input(0)->producer();
-  if (!u || u->op() != "aten::unsqueeze" || u->input(0)->meta().sizes.size() != 4 || u->arg(1).value.toInt() != 2)
+  if (!u || u->op() != "aten::unsqueeze" || u->input(0)->meta().sizes.size() != 4 ||
+      c10::maybe_wrap_dim(u->arg(1).value.toInt(), 5) != 2)
     return std::nullopt;
-  const auto& e = n->output()->meta().sizes;  // [B, Hk, r, S, D]
-  if (e.size() != 5 || e[2] <= 1) return std::nullopt;
+  const auto& e = n->output()->meta().sizes;  // [B, Hk, r, S, D]: only the new dim is expanded
+  const auto& base = u->input(0)->meta().sizes;
+  if (e.size() != 5 || e[2] <= 1 || e[0] != base[0] || e[1] != base[1] || e[3] != base[2] || e[4] != base[3]) return std::nullopt;
   return Repeat{u->input(0), e[2], std::move(steps)};
 }
 

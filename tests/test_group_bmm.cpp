@@ -75,6 +75,18 @@ TEST(GroupBmm, LeavesRepeatsOverOtherDims) {
   EXPECT_FALSE(group_bmm(g));
 }
 
+TEST(GroupBmm, LeavesExpandsThatBroadcastMoreThanTheHeads) {
+  Graph g;
+  Value* a = g.add_input("a", f32({8, 5, 7}), Role::Primal);
+  Value* x = g.add_input("x", f32({1, 2, 7, 3}), Role::Tangent);
+  Builder b(g);
+  // The batch dim is broadcast too (1 -> 2): the groups are not x's heads.
+  Value* e = b.call("aten::expand", {b.call("aten::unsqueeze", {x, 2}), std::vector<int64_t>{2, 2, 2, 7, 3}});
+  Value* c = b.call("aten::clone", {e, c10::MemoryFormat::Contiguous});
+  g.add_output(b.call("aten::bmm", {a, b.call("aten::view", {c, std::vector<int64_t>{8, 7, 3}})}));
+  EXPECT_FALSE(group_bmm(g));
+}
+
 TEST(SimplifyViews, AnAddOfTwoViewsIsAViewOfTheAdd) {
   Graph g;
   Value* x = g.add_input("x", f32({2, 6, 3}), Role::Primal);
