@@ -37,6 +37,7 @@ struct Executable::Step {
   std::vector<ListArg> lists;
   std::vector<int> return_counts;
   std::vector<int> out_slots;
+  std::vector<const Value*> outs;  // the node's outputs, for checking the first call's results
   std::vector<int> release;  // slots whose last use is this step
 };
 
@@ -91,6 +92,15 @@ bool device_matches(const c10::Device& declared, const c10::Device& actual) {
 
 std::string meta_of(const at::Tensor& t) { return TensorMeta::of(t).str(); }
 
+// A result must have the shape and dtype the graph declares for it: the graph's metadata may
+// come from a file (for kernels without a Meta implementation the loader cannot re-derive it).
+void check_result(const std::string& where, const Value* v, const at::Tensor& t) {
+  const TensorMeta& m = v->meta();
+  if (!t.defined() || t.sizes().vec() != m.sizes || t.scalar_type() != m.dtype)
+    throw Error(where + ": result %" + std::to_string(v->id()) + " is " +
+                (t.defined() ? meta_of(t) : std::string("an undefined tensor")) + " where the graph declares " + m.str());
+}
+
 }  // namespace
 
 Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options)
@@ -141,6 +151,7 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
       }
     }
     for (const Value* o : n->outputs()) st.out_slots.push_back(slot_of(o));
+    st.outs.assign(n->outputs().begin(), n->outputs().end());
     // Release what dies here: operands read for the last time, and outputs nobody reads.
     auto dies = [&](const Value* v) {
       return !graph_->is_input(v) && live.last_use.at(v) <= static_cast<int>(i);
@@ -226,6 +237,7 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
   for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(argument_slots_[i])] = inputs[i];
   for (const auto& [s, t] : constants_) slots[static_cast<size_t>(s)] = t;
   torch::jit::Stack stack;
+  const bool check = !results_checked_.load();  // the first call checks results against the graph
   for (const Step& st : steps_) {
     stack = st.stack;
     for (const auto& ta : st.tensors) stack[ta.pos] = slots[static_cast<size_t>(ta.slot)];
@@ -259,11 +271,14 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
         throw Error(st.where + ": return " + std::to_string(r) + " does not have the traced form");
       }
     }
+    if (check)
+      for (size_t k = 0; k < st.outs.size(); ++k) check_result(st.where, st.outs[k], slots[static_cast<size_t>(st.out_slots[k])]);
     for (int s : st.release) slots[static_cast<size_t>(s)] = at::Tensor();
   }
   std::vector<at::Tensor> outs;
   outs.reserve(output_slots_.size());
   for (int s : output_slots_) outs.push_back(slots[static_cast<size_t>(s)]);
+  results_checked_ = true;
   return outs;
 }
 
@@ -363,6 +378,7 @@ std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor
     else for (const at::Tensor& t : stack[r].toTensorVector()) out.push_back(t);
   }
   if (out.size() != n.outputs().size()) throw Error("node " + describe(&n) + ": unexpected number of results");
+  for (size_t i = 0; i < out.size(); ++i) check_result("node " + describe(&n), n.output(i), out[i]);
   return out;
 }
 

@@ -9,7 +9,8 @@
 // a call fills in the tensors, calls each kernel and releases each intermediate after its last
 // use; a node whose first operand dies there and that has an in-place form (baddbmm_, add_, ...)
 // runs in place, reusing that buffer. Inputs are never written. They are checked against the
-// graph's signature; a contiguous input declared contiguous is used as it is, never copied.
+// graph's signature; a contiguous input declared contiguous is used as it is, never copied. The
+// first call checks every node's results against the shapes and dtypes the graph declares.
 //
 // CUDA: work is issued on the caller's current stream. A graph on a CUDA device with static
 // shapes and no random ops is captured as a CUDA graph on the first call and replayed after
@@ -26,6 +27,7 @@
 
 #include "compiler/ir/graph.h"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -91,6 +93,7 @@ class Executable {
   bool use_cuda_graph_ = false;
   std::unique_ptr<CudaGraphState> cuda_;
   std::mutex mu_;
+  mutable std::atomic<bool> results_checked_{false};
 };
 
 /// Executes a single node on concrete tensors (one per operand). Used by constant folding.

@@ -13,6 +13,7 @@
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
 #include "compiler/ir/serialize.h"
+#include "runtime/executable.h"
 #include "examples/examples.h"
 #include "tests/helpers.h"
 
@@ -202,6 +203,27 @@ TEST_P(FusedEmulated, LinearizesTheSameFromAGraphFile) {
   std::vector<at::Tensor> tangents;
   for (size_t i = 0; i < 3; ++i) tangents.push_back(at::randn_like(in[i].value));
   EXPECT_TRUE(from_file.jvp(tangents)[0].equal(direct.jvp(tangents)[0]));
+}
+
+TEST(FusedEmulated, AResultThatContradictsTheGraphFileIsAnError) {
+  // No C++ Meta kernel exists for these kernels, so the loader takes their declared output
+  // shapes on trust; running the node then finds the contradiction and names the node.
+  Case c;
+  c.kernel = "efficient";
+  std::vector<TraceInput> in = inputs(c);
+  nlohmann::json j = to_json(*trace(fused(c), in, TraceOptions{false}).graph);
+  bool edited = false;
+  for (auto& n : j["nodes"])
+    if (n["op"] == "aten::_scaled_dot_product_efficient_attention") {
+      n["outputs"][1]["meta"]["sizes"][2] = c.sq;  // the real logsumexp is padded to 64
+      n["outputs"][1]["meta"]["strides"] = {c.heads * c.sq, c.sq, 1};
+      edited = true;
+    }
+  ASSERT_TRUE(edited);
+  for (auto run : std::vector<std::function<void()>>{[&] { linearize(from_json(j), test::values_of(in)); },
+                                                     [&] { Executable(from_json(j)).run(test::values_of(in)); }})
+    test::expect_error(run, "node aten::_scaled_dot_product_efficient_attention -> %3: result %4 is f32[2,4,64] where "
+                            "the graph declares f32[2,4,40]");
 }
 
 TEST(FusedEmulated, CudaFlashCausalWithUnequalLengthsIsAnErrorNamingTheKernel) {
