@@ -231,7 +231,8 @@ TEST(FusedEmulated, CudaFlashCausalWithUnequalLengthsIsAnErrorNamingTheKernel) {
   // never sends that case to it); the rule covers top-left alignment only.
   Case c;
   c.kernel = "flash", c.causal = true, c.sq = 24, c.sk = 40;
-  test::expect_error([&] { linearize(fused(c), inputs(c)); }, "aten::_scaled_dot_product_flash_attention: causal");
+  test::expect_error([&] { linearize(fused(c), inputs(c)); }, "pass 'jvp': JVP rule of aten::_scaled_dot_product_flash_attention: causal attention with query length 24 and key "
+                     "length 40 is aligned to the bottom right");
 }
 
 std::vector<Case> cases() {

@@ -85,8 +85,8 @@ Rule fused_attention(Layout at) {
     }
     if (at.causal != kNone && c.c(at.causal).toBool()) {
       if (at.bottom_right && Sq != Sk)
-        throw Error(c.n.op() + ": causal attention with query length " + std::to_string(Sq) + " and key length " +
-                    std::to_string(Sk) + " is aligned to the bottom right there; no JVP rule covers it");
+        throw Error("causal attention with query length " + std::to_string(Sq) + " and key length " +
+                    std::to_string(Sk) + " is aligned to the bottom right in this kernel; no JVP rule covers it");
       Value* full = c.call("aten::full", {std::vector<int64_t>{Sq, Sk}, -std::numeric_limits<double>::infinity(), acc,
                                           std::nullopt, q->meta().device});
       s = c.call("aten::add.Tensor", {s, c.call("aten::triu", {full, 1})});
