@@ -63,28 +63,24 @@ TEST(GroupBmm, LeavesALeftOperandThatCannotStackItsRows) {
   EXPECT_FALSE(group_bmm(g));
 }
 
-TEST(GroupBmm, LeavesRepeatsOverOtherDims) {
+// Does group-bmm rewrite bmm(a, view(clone(expand(unsqueeze(x, dim), expanded)), [n, k, m]))?
+bool rewrites(std::vector<int64_t> a_sizes, std::vector<int64_t> x_sizes, int64_t dim, std::vector<int64_t> expanded) {
   Graph g;
-  Value* a = g.add_input("a", f32({4, 5, 7}), Role::Primal);
-  Value* x = g.add_input("x", f32({2, 7, 3}), Role::Tangent);
+  Value* a = g.add_input("a", f32(a_sizes), Role::Primal);
+  Value* x = g.add_input("x", f32(x_sizes), Role::Tangent);
   Builder b(g);
-  // x repeated along a new leading dim: not the heads of a [B, Hk, S, D] tensor.
-  Value* e = b.call("aten::expand", {b.call("aten::unsqueeze", {x, 0}), std::vector<int64_t>{2, 2, 7, 3}});
+  Value* e = b.call("aten::expand", {b.call("aten::unsqueeze", {x, dim}), expanded});
   Value* c = b.call("aten::clone", {e, c10::MemoryFormat::Contiguous});
-  g.add_output(b.call("aten::bmm", {a, b.call("aten::view", {c, std::vector<int64_t>{4, 7, 3}})}));
-  EXPECT_FALSE(group_bmm(g));
+  int64_t n = a_sizes[0], k = expanded[expanded.size() - 2], m = expanded.back();
+  g.add_output(b.call("aten::bmm", {a, b.call("aten::view", {c, std::vector<int64_t>{n, k, m}})}));
+  return group_bmm(g);
 }
 
-TEST(GroupBmm, LeavesExpandsThatBroadcastMoreThanTheHeads) {
-  Graph g;
-  Value* a = g.add_input("a", f32({8, 5, 7}), Role::Primal);
-  Value* x = g.add_input("x", f32({1, 2, 7, 3}), Role::Tangent);
-  Builder b(g);
-  // The batch dim is broadcast too (1 -> 2): the groups are not x's heads.
-  Value* e = b.call("aten::expand", {b.call("aten::unsqueeze", {x, 2}), std::vector<int64_t>{2, 2, 2, 7, 3}});
-  Value* c = b.call("aten::clone", {e, c10::MemoryFormat::Contiguous});
-  g.add_output(b.call("aten::bmm", {a, b.call("aten::view", {c, std::vector<int64_t>{8, 7, 3}})}));
-  EXPECT_FALSE(group_bmm(g));
+TEST(GroupBmm, RewritesRepeatsOfHeadsAlone) {
+  EXPECT_TRUE(rewrites({12, 5, 7}, {2, 3, 7, 4}, 2, {2, 3, 2, 7, 4}));  // [B, Hk, S, D], each head twice
+  EXPECT_TRUE(rewrites({12, 5, 7}, {2, 3, 7, 4}, -3, {2, 3, 2, 7, 4}));
+  EXPECT_FALSE(rewrites({4, 5, 7}, {2, 7, 3}, 0, {2, 2, 7, 3}));         // a new leading dim, not heads
+  EXPECT_FALSE(rewrites({8, 5, 7}, {1, 2, 7, 3}, 2, {2, 2, 2, 7, 3}));   // the batch is broadcast too
 }
 
 TEST(SimplifyViews, AnAddOfTwoViewsIsAViewOfTheAdd) {

@@ -68,8 +68,8 @@ TEST(Linearize, EveryPassHasACostRow) {
 TEST(Linearize, TangentMatmulFlopsAreTwiceTheForwardOnARandomSweep) {
   std::mt19937 rng(7);
   auto pick = [&](std::vector<int64_t> v) { return v[rng() % v.size()]; };
-  for (int i = 0; i < 8; ++i) {
-    int64_t hd = pick({8, 16, 32}), heads = pick({1, 2, 3}), seq = pick({5, 16, 33}), kv = pick({5, 16, 40});
+  for (int i = 0; i < 12; ++i) {
+    int64_t hd = pick({8, 16, 32}), heads = pick({1, 2, 3, 4}), seq = pick({5, 16, 33}), kv = pick({5, 16, 40});
     std::vector<std::string> cfg = {"sdpa", "--bsz", std::to_string(pick({1, 2})), "--head-dim", std::to_string(hd),
                                     "--model-dim", std::to_string(hd * heads), "--seq-len", std::to_string(seq),
                                     "--kv-seq-len", std::to_string(kv)};
@@ -77,12 +77,14 @@ TEST(Linearize, TangentMatmulFlopsAreTwiceTheForwardOnARandomSweep) {
     if (variant == 1) cfg.insert(cfg.end(), {"--mask", "bool"});
     if (variant == 2) cfg.insert(cfg.end(), {"--mask", "float"});
     if (rng() % 2) cfg.insert(cfg.end(), {"--dtype", "float64"});
+    if (heads > 1 && rng() % 2) cfg.insert(cfg.end(), {"--kv-heads", std::to_string(heads % 2 ? 1 : heads / 2)});
     auto ex = test::make_example(cfg);
     Checked c = linearize_and_check(ex);
     SCOPED_TRACE(test::config_name(cfg));
     EXPECT_EQ(c.lin.report.tangent.matmul_flops, 2 * c.lin.report.forward.matmul_flops);
     EXPECT_EQ(c.lin.report.linearize_matmul_flops, c.lin.report.forward.matmul_flops);
     EXPECT_LT(c.err.rel_error, tolerance_for(ex.dtype));
+    EXPECT_EQ(c.lin.report.tangent.ops.count("aten::clone"), 0u);  // grouped heads too: no copies per call
   }
 }
 
