@@ -56,6 +56,16 @@ inline TensorMeta f32(std::vector<int64_t> sizes) {
   return TensorMeta::contiguous(std::move(sizes), c10::kFloat, c10::kCPU);
 }
 
+/// A temporary file path of the running test alone (ctest runs tests, parameterized cases too,
+/// in parallel processes).
+inline std::string temp_path(const std::string& suffix) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  for (char& ch : name)
+    if (!isalnum(static_cast<unsigned char>(ch)) && ch != '.') ch = '_';
+  return ::testing::TempDir() + "jvpc_" + name + "_" + suffix;
+}
+
 /// Runs f and expects a jvpc::Error whose message contains `fragment`.
 inline void expect_error(const std::function<void()>& f, const std::string& fragment) {
   try {

@@ -114,6 +114,13 @@ std::string name_of(const Case& c) {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << name_of(c); }
 
+std::string test_name(const Case& c) {
+  std::string s = name_of(c);
+  for (char& ch : s)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
 // Calls the fused kernel directly, as LibTorch's SDPA does on a GPU.
 TensorFn fused(const Case& c) {
   return [c](const std::vector<at::Tensor>& x) {
@@ -195,7 +202,7 @@ TEST_P(FusedEmulated, MatchesMathPathForwardAdAtTheFourBmmFloor) {
 TEST_P(FusedEmulated, LinearizesTheSameFromAGraphFile) {
   const Case& c = GetParam();
   std::vector<TraceInput> in = inputs(c);
-  std::string path = ::testing::TempDir() + "jvpc_fused_" + c.kernel + ".json";
+  std::string path = test::temp_path("graph.json");
   save(*trace(fused(c), in, TraceOptions{false}).graph, path);
   Linearized from_file = linearize(load(path), test::values_of(in));
   Linearized direct = linearize(fused(c), in);
@@ -263,12 +270,7 @@ std::vector<Case> cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, FusedEmulated, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& i) {
-                           std::string s = name_of(i.param);
-                           for (char& ch : s)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return s;
-                         });
+                         [](const ::testing::TestParamInfo<Case>& i) { return test_name(i.param); });
 
 }  // namespace
 }  // namespace jvpc

@@ -166,7 +166,7 @@ TEST(Linearize, WrtChoosesTheDifferentiatedInputs) {
 TEST(Linearize, FromAGraphFileGivesTheSameTangentGraph) {
   auto ex = test::make_example({"sdpa"});
   Trace t = trace(ex.fn(), ex.inputs, TraceOptions{false});
-  std::string path = ::testing::TempDir() + "jvpc_lin_graph.json";
+  std::string path = test::temp_path("graph.json");
   save(*t.graph, path);
   Linearized from_file = linearize(load(path), test::values_of(ex.inputs));
   Linearized direct = linearize(ex.fn(), ex.inputs);
@@ -181,7 +181,7 @@ TEST(Linearize, FromAGraphFileGivesTheSameTangentGraph) {
 TEST(Linearize, TheTangentGraphSavesAndRunsAlone) {
   auto ex = test::make_example({"sdpa"});
   Linearized lin = linearize(ex.fn(), ex.inputs);
-  std::string path = ::testing::TempDir() + "jvpc_tangent.json";
+  std::string path = test::temp_path("tangent.json");
   save(*lin.tangent_graph, path);
   Executable alone(load(path));
   std::vector<at::Tensor> tangents;

@@ -15,7 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "jvpc_" + name; }
+using test::temp_path;
 
 class RoundTrip : public ::testing::TestWithParam<std::vector<std::string>> {};
 
