@@ -4,6 +4,10 @@
 // forward AD of the math path.
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
+#include "compiler/ir/builder.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
+#include "passes/passes.h"
 #include "examples/examples.h"
 #include "tests/helpers.h"
 
@@ -168,6 +172,26 @@ INSTANTIATE_TEST_SUITE_P(Rules, JvpRule, ::testing::Range<size_t>(0, cases().siz
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return name;
 });
+
+// On CUDA, native_layer_norm keeps float16 statistics in float32, and the rule's arithmetic
+// with them is float32; the jvp pass casts each tangent to its primal's dtype, so the next
+// matmul does not mix float32 and float16 (LibTorch's own forward AD fails there). Checked on
+// the meta device, whose shape rule follows CUDA (the CPU kernel keeps the input's dtype).
+TEST(LayerNormRule, TangentsTakeTheirPrimalsDtypesWhenTheStatisticsAreFloat32) {
+  Graph g;
+  auto half = [](std::vector<int64_t> s) { return TensorMeta::contiguous(std::move(s), c10::kHalf, c10::Device("meta")); };
+  Value* x = g.add_input("x", half({2, 3, 8}), Role::Primal, true);
+  Value* w = g.add_input("w", half({8}), Role::Primal, true);
+  Value* b = g.add_input("b", half({8}), Role::Primal, true);
+  Value* m = g.add_input("m", half({8, 4}), Role::Primal, true);
+  Builder bld(g);
+  std::vector<Value*> ln = bld.emit("aten::native_layer_norm", {x, std::vector<int64_t>{8}, w, b, 1e-5});
+  ASSERT_EQ(ln[1]->meta().dtype, c10::kFloat);
+  g.add_output(bld.call("aten::mm", {bld.call("aten::view", {ln[0], std::vector<int64_t>{6, 8}}), m}));
+  ASSERT_TRUE(jvp(g));
+  verify(g);
+  EXPECT_EQ(g.outputs().back()->meta().dtype, c10::kHalf) << to_text(g);
+}
 
 }  // namespace
 }  // namespace jvpc

@@ -99,8 +99,8 @@ TEST(Linearize, FusedBackendsAddOneQkTransposeToLinearize) {
 
 class WholeGraph : public ::testing::TestWithParam<std::vector<std::string>> {};
 
-TEST_P(WholeGraph, MatchesForwardAdInFloat32AndFloat64) {
-  for (const char* dtype : {"float32", "float64"}) {
+TEST_P(WholeGraph, MatchesForwardAdInEveryFloatingDtype) {
+  for (const char* dtype : {"float32", "float64", "float16", "bfloat16"}) {
     auto ex = test::make_example(GetParam(), {"--dtype", dtype});
     Checked c = linearize_and_check(ex);
     EXPECT_LT(c.err.rel_error, tolerance_for(ex.dtype)) << test::config_name(GetParam()) << " " << dtype;

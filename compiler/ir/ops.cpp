@@ -297,7 +297,8 @@ const std::unordered_map<std::string, ShapeRule>& shape_rules() {
          if (normalized.size() > x.sizes.size()) throw Error("normalized_shape has more dims than the input");
          auto stat = x.sizes;
          for (size_t i = stat.size() - normalized.size(); i < stat.size(); ++i) stat[i] = 1;
-         auto acc = c10::isReducedFloatingType(x.dtype) ? c10::kFloat : x.dtype;
+         // CUDA keeps float16/bfloat16 statistics in float32; the CPU kernel in the input's dtype.
+         auto acc = c10::isReducedFloatingType(x.dtype) && !x.device.is_cpu() ? c10::kFloat : x.dtype;
          return std::vector<TensorMeta>{like(x, x.sizes, x.dtype), like(x, stat, acc), like(x, stat, acc)};
        }},
   };
