@@ -198,8 +198,12 @@ int main(int argc, char** argv) {
     }
     jvpc::TensorFn math = ex.make_fn(jvpc::examples::Backend::Math);
     auto forward_ad = [&] { jvpc::forward_ad_jvp(math, primals, ad_tangents); };
-    phases["forward_ad"] = {{"matmul_flops", matmul_flops(forward_ad, /*nested=*/true)}, {"time_s", median_time(forward_ad, warmup, repeats)},
-                            {"peak_bytes", peak_bytes(forward_ad)}};
+    try {  // LibTorch's forward AD has gaps of its own (float16 layer_norm on CUDA): report them
+      phases["forward_ad"] = {{"matmul_flops", matmul_flops(forward_ad, /*nested=*/true)},
+                              {"time_s", median_time(forward_ad, warmup, repeats)}, {"peak_bytes", peak_bytes(forward_ad)}};
+    } catch (const std::exception& e) {
+      phases["forward_ad"] = {{"unavailable", "failed: " + jvpc::one_line(e)}};
+    }
     auto forward = [&] {
       at::NoGradGuard no_grad;
       fn(primals);

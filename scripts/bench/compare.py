@@ -23,6 +23,10 @@ def load_pairs(out_dir):
         if os.path.exists(other):
             with open(path) as a, open(other) as b:
                 pairs[name] = (json.load(a), json.load(b))
+    for path in sorted(glob.glob(os.path.join(out_dir, "*_*.json"))):
+        side, name = os.path.basename(path)[:-len(".json")].split("_", 1)
+        if name not in pairs:
+            print(f"compare.py: {name}: only the {side} side has results; left out", file=sys.stderr)
     return pairs
 
 
@@ -38,40 +42,37 @@ def ratio(a, b):
     return f"{a / b:.3f}" if b else "—"
 
 
+def row(label, a, b, key, fmt):
+    """One quantity of two phases; a phase that failed shows its reason instead."""
+    def cell(p):
+        return fmt(p[key]) if key in p else p.get("unavailable", "—")
+    return (label, cell(a), cell(b), ratio(a[key], b[key]) if key in a and key in b else "—")
+
+
 def rows_for(j, t):
     jp, tp = j["phases"], t["phases"]
+    flops = lambda n: f"{n:,}"  # noqa: E731
     rows = [
-        ("matmul FLOPs, linearize", f"{jp['linearize']['matmul_flops']:,}", f"{tp['linearize']['matmul_flops']:,}",
-         ratio(jp["linearize"]["matmul_flops"], tp["linearize"]["matmul_flops"])),
-        ("matmul FLOPs, first jvp call", f"{jp['jvp_fn_first']['matmul_flops']:,}", f"{tp['jvp_fn_first']['matmul_flops']:,}",
-         ratio(jp["jvp_fn_first"]["matmul_flops"], tp["jvp_fn_first"]["matmul_flops"])),
-        ("matmul FLOPs, later jvp calls", f"{jp['jvp_fn_later']['matmul_flops']:,}", f"{tp['jvp_fn_later']['matmul_flops']:,}",
-         ratio(jp["jvp_fn_later"]["matmul_flops"], tp["jvp_fn_later"]["matmul_flops"])),
-        ("time, linearize", fmt_time(jp["linearize"]["time_s"]), fmt_time(tp["linearize"]["time_s"]),
-         ratio(jp["linearize"]["time_s"], tp["linearize"]["time_s"])),
-        ("time per jvp call (later calls), vs eager jvp_fn", fmt_time(jp["jvp_fn_later"]["time_s"]),
-         fmt_time(tp["jvp_fn_later"]["time_s"]), ratio(jp["jvp_fn_later"]["time_s"], tp["jvp_fn_later"]["time_s"])),
+        row("matmul FLOPs, linearize", jp["linearize"], tp["linearize"], "matmul_flops", flops),
+        row("matmul FLOPs, first jvp call", jp["jvp_fn_first"], tp["jvp_fn_first"], "matmul_flops", flops),
+        row("matmul FLOPs, later jvp calls", jp["jvp_fn_later"], tp["jvp_fn_later"], "matmul_flops", flops),
+        row("time, linearize", jp["linearize"], tp["linearize"], "time_s", fmt_time),
+        row("time per jvp call (later calls), vs eager jvp_fn", jp["jvp_fn_later"], tp["jvp_fn_later"], "time_s", fmt_time),
     ]
     for key, label in (("compiled_jvp_fn", "torch.compile(jvp_fn)"), ("cudagraph_jvp_fn", "CUDA-graphed jvp_fn")):
-        p = tp.get(key, {"unavailable": "not measured"})
-        if "unavailable" in p:
-            rows.append((f"time per jvp call, vs {label}", fmt_time(jp["jvp_fn_later"]["time_s"]), p["unavailable"], "—"))
-        else:
-            rows.append((f"time per jvp call, vs {label}", fmt_time(jp["jvp_fn_later"]["time_s"]), fmt_time(p["time_s"]),
-                         ratio(jp["jvp_fn_later"]["time_s"], p["time_s"])))
+        rows.append(row(f"time per jvp call, vs {label}", jp["jvp_fn_later"], tp.get(key, {"unavailable": "not measured"}),
+                        "time_s", fmt_time))
     rows += [
-        ("time per call, LibTorch forward AD (C++) / PyTorch forward AD", fmt_time(jp["forward_ad"]["time_s"]),
-         fmt_time(tp["forward_ad"]["time_s"]), ratio(jp["forward_ad"]["time_s"], tp["forward_ad"]["time_s"])),
-        ("residual bytes held", fmt_bytes(j["residual_bytes"]), fmt_bytes(t["residual_bytes"]),
-         ratio(j["residual_bytes"], t["residual_bytes"])),
+        row("time per call, LibTorch forward AD (C++) / PyTorch forward AD", jp["forward_ad"], tp["forward_ad"], "time_s",
+            fmt_time),
+        row("residual bytes held", j, t, "residual_bytes", fmt_bytes),
         ("  plus bytes aliasing the caller's inputs", fmt_bytes(j["aliased_input_bytes"]), fmt_bytes(t["aliased_input_bytes"]), "—"),
-        ("peak bytes per later jvp call", fmt_bytes(jp["jvp_fn_later"]["peak_bytes"]), fmt_bytes(tp["jvp_fn_later"]["peak_bytes"]),
-         ratio(jp["jvp_fn_later"]["peak_bytes"], tp["jvp_fn_later"]["peak_bytes"])),
+        row("peak bytes per later jvp call", jp["jvp_fn_later"], tp["jvp_fn_later"], "peak_bytes", fmt_bytes),
     ]
     alone = jp.get("matmuls_alone")
-    if alone:
-        rows.append((f"jvpc jvp call / its {alone['kernels']} matmuls alone (same shapes, dtype)",
-                     fmt_time(jp["jvp_fn_later"]["time_s"]), fmt_time(alone["time_s"]) + " (matmuls)",
+    if alone:  # jvpc against the floor of its own kernels, not against PyTorch
+        rows.append((f"jvpc jvp call vs its {alone['kernels']} matmuls alone (same shapes, dtype): ratio jvpc / matmuls",
+                     f"{fmt_time(jp['jvp_fn_later']['time_s'])} vs {fmt_time(alone['time_s'])}", "—",
                      ratio(jp["jvp_fn_later"]["time_s"], alone["time_s"])))
     return rows
 
@@ -91,8 +92,9 @@ def markdown(pairs):
         lines += ["**time per jvp call against sequence length** (sdpa, seed sizes otherwise)", "",
                   "| seq | jvpc | PyTorch jvp_fn | ratio | LibTorch forward AD (C++) |", "|---:|---:|---:|---:|---:|"]
         for s, j, t in sweep:
-            a, b = j["phases"]["jvp_fn_later"]["time_s"], t["phases"]["jvp_fn_later"]["time_s"]
-            lines.append(f"| {s} | {fmt_time(a)} | {fmt_time(b)} | {ratio(a, b)} | {fmt_time(j['phases']['forward_ad']['time_s'])} |")
+            _, a, b, r = row("", j["phases"]["jvp_fn_later"], t["phases"]["jvp_fn_later"], "time_s", fmt_time)
+            ad = j["phases"]["forward_ad"]
+            lines.append(f"| {s} | {a} | {b} | {r} | {fmt_time(ad['time_s']) if 'time_s' in ad else ad.get('unavailable')} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -110,10 +112,14 @@ def plot(pairs, path):
     if not sweep:
         return
     seq = [s for s, _, _ in sweep]
+
+    def ms(phase):  # a failed phase leaves a gap
+        return phase["time_s"] * 1e3 if "time_s" in phase else float("nan")
+
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(seq, [j["phases"]["jvp_fn_later"]["time_s"] * 1e3 for _, j, _ in sweep], "o-", label="jvpc jvp call")
-    ax.plot(seq, [t["phases"]["jvp_fn_later"]["time_s"] * 1e3 for _, _, t in sweep], "s-", label="PyTorch linearize's jvp_fn")
-    ax.plot(seq, [t["phases"]["forward_ad"]["time_s"] * 1e3 for _, _, t in sweep], "^--", label="PyTorch forward AD")
+    ax.plot(seq, [ms(j["phases"]["jvp_fn_later"]) for _, j, _ in sweep], "o-", label="jvpc jvp call")
+    ax.plot(seq, [ms(t["phases"]["jvp_fn_later"]) for _, _, t in sweep], "s-", label="PyTorch linearize's jvp_fn")
+    ax.plot(seq, [ms(t["phases"]["forward_ad"]) for _, _, t in sweep], "^--", label="PyTorch forward AD")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length")

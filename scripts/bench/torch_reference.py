@@ -224,11 +224,27 @@ def residuals(jvp_fn, primals):
 # The phases
 
 
+def collected(value):
+    """A linearized function sits in a reference cycle: free each sample's before the next."""
+    gc.collect()
+    return value
+
+
+def guarded(name, fn):
+    """A phase that fails is reported as unavailable, with its error; the others still run."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - any failure of PyTorch's is a result to report
+        message = f"failed: {type(e).__name__}: {e}".splitlines()[0].replace("|", "/")[:160]
+        print(f"phase {name}: {message}", file=sys.stderr)
+        return {"unavailable": message}
+
+
 def phase_linearize(f, primals, device):
     def fresh():
         return torch.func.linearize(f, *primals)
 
-    times = [time_once(fresh, device) for _ in range(ONE_OFF_SAMPLES)]
+    times = [collected(time_once(fresh, device)) for _ in range(ONE_OFF_SAMPLES)]
     return {"matmul_flops": matmul_flops(fresh), "time_s": statistics.median(times),
             "peak_bytes": peak_bytes(fresh, device)}
 
@@ -240,7 +256,7 @@ def phase_jvp_fn_first(f, primals, tangents, device):
         _, jvp_fn = torch.func.linearize(f, *primals)
         return measure(lambda: jvp_fn(*tangents))
 
-    times = [first_call(lambda fn: time_once(fn, device)) for _ in range(ONE_OFF_SAMPLES)]
+    times = [collected(first_call(lambda fn: time_once(fn, device))) for _ in range(ONE_OFF_SAMPLES)]
     return {"matmul_flops": first_call(matmul_flops), "time_s": statistics.median(times),
             "peak_bytes": first_call(lambda fn: peak_bytes(fn, device))}
 
@@ -389,19 +405,27 @@ def main():
     tangents = random_tensors(shapes, [1.0] * len(shapes), [0.0] * len(shapes), TANGENT_SEED, dtype, device)
 
     started = time.perf_counter()
-    phases = {"linearize": phase_linearize(f, primals, device),
-              "jvp_fn_first": phase_jvp_fn_first(f, primals, tangents, device)}
-    _, jvp_fn = torch.func.linearize(f, *primals)
-    residual_before, _, _ = residuals(jvp_fn, primals)
-    jvp_fn(*tangents)
-    residual_after, residual_count, aliased = residuals(jvp_fn, primals)
-    phases["jvp_fn_later"] = phase_jvp_fn_later(jvp_fn, tangents, device, args)
-    phases["func_jvp"] = phase_func_jvp(f, primals, tangents, device, args)
-    phases["forward_ad"] = phase_forward_ad(f, primals, tangents, device, args)
-    phases["forward"] = phase_forward(f, primals, device, args)
+    phases = {"linearize": guarded("linearize", lambda: phase_linearize(f, primals, device)),
+              "jvp_fn_first": guarded("jvp_fn_first", lambda: phase_jvp_fn_first(f, primals, tangents, device))}
+    residual_before = residual_after = residual_count = aliased = 0
+    try:
+        _, jvp_fn = torch.func.linearize(f, *primals)
+        residual_before, _, _ = residuals(jvp_fn, primals)
+        jvp_fn(*tangents)
+        residual_after, residual_count, aliased = residuals(jvp_fn, primals)
+    except Exception:  # noqa: BLE001 - reported by the phases that need jvp_fn
+        jvp_fn = None
+    needs_jvp_fn = {"unavailable": phases["jvp_fn_first"].get("unavailable", "no jvp_fn")}
+    phases["jvp_fn_later"] = (guarded("jvp_fn_later", lambda: phase_jvp_fn_later(jvp_fn, tangents, device, args))
+                              if jvp_fn else needs_jvp_fn)
+    phases["func_jvp"] = guarded("func_jvp", lambda: phase_func_jvp(f, primals, tangents, device, args))
+    phases["forward_ad"] = guarded("forward_ad", lambda: phase_forward_ad(f, primals, tangents, device, args))
+    phases["forward"] = guarded("forward", lambda: phase_forward(f, primals, device, args))
     phases["compiled_jvp_fn"] = ({"unavailable": "not measured (--skip-compile)"} if args.skip_compile
-                                 else phase_compiled_jvp_fn(jvp_fn, tangents, device, args))
-    phases["cudagraph_jvp_fn"] = phase_cudagraph_jvp_fn(jvp_fn, tangents, device, args)
+                                 else guarded("compiled_jvp_fn", lambda: phase_compiled_jvp_fn(jvp_fn, tangents, device, args))
+                                 if jvp_fn else needs_jvp_fn)
+    phases["cudagraph_jvp_fn"] = (guarded("cudagraph_jvp_fn", lambda: phase_cudagraph_jvp_fn(jvp_fn, tangents, device, args))
+                                  if jvp_fn else needs_jvp_fn)
 
     result = {"config": config, "torch": torch.__version__, "device": device_name(device), "phases": phases,
               "residual_bytes": residual_after, "residual_bytes_before_first_call": residual_before,
