@@ -72,6 +72,10 @@ TEST(Serialize, RejectsInvalidJson) { expect_load_error("{\"schema_version\": 1,
 
 TEST(Serialize, RejectsDeepNesting) { expect_load_error(std::string(100, '[') + std::string(100, ']'), "nesting"); }
 
+TEST(Serialize, RejectsNumbersPastDoubleRange) {  // found by the fuzzer: nlohmann's out_of_range 406
+  expect_load_error(R"({"schema_version": 1, "x": 0.3E535533905932738})", "invalid JSON: number overflow parsing");
+}
+
 TEST(Serialize, RejectsMissingSchemaVersion) {
   json j = save_small("nover").j;
   j.erase("schema_version");

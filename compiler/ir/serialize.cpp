@@ -390,6 +390,11 @@ json parse_json(const std::string& text) {
     std::string msg = e.what();
     auto p = msg.find("] ");
     throw Error("invalid JSON at byte " + std::to_string(e.byte) + ": " + (p == std::string::npos ? msg : msg.substr(p + 2)));
+  } catch (const json::exception& e) {  // e.g. out_of_range 406: a number past double's range
+    std::string msg = e.what();
+    auto p = msg.find("] ");
+    msg = p == std::string::npos ? msg : msg.substr(p + 2);
+    throw Error("invalid JSON: " + (msg.size() > 120 ? msg.substr(0, 120) + "..." : msg));
   } catch (const Error& e) {
     throw Error(std::string("invalid JSON: ") + e.what());
   }
