@@ -13,8 +13,8 @@
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
 #include "compiler/ir/serialize.h"
-#include "runtime/executable.h"
 #include "examples/examples.h"
+#include "runtime/executable.h"
 #include "tests/helpers.h"
 
 #include <torch/library.h>
