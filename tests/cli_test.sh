@@ -56,6 +56,8 @@ contains out "IR after pass 'fold'"
 expect 1 "a failed check exits 1" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --tolerance 0; contains out "FAIL"
 expect 0 "linearize mlp" -- "$JVPC" linearize mlp --device cpu --seq-len 16
 expect 0 "linearize block" -- "$JVPC" linearize block --device cpu --seq-len 16 --causal
+expect 0 "linearize block in float16" -- "$JVPC" linearize block --device cpu --seq-len 16 --dtype float16
+contains out "math backend, in float32"  # half-precision examples are checked against a float32 reference
 
 # Bad input: one line, exit 2.
 printf '{"schema_version": 1, "nodes": [' >"$DIR/truncated.json"
