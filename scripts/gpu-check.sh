@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check, for the machine with an NVIDIA GPU (no network there): builds jvpc against
 # that machine's own python3 torch (2.11.0+cu130), runs the CUDA tests and the benchmark, and
-# prints a short table. About 8 minutes including the build on 16 cores.
+# prints a short table. Not yet run on a GPU machine; the --cpu rehearsal takes 5 to 6 minutes on
+# 2 cores with a warm compiler cache, and the GPU run is expected to take 6 to 9 (give the call
+# timeout_s 600; the logs in $OUT are written as the steps finish).
 #
 #   here, once:   scripts/gpu-check.sh --prepare    # unpacks nlohmann-json, CLI11 and googletest
 #                                                   # sources from Debian into .deps/ (git-ignored)
