@@ -37,7 +37,8 @@ struct ExecutableOptions {
   /// Capture and replay a CUDA graph where that is safe (CUDA device, no impure nodes).
   bool cuda_graph = true;
   /// With a CUDA graph: return the graph's static output tensors (overwritten by the next call)
-  /// instead of copies.
+  /// instead of copies. The first call, which runs eagerly and then captures, returns fresh
+  /// tensors; replays return the static ones.
   bool static_outputs = false;
   /// Run a node in place (add_, baddbmm_, ...) when its first operand is an intermediate that
   /// dies there, reusing its buffer.

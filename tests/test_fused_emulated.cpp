@@ -76,11 +76,13 @@ void flash(const c10::OperatorHandle&, torch::jit::Stack* s) {
 }
 
 void efficient(const c10::OperatorHandle&, torch::jit::Stack* s) {
+  bool compute_log_sumexp = torch::jit::peek(*s, 4, 8).toBool();  // without it: an empty logsumexp
   Call c = pop_call(s, 8, {3, 6, 7});
+  TORCH_CHECK(c.q.size(1) == c.k.size(1), "efficient attention: query and key/value heads differ");
   auto [out, lse] = attend(c);
-  int64_t sq = c.q.size(2), padded = (sq + 31) / 32 * 32;
+  int64_t sq = c.q.size(2), padded = compute_log_sumexp ? (sq + 31) / 32 * 32 : 0;
   at::Tensor lse_padded = at::full({c.q.size(0), c.q.size(1), padded}, std::nan(""), lse.options());
-  lse_padded.narrow(2, 0, sq).copy_(lse);
+  if (compute_log_sumexp) lse_padded.narrow(2, 0, sq).copy_(lse);
   torch::jit::push(*s, bshd(out), lse_padded, at::empty({}, at::kLong), at::empty({}, at::kLong));
 }
 
@@ -104,6 +106,7 @@ struct Case {
   bool causal = false, bias = false;
   std::optional<double> scale;
   c10::ScalarType dtype = at::kFloat;
+  double dropout = 0.0;
 };
 
 std::string name_of(const Case& c) {
@@ -128,12 +131,12 @@ TensorFn fused(const Case& c) {
     std::optional<at::Tensor> bias;
     if (c.bias) bias = x[3].expand({q.size(0), q.size(1), q.size(2), k.size(2)});
     if (c.kernel == "flash")
-      return std::vector<at::Tensor>{std::get<0>(at::_scaled_dot_product_flash_attention(q, k, v, 0.0, c.causal, false, c.scale))};
+      return std::vector<at::Tensor>{std::get<0>(at::_scaled_dot_product_flash_attention(q, k, v, c.dropout, c.causal, false, c.scale))};
     if (c.kernel == "efficient")  // compute_log_sumexp false: the tracer asks for it
       return std::vector<at::Tensor>{
-          std::get<0>(at::_scaled_dot_product_efficient_attention(q, k, v, bias, false, 0.0, c.causal, c.scale))};
+          std::get<0>(at::_scaled_dot_product_efficient_attention(q, k, v, bias, false, c.dropout, c.causal, c.scale))};
     return std::vector<at::Tensor>{
-        std::get<0>(at::_scaled_dot_product_cudnn_attention(q, k, v, bias, false, 0.0, c.causal, false, c.scale))};
+        std::get<0>(at::_scaled_dot_product_cudnn_attention(q, k, v, bias, false, c.dropout, c.causal, false, c.scale))};
   };
 }
 
@@ -233,6 +236,15 @@ TEST(FusedEmulated, AResultThatContradictsTheGraphFileIsAnError) {
                             "the graph declares f32[2,4,40]");
 }
 
+TEST(FusedEmulated, DropoutIsRejectedAsRandom) {
+  for (std::string k : {"flash", "efficient", "cudnn"}) {
+    Case c;
+    c.kernel = k, c.dropout = 0.1;
+    test::expect_error([&] { linearize(fused(c), inputs(c)); },
+                       "aten::_scaled_dot_product_" + k + "_attention is random (impure)");
+  }
+}
+
 TEST(FusedEmulated, CudaFlashCausalWithUnequalLengthsIsAnErrorNamingTheKernel) {
   // FlashAttention-2 aligns a causal mask to the bottom right when Sq != Sk (LibTorch's SDPA
   // never sends that case to it); the rule covers top-left alignment only.
@@ -251,8 +263,8 @@ std::vector<Case> cases() {
     Case causal = c;
     causal.causal = true;
     v.push_back(causal);
-    Case gqa = c;  // grouped heads, Sq != Sk, explicit scale
-    gqa.kv_heads = 2, gqa.sq = 24, gqa.sk = 56, gqa.scale = 0.3;
+    Case gqa = c;  // grouped heads (not for efficient attention, which takes equal heads), Sq != Sk, scale
+    gqa.kv_heads = k == "efficient" ? 4 : 2, gqa.sq = 24, gqa.sk = 56, gqa.scale = 0.3;
     v.push_back(gqa);
     Case bf16 = causal;
     bf16.heads = bf16.kv_heads = 2, bf16.sq = bf16.sk = 33, bf16.d = 8, bf16.dtype = at::kBFloat16;

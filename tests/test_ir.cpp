@@ -2,6 +2,7 @@
 #include "compiler/ir/builder.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
+#include "runtime/executable.h"
 #include "tests/helpers.h"
 
 namespace jvpc {
@@ -102,6 +103,56 @@ TEST(Ir, UnknownOpIsAnErrorNamingIt) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("aten::no_such_op"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace jvpc
+
+namespace jvpc {
+namespace {
+
+// The hand-written shape rules (ops for which LibTorch registers Meta kernels only from Python)
+// against what the CPU kernels return, dtypes included.
+TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
+  auto meta = [](std::vector<int64_t> s, c10::ScalarType t) { return TensorMeta::contiguous(std::move(s), t, c10::kCPU); };
+  struct Case {
+    std::string op;
+    std::vector<TensorMeta> inputs;
+    std::function<std::vector<BArg>(const std::vector<Value*>&)> args;
+  };
+  auto bf16 = c10::kBFloat16, f32 = c10::kFloat;
+  std::vector<Case> cases = {
+      // A 0-dim float32 operand does not widen a bfloat16 one.
+      {"aten::where.self", {meta({3, 4}, c10::kBool), meta({3, 4}, bf16), meta({}, f32)},
+       [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2]}; }},
+      {"aten::where.self", {meta({3, 1}, c10::kBool), meta({1, 4}, f32), meta({3, 4}, bf16)},
+       [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2]}; }},
+      // Statistics: the input's dtype on CPU, unless the weight and bias are float32.
+      {"aten::native_layer_norm", {meta({4, 8}, bf16), meta({8}, bf16), meta({8}, bf16)},
+       [](auto& v) { return std::vector<BArg>{v[0], std::vector<int64_t>{8}, v[1], v[2], 1e-5}; }},
+      {"aten::native_layer_norm", {meta({4, 8}, bf16), meta({8}, f32), meta({8}, f32)},
+       [](auto& v) { return std::vector<BArg>{v[0], std::vector<int64_t>{8}, v[1], v[2], 1e-5}; }},
+      {"aten::native_layer_norm", {meta({2, 4, 8}, bf16)},
+       [](auto& v) { return std::vector<BArg>{v[0], std::vector<int64_t>{4, 8}, std::nullopt, std::nullopt, 1e-5}; }},
+  };
+  for (const Case& c : cases) {
+    Graph g;
+    std::vector<Value*> in;
+    std::vector<at::Tensor> values;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      in.push_back(g.add_input("x" + std::to_string(i), c.inputs[i], Role::Primal));
+      const TensorMeta& m = c.inputs[i];
+      values.push_back(m.dtype == c10::kBool ? at::rand(m.sizes) > 0.5 : at::randn(m.sizes).to(m.dtype));
+    }
+    Builder b(g);
+    std::vector<Value*> out = b.emit(c.op, c.args(in));
+    std::vector<at::Tensor> got = execute_node(*out[0]->producer(), values);
+    ASSERT_EQ(got.size(), out.size()) << c.op;
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_EQ(got[i].sizes().vec(), out[i]->meta().sizes) << to_text(g);
+      EXPECT_EQ(got[i].scalar_type(), out[i]->meta().dtype) << to_text(g);
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // message that says what and where.
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
+#include "compiler/ir/verifier.h"
 #include "compiler/trace/tracer.h"
 #include "tests/helpers.h"
 
@@ -9,6 +10,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 
 namespace jvpc {
 namespace {
@@ -208,6 +210,31 @@ TEST(Serialize, RejectsTruncatedConstantsFile) {
 
 TEST(Serialize, RejectsMissingGraphFile) {
   test::expect_error([] { load(temp_path("does_not_exist.json")); }, "cannot read graph file");
+}
+
+}  // namespace
+}  // namespace jvpc
+
+namespace jvpc {
+namespace {
+
+// Moving a graph re-derives what depends on the device: native_layer_norm's bfloat16
+// statistics are bfloat16 on CPU and float32 on CUDA (the meta device follows CUDA here).
+TEST(Serialize, RetargetRederivesDeviceDependentMetadata) {
+  auto ex = test::make_example({"block", "--seq-len", "8"}, {"--dtype", "bfloat16"});
+  std::unique_ptr<Graph> g = trace(ex.fn(), ex.inputs, TraceOptions{false}).graph;
+  auto stats_dtypes = [&] {
+    std::set<c10::ScalarType> d;
+    for (const Node* n : g->nodes())
+      if (n->op() == "aten::native_layer_norm") d.insert(n->output(1)->meta().dtype);
+    return d;
+  };
+  ASSERT_EQ(stats_dtypes(), std::set<c10::ScalarType>{c10::kBFloat16});
+  retarget(*g, c10::Device(c10::kMeta));
+  EXPECT_EQ(stats_dtypes(), std::set<c10::ScalarType>{c10::kFloat});
+  for (const Node* n : g->nodes())
+    for (const Value* o : n->outputs()) EXPECT_TRUE(o->meta().device.is_meta()) << n->op();
+  verify(*g);
 }
 
 }  // namespace

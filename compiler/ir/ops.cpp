@@ -256,7 +256,9 @@ const std::unordered_map<std::string, ShapeRule>& shape_rules() {
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto &c = operand_meta(a, 0, in), &x = operand_meta(a, 1, in), &y = operand_meta(a, 2, in);
          auto sizes = at::infer_size(at::infer_size(c.sizes, x.sizes), y.sizes);
-         return std::vector<TensorMeta>{like(x, sizes, c10::promoteTypes(x.dtype, y.dtype))};
+         // Type promotion as the kernel does it: a 0-dim operand does not widen a dimensioned one.
+         auto meta = [](const TensorMeta& m) { return at::empty(m.sizes, at::TensorOptions().dtype(m.dtype).device(c10::kMeta)); };
+         return std::vector<TensorMeta>{like(x, sizes, at::result_type(meta(x), meta(y)))};
        }},
       {"aten::_safe_softmax",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
@@ -297,8 +299,11 @@ const std::unordered_map<std::string, ShapeRule>& shape_rules() {
          if (normalized.size() > x.sizes.size()) throw Error("normalized_shape has more dims than the input");
          auto stat = x.sizes;
          for (size_t i = stat.size() - normalized.size(); i < stat.size(); ++i) stat[i] = 1;
-         // CUDA keeps float16/bfloat16 statistics in float32; the CPU kernel in the input's dtype.
-         auto acc = c10::isReducedFloatingType(x.dtype) && !x.device.is_cpu() ? c10::kFloat : x.dtype;
+         // float16/bfloat16 statistics are float32 on CUDA; the CPU kernel keeps the input's
+         // dtype unless the weight or bias is of another (float32) dtype.
+         auto other_dtype = [&](size_t i) { return a.at(i).kind == ArgKind::Tensor && operand_meta(a, i, in).dtype != x.dtype; };
+         bool wide = c10::isReducedFloatingType(x.dtype) && (!x.device.is_cpu() || other_dtype(2) || other_dtype(3));
+         auto acc = wide ? c10::kFloat : x.dtype;
          return std::vector<TensorMeta>{like(x, x.sizes, x.dtype), like(x, stat, acc), like(x, stat, acc)};
        }},
   };

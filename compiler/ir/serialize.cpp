@@ -611,9 +611,22 @@ void retarget(Graph& g, c10::Device device) {
     if (in.data.defined() && in.data.device() != device) in.data = in.data.to(device);
   }
   for (Node* n : g.nodes()) {
-    for (Value* o : n->outputs()) move(o);
     for (size_t i = 0; i < n->args().size(); ++i)
       if (n->arg(i).kind == ArgKind::Device) n->set_constant_arg(i, Arg::of_device(device));
+    // Re-derive the outputs where a Meta kernel or shape rule exists: kernels may differ by
+    // device (native_layer_norm's float16 statistics are float32 on CUDA only).
+    std::vector<TensorMeta> in;
+    for (const Value* v : n->inputs()) in.push_back(v->meta());
+    try {
+      std::vector<int> counts;
+      std::vector<TensorMeta> out = infer_outputs(op_info(n->op()), n->args(), in, &counts);
+      if (counts == n->return_counts() && out.size() == n->outputs().size()) {
+        for (size_t i = 0; i < out.size(); ++i) n->outputs()[i]->set_meta(out[i]);
+        continue;
+      }
+    } catch (const NoShapeRule&) {
+    }
+    for (Value* o : n->outputs()) move(o);
   }
 }
 
