@@ -10,6 +10,12 @@
 
 namespace jvpc {
 
+std::vector<TensorMeta> infer_outputs(const Node& n, std::vector<int>* return_counts) {
+  std::vector<TensorMeta> inputs;
+  for (const Value* v : n.inputs()) inputs.push_back(v->meta());
+  return infer_outputs(op_info(n.op()), n.args(), inputs, return_counts);
+}
+
 std::string one_line(const std::exception& e) {
   std::string msg;
   if (auto* ce = dynamic_cast<const c10::Error*>(&e))

@@ -51,6 +51,8 @@ bool is_impure(const OpInfo& info, const std::vector<Arg>& args);
 std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,
                                       const std::vector<TensorMeta>& inputs,
                                       std::vector<int>* return_counts = nullptr);
+/// The same for an existing node: its op, arguments and operands' current metadata.
+std::vector<TensorMeta> infer_outputs(const Node& n, std::vector<int>* return_counts = nullptr);
 
 struct NoShapeRule : Error {
   using Error::Error;

@@ -377,6 +377,13 @@ std::unique_ptr<Graph> from_json(const json& j) {
 
 namespace {
 
+// nlohmann's message without its "[json.exception.<kind>.<id>] " prefix.
+std::string json_message(const json::exception& e) {
+  std::string msg = e.what();
+  auto p = msg.find("] ");
+  return p == std::string::npos ? msg : msg.substr(p + 2);
+}
+
 // Text to JSON, with nesting limited and errors as one line with their byte offset.
 json parse_json(const std::string& text) {
   json j;
@@ -387,13 +394,9 @@ json parse_json(const std::string& text) {
       return true;
     });
   } catch (const json::parse_error& e) {
-    std::string msg = e.what();
-    auto p = msg.find("] ");
-    throw Error("invalid JSON at byte " + std::to_string(e.byte) + ": " + (p == std::string::npos ? msg : msg.substr(p + 2)));
+    throw Error("invalid JSON at byte " + std::to_string(e.byte) + ": " + json_message(e));
   } catch (const json::exception& e) {  // e.g. out_of_range 406: a number past double's range
-    std::string msg = e.what();
-    auto p = msg.find("] ");
-    msg = p == std::string::npos ? msg : msg.substr(p + 2);
+    std::string msg = json_message(e);
     throw Error("invalid JSON: " + (msg.size() > 120 ? msg.substr(0, 120) + "..." : msg));
   } catch (const Error& e) {
     throw Error(std::string("invalid JSON: ") + e.what());
@@ -615,11 +618,9 @@ void retarget(Graph& g, c10::Device device) {
       if (n->arg(i).kind == ArgKind::Device) n->set_constant_arg(i, Arg::of_device(device));
     // Re-derive the outputs where a Meta kernel or shape rule exists: kernels may differ by
     // device (native_layer_norm's float16 statistics are float32 on CUDA only).
-    std::vector<TensorMeta> in;
-    for (const Value* v : n->inputs()) in.push_back(v->meta());
     try {
       std::vector<int> counts;
-      std::vector<TensorMeta> out = infer_outputs(op_info(n->op()), n->args(), in, &counts);
+      std::vector<TensorMeta> out = infer_outputs(*n, &counts);
       if (counts == n->return_counts() && out.size() == n->outputs().size()) {
         for (size_t i = 0; i < out.size(); ++i) n->outputs()[i]->set_meta(out[i]);
         continue;

@@ -104,11 +104,9 @@ void verify(const Graph& g, const VerifyOptions& options) {
         throw Error(where + ": " + std::to_string(n->return_counts().size()) + " return counts for " +
                     std::to_string(schema.returns().size()) + " schema returns");
       if (options.check_shapes) {
-        std::vector<TensorMeta> in_metas;
-        for (const Value* v : n->inputs()) in_metas.push_back(v->meta());
         try {
           std::vector<int> counts;
-          auto expect = infer_outputs(info, n->args(), in_metas, &counts);
+          auto expect = infer_outputs(*n, &counts);
           if (counts != n->return_counts()) throw Error(where + ": outputs do not match the op's returns");
           for (size_t i = 0; i < expect.size(); ++i) {
             const TensorMeta& got = n->outputs()[i]->meta();
