@@ -284,9 +284,9 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
 
 std::vector<at::Tensor> Executable::run(const std::vector<at::Tensor>& inputs) {
   std::vector<at::Tensor> in = checked(inputs);
-  bool on_graph_device = true;  // a graph declared on "cuda" accepts any GPU; its capture is on one
-  for (const at::Tensor& t : in) on_graph_device &= t.device() == device_;
-  if (!use_cuda_graph_ || !on_graph_device) return run_eager(in);
+  if (!use_cuda_graph_) return run_eager(in);
+  for (const at::Tensor& t : in)  // a graph declared on "cuda" accepts any GPU; its capture is on one
+    if (t.device() != device_) return run_eager(in);
 #ifdef JVPC_WITH_CUDA
   std::lock_guard<std::mutex> lock(mu_);
   c10::cuda::CUDAGuard device_guard(device_);
