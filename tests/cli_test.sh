@@ -65,6 +65,8 @@ printf '{"schema_version": 7, "inputs": [], "nodes": [], "outputs": []}' >"$DIR/
 sed 's/aten::bmm/aten::bmmm/' "$DIR/sdpa.json" >"$DIR/unknown_op.json"
 expect 2 "missing file" -- "$JVPC" run "$DIR/nope.json"
 expect 2 "truncated JSON" -- "$JVPC" show "$DIR/truncated.json"
+printf '{"schema_version": 1, "x": 0.3E535533905932738}' >"$DIR/overflow.json"
+expect 2 "a number past double's range" -- "$JVPC" show "$DIR/overflow.json"; contains err "number overflow"
 expect 2 "wrong schema version" -- "$JVPC" cost "$DIR/version.json"
 expect 2 "unknown op" -- "$JVPC" run "$DIR/unknown_op.json"
 expect 2 "unknown example" -- "$JVPC" linearize attention
