@@ -50,6 +50,9 @@ for p in r["passes"]:
         assert k in p, k
 PY
 expect 0 "run the tangent graph" -- "$JVPC" run "$DIR/tangent.json"
+# The saved tangent graph holds the probabilities once (as [1,5,128,128] and [5,128,128]) plus a copy of v.
+expect 0 "cost of the saved tangent graph" -- "$JVPC" cost "$DIR/tangent.json" --json
+contains out '"residual_bytes": 819200'; contains out '"aliased_input_bytes": 0'
 expect 0 "linearize a graph file" -- "$JVPC" linearize "$DIR/sdpa.json"; contains out "41943040"
 expect 0 "linearize --wrt v --dump-after fold" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --wrt v --dump-after fold
 contains out "IR after pass 'fold'"
@@ -70,7 +73,8 @@ expect 2 "a number past double's range" -- "$JVPC" show "$DIR/overflow.json"; co
 expect 2 "wrong schema version" -- "$JVPC" cost "$DIR/version.json"
 expect 2 "unknown op" -- "$JVPC" run "$DIR/unknown_op.json"
 expect 2 "unknown example" -- "$JVPC" linearize attention
-expect 2 "bad example flag" -- "$JVPC" trace sdpa --bsz 0
+expect 2 "bad example flag" -- "$JVPC" trace sdpa --bsz 0; contains err "must be a whole number above 0, not '0'"
+expect 2 "unknown command" -- "$JVPC" frobnicate; contains err "unknown command 'frobnicate'"
 expect 2 "incompatible sizes" -- "$JVPC" trace sdpa --device cpu --model-dim 100 --head-dim 64
 expect 2 "unknown command" -- "$JVPC" frobnicate
 expect 2 "unknown wrt" -- "$JVPC" linearize sdpa --device cpu --wrt mask

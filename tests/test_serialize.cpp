@@ -1,5 +1,6 @@
 // JSON and safetensors: every example round-trips; every kind of bad file is rejected with a
 // message that says what and where.
+#include "compiler/cost/cost_model.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
 #include "compiler/ir/verifier.h"
@@ -206,6 +207,61 @@ TEST(Serialize, RejectsTruncatedConstantsFile) {
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream(cpath, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 5);
   test::expect_error([&] { load(s.path); }, "data_offsets out of range");
+}
+
+// Captured constants a = base[0:12] as [3,4] and b = base[2:10] as [4,2] transposed share one
+// storage; `lone` has its own.
+Saved save_shared(const std::string& name) {
+  at::Tensor base = at::arange(12, at::kFloat);
+  at::Tensor a = base.view({3, 4}), b = base.narrow(0, 2, 8).view({2, 4}).t(), lone = at::ones({5});
+  Trace t = trace([=](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] + b, a * 2, lone + 1}; },
+                  {{"x", at::ones({4, 2})}});
+  Saved s{temp_path(name + ".json"), {}};
+  save(*t.graph, s.path);
+  std::ifstream f(s.path);
+  s.j = json::parse(f);
+  return s;
+}
+
+TEST(Serialize, SharedStorageIsStoredOnceAndSharedAgainAfterLoading) {
+  Saved s = save_shared("shared");
+  // inputs: x, c0 = b, c1 = a, c2 = lone
+  EXPECT_EQ(s.j["inputs"][1]["view_of"], (json{{"tensor", "c0"}, {"offset", 2}}));
+  EXPECT_EQ(s.j["inputs"][2]["view_of"], (json{{"tensor", "c0"}, {"offset", 0}}));
+  EXPECT_FALSE(s.j["inputs"][3].contains("view_of"));
+  auto entries = read_safetensors(constants_path_for(s.path));
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_TRUE(entries.at("c0").equal(at::arange(12, at::kFloat)));  // the span of a and b, once
+  auto g = load(s.path);
+  const at::Tensor &b = g->inputs()[1].data, &a = g->inputs()[2].data;
+  EXPECT_TRUE(a.equal(at::arange(12, at::kFloat).view({3, 4})));
+  EXPECT_TRUE(b.equal(at::arange(2, 10, at::kFloat).view({2, 4}).t()));
+  EXPECT_TRUE(a.storage().is_alias_of(b.storage()));
+  EXPECT_EQ(graph_cost(*g).residual_bytes, (12 + 5) * 4);
+}
+
+TEST(Serialize, RejectsBadViewsOfStoredTensors) {
+  Saved s = save_shared("badview");
+  auto expect = [&](json j, const std::string& fragment) {
+    std::ofstream(s.path, std::ios::trunc) << j.dump();
+    test::expect_error([&] { load(s.path); }, fragment);
+  };
+  json j = s.j;
+  j["inputs"][1]["view_of"]["offset"] = 5;
+  expect(j, "constant 'c0' is a view of 'c0' past its end");
+  j = s.j;
+  j["inputs"][1]["view_of"]["tensor"] = "nope";
+  expect(j, "constant 'c0' is a view of 'nope' but that tensor is missing");
+  j = s.j;
+  j["inputs"][1]["view_of"]["tensor"] = "c2";
+  j["inputs"][1]["view_of"]["offset"] = 0;
+  expect(j, "past its end");
+  j = s.j;
+  j["inputs"][1]["view_of"]["offset"] = -1;
+  expect_load_error(j.dump(), "$.inputs[1].view_of.offset: expected an offset of 0 or more");
+  j = s.j;
+  j["inputs"][1]["stored"] = false;
+  expect_load_error(j.dump(), "$.inputs[1].view_of: only a stored constant can be a view");
 }
 
 TEST(Serialize, RejectsMissingGraphFile) {

@@ -315,6 +315,11 @@ std::unique_ptr<Graph> from_json(const json& j) {
     Role role = parse_role(in["role"]);
     bool diff = in.has("differentiable") ? in["differentiable"].boolean() : false;
     if (in.has("stored") && in["stored"].boolean() && role != Role::Constant) in["stored"].fail("only constants are stored");
+    if (in.has("view_of")) {
+      if (!in.has("stored") || !in["stored"].boolean()) in["view_of"].fail("only a stored constant can be a view");
+      in["view_of"]["tensor"].str();
+      if (in["view_of"]["offset"].integer() < 0) in["view_of"]["offset"].fail("expected an offset of 0 or more");
+    }
     Value* v = g->add_input(in["name"].str(), read_meta(in["meta"]), role, diff);
     if (in.has("aliases")) g->inputs().back().aliases = in["aliases"].str();
     by_id[in["id"].id()] = v;
@@ -533,18 +538,93 @@ std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& 
   return out;
 }
 
+namespace {
+
+/// The elements [lo, hi) of its storage that a tensor reaches.
+std::pair<int64_t, int64_t> storage_span(const at::Tensor& t) {
+  if (t.numel() == 0) return {t.storage_offset(), t.storage_offset()};
+  int64_t last = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return {t.storage_offset(), last + 1};
+}
+
+/// A stored constant that is a view into a shared 1-D entry of the constants file.
+at::Tensor view_of_entry(const TensorMeta& m, const json& view, const std::unordered_map<std::string, at::Tensor>& tensors,
+                         const std::string& file, const std::string& name) {
+  const std::string& entry = view["tensor"].get_ref<const std::string&>();
+  int64_t offset = view["offset"].get<int64_t>();
+  auto bad = [&](const std::string& why) {
+    return Error(file + ": constant '" + name + "' is a view of '" + entry + "' " + why);
+  };
+  auto it = tensors.find(entry);
+  if (it == tensors.end()) throw bad("but that tensor is missing");
+  const at::Tensor& base = it->second;
+  if (base.dim() != 1 || base.scalar_type() != m.dtype)
+    throw bad("but that tensor is " + TensorMeta::of(base).str() + ", not " + c10::toString(m.dtype) + "[n]");
+  for (int64_t st : m.strides)
+    if (st < 0) throw bad("with a negative stride");
+  if (offset > base.numel()) throw bad("past its end");
+  if (m.numel() > 0) {
+    int64_t last = offset;  // stays below base.numel(), so nothing overflows
+    if (last >= base.numel()) throw bad("past its end");
+    for (size_t d = 0; d < m.sizes.size(); ++d) {
+      if (m.strides[d] > 0 && m.sizes[d] - 1 > (base.numel() - 1 - last) / m.strides[d]) throw bad("past its end");
+      last += (m.sizes[d] - 1) * m.strides[d];
+    }
+  }
+  return base.as_strided(m.sizes, m.strides, offset);
+}
+
+}  // namespace
+
 void save(const Graph& g, const std::string& path) {
-  std::vector<std::pair<std::string, at::Tensor>> constants;
-  for (const Input& in : g.inputs())
-    if (in.role == Role::Constant && in.data.defined()) constants.emplace_back(in.name, in.data);
+  // One safetensors entry per storage. A constant alone in its storage is stored as itself. Constants
+  // that share a storage (the probabilities as [B,H,S,S] and as [B·H,S,S]) become views into one 1-D
+  // entry that spans them, named after the first of them, so that loading shares the memory again.
+  std::vector<std::vector<const Input*>> groups;
+  std::unordered_map<const void*, size_t> group_of;
+  for (const Input& in : g.inputs()) {
+    if (in.role != Role::Constant || !in.data.defined()) continue;
+    const at::Tensor& t = in.data;
+    bool shareable = t.has_storage() && t.strides() == c10::IntArrayRef(in.value->meta().strides);
+    const void* key = shareable ? static_cast<const void*>(t.storage().unsafeGetStorageImpl()) : &in;
+    auto [it, fresh] = group_of.emplace(key, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(&in);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> entries;
+  std::unordered_map<std::string, json> view_of;  // constant name -> {"tensor", "offset"}
+  for (const auto& group : groups) {
+    const at::Tensor& first = group[0]->data;
+    bool one_dtype = std::all_of(group.begin(), group.end(),
+                                 [&](const Input* in) { return in->data.scalar_type() == first.scalar_type(); });
+    if (group.size() == 1 || !one_dtype) {
+      for (const Input* in : group) entries.emplace_back(in->name, in->data);
+      continue;
+    }
+    int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
+    for (const Input* in : group) {
+      auto [a, b] = storage_span(in->data);
+      lo = std::min(lo, a);
+      hi = std::max(hi, b);
+    }
+    entries.emplace_back(group[0]->name, first.as_strided({hi - lo}, {1}, lo));
+    for (const Input* in : group)
+      view_of[in->name] = {{"tensor", group[0]->name}, {"offset", in->data.storage_offset() - lo}};
+  }
   std::string cpath;
-  if (!constants.empty()) {
+  if (!entries.empty()) {
     cpath = constants_path_for(path);
-    write_safetensors(cpath, constants);
+    write_safetensors(cpath, entries);
+  }
+  json j = to_json(g, cpath.empty() ? "" : basename_of(cpath));
+  for (json& ji : j["inputs"]) {
+    auto it = view_of.find(ji["name"].get<std::string>());
+    if (it != view_of.end()) ji["view_of"] = it->second;
   }
   std::ofstream f(path, std::ios::trunc);
   if (!f) throw Error("cannot write '" + path + "'");
-  f << to_json(g, cpath.empty() ? "" : basename_of(cpath)).dump(1) << "\n";
+  f << j.dump(1) << "\n";
   if (!f) throw Error("error writing '" + path + "'");
 }
 
@@ -572,12 +652,17 @@ std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> 
     for (const auto& jin : j["inputs"]) {
       if (!jin.value("stored", false)) continue;
       const std::string& name = jin["name"].get_ref<const std::string&>();
-      auto it = tensors.find(name);
-      if (it == tensors.end()) throw Error(constants_file + ": constant '" + name + "' is missing");
       Input* in = nullptr;
       for (Input& x : g->inputs())
         if (x.name == name) in = &x;
       const TensorMeta& m = in->value->meta();
+      in->aliases.clear();  // the graph now holds its own copy, not a view of the caller's input
+      if (jin.contains("view_of")) {
+        in->data = view_of_entry(m, jin["view_of"], tensors, constants_file, name);
+        continue;
+      }
+      auto it = tensors.find(name);
+      if (it == tensors.end()) throw Error(constants_file + ": constant '" + name + "' is missing");
       TensorMeta got = TensorMeta::of(it->second);
       if (got.sizes != m.sizes || got.dtype != m.dtype)
         throw Error(constants_file + ": constant '" + name + "' is " + got.str() + " but the graph declares " +

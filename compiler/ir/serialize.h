@@ -13,6 +13,12 @@
 // opt_tensors. Non-finite floats are written as the strings "inf", "-inf" and "nan".
 // Nodes may add "returns" (see Node::return_counts) and "impure": true.
 //
+// Constants with data have "stored": true and are a tensor of the same name in the safetensors
+// file. Constants that share a storage in memory are stored once: each has
+// "view_of": {"tensor": NAME, "offset": N}, a view with its declared sizes and strides into the
+// 1-D tensor NAME, from element N. A loaded constant is the graph's own copy, so "aliases"
+// (the caller's input it was a view of) is dropped on loading.
+//
 // Loading checks everything it reads and reports the first problem with its JSON path
 // ("nodes[4].args[1]: ..."); the graph it returns has passed verify().
 #pragma once
