@@ -46,10 +46,23 @@ BackendScope::~BackendScope() {
   ctx.setSDPUseCuDNN(cudnn_);
 }
 
+const CLI::Validator kPositive(
+    [](std::string& s) -> std::string {
+      size_t used = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(s, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != s.size() || v <= 0) return "must be a whole number above 0, not '" + s + "'";
+      return "";
+    },
+    "POSITIVE");
+
 void add_common_flags(CLI::App& app, Common& c, bool attention) {
-  app.add_option("--bsz", c.bsz, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--seq-len", c.seq_len, "sequence length")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--model-dim", c.model_dim, "model width")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--bsz", c.bsz, "batch size")->capture_default_str()->check(kPositive);
+  app.add_option("--seq-len", c.seq_len, "sequence length")->capture_default_str()->check(kPositive);
+  app.add_option("--model-dim", c.model_dim, "model width")->capture_default_str()->check(kPositive);
   app.add_option("--dtype", c.dtype, "float16|bfloat16|float32|float64 (default: float16 on CUDA, float32 on CPU)")
       ->check(CLI::IsMember({"float16", "bfloat16", "float32", "float64"}));
   app.add_option("--device", c.device, "cpu|cuda (default: cuda when present)")->check(CLI::IsMember({"cpu", "cuda"}));

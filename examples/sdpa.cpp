@@ -17,10 +17,10 @@ struct SdpaFlags {
 void add_flags(CLI::App& app, SdpaFlags& f) {
   add_common_flags(app, f.c, true);
   app.add_option("--head-dim", f.head_dim, "head dimension; heads = model-dim / head-dim")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--kv-seq-len", f.kv_seq_len, "key/value sequence length (default: --seq-len)")->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
+  app.add_option("--kv-seq-len", f.kv_seq_len, "key/value sequence length (default: --seq-len)")->check(kPositive);
   app.add_option("--kv-heads", f.kv_heads, "key/value heads, for grouped-query attention (default: all heads)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_flag("--causal", f.causal, "causal attention");
   app.add_option("--mask", f.mask, "attention mask: none|bool|float (a constant input, never differentiated)")
       ->capture_default_str()->check(CLI::IsMember({"none", "bool", "float"}));

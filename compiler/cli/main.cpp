@@ -16,6 +16,18 @@ int main(int argc, char** argv) {
   jvpc::cli::add_run(app);
   jvpc::cli::add_cost(app);
   jvpc::cli::add_linearize(app);
+  if (argc > 1 && argv[1][0] != '-') {  // CLI11 would only say that a subcommand is required
+    std::string known;
+    bool found = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+      found = found || sub->get_name() == argv[1];
+    }
+    if (!found) {
+      std::cerr << "jvpc: error: unknown command '" << argv[1] << "' (commands: " << known << "; see jvpc --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
