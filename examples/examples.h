@@ -44,7 +44,7 @@ struct Instance {
   TensorFn fn() const { return make_fn(backend); }
 };
 
-/// Example names, in the order `jvpc --help` lists them.
+/// Example names, in the order `jvpc trace --help` lists them.
 std::vector<std::string> names();
 /// Builds an example from its flags. Throws jvpc::Error for an unknown name or bad flags.
 Instance make(const std::string& name, const std::vector<std::string>& args = {});

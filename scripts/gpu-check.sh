@@ -2,8 +2,8 @@
 # The GPU check, for the machine with an NVIDIA GPU (no network there): builds jvpc against
 # that machine's own python3 torch (2.11.0+cu130), runs the CUDA tests and the benchmark, and
 # prints a short table. Not yet run on a GPU machine; the --cpu rehearsal takes 5 to 6 minutes on
-# 2 cores with a warm compiler cache, and the GPU run is expected to take 6 to 9 (give the call
-# timeout_s 600; the logs in $OUT are written as the steps finish).
+# 2 cores with a warm compiler cache, and the GPU run is expected to take 6 to 9 minutes (allow
+# 10; the logs in $OUT are written as each step finishes).
 #
 #   here, once:   scripts/gpu-check.sh --prepare    # unpacks nlohmann-json, CLI11 and googletest
 #                                                   # sources from Debian into .deps/ (git-ignored)
@@ -31,7 +31,7 @@ if [ "${1:-}" = --prepare ]; then
   exit 0
 fi
 
-OUT=${OUT:-$ROOT/build-gpu/out}  # at most 8 files come back from the device machine: keep it few
+OUT=${OUT:-$ROOT/build-gpu/out}  # where the results go; kept to 8 files, for runners that copy few back
 mkdir -p "$OUT" build-gpu
 PY=${JVPC_PYTHON:-python3}
 TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')

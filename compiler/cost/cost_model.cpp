@@ -104,7 +104,7 @@ NodeCost node_cost(const Node& n) {
   if (mm >= 0) {
     c.matmul_flops = mm;
     if (n.op() == "aten::_scaled_dot_product_flash_attention_for_cpu")
-      c.note = "FlopCounterMode has no rule for the CPU flash kernel; counted as its two bmms";
+      c.note = "FlopCounterMode has no rule for the CPU flash kernel; counted as its two bmms over the query heads";
     else if (n.op().rfind("aten::_scaled_dot_product_", 0) == 0 && shapes.at(0).at(1) != shapes.at(1).at(1))
       c.note = "FlopCounterMode has no rule for grouped-query attention; counted as two bmms over the query heads";
     if (n.op() == "aten::addmm" || n.op() == "aten::baddbmm") c.other_flops = out_elems;  // the addition
