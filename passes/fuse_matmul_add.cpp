@@ -5,9 +5,10 @@
 //   %b = aten::bmm(%q, %dk)                 =>   %a = aten::bmm(%dq, %k)
 //   %c = aten::add.Tensor(%a, %b, 1)             %c = aten::baddbmm(%a, %q, %dk, 1, 1)
 //
-// Applies to add.Tensor with alpha 1 when one operand is an mm/bmm read only by the add and
-// the other has the result's shape and dtype. FLOPs by FlopCounterMode's rules are unchanged
-// (baddbmm counts as its bmm); one kernel and one intermediate fewer.
+// Applies to add.Tensor with alpha 1 when one operand is an mm/bmm read only by the add, with the
+// result's shape and dtype, and the other has the same dtype and broadcasts to it (a bias
+// tangent: addmm broadcasts its `self`). FLOPs by FlopCounterMode's rules are unchanged (baddbmm
+// counts as its bmm); one kernel and one intermediate fewer.
 #include "passes/passes.h"
 
 #include "compiler/ir/builder.h"
@@ -29,7 +30,10 @@ bool fuse_matmul_add(Graph& g) {
       if (!p || (p->op() != "aten::bmm" && p->op() != "aten::mm") || prod->uses().size() != 1) continue;
       bool is_output = false;
       for (const Value* o : g.outputs()) is_output |= o == prod;
-      if (is_output || !other->meta().same_signature(n->output()->meta())) continue;
+      const TensorMeta& out = n->output()->meta();
+      if (is_output || !prod->meta().same_signature(out) || other->meta().dtype != out.dtype ||
+          other->meta().device != out.device)
+        continue;
       g.set_insertion_point(n);
       Value* fused = b.call(p->op() == "aten::bmm" ? "aten::baddbmm" : "aten::addmm", {other, p->input(0), p->input(1)});
       g.set_insertion_point(nullptr);

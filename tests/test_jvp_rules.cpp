@@ -84,6 +84,8 @@ std::vector<RuleCase> cases() {
       {"aten::bmm", {{2, 3, 5}, {2, 5, 4}}, one([](auto& x) { return at::bmm(x[0], x[1]); })},
       {"aten::addmm", {{4}, {3, 5}, {5, 4}}, one([](auto& x) { return at::addmm(x[0], x[1], x[2], 0.5, 2.0); })},
       {"aten::baddbmm", {{2, 3, 4}, {2, 3, 5}, {2, 5, 4}}, one([](auto& x) { return at::baddbmm(x[0], x[1], x[2], 1.5, 0.5); })},
+      {"aten::addmm", {{4}, {3, 5}, {5, 4}}, one([](auto& x) { return at::addmm(x[0], x[1], x[2]); })},  // alpha 1: bias first
+      {"aten::baddbmm", {{3, 4}, {2, 3, 5}, {2, 5, 4}}, one([](auto& x) { return at::baddbmm(x[0], x[1], x[2], 2.0); })},
       {"aten::dot", {{5}, {5}}, one([](auto& x) { return at::dot(x[0], x[1]); })},
       {"aten::mv", {{3, 5}, {5}}, one([](auto& x) { return at::mv(x[0], x[1]); })},
       {"aten::view", {{3, 4}}, one([](auto& x) { return x[0].view({2, 6}); })},

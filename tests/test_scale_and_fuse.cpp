@@ -1,6 +1,8 @@
 // scale-to-residual and fuse-matmul-add.
 #include "tests/pass_helpers.h"
 
+#include "runtime/executable.h"
+
 namespace jvpc {
 namespace {
 using test::f32;
@@ -47,6 +49,33 @@ TEST(FuseMatmulAdd, SumOfTwoBmmsBecomesBaddbmm) {
   EXPECT_EQ(test::count_op(g, "aten::baddbmm"), 1);
   EXPECT_EQ(test::count_op(g, "aten::bmm"), 1);
   EXPECT_EQ(test::count_op(g, "aten::add.Tensor"), 0);
+}
+
+TEST(FuseMatmulAdd, ABroadcastBiasBecomesTheSelfOfAddmm) {
+  Graph g;
+  Value* a = g.add_input("a", f32({3, 4}), Role::Primal);
+  Value* c = g.add_input("c", f32({4, 5}), Role::Primal);
+  Value* bias = g.add_input("bias", f32({5}), Role::Tangent);
+  Builder b(g);
+  g.add_output(b.call("aten::add.Tensor", {bias, b.call("aten::mm", {a, c})}));
+  EXPECT_TRUE(fuse_matmul_add(g));
+  verify(g);
+  ASSERT_EQ(test::count_op(g, "aten::addmm"), 1) << to_text(g);
+  EXPECT_EQ(g.outputs()[0]->producer()->op(), "aten::addmm");
+  EXPECT_EQ(g.outputs()[0]->producer()->input(0), bias);
+  Executable exe(g.clone());
+  at::Tensor x = at::randn({3, 4}), y = at::randn({4, 5}), z = at::randn({5});
+  EXPECT_TRUE(exe.run({x, y, z})[0].allclose(x.mm(y) + z));
+}
+
+TEST(FuseMatmulAdd, LeavesProductsThatTheAddBroadcasts) {
+  Graph g;  // mm [1,5] + [3,5]: the result is larger than the product, which addmm cannot do
+  Value* a = g.add_input("a", f32({1, 4}), Role::Primal);
+  Value* c = g.add_input("c", f32({4, 5}), Role::Primal);
+  Value* d = g.add_input("d", f32({3, 5}), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::add.Tensor", {b.call("aten::mm", {a, c}), d}));
+  EXPECT_FALSE(fuse_matmul_add(g));
 }
 
 TEST(FuseMatmulAdd, KeepsProductsOthersRead) {

@@ -8,15 +8,17 @@ namespace {
 
 double scalar(const c10::IValue& v) { return v.isInt() ? static_cast<double>(v.toInt()) : v.toDouble(); }
 
-// addmm / baddbmm (self, a, b, beta, alpha): beta·d(self) + alpha·(da·b + a·db).
+// addmm / baddbmm (self, a, b, beta, alpha): beta·d(self) + alpha·(da·b + a·db). With alpha 1
+// the sum starts from d(self) (a bias tangent, often broadcast), so that fuse-matmul-add can make
+// each product accumulate into it: addmm(addmm(dbias, da, b), a, db).
 Rule add_product(const char* product) {
   return [product](Ctx& c) -> std::vector<Value*> {
     double beta = scalar(c.c(3)), alpha = scalar(c.c(4));
     Value* left = c.t(1) ? c.call(product, {c.t(1), c.x(2)}) : nullptr;
     Value* right = c.t(2) ? c.call(product, {c.x(1), c.t(2)}) : nullptr;
-    Value* prod = c.scale(c.add(left, right), alpha);
     Value* self = beta == 0.0 ? nullptr : c.scale(c.t(0), beta);
-    return {c.add(prod, self)};
+    if (alpha == 1.0) return {c.add(c.add(self, left), right)};
+    return {c.add(c.scale(c.add(left, right), alpha), self)};
   };
 }
 
