@@ -2,6 +2,7 @@
 #pragma once
 
 #include "examples/examples.h"
+#include "examples/flags.h"
 
 #include <CLI/CLI.hpp>
 #include <ATen/ATen.h>
@@ -20,9 +21,6 @@ struct Common {
 };
 
 /// --bsz --seq-len --model-dim --dtype --device --seed (and --backend when `attention`).
-/// Accepts whole numbers above 0; anything else is a one-line error that names the value.
-/// (CLI11's PositiveNumber prints the whole range up to DBL_MAX.)
-extern const CLI::Validator kPositive;
 void add_common_flags(CLI::App& app, Common& c, bool attention);
 /// Parses `args` into `app`; bad flags become jvpc::Error.
 void parse(CLI::App& app, const std::string& name, const std::vector<std::string>& args);

@@ -3,6 +3,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
+#include <limits>
+
 namespace jvpc::examples {
 
 Backend parse_backend(const std::string& s) {
@@ -46,18 +49,49 @@ BackendScope::~BackendScope() {
   ctx.setSDPUseCuDNN(cudnn_);
 }
 
-const CLI::Validator kPositive(
-    [](std::string& s) -> std::string {
-      size_t used = 0;
-      long long v = 0;
-      try {
-        v = std::stoll(s, &used);
-      } catch (const std::exception&) {
-      }
-      if (used != s.size() || v <= 0) return "must be a whole number above 0, not '" + s + "'";
-      return "";
-    },
-    "POSITIVE");
+CLI::Validator whole_number(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(s, &used);
+        } catch (const std::exception&) {
+          used = std::string::npos;
+        }
+        if (used != s.size() || v < lo || v > hi)
+          return "must be a whole number from " + std::to_string(lo) +
+                 (hi == std::numeric_limits<int64_t>::max() ? " up" : " to " + std::to_string(hi)) + ", not '" + s + "'";
+        return "";
+      },
+      hi == std::numeric_limits<int64_t>::max() && lo == 1 ? "POSITIVE" : "INT");
+}
+
+namespace {
+CLI::Validator real_number(bool non_negative) {
+  return CLI::Validator(
+      [non_negative](std::string& s) -> std::string {
+        size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(s, &used);
+        } catch (const std::exception&) {
+          used = std::string::npos;
+        }
+        if (used != s.size() || !std::isfinite(v)) return "must be a finite number, not '" + s + "'";
+        if (non_negative && v < 0) return "must be 0 or more, not '" + s + "'";
+        return "";
+      },
+      non_negative ? "NONNEGATIVE" : "");
+}
+}  // namespace
+
+const CLI::Validator kPositive = whole_number(1, std::numeric_limits<int64_t>::max());
+const CLI::Validator kSeed = whole_number(0, 4294967295LL);
+const CLI::Validator kFinite = real_number(false);
+const CLI::Validator kNonNegative = real_number(true);
+const CLI::Validator kFileName(
+    [](std::string& s) -> std::string { return s.empty() ? "expects a file name, not ''" : ""; }, "FILE");
 
 void add_common_flags(CLI::App& app, Common& c, bool attention) {
   app.add_option("--bsz", c.bsz, "batch size")->capture_default_str()->check(kPositive);
@@ -66,7 +100,7 @@ void add_common_flags(CLI::App& app, Common& c, bool attention) {
   app.add_option("--dtype", c.dtype, "float16|bfloat16|float32|float64 (default: float16 on CUDA, float32 on CPU)")
       ->check(CLI::IsMember({"float16", "bfloat16", "float32", "float64"}));
   app.add_option("--device", c.device, "cpu|cuda (default: cuda when present)")->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--seed", c.seed, "seed of the random inputs")->capture_default_str();
+  app.add_option("--seed", c.seed, "seed of the random inputs")->capture_default_str()->check(kSeed);
   if (attention)
     app.add_option("--backend", c.backend, "SDPA kernels allowed: math|flash|efficient|cudnn|auto")
         ->capture_default_str()

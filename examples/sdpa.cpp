@@ -24,7 +24,7 @@ void add_flags(CLI::App& app, SdpaFlags& f) {
   app.add_flag("--causal", f.causal, "causal attention");
   app.add_option("--mask", f.mask, "attention mask: none|bool|float (a constant input, never differentiated)")
       ->capture_default_str()->check(CLI::IsMember({"none", "bool", "float"}));
-  app.add_option("--scale", f.scale, "softmax scale (default: 1/sqrt(head-dim))");
+  app.add_option("--scale", f.scale, "softmax scale (default: 1/sqrt(head-dim))")->check(kFinite);
 }
 
 Instance make_sdpa(const std::vector<std::string>& args) {

@@ -35,6 +35,18 @@ Value* conform(Builder& b, Value* t, const Value* out) {
 
 }  // namespace
 
+// "d" + name, primed until no input or output of the graph has it (inputs x and dx: dx' and ddx).
+std::string fresh_name(const Graph& g, const std::string& name) {
+  std::string out = "d" + name;
+  auto taken = [&](const std::string& s) {
+    for (const Input& in : g.inputs())
+      if (in.name == s) return true;
+    return std::find(g.output_names().begin(), g.output_names().end(), s) != g.output_names().end();
+  };
+  while (taken(out)) out += "'";
+  return out;
+}
+
 bool jvp(Graph& g, const std::vector<std::string>& wrt) {
   for (const std::string& name : wrt) {
     bool found = false;
@@ -50,7 +62,8 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
     if (!chosen) continue;
     const TensorMeta& m = in.value->meta();
     if (!floating(m.dtype)) throw Error("input '" + in.name + "' has dtype " + c10::toString(m.dtype) + " and cannot be differentiated");
-    tangent[in.value] = g.add_input("d" + in.name, TensorMeta::contiguous(m.sizes, m.dtype, m.device), Role::Tangent);
+    tangent[in.value] = g.add_input(fresh_name(g, in.name), TensorMeta::contiguous(m.sizes, m.dtype, m.device), Role::Tangent);
+    g.inputs().back().tangent_of = in.name;
   }
   if (tangent.empty()) throw Error("nothing to differentiate: no primal input is chosen");
 
@@ -89,7 +102,7 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
     auto it = tangent.find(o);
     Value* t = it != tangent.end() ? it->second
                                    : b.call("aten::zeros", {o->meta().sizes, o->meta().dtype, std::nullopt, o->meta().device});
-    g.add_output(t, "d" + g.output_names()[i]);
+    g.add_output(t, fresh_name(g, g.output_names()[i]));
   }
   return true;
 }

@@ -73,10 +73,18 @@ expect 2 "a number past double's range" -- "$JVPC" show "$DIR/overflow.json"; co
 expect 2 "wrong schema version" -- "$JVPC" cost "$DIR/version.json"
 expect 2 "unknown op" -- "$JVPC" run "$DIR/unknown_op.json"
 expect 2 "unknown example" -- "$JVPC" linearize attention
-expect 2 "bad example flag" -- "$JVPC" trace sdpa --bsz 0; contains err "must be a whole number above 0, not '0'"
+expect 2 "bad example flag" -- "$JVPC" trace sdpa --bsz 0; contains err "must be a whole number from 1 up, not '0'"
+expect 2 "non-finite --scale" -- "$JVPC" trace sdpa --scale nan
+expect 2 "negative --seed" -- "$JVPC" run "$DIR/sdpa.json" --seed -1
+expect 2 "--tolerance inf" -- "$JVPC" linearize sdpa --device cpu --tolerance inf
+expect 2 "unknown pass for --dump-after" -- "$JVPC" linearize sdpa --device cpu --dump-after nopass; contains err "no pass is named 'nopass'"
+expect 2 "--wrt naming nothing" -- "$JVPC" linearize sdpa --device cpu --wrt ,
+expect 2 "empty -o" -- "$JVPC" trace sdpa -o ''
+expect 2 "an option before the command" -- "$JVPC" --bogus
+expect 2 "a directory as the graph" -- "$JVPC" show "$DIR"; contains err "is a directory"
+JVPC_MAX_INPUT_BYTES=1e9 expect 2 "a malformed JVPC_MAX_INPUT_BYTES" -- "$JVPC" run "$DIR/sdpa.json"
 expect 2 "unknown command" -- "$JVPC" frobnicate; contains err "unknown command 'frobnicate'"
 expect 2 "incompatible sizes" -- "$JVPC" trace sdpa --device cpu --model-dim 100 --head-dim 64
-expect 2 "unknown command" -- "$JVPC" frobnicate
 expect 2 "unknown wrt" -- "$JVPC" linearize sdpa --device cpu --wrt mask
 expect 2 "inputs file missing tensors" -- "$JVPC" run "$DIR/sdpa.json" --inputs "$DIR/tangent.safetensors"
 if python3 -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then

@@ -63,6 +63,16 @@ TEST(Cost, OtherFlopsFollowTheConvention) {
   EXPECT_EQ(node_cost(*nodes[4]).bytes, 8 * 4 * 2);
 }
 
+// Counts past 2^63 are an error naming the op, never a wrapped number (found by review:
+// matmul_flops read 0 for this bmm).
+TEST(Cost, CountsPastInt64AreAnError) {
+  Graph g;
+  Value* a = g.add_input("a", f32({1, int64_t{1} << 25, int64_t{1} << 25}), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::bmm", {a, a}));
+  test::expect_error([&] { graph_cost(g); }, "node aten::bmm: cost exceeds 2^63");
+}
+
 TEST(Cost, PeakBytesFollowLiveness) {
   // x -> a -> b -> c: a dies once b exists, so at most two intermediates are alive.
   Graph g;

@@ -195,5 +195,22 @@ TEST(LayerNormRule, TangentsTakeTheirPrimalsDtypesWhenTheStatisticsAreFloat32) {
   EXPECT_EQ(g.outputs().back()->meta().dtype, c10::kHalf) << to_text(g);
 }
 
+// Tangent names never collide with the graph's own names, and each tangent says whose it is.
+TEST(JvpPass, TangentNamesAreFreshAndSayWhoseTheyAre) {
+  Graph g;
+  Value* x = g.add_input("x", test::f32({3}), Role::Primal, true);
+  Value* dx = g.add_input("dx", test::f32({3}), Role::Primal, true);
+  Builder b(g);
+  g.add_output(b.call("aten::sin", {b.call("aten::mul.Tensor", {x, dx})}), "out0");
+  g.add_output(b.call("aten::cos", {x}), "dout0");
+  ASSERT_TRUE(jvp(g));
+  verify(g);
+  std::vector<std::pair<std::string, std::string>> tangents;
+  for (const Input& in : g.inputs())
+    if (in.role == Role::Tangent) tangents.emplace_back(in.name, in.tangent_of);
+  EXPECT_EQ(tangents, (std::vector<std::pair<std::string, std::string>>{{"dx'", "x"}, {"ddx", "dx"}}));
+  EXPECT_EQ(g.output_names(), (std::vector<std::string>{"out0", "dout0", "dout0'", "ddout0"}));
+}
+
 }  // namespace
 }  // namespace jvpc

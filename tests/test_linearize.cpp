@@ -29,7 +29,7 @@ Checked linearize_and_check(const examples::Instance& ex, const LinearizeOptions
     at::Tensor t = at::randn(in->value->meta().sizes, at::TensorOptions().dtype(in->value->meta().dtype).device(in->value->meta().device));
     tangents.push_back(t);
     for (size_t i = 0; i < ex.inputs.size(); ++i)
-      if ("d" + ex.inputs[i].name == in->name) ref[i] = t;
+      if (ex.inputs[i].name == in->tangent_of) ref[i] = t;
   }
   auto got = c.lin.jvp(tangents);
   auto want = forward_ad_jvp(ex.make_fn(examples::Backend::Math), test::values_of(ex.inputs), ref);
@@ -264,6 +264,23 @@ TEST(Linearize, CudaFusedKernelsMatchMathPathForwardAd) {
       flash_checked += std::string(backend) == "flash";
     }
   EXPECT_GE(flash_checked, 2) << "LibTorch chose no flash kernel for bf16 inputs of head dim 64";
+}
+
+}  // namespace
+}  // namespace jvpc
+
+namespace jvpc {
+namespace {
+
+// The check's tolerance follows the least precise floating-point output; bool and integer outputs
+// (no tangent) do not set it (review: a bool first output made a float32 check 2000x looser).
+TEST(Reference, ToleranceFollowsTheLeastPreciseFloatingOutput) {
+  at::Tensor b = at::ones({2}, at::kBool), f = at::ones({2}), d = at::ones({2}, at::kDouble), h = at::ones({2}, at::kHalf);
+  EXPECT_EQ(tolerance_for({b, f}), 1e-5);
+  EXPECT_EQ(tolerance_for({d, f}), 1e-5);
+  EXPECT_EQ(tolerance_for({d}), 1e-10);
+  EXPECT_EQ(tolerance_for({f, h}), 2e-2);
+  EXPECT_EQ(tolerance_for({at::ones({2}, at::kLong)}), 1e-5);
 }
 
 }  // namespace

@@ -97,6 +97,54 @@ TEST(Serialize, RejectsUnknownOp) {
   expect_load_error(j.dump(), "$.nodes[0].op: unknown op 'aten::frobnicate'");
 }
 
+TEST(Serialize, RejectsInPlaceOps) {  // they would write to the caller's inputs
+  json j = save_small("inplace").j;
+  j["nodes"][1]["op"] = "aten::add_.Scalar";
+  expect_load_error(j.dump(), "aten::add_.Scalar writes to an argument; jvpc graphs are functional");
+}
+
+TEST(Serialize, RejectsTensorsFromNonTensorReturns) {
+  json j = save_small("scalarret").j;
+  int x = j["inputs"][0]["id"];
+  j["nodes"] = json::array({{{"op", "aten::_local_scalar_dense"},
+                             {"args", json::array({{{"tensor", x}}})},
+                             {"outputs", json::array({{{"id", 50}, {"meta", {{"sizes", json::array()}, {"strides", json::array()},
+                                                                            {"dtype", "Float"}, {"device", "cpu"}}}}})}}});
+  j["outputs"] = json::array({{{"name", "out0"}, {"id", 50}}});
+  expect_load_error(j.dump(), "return 0 of aten::_local_scalar_dense is Scalar, which cannot give 1 tensor(s)");
+}
+
+TEST(Serialize, RejectsUnsupportedDtypesAndDevices) {
+  json j = save_small("dtypes").j;
+  j["inputs"][0]["meta"]["dtype"] = "ComplexFloat";
+  expect_load_error(j.dump(), "$.inputs[0].meta: dtype 'ComplexFloat' is not supported");
+  j = save_small("devices").j;
+  j["inputs"][0]["meta"]["device"] = "lazy";
+  expect_load_error(j.dump(), "$.inputs[0].meta: device 'lazy' is not supported (cpu or cuda)");
+}
+
+TEST(Serialize, CpuWithAnIndexIsTheCpu) {
+  json j = save_small("cpu0").j;
+  j["inputs"][0]["meta"]["device"] = "cpu:0";
+  j.erase("constants_file");
+  j["inputs"][1]["stored"] = false;
+  auto g = parse_graph(j.dump());
+  EXPECT_EQ(g->inputs()[0].value->meta().device, c10::Device(c10::kCPU));
+}
+
+TEST(Serialize, RejectsControlCharactersInNames) {  // they would cut one-line errors short
+  json j = save_small("ctrl").j;
+  j["inputs"][0]["name"] = "a\nb";
+  expect_load_error(j.dump(), "$.inputs[0].name: contains a control character");
+  j = save_small("ctrlop").j;
+  j["nodes"][0]["op"] = "aten::mul.Tensor\nx";
+  expect_load_error(j.dump(), "$.nodes[0].op: contains a control character");
+}
+
+TEST(Serialize, RejectsDirectories) {
+  test::expect_error([] { load(::testing::TempDir()); }, "is a directory");
+}
+
 TEST(Serialize, RejectsWrongArgumentCount) {
   json j = save_small("argcount").j;
   j["nodes"][0]["args"].push_back({{"int", 1}});

@@ -53,4 +53,11 @@ double tolerance_for(c10::ScalarType dtype) {
   }
 }
 
+double tolerance_for(const std::vector<at::Tensor>& outputs) {
+  double tol = 0;
+  for (const at::Tensor& t : outputs)
+    if (c10::isFloatingType(t.scalar_type())) tol = std::max(tol, tolerance_for(t.scalar_type()));
+  return tol > 0 ? tol : tolerance_for(c10::kFloat);
+}
+
 }  // namespace jvpc

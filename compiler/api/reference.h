@@ -21,5 +21,8 @@ ErrorStats compare(const std::vector<at::Tensor>& got, const std::vector<at::Ten
 
 /// The tolerance on rel_error for a dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2.
 double tolerance_for(c10::ScalarType dtype);
+/// The tolerance for a set of outputs: that of the least precise floating-point one (float32's
+/// when none is floating-point). Integer and bool outputs have no tangent to check.
+double tolerance_for(const std::vector<at::Tensor>& outputs);
 
 }  // namespace jvpc

@@ -5,6 +5,7 @@
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
 #include "examples/examples.h"
+#include "examples/flags.h"
 #include "passes/cost_table.h"
 #include "runtime/executable.h"
 
@@ -24,7 +25,8 @@ void add_trace(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("trace", "Trace an example into a jvpc graph (kernel level, as the dispatcher runs it)");
   cmd->add_option("example", o->example, "example to trace: sdpa, mlp or block")->required();
-  cmd->add_option("-o,--output", o->out, "write the graph as JSON (constants beside it in .safetensors)");
+  cmd->add_option("-o,--output", o->out, "write the graph as JSON (constants beside it in .safetensors)")
+      ->check(examples::kFileName);
   cmd->add_option("--format", o->format, "without -o: print the graph as text or json")
       ->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   cmd->allow_extras();
@@ -71,7 +73,7 @@ void add_run(CLI::App& app) {
   cmd->add_option("graph", o->file, "graph JSON file")->required();
   cmd->add_option("--device", o->device, "cpu or cuda (moves the graph and its constants there)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str()->check(examples::kSeed);
   cmd->add_option("--inputs", o->inputs, "safetensors file with a tensor per non-constant input, by name");
   cmd->add_flag("--no-cuda-graph", o->no_cuda_graph, "run node by node on CUDA instead of replaying a CUDA graph");
   cmd->callback([o] {
@@ -83,7 +85,7 @@ void add_run(CLI::App& app) {
     if (o->inputs.empty()) {
       inputs = random_inputs(*g, o->seed);
     } else {
-      auto file = read_safetensors(o->inputs);
+      auto file = read_safetensors(o->inputs, "inputs file");
       for (const Input* in : exe.arguments()) {
         auto it = file.find(in->name);
         if (it == file.end()) throw Error(o->inputs + ": no tensor for input '" + in->name + "'");

@@ -6,11 +6,13 @@
 #include "compiler/api/reference.h"
 #include "compiler/ir/serialize.h"
 #include "examples/examples.h"
+#include "examples/flags.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -38,7 +40,22 @@ std::vector<std::string> split_names(const std::string& s) {
   std::string item;
   while (std::getline(ss, item, ','))
     if (!item.empty()) out.push_back(item);
+  if (out.empty()) throw Error("--wrt '" + s + "' names no input");
   return out;
+}
+
+// --dump-after takes the pipeline's pass names, or "all".
+void check_dump_names(const std::vector<std::string>& names) {
+  Pipeline p;
+  add_linearize_passes(p, {}, 0, nullptr);
+  std::vector<std::string> known = p.pass_names();
+  std::string list;
+  for (size_t i = 0; i < known.size(); ++i)
+    if (std::find(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(i), known[i]) == known.begin() + static_cast<std::ptrdiff_t>(i))
+      list += known[i] + ", ";
+  for (const std::string& n : names)
+    if (n != "all" && std::find(known.begin(), known.end(), n) == known.end())
+      throw Error("--dump-after: no pass is named '" + n + "' (passes: " + list + "all)");
 }
 
 nlohmann::json cost_json(const GraphCost& c) {
@@ -95,15 +112,18 @@ void add_linearize(CLI::App& app) {
       "against LibTorch's forward AD");
   cmd->add_option("target", o->target, "an example (sdpa, mlp, block) or a graph .json from `jvpc trace`")->required();
   cmd->add_option("--wrt", o->wrt, "comma-separated primal inputs to differentiate (default: the differentiable ones)");
-  cmd->add_option("--report", o->report, "write the compile report and the check as JSON");
+  cmd->add_option("--report", o->report, "write the compile report and the check as JSON")->check(examples::kFileName);
   cmd->add_option("--dump-after", o->dump_after, "print the IR after this pass (repeatable; 'all' for every pass)");
   cmd->add_option("--dump-format", o->dump_format, "text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
-  cmd->add_option("-o,--output", o->out, "write the tangent graph as JSON (residuals beside it in .safetensors)");
-  cmd->add_option("--seed", o->seed, "seed of the random tangents (and of the primals, for a graph file)")->capture_default_str();
+  cmd->add_option("-o,--output", o->out, "write the tangent graph as JSON (residuals beside it in .safetensors)")
+      ->check(examples::kFileName);
+  cmd->add_option("--seed", o->seed, "seed of the random tangents (and of the primals, for a graph file)")
+      ->capture_default_str()
+      ->check(examples::kSeed);
   cmd->add_option("--device", o->device, "cpu or cuda: where a graph file runs, or the example's --device")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--tolerance", o->tolerance,
                   "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(examples::kNonNegative);
   cmd->allow_extras();
   cmd->footer(examples_help());
   cmd->callback([o, cmd] {
@@ -112,7 +132,8 @@ void add_linearize(CLI::App& app) {
     if (is_graph && !leftover(*cmd).empty()) throw Error("unexpected arguments after a graph file: " + leftover(*cmd)[0]);
 
     LinearizeOptions opts;
-    opts.wrt = split_names(o->wrt);
+    if (cmd->count("--wrt")) opts.wrt = split_names(o->wrt);
+    check_dump_names(o->dump_after);
     std::set<std::string> dumps(o->dump_after.begin(), o->dump_after.end());
     IrDump dump(dumps, o->dump_format, std::cout);
     if (!dumps.empty()) opts.observers.push_back(&dump);
@@ -129,7 +150,7 @@ void add_linearize(CLI::App& app) {
       at::Tensor t = at::randn(m.sizes, gen, at::TensorOptions().dtype(at::kDouble)).to(m.device, m.dtype);
       tangents.push_back(t);
       for (size_t i = 0; i < p.primals.size(); ++i)
-        if ("d" + p.primals[i].name == in->name) ref_tangents[i] = t;
+        if (p.primals[i].name == in->tangent_of) ref_tangents[i] = t;
     }
     std::vector<at::Tensor> got = lin.jvp(tangents);
     auto ref_dtype = [&](const at::Tensor& t) {
@@ -141,7 +162,7 @@ void add_linearize(CLI::App& app) {
       if (t) t = ref_dtype(*t);
     std::vector<at::Tensor> ref = forward_ad_jvp(p.reference, ref_primals, ref_tangents);
     ErrorStats err = compare(got, ref);
-    double tol = o->tolerance ? *o->tolerance : tolerance_for(got.empty() ? c10::kFloat : got[0].scalar_type());
+    double tol = o->tolerance ? *o->tolerance : tolerance_for(got);
     bool passed = err.rel_error <= tol;
 
     const CompileReport& r = lin.report;

@@ -16,6 +16,10 @@ int main(int argc, char** argv) {
   jvpc::cli::add_run(app);
   jvpc::cli::add_cost(app);
   jvpc::cli::add_linearize(app);
+  if (argc > 1 && argv[1][0] == '-' && std::string(argv[1]) != "-h" && std::string(argv[1]) != "--help") {
+    std::cerr << "jvpc: error: unknown option '" << argv[1] << "' before the command (see jvpc --help)\n";
+    return 2;
+  }
   if (argc > 1 && argv[1][0] != '-') {  // CLI11 would only say that a subcommand is required
     std::string known;
     bool found = false;

@@ -29,7 +29,16 @@ std::vector<at::Tensor> random_inputs(const Graph& g, uint64_t seed) {
 
 void check_input_size(const Graph& g) {
   int64_t limit = 16LL << 30;
-  if (const char* env = std::getenv("JVPC_MAX_INPUT_BYTES")) limit = std::atoll(env);
+  if (const char* env = std::getenv("JVPC_MAX_INPUT_BYTES")) {
+    std::string s = env;
+    size_t used = 0;
+    try {
+      limit = std::stoll(s, &used);
+    } catch (const std::exception&) {
+      used = std::string::npos;
+    }
+    if (used != s.size() || limit < 0) throw Error("JVPC_MAX_INPUT_BYTES='" + s + "' is not a whole number of bytes");
+  }
   int64_t total = 0;
   for (const Input& in : g.inputs()) {
     if (in.role == Role::Constant) continue;

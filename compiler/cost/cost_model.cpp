@@ -8,6 +8,24 @@
 
 namespace jvpc {
 
+namespace {
+
+// Counts are int64: a graph whose counts pass 2^63 is an error, never a wrapped number.
+int64_t add(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) throw Error("cost exceeds 2^63 (sizes too large to count)");
+  return r;
+}
+int64_t product(std::initializer_list<int64_t> xs) {
+  int64_t r = 1;
+  for (int64_t x : xs)
+    if (__builtin_mul_overflow(r, x, &r)) throw Error("cost exceeds 2^63 (sizes too large to count)");
+  return r;
+}
+void accumulate(int64_t& total, int64_t x) { total = add(total, x); }
+
+}  // namespace
+
 int64_t distinct_bytes(const TensorMeta& m) {
   int64_t numel = m.numel();
   if (numel == 0) return 0;
@@ -22,16 +40,16 @@ int64_t distinct_bytes(const TensorMeta& m) {
 
 int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& s) {
   auto dim = [&](size_t t, size_t d) { return s.at(t).at(d); };
-  if (op == "aten::mm") return 2 * dim(0, 0) * dim(0, 1) * dim(1, 1);
-  if (op == "aten::addmm") return 2 * dim(1, 0) * dim(1, 1) * dim(2, 1);
-  if (op == "aten::bmm") return 2 * dim(0, 0) * dim(0, 1) * dim(0, 2) * dim(1, 2);
-  if (op == "aten::baddbmm") return 2 * dim(1, 0) * dim(1, 1) * dim(1, 2) * dim(2, 2);
+  if (op == "aten::mm") return product({2, dim(0, 0), dim(0, 1), dim(1, 1)});
+  if (op == "aten::addmm") return product({2, dim(1, 0), dim(1, 1), dim(2, 1)});
+  if (op == "aten::bmm") return product({2, dim(0, 0), dim(0, 1), dim(0, 2), dim(1, 2)});
+  if (op == "aten::baddbmm") return product({2, dim(1, 0), dim(1, 1), dim(1, 2), dim(2, 2)});
   if (op == "aten::_scaled_dot_product_flash_attention" || op == "aten::_scaled_dot_product_efficient_attention" ||
       op == "aten::_scaled_dot_product_cudnn_attention" || op == "aten::_scaled_dot_product_flash_attention_for_cpu") {
     // q [b,h,s_q,d], k [b,h_k,s_k,d], v [b,h_k,s_k,d_v]; counted with q's heads.
     const auto &q = s.at(0), &k = s.at(1), &v = s.at(2);
-    int64_t bh = q.at(0) * q.at(1), sq = q.at(2), d = q.at(3), sk = k.at(2), dv = v.at(3);
-    return 2 * bh * sq * d * sk + 2 * bh * sq * sk * dv;
+    int64_t bh = product({q.at(0), q.at(1)}), sq = q.at(2), d = q.at(3), sk = k.at(2), dv = v.at(3);
+    return add(product({2, bh, sq, d, sk}), product({2, bh, sq, sk, dv}));
   }
   return -1;
 }
@@ -80,7 +98,9 @@ const std::unordered_map<std::string, Rule>& rules() {
 
 }  // namespace
 
-NodeCost node_cost(const Node& n) {
+namespace {
+
+NodeCost cost_of(const Node& n) {
   NodeCost c;
   const OpInfo& info = op_info(n.op());
   if (info.is_view) return c;
@@ -88,11 +108,11 @@ NodeCost node_cost(const Node& n) {
   for (const Arg& a : n.args())
     if (a.kind == ArgKind::Tensor) shapes.push_back(n.input(static_cast<size_t>(a.operands[0]))->meta().sizes);
     else if (a.kind == ArgKind::None) shapes.emplace_back();
-  for (const Value* v : n.inputs()) c.bytes += distinct_bytes(v->meta());
+  for (const Value* v : n.inputs()) accumulate(c.bytes, distinct_bytes(v->meta()));
   int64_t out_elems = 0;
   for (const Value* v : n.outputs()) {
-    c.bytes += v->meta().nbytes();
-    out_elems += v->meta().numel();
+    accumulate(c.bytes, v->meta().nbytes());
+    accumulate(out_elems, v->meta().numel());
   }
   int64_t in_elems = n.inputs().empty() ? 0 : n.input(0)->meta().numel();
   int64_t mm = -1;
@@ -117,22 +137,34 @@ NodeCost node_cost(const Node& n) {
     case Kind::Copy:
     case Kind::Factory: break;
     case Kind::Elementwise:
-      c.other_flops = r.other * out_elems;
-      c.transcendentals = r.trans * out_elems;
+      c.other_flops = product({r.other, out_elems});
+      c.transcendentals = product({r.trans, out_elems});
       break;
     case Kind::Reduction:
     case Kind::Softmax:
     case Kind::SoftmaxBackward:
-      c.other_flops = r.other * in_elems;
-      c.transcendentals = r.trans * in_elems;
+      c.other_flops = product({r.other, in_elems});
+      c.transcendentals = product({r.trans, in_elems});
       break;
     case Kind::LayerNorm: {
-      c.other_flops = r.other * in_elems;
+      c.other_flops = product({r.other, in_elems});
       c.transcendentals = n.outputs().size() > 2 ? n.output(2)->meta().numel() : 0;  // one rsqrt per row
       break;
     }
   }
   return c;
+}
+
+}  // namespace
+
+NodeCost node_cost(const Node& n) {
+  try {
+    return cost_of(n);
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind("node ", 0) == 0) throw;
+    throw Error("node " + n.op() + ": " + msg);
+  }
 }
 
 GraphCost graph_cost(const Graph& g) {
@@ -141,10 +173,14 @@ GraphCost graph_cost(const Graph& g) {
   for (const Node* n : nodes) {
     NodeCost nc = node_cost(*n);
     c.nodes++;
-    c.matmul_flops += nc.matmul_flops;
-    c.other_flops += nc.other_flops;
-    c.transcendentals += nc.transcendentals;
-    c.bytes += nc.bytes;
+    try {
+      accumulate(c.matmul_flops, nc.matmul_flops);
+      accumulate(c.other_flops, nc.other_flops);
+      accumulate(c.transcendentals, nc.transcendentals);
+      accumulate(c.bytes, nc.bytes);
+    } catch (const Error& e) {
+      throw Error(std::string("graph total: ") + e.what());
+    }
     c.ops[n->op()]++;
   }
   // Residuals: constants, with shared storage counted once, aliases of caller inputs apart.
@@ -155,7 +191,7 @@ GraphCost graph_cost(const Graph& g) {
     const void* key = in.data.defined() && in.data.has_storage() ? in.data.storage().unsafeGetStorageImpl()
                                                                  : static_cast<const void*>(in.value);
     if (!seen.insert(key).second) continue;
-    (in.aliases.empty() ? c.residual_bytes : c.aliased_input_bytes) += bytes;
+    accumulate(in.aliases.empty() ? c.residual_bytes : c.aliased_input_bytes, bytes);
   }
   // Peak: walk the nodes, allocating each fresh output and freeing a storage when the last
   // value living in it is dead. Measured after each node's outputs exist (its operands too).
@@ -171,7 +207,7 @@ GraphCost graph_cost(const Graph& g) {
     for (const Value* o : nodes[i]->outputs()) {
       const Value* root = live.storage_root.at(o);
       if (g.is_input(root)) continue;
-      if (refs[root]++ == 0) current += root->meta().nbytes();
+      if (refs[root]++ == 0) accumulate(current, root->meta().nbytes());
     }
     c.peak_bytes = std::max(c.peak_bytes, current);
     std::unordered_set<const Value*> done;

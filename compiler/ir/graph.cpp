@@ -149,7 +149,7 @@ Value* Graph::new_value(TensorMeta meta) {
 
 Value* Graph::add_input(std::string name, TensorMeta meta, Role role, bool differentiable) {
   Value* v = new_value(std::move(meta));
-  inputs_.push_back(Input{std::move(name), v, role, differentiable, {}, ""});
+  inputs_.push_back(Input{std::move(name), v, role, differentiable, {}, "", ""});
   return v;
 }
 
@@ -265,6 +265,7 @@ std::unique_ptr<Graph> Graph::clone(std::unordered_map<const Value*, Value*>* ma
     Value* v = g->add_input(in.name, in.value->meta(), in.role, in.differentiable);
     g->inputs_.back().data = in.data;
     g->inputs_.back().aliases = in.aliases;
+    g->inputs_.back().tangent_of = in.tangent_of;
     m[in.value] = v;
   }
   for (const auto& n : nodes_) {

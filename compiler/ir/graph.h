@@ -183,6 +183,8 @@ struct Input {
   /// Constant inputs: the name of the caller's input this tensor aliases (a view of a primal
   /// input kept as a residual), or "". Such bytes are owned by the caller, not by the graph.
   std::string aliases;
+  /// Tangent inputs: the name of the primal input this is the tangent of ("q" for "dq").
+  std::string tangent_of;
 };
 
 class Graph {

@@ -95,9 +95,21 @@ std::string to_text(const Graph& g) {
   return os.str();
 }
 
+namespace {
+// A DOT string's contents: quotes and backslashes escaped.
+std::string dot_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+}  // namespace
+
 std::string to_dot(const Graph& g, const std::string& title) {
   std::ostringstream os;
-  os << "digraph \"" << title << "\" {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
+  os << "digraph \"" << dot_escape(title) << "\" {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
      << "  edge [fontname=\"Helvetica\", fontsize=8];\n";
   auto vname = [](const Value* v) { return "v" + std::to_string(v->id()); };
   // A value is drawn at its producer (a node, named by its position) or as an input box.
@@ -105,7 +117,7 @@ std::string to_dot(const Graph& g, const std::string& title) {
   auto src = [&](const Value* v) { return v->producer() ? node_id.at(v->producer()) : vname(v); };
   for (const Input& in : g.inputs()) {
     const char* color = in.role == Role::Tangent ? "lightblue" : in.role == Role::Constant ? "lightgrey" : "palegreen";
-    os << "  " << vname(in.value) << " [shape=box, style=filled, fillcolor=" << color << ", label=\"" << in.name << "\\n"
+    os << "  " << vname(in.value) << " [shape=box, style=filled, fillcolor=" << color << ", label=\"" << dot_escape(in.name) << "\\n"
        << in.value->meta().str() << "\"];\n";
   }
   for (const Node* n : g.nodes()) {
@@ -119,7 +131,7 @@ std::string to_dot(const Graph& g, const std::string& title) {
   }
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const Value* v = g.outputs()[i];
-    os << "  out" << i << " [shape=box, style=filled, fillcolor=gold, label=\"" << g.output_names()[i] << "\"];\n";
+    os << "  out" << i << " [shape=box, style=filled, fillcolor=gold, label=\"" << dot_escape(g.output_names()[i]) << "\"];\n";
     os << "  " << src(v) << " -> out" << i << " [label=\"" << v->meta().str() << "\"];\n";
   }
   os << "}\n";

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -24,10 +25,14 @@ using nlohmann::json;
 c10::ScalarType parse_dtype(const std::string& s) {
 #define JVPC_DTYPE_CASE(_, name) \
   if (s == #name) return c10::ScalarType::name;
-  AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(JVPC_DTYPE_CASE)
+  AT_FORALL_SCALAR_TYPES(JVPC_DTYPE_CASE)
   JVPC_DTYPE_CASE(_, Bool)
   JVPC_DTYPE_CASE(_, Half)
   JVPC_DTYPE_CASE(_, BFloat16)
+#undef JVPC_DTYPE_CASE
+#define JVPC_DTYPE_CASE(_, name) \
+  if (s == #name) throw Error("dtype '" + s + "' is not supported (jvpc handles real, integer and bool tensors)");
+  AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(JVPC_DTYPE_CASE)
 #undef JVPC_DTYPE_CASE
   throw Error("unknown dtype '" + s + "'");
 }
@@ -56,11 +61,15 @@ c10::MemoryFormat parse_memory_format(const std::string& s) {
   throw Error("unknown memory format '" + s + "'");
 }
 c10::Device parse_device(const std::string& s) {
+  c10::Device d(c10::kCPU);
   try {
-    return c10::Device(s);
+    d = c10::Device(s);
   } catch (const std::exception&) {
     throw Error("unknown device '" + s + "'");
   }
+  if (d.is_cpu()) return c10::Device(c10::kCPU);  // "cpu:0" is the CPU
+  if (!d.is_cuda()) throw Error("device '" + s + "' is not supported (cpu or cuda)");
+  return d;
 }
 
 json float_json(double d) { return std::isfinite(d) ? json(d) : json(format_double(d)); }
@@ -115,6 +124,7 @@ json to_json(const Graph& g, const std::string& constants_file) {
     if (in.role == Role::Primal) ji["differentiable"] = in.differentiable;
     if (in.role == Role::Constant) ji["stored"] = in.data.defined();
     if (!in.aliases.empty()) ji["aliases"] = in.aliases;
+    if (!in.tangent_of.empty()) ji["tangent_of"] = in.tangent_of;
     inputs.push_back(std::move(ji));
   }
   j["inputs"] = std::move(inputs);
@@ -189,6 +199,13 @@ struct At {
   const std::string& str() const {
     if (!j.is_string()) fail("expected a string");
     return j.get_ref<const std::string&>();
+  }
+  /// A name or op: a string without control characters (they would garble one-line errors).
+  const std::string& name() const {
+    const std::string& s = str();
+    for (unsigned char ch : s)
+      if (ch < 0x20 || ch == 0x7f) fail("contains a control character");
+    return s;
   }
   std::vector<int64_t> ints() const {
     std::vector<int64_t> out;
@@ -317,18 +334,19 @@ std::unique_ptr<Graph> from_json(const json& j) {
     if (in.has("stored") && in["stored"].boolean() && role != Role::Constant) in["stored"].fail("only constants are stored");
     if (in.has("view_of")) {
       if (!in.has("stored") || !in["stored"].boolean()) in["view_of"].fail("only a stored constant can be a view");
-      in["view_of"]["tensor"].str();
+      in["view_of"]["tensor"].name();
       if (in["view_of"]["offset"].integer() < 0) in["view_of"]["offset"].fail("expected an offset of 0 or more");
     }
-    Value* v = g->add_input(in["name"].str(), read_meta(in["meta"]), role, diff);
-    if (in.has("aliases")) g->inputs().back().aliases = in["aliases"].str();
+    Value* v = g->add_input(in["name"].name(), read_meta(in["meta"]), role, diff);
+    if (in.has("aliases")) g->inputs().back().aliases = in["aliases"].name();
+    if (in.has("tangent_of")) g->inputs().back().tangent_of = in["tangent_of"].name();
     by_id[in["id"].id()] = v;
   }
 
   At nodes = root["nodes"];
   for (size_t i = 0; i < nodes.size(); ++i) {
     At jn = nodes[i];
-    const std::string& op = jn["op"].str();
+    const std::string& op = jn["op"].name();
     const OpInfo& info = wrap(jn["op"], [&]() -> const OpInfo& { return op_info(op); });
     At jargs = jn["args"];
     const auto& schema = info.schema().arguments();
@@ -370,7 +388,7 @@ std::unique_ptr<Graph> from_json(const json& j) {
   }
 
   At outs = root["outputs"];
-  for (size_t i = 0; i < outs.array().size(); ++i) g->add_output(lookup(outs[i]["id"]), outs[i]["name"].str());
+  for (size_t i = 0; i < outs.array().size(); ++i) g->add_output(lookup(outs[i]["id"]), outs[i]["name"].name());
 
   try {
     verify(*g);
@@ -427,12 +445,22 @@ std::unique_ptr<Graph> parse_graph(const std::string& text) { return checked_fro
 
 namespace {
 
-std::string read_file(const std::string& path, const char* what) {
+// Reads a whole file, refusing directories and anything past `limit` bytes (/dev/zero).
+std::string read_file(const std::string& path, const char* what, int64_t limit) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(std::string(what) + " '" + path + "' is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(std::string("cannot read ") + what + " '" + path + "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  std::string out;
+  std::vector<char> buf(1 << 20);
+  while (f) {
+    f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    out.append(buf.data(), static_cast<size_t>(f.gcount()));
+    if (static_cast<int64_t>(out.size()) > limit)
+      throw Error(std::string(what) + " '" + path + "' is larger than " + std::to_string(limit) + " bytes");
+  }
+  if (f.bad()) throw Error(std::string("error reading ") + what + " '" + path + "'");
+  return out;
 }
 
 std::string dirname_of(const std::string& path) {
@@ -501,9 +529,9 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   if (!f) throw Error("error writing '" + path + "'");
 }
 
-std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path) {
-  std::string bytes = read_file(path, "constants file");
-  auto bad = [&](const std::string& why) { return Error("constants file '" + path + "': " + why); };
+std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path, const std::string& what) {
+  std::string bytes = read_file(path, what.c_str(), int64_t{1} << 38);
+  auto bad = [&](const std::string& why) { return Error(what + " '" + path + "': " + why); };
   if (bytes.size() < 8) throw bad("too short");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[static_cast<size_t>(i)])) << (8 * i);
@@ -629,7 +657,7 @@ void save(const Graph& g, const std::string& path) {
 }
 
 std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device) {
-  std::string text = read_file(path, "graph file");
+  std::string text = read_file(path, "graph file", int64_t{1} << 30);
   std::unique_ptr<Graph> g;
   std::string constants_file;
   {

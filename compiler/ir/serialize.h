@@ -53,7 +53,9 @@ void retarget(Graph& g, c10::Device device);
 /// The safetensors file that goes with a graph file: "x.json" -> "x.safetensors".
 std::string constants_path_for(const std::string& graph_path);
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
-std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path);
+/// `what` names the file in errors ("constants file", "inputs file").
+std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path,
+                                                             const std::string& what = "constants file");
 
 c10::ScalarType parse_dtype(const std::string& s);
 

@@ -2,6 +2,7 @@
 
 #include "compiler/ir/ops.h"
 
+#include <climits>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -23,6 +24,15 @@ void check_meta(const TensorMeta& m, const std::string& what) {
   m.numel();  // negative sizes and overflow
   for (int64_t s : m.strides)
     if (s < 0) throw Error(what + ": negative stride " + std::to_string(s));
+}
+
+// How many tensors a schema return can give: 1 for Tensor and Tensor?, any for Tensor[], 0 else.
+int max_tensors(const c10::Argument& r) {
+  const c10::TypePtr& t = r.real_type();
+  if (t->kind() == c10::TypeKind::TensorType) return 1;
+  if (auto o = t->cast<c10::OptionalType>()) return o->getElementType()->kind() == c10::TypeKind::TensorType ? 1 : 0;
+  if (auto l = t->cast<c10::ListType>()) return l->getElementType()->kind() == c10::TypeKind::TensorType ? INT_MAX : 0;
+  return 0;
 }
 
 }  // namespace
@@ -93,6 +103,9 @@ void verify(const Graph& g, const VerifyOptions& options) {
     if (options.check_schemas) {
       const OpInfo& info = op_info(n->op());
       const auto& schema = info.schema();
+      if (info.mutates)
+        throw Error(where + ": " + n->op() + " writes to an argument; jvpc graphs are functional (use the out-of-place op)");
+      if (n->outputs().empty()) throw Error(where + ": produces no tensor; a graph records only ops with tensor results");
       if (n->args().size() != schema.arguments().size())
         throw Error(where + ": " + n->op() + " takes " + std::to_string(schema.arguments().size()) +
                     " arguments, the node has " + std::to_string(n->args().size()));
@@ -103,6 +116,11 @@ void verify(const Graph& g, const VerifyOptions& options) {
       if (n->return_counts().size() != schema.returns().size())
         throw Error(where + ": " + std::to_string(n->return_counts().size()) + " return counts for " +
                     std::to_string(schema.returns().size()) + " schema returns");
+      for (size_t i = 0; i < schema.returns().size(); ++i)
+        if (n->return_counts()[i] > max_tensors(schema.returns()[i]))
+          throw Error(where + ": return " + std::to_string(i) + " of " + n->op() + " is " +
+                      schema.returns()[i].real_type()->str() + ", which cannot give " +
+                      std::to_string(n->return_counts()[i]) + " tensor(s)");
       if (options.check_shapes) {
         try {
           std::vector<int> counts;

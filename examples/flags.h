@@ -1,0 +1,24 @@
+// Validators for numeric flags, shared by the examples and the jvpc command. Each rejects a bad
+// value with a short message naming it (CLI11's own range validators print DBL_MAX in full).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+
+namespace jvpc::examples {
+
+/// A whole number from lo to hi.
+CLI::Validator whole_number(int64_t lo, int64_t hi);
+/// Whole numbers above 0 (sizes).
+extern const CLI::Validator kPositive;
+/// Seeds: 0 to 2^32 - 1 (the CPU generator keeps 32 bits of its seed).
+extern const CLI::Validator kSeed;
+/// A finite real number.
+extern const CLI::Validator kFinite;
+/// A finite real number, 0 or more.
+extern const CLI::Validator kNonNegative;
+/// A file name: not empty.
+extern const CLI::Validator kFileName;
+
+}  // namespace jvpc::examples
