@@ -18,6 +18,7 @@
 // "view_of": {"tensor": NAME, "offset": N}, a view with its declared sizes and strides into the
 // 1-D tensor NAME, from element N. A loaded constant is the graph's own copy, so "aliases"
 // (the caller's input it was a view of) is dropped on loading.
+// Tangent inputs may carry "tangent_of": the primal input they are the tangent of.
 //
 // Loading checks everything it reads and reports the first problem with its JSON path
 // ("nodes[4].args[1]: ..."); the graph it returns has passed verify().
