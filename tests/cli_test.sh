@@ -86,6 +86,9 @@ JVPC_MAX_INPUT_BYTES=1e9 expect 2 "a malformed JVPC_MAX_INPUT_BYTES" -- "$JVPC" 
 expect 2 "unknown command" -- "$JVPC" frobnicate; contains err "unknown command 'frobnicate'"
 expect 2 "incompatible sizes" -- "$JVPC" trace sdpa --device cpu --model-dim 100 --head-dim 64
 expect 2 "unknown wrt" -- "$JVPC" linearize sdpa --device cpu --wrt mask
+"$JVPC" trace sdpa --device cpu --seq-len 8 --model-dim 16 --head-dim 8 --backend flash -o "$DIR/flash.json" >/dev/null
+expect 2 "a graph file LibTorch's forward AD cannot check" -- "$JVPC" linearize "$DIR/flash.json"
+contains err "cannot check against LibTorch's forward AD"
 expect 2 "inputs file missing tensors" -- "$JVPC" run "$DIR/sdpa.json" --inputs "$DIR/tangent.safetensors"
 if python3 -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   expect 0 "run on cuda" -- "$JVPC" run "$DIR/sdpa.json" --device cuda
