@@ -49,17 +49,23 @@ BackendScope::~BackendScope() {
   ctx.setSDPUseCuDNN(cudnn_);
 }
 
+std::optional<int64_t> parse_whole_number(const std::string& s) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != s.size()) return std::nullopt;
+  return v;
+}
+
 CLI::Validator whole_number(int64_t lo, int64_t hi) {
   return CLI::Validator(
       [lo, hi](std::string& s) -> std::string {
-        size_t used = 0;
-        long long v = 0;
-        try {
-          v = std::stoll(s, &used);
-        } catch (const std::exception&) {
-          used = std::string::npos;
-        }
-        if (used != s.size() || v < lo || v > hi)
+        std::optional<int64_t> v = parse_whole_number(s);
+        if (!v || *v < lo || *v > hi)
           return "must be a whole number from " + std::to_string(lo) +
                  (hi == std::numeric_limits<int64_t>::max() ? " up" : " to " + std::to_string(hi)) + ", not '" + s + "'";
         return "";

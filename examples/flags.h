@@ -5,9 +5,13 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace jvpc::examples {
 
+/// The whole number `s` spells, all of it, or nothing ("12x", "1e3" and "" are not numbers).
+std::optional<int64_t> parse_whole_number(const std::string& s);
 /// A whole number from lo to hi.
 CLI::Validator whole_number(int64_t lo, int64_t hi);
 /// Whole numbers above 0 (sizes).

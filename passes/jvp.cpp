@@ -33,8 +33,6 @@ Value* conform(Builder& b, Value* t, const Value* out) {
   return t;
 }
 
-}  // namespace
-
 // "d" + name, primed until no input or output of the graph has it (inputs x and dx: dx' and ddx).
 std::string fresh_name(const Graph& g, const std::string& name) {
   std::string out = "d" + name;
@@ -46,6 +44,8 @@ std::string fresh_name(const Graph& g, const std::string& name) {
   while (taken(out)) out += "'";
   return out;
 }
+
+}  // namespace
 
 bool jvp(Graph& g, const std::vector<std::string>& wrt) {
   for (const std::string& name : wrt) {

@@ -49,11 +49,11 @@ std::vector<std::string> split_names(const std::string& s) {
 void check_dump_names(const std::vector<std::string>& names) {
   Pipeline p;
   add_linearize_passes(p, {}, 0, nullptr);
-  std::vector<std::string> known = p.pass_names();
+  std::vector<std::string> known;  // in pipeline order, each once (dce runs twice)
+  for (const std::string& k : p.pass_names())
+    if (std::find(known.begin(), known.end(), k) == known.end()) known.push_back(k);
   std::string list;
-  for (size_t i = 0; i < known.size(); ++i)
-    if (std::find(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(i), known[i]) == known.begin() + static_cast<std::ptrdiff_t>(i))
-      list += known[i] + ", ";
+  for (const std::string& k : known) list += k + ", ";
   for (const std::string& n : names)
     if (n != "all" && std::find(known.begin(), known.end(), n) == known.end())
       throw Error("--dump-after: no pass is named '" + n + "' (passes: " + list + "all)");

@@ -1,6 +1,7 @@
 #include "compiler/cli/cli.h"
 
 #include "examples/examples.h"
+#include "examples/flags.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -30,14 +31,9 @@ std::vector<at::Tensor> random_inputs(const Graph& g, uint64_t seed) {
 void check_input_size(const Graph& g) {
   int64_t limit = 16LL << 30;
   if (const char* env = std::getenv("JVPC_MAX_INPUT_BYTES")) {
-    std::string s = env;
-    size_t used = 0;
-    try {
-      limit = std::stoll(s, &used);
-    } catch (const std::exception&) {
-      used = std::string::npos;
-    }
-    if (used != s.size() || limit < 0) throw Error("JVPC_MAX_INPUT_BYTES='" + s + "' is not a whole number of bytes");
+    std::optional<int64_t> v = examples::parse_whole_number(env);
+    if (!v || *v < 0) throw Error(std::string("JVPC_MAX_INPUT_BYTES='") + env + "' is not a whole number of bytes");
+    limit = *v;
   }
   int64_t total = 0;
   for (const Input& in : g.inputs()) {

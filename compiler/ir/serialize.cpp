@@ -7,6 +7,7 @@
 #include "compiler/ir/verifier.h"
 
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -568,14 +569,6 @@ std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& 
 
 namespace {
 
-/// The elements [lo, hi) of its storage that a tensor reaches.
-std::pair<int64_t, int64_t> storage_span(const at::Tensor& t) {
-  if (t.numel() == 0) return {t.storage_offset(), t.storage_offset()};
-  int64_t last = t.storage_offset();
-  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
-  return {t.storage_offset(), last + 1};
-}
-
 /// A stored constant that is a view into a shared 1-D entry of the constants file.
 at::Tensor view_of_entry(const TensorMeta& m, const json& view, const std::unordered_map<std::string, at::Tensor>& tensors,
                          const std::string& file, const std::string& name) {
@@ -589,17 +582,15 @@ at::Tensor view_of_entry(const TensorMeta& m, const json& view, const std::unord
   const at::Tensor& base = it->second;
   if (base.dim() != 1 || base.scalar_type() != m.dtype)
     throw bad("but that tensor is " + TensorMeta::of(base).str() + ", not " + c10::toString(m.dtype) + "[n]");
-  for (int64_t st : m.strides)
-    if (st < 0) throw bad("with a negative stride");
-  if (offset > base.numel()) throw bad("past its end");
-  if (m.numel() > 0) {
-    int64_t last = offset;  // stays below base.numel(), so nothing overflows
-    if (last >= base.numel()) throw bad("past its end");
-    for (size_t d = 0; d < m.sizes.size(); ++d) {
-      if (m.strides[d] > 0 && m.sizes[d] - 1 > (base.numel() - 1 - last) / m.strides[d]) throw bad("past its end");
-      last += (m.sizes[d] - 1) * m.strides[d];
-    }
+  // The elements the view reaches (LibTorch's own bound, overflow-checked; the verifier has
+  // already refused negative strides).
+  size_t needed = 0;
+  try {
+    needed = at::detail::computeStorageNbytes(m.sizes, m.strides, 1, static_cast<size_t>(offset));
+  } catch (const c10::Error&) {
+    throw bad("past its end");
   }
+  if (offset > base.numel() || needed > static_cast<size_t>(base.numel())) throw bad("past its end");
   return base.as_strided(m.sizes, m.strides, offset);
 }
 
@@ -631,10 +622,12 @@ void save(const Graph& g, const std::string& path) {
       continue;
     }
     int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
-    for (const Input* in : group) {
-      auto [a, b] = storage_span(in->data);
-      lo = std::min(lo, a);
-      hi = std::max(hi, b);
+    for (const Input* in : group) {  // the elements [lo, hi) of the storage the group reaches
+      const at::Tensor& t = in->data;
+      size_t end = t.numel() ? at::detail::computeStorageNbytes(t.sizes(), t.strides(), 1, t.storage_offset())
+                             : static_cast<size_t>(t.storage_offset());
+      lo = std::min(lo, t.storage_offset());
+      hi = std::max(hi, static_cast<int64_t>(end));
     }
     entries.emplace_back(group[0]->name, first.as_strided({hi - lo}, {1}, lo));
     for (const Input* in : group)
