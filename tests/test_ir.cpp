@@ -41,6 +41,17 @@ TEST(Ir, UseListsFollowReplaceAllUsesWith) {
   verify(g);
 }
 
+TEST(Ir, DotEscapesQuotesAndBackslashesInNames) {
+  Graph g;
+  Value* x = g.add_input("a\"b\\", test::f32({2}), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::neg", {x}), "o\"");
+  std::string dot = to_dot(g, "t\"");
+  EXPECT_NE(dot.find("digraph \"t\\\"\""), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"a\\\"b\\\\\\n"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"o\\\"\"]"), std::string::npos) << dot;
+}
+
 TEST(Ir, EraseRefusesUsedNodes) {
   Graph g;
   Value* x = g.add_input("x", f32({4}), Role::Primal);

@@ -55,6 +55,19 @@ TEST(Linearize, SeedSdpaReachesTheFourBmmFloorAndOneForward) {
   EXPECT_LT(c.err.rel_error, 1e-5);
 }
 
+// Each linear layer's tangent accumulates into its bias tangent: addmm(addmm(db, dx, Wᵀ), x, dWᵀ),
+// with no separate mm or add (the addmm rule sums d(self) first; fuse-matmul-add takes the
+// broadcast bias as addmm's self).
+TEST(Linearize, LinearLayersAccumulateIntoTheBiasTangent) {
+  auto ex = test::make_example({"mlp", "--seq-len", "16"});
+  Checked c = linearize_and_check(ex);
+  const auto& ops = c.lin.report.tangent.ops;
+  EXPECT_EQ(ops.count("aten::addmm") ? ops.at("aten::addmm") : 0, 4);
+  EXPECT_EQ(ops.count("aten::mm"), 0u);
+  EXPECT_EQ(ops.count("aten::add.Tensor"), 0u);
+  EXPECT_LT(c.err.rel_error, 1e-5);
+}
+
 TEST(Linearize, EveryPassHasACostRow) {
   auto ex = test::make_example({"sdpa"});
   Linearized lin = linearize(ex.fn(), ex.inputs);
