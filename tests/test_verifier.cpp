@@ -118,5 +118,21 @@ TEST(Verifier, RejectsOperandsNoArgumentPasses) {
   expect_rejected(g, "not passed to any argument");
 }
 
+// Kernels without a Meta implementation are checked by jvpc's own shape rules (flip, roll).
+TEST(Verifier, ChecksKernelsWithoutMetaImplementationsByTheirShapeRules) {
+  Graph g;
+  Value* x = g.add_input("x", f32({3, 4}), Role::Primal);
+  g.create("aten::flip", {Arg::tensor(0), Arg::of_ints({2})}, {x}, {f32({3, 4})});
+  expect_rejected(g, "aten::flip");
+  Graph h;
+  Value* y = h.add_input("y", f32({3, 4}), Role::Primal);
+  h.create("aten::roll", {Arg::tensor(0), Arg::of_ints({1, 2}), Arg::of_ints({0})}, {y}, {f32({3, 4})});
+  expect_rejected(h, "shifts and dims");
+  Graph k;
+  Value* z = k.add_input("z", f32({3, 4}), Role::Primal);
+  k.create("aten::roll", {Arg::tensor(0), Arg::of_ints({1}), Arg::of_ints({0})}, {z}, {f32({4, 3})});
+  expect_rejected(k, "aten::roll");
+}
+
 }  // namespace
 }  // namespace jvpc

@@ -181,6 +181,7 @@ void add_linearize(CLI::App& app) {
     for (const auto& [op, n] : r.tangent.ops)
       if (op == "aten::bmm" || op == "aten::baddbmm" || op == "aten::mm" || op == "aten::addmm")
         ops += (ops.empty() ? "" : ", ") + op + " ×" + std::to_string(n);
+    if (ops.empty()) ops = "no matmuls";
     std::string aliased;
     for (const Input& in : lin.tangent_graph->inputs())
       if (!in.aliases.empty() && aliased.find(in.aliases) == std::string::npos) aliased += (aliased.empty() ? "" : ", ") + in.aliases;

@@ -5,12 +5,12 @@ namespace jvpc {
 BArg BArg::of_arg(const Arg& a, const Node* from) {
   switch (a.kind) {
     case ArgKind::Tensor: return BArg(from->input(static_cast<size_t>(a.operands.at(0))));
-    case ArgKind::TensorList: {
+    case ArgKind::TensorList:
+    case ArgKind::OptTensorList: {  // an absent entry (-1) of an optional list is nullptr
       std::vector<Value*> vs;
-      for (int o : a.operands) vs.push_back(from->input(static_cast<size_t>(o)));
+      for (int o : a.operands) vs.push_back(o < 0 ? nullptr : from->input(static_cast<size_t>(o)));
       return BArg(std::move(vs));
     }
-    case ArgKind::OptTensorList: throw Error("BArg::of_arg: optional tensor lists are not supported");
     default: {
       BArg b(std::nullopt);
       b.c_ = a.value;
@@ -40,8 +40,13 @@ std::vector<Value*> Builder::emit(const std::string& op, std::vector<BArg> bargs
       a = Arg::tensor(static_cast<int>(inputs.size()));
       inputs.push_back(b.v_);
     } else if (b.kind_ == BArg::K::Values) {
-      a.kind = ArgKind::TensorList;
+      a.kind = kind_matches(ArgKind::OptTensorList, schema[i]) ? ArgKind::OptTensorList : ArgKind::TensorList;
       for (Value* v : b.vs_) {
+        if (!v && a.kind == ArgKind::OptTensorList) {
+          a.operands.push_back(-1);
+          continue;
+        }
+        if (!v) throw Error(op + ": argument '" + schema[i].name() + "' cannot hold an absent tensor");
         a.operands.push_back(static_cast<int>(inputs.size()));
         inputs.push_back(v);
       }

@@ -19,6 +19,7 @@ namespace jvpc {
 class BArg {
  public:
   BArg(Value* v) : v_(v), kind_(K::Value) {}
+  /// A tensor list; in an optional list (index.Tensor's indices) nullptr is an absent entry.
   BArg(std::vector<Value*> vs) : vs_(std::move(vs)), kind_(K::Values) {}
   BArg(int v) : c_(static_cast<int64_t>(v)) {}
   BArg(int64_t v) : c_(v) {}

@@ -278,6 +278,27 @@ const std::unordered_map<std::string, ShapeRule>& shape_rules() {
          const auto& x = operand_meta(a, 0, in);
          return std::vector<TensorMeta>{like(x, x.sizes, x.dtype)};
        }},
+      // flip keeps the input's layout where it is dense (empty_like, preserve format); roll's
+      // result is contiguous.
+      {"aten::flip",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto& x = operand_meta(a, 0, in);
+         for (int64_t d : a.at(1).value.toIntVector()) c10::maybe_wrap_dim(d, static_cast<int64_t>(x.sizes.size()));
+         TensorMeta m = TensorMeta::of(at::empty_like(
+             at::empty_strided(x.sizes, x.strides, at::TensorOptions().dtype(x.dtype).device(c10::kMeta)),
+             at::MemoryFormat::Preserve));
+         m.device = x.device;
+         return std::vector<TensorMeta>{m};
+       }},
+      {"aten::roll",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto& x = operand_meta(a, 0, in);
+         auto shifts = a.at(1).value.toIntVector(), dims = a.at(2).value.toIntVector();
+         if (dims.empty() ? shifts.size() != 1 : shifts.size() != dims.size())
+           throw Error("shifts and dims must have the same length (or one shift and no dims)");
+         for (int64_t d : dims) c10::maybe_wrap_dim(d, static_cast<int64_t>(x.sizes.size()));
+         return std::vector<TensorMeta>{like(x, x.sizes, x.dtype)};
+       }},
       {"aten::index_select",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto& x = operand_meta(a, 0, in);

@@ -22,8 +22,8 @@ void register_views(Registry& r) {
   for (const char* op : {"aten::expand", "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze",
                          "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor",
                          "aten::split.Tensor", "aten::split_with_sizes", "aten::unbind.int", "aten::alias",
-                         "aten::diagonal", "aten::unfold", "aten::movedim.int", "aten::index_select", "aten::gather",
-                         "aten::repeat", "aten::flip", "aten::roll", "aten::index.Tensor", "aten::narrow"})
+                         "aten::diagonal", "aten::unfold", "aten::index_select", "aten::gather",
+                         "aten::repeat", "aten::flip", "aten::roll", "aten::index.Tensor"})
     r.add(op, linear_in(0));
   r.add("aten::cat", linear_in_list(0));
   r.add("aten::stack", linear_in_list(0));
