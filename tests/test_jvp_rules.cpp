@@ -123,6 +123,9 @@ std::vector<RuleCase> cases() {
       {"aten::roll", {{3, 4}}, one([](auto& x) { return x[0].roll({1, -2}, {0, 1}); })},
       {"aten::gather", {{3, 4}}, one([](auto& x) { return x[0].gather(1, at::tensor({0, 3, 3, 1, 2, 0}, at::kLong).view({3, 2})); })},
       {"aten::index.Tensor", {{5, 4}}, one([](auto& x) { return x[0].index({at::tensor({4, 0, 4}, at::kLong)}); })},
+      {"aten::index.Tensor", {{5, 4, 3}}, one([](auto& x) {  // indices [None, i, j]: absent entries
+         return x[0].index({at::indexing::Slice(), at::tensor({3, 0}, at::kLong), at::tensor({2, 1}, at::kLong)});
+       })},
       {"aten::_softmax", {{3, 5}}, one([](auto& x) { return at::_softmax(x[0], -1, false); })},
       {"aten::_safe_softmax", {{3, 5}}, one([](auto& x) { return at::_safe_softmax(x[0], 0); })},
       {"aten::_log_softmax", {{3, 5}}, one([](auto& x) { return at::log_softmax(x[0], -1); })},

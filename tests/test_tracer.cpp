@@ -211,6 +211,24 @@ TEST(Tracer, CapturedTensorsBecomeConstants) {
   EXPECT_TRUE(t.graph->inputs()[1].data.equal(w));
 }
 
+// at::tensor({...}) allocates through the dispatcher (empty) and copies its values in by
+// pointer, which no tracer sees. The values are captured when first read, so the graph replays
+// them instead of uninitialized memory; an empty that is filled (fill_, copy_) stays in the graph.
+TEST(Tracer, ValuesWrittenOutsideTheDispatcherAreCaptured) {
+  auto fn = [](const std::vector<at::Tensor>& x) {
+    at::Tensor i = at::tensor({3, 0, 3}, at::kLong);
+    at::Tensor ones = at::empty({4}, x[0].options()).fill_(1.0);
+    return std::vector<at::Tensor>{x[0].index_select(0, i) + ones, x[0].index({at::tensor({1, 2}, at::kLong)})};
+  };
+  at::Tensor x = at::randn({4, 4});
+  Trace t = trace(fn, {{"x", x}}, TraceOptions{false});
+  EXPECT_EQ(nodes_of(*t.graph, "aten::empty.memory_format").size(), 1u) << to_text(*t.graph);
+  EXPECT_EQ(nodes_of(*t.graph, "aten::fill.Scalar").size(), 1u);
+  Executable exe(std::move(t.graph));
+  auto want = fn({x}), got = exe.run({x});
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << i;
+}
+
 class TracingChangesNothing : public ::testing::TestWithParam<std::vector<std::string>> {};
 
 TEST_P(TracingChangesNothing, TracedRunAndGraphRunEqualEager) {

@@ -6,6 +6,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_set>
 
@@ -30,17 +31,20 @@ class Recorder {
   }
 
   /// The value a tensor argument stands for; tensors never seen are captured as constants.
-  Value* value_for(const at::Tensor& t, const std::string& reader) {
+  /// `reads_data`: whether the reader uses the tensor's contents (fill_ and empty_like do not).
+  Value* value_for(const at::Tensor& t, const std::string& reader, bool reads_data = true) {
     auto it = value_of_.find(t.unsafeGetTensorImpl());
-    if (it == value_of_.end()) {
-      Value* c = g_.add_constant("c" + std::to_string(constants_++), t);
-      bind(t, c);
-      protected_storages_.insert(storage_of(t));
-      return c;
-    }
+    if (it == value_of_.end()) return capture(t, t);
     if (stale_.count(it->second))
       throw Error(reader + " reads a tensor whose storage an earlier in-place op wrote through another view; "
                   "jvpc's functional IR cannot express this");
+    // An allocation without contents (empty) that is read: its data was written outside the
+    // dispatcher (at::tensor({...}) copies its values in by pointer), so it is captured as it
+    // is now. Replaying `empty` would read uninitialized memory.
+    if (reads_data && uninitialized_.count(it->second)) {
+      c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);
+      return capture(t, t.clone());
+    }
     return it->second;
   }
 
@@ -76,7 +80,7 @@ class Recorder {
     for (size_t i = 0; i < rec->schema().arguments().size(); ++i) {
       const auto& sarg = rec->schema().arguments()[i];
       Arg a = arg_from_ivalue(sarg, args[arg_index[i]], [&](const at::Tensor& t) {
-        operands.push_back(value_for(t, info.name));
+        operands.push_back(value_for(t, info.name, !(i == 0 && ignores_self_data(rec->name))));
         return static_cast<int>(operands.size() - 1);
       });
       if (!kind_matches(a.kind, sarg))
@@ -109,6 +113,8 @@ class Recorder {
     bool impure = is_impure(*rec, rec_args);
     Node* n = g_.create(rec->name, std::move(rec_args), std::move(operands), std::move(metas), std::move(counts),
                         impure);
+    if (allocates_uninitialized(rec->name))
+      for (Value* v : n->outputs()) uninitialized_.insert(v);
     for (size_t i = 0; i < results.size(); ++i) {
       if (written.defined() && results[i].unsafeGetTensorImpl() == written.unsafeGetTensorImpl()) {
         for (Value* alias : by_storage_[storage_of(written)]) stale_.insert(alias);
@@ -118,6 +124,18 @@ class Recorder {
     }
   }
 
+  /// Erases the allocations whose contents were captured instead (nothing reads them now).
+  void drop_unread_allocations() {
+    std::unordered_set<const Value*> outputs(g_.outputs().begin(), g_.outputs().end());
+    for (Node* n : g_.nodes())
+      if (allocates_uninitialized(n->op()) &&
+          std::none_of(n->outputs().begin(), n->outputs().end(),
+                       [&](const Value* v) { return v->has_uses() || outputs.count(v); })) {
+        for (Value* v : n->outputs()) values_.erase(v->id());
+        g_.erase(n);
+      }
+  }
+
   std::vector<std::string> kernels_;
   std::unordered_map<int, at::Tensor> values_;
 
@@ -125,6 +143,31 @@ class Recorder {
   static const void* storage_of(const at::Tensor& t) {
     return t.has_storage() ? static_cast<const void*>(t.storage().unsafeGetStorageImpl())
                            : static_cast<const void*>(t.unsafeGetTensorImpl());
+  }
+
+  // A tensor the trace has not produced (or whose recorded producer left it uninitialized)
+  // becomes a constant holding `value`; `t` stands for it from now on.
+  Value* capture(const at::Tensor& t, const at::Tensor& value) {
+    Value* c = g_.add_constant("c" + std::to_string(constants_++), value);
+    bind(t, c);
+    protected_storages_.insert(storage_of(t));
+    return c;
+  }
+
+  static bool allocates_uninitialized(const std::string& op) {
+    static const std::unordered_set<std::string> ops = {
+        "aten::empty.memory_format", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+        "aten::new_empty_strided", "aten::empty_permuted"};
+    return ops.count(op) > 0;
+  }
+
+  // Ops whose first argument is used for its metadata only, or overwritten whole.
+  static bool ignores_self_data(const std::string& op) {
+    static const std::unordered_set<std::string> ops = {
+        "aten::fill.Scalar", "aten::fill.Tensor", "aten::zero", "aten::copy", "aten::empty_like",
+        "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::new_empty", "aten::new_empty_strided",
+        "aten::new_zeros", "aten::new_ones", "aten::new_full"};
+    return ops.count(op) > 0;
   }
 
   void bind(const at::Tensor& t, Value* v) {
@@ -171,6 +214,7 @@ class Recorder {
   std::unordered_map<const c10::TensorImpl*, Value*> value_of_;
   std::unordered_map<const void*, std::vector<Value*>> by_storage_;
   std::unordered_set<const Value*> stale_;
+  std::unordered_set<const Value*> uninitialized_;  // outputs of empty and its kin
   std::unordered_set<const void*> protected_storages_;
   std::vector<at::Tensor> keep_;  // keeps TensorImpl pointers unique for the whole trace
   int constants_ = 0;
@@ -224,6 +268,7 @@ Trace trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const Tra
     if (!result.outputs[i].defined()) throw Error("output " + std::to_string(i) + " of the traced callable is undefined");
     result.graph->add_output(rec.value_for(result.outputs[i], "output " + std::to_string(i)));
   }
+  rec.drop_unread_allocations();
   result.values = std::move(rec.values_);
   result.kernels = std::move(rec.kernels_);
   verify(*result.graph, {true, false});
