@@ -61,6 +61,15 @@ TEST(Cost, OtherFlopsFollowTheConvention) {
   EXPECT_EQ(node_cost(*nodes[3]).bytes, 0);               // views move nothing
   EXPECT_EQ(node_cost(*nodes[4]).other_flops, 8);         // elementwise: one per output element
   EXPECT_EQ(node_cost(*nodes[4]).bytes, 8 * 4 * 2);
+  // mv and dot (no FlopCounterMode rule): 2 per multiply-add, in other FLOPs; flip copies.
+  Value* w = g.add_input("w", f32({16}), Role::Primal);
+  Value* mv = b.call("aten::mv", {x, w});
+  Value* dot = b.call("aten::dot", {w, w});
+  Value* flip = b.call("aten::flip", {x, std::vector<int64_t>{0}});
+  EXPECT_EQ(node_cost(*mv->producer()).other_flops, 2 * 8 * 16);
+  EXPECT_EQ(node_cost(*mv->producer()).matmul_flops, 0);
+  EXPECT_EQ(node_cost(*dot->producer()).other_flops, 2 * 16);
+  EXPECT_EQ(node_cost(*flip->producer()).other_flops, 0);
 }
 
 // Counts past 2^63 are an error naming the op, never a wrapped number (found by review:

@@ -71,7 +71,8 @@ const std::unordered_map<std::string, Rule>& rules() {
     std::unordered_map<std::string, Rule> m;
     for (const char* op : {"aten::clone", "aten::_to_copy", "aten::copy", "aten::contiguous", "aten::cat", "aten::stack",
                            "aten::index_select", "aten::repeat", "aten::repeat_interleave.self_int", "aten::index.Tensor",
-                           "aten::tril", "aten::triu", "aten::fill.Scalar", "aten::zero", "aten::masked_fill.Scalar"})
+                           "aten::tril", "aten::triu", "aten::fill.Scalar", "aten::zero", "aten::masked_fill.Scalar",
+                           "aten::flip", "aten::roll", "aten::gather"})
       m[op] = {Kind::Copy, 0, 0};
     for (const char* op : {"aten::ones", "aten::zeros", "aten::empty.memory_format", "aten::full", "aten::scalar_tensor",
                            "aten::empty_strided", "aten::arange", "aten::arange.start", "aten::ones_like", "aten::zeros_like",
@@ -128,6 +129,12 @@ NodeCost cost_of(const Node& n) {
     else if (n.op().rfind("aten::_scaled_dot_product_", 0) == 0 && shapes.at(0).at(1) != shapes.at(1).at(1))
       c.note = "FlopCounterMode has no rule for grouped-query attention; counted as two bmms over the query heads";
     if (n.op() == "aten::addmm" || n.op() == "aten::baddbmm") c.other_flops = out_elems;  // the addition
+    return c;
+  }
+  // Matrix-vector and dot products: FlopCounterMode has no rule for them, so their multiply-adds
+  // are other FLOPs, 2 per multiply-add as for the matmuls.
+  if (n.op() == "aten::mv" || n.op() == "aten::dot") {
+    c.other_flops = product({2, in_elems});
     return c;
   }
   auto it = rules().find(n.op());
