@@ -2,12 +2,20 @@
 #include "compiler/cli/cli.h"
 
 #include "compiler/ir/ops.h"
+#include "compiler/ir/serialize.h"
+
+#include <ATen/Context.h>
+#include <torch/headeronly/version.h>
 
 #include <iostream>
 
 int main(int argc, char** argv) {
   CLI::App app("jvpc: a graph-tracing compiler for forward-mode differentiation over LibTorch", "jvpc");
   app.require_subcommand(1, 1);
+  app.set_version_flag("--version", [] {
+    return std::string("jvpc " JVPC_VERSION " (LibTorch " TORCH_VERSION ", graph schema ") +
+           std::to_string(jvpc::kSchemaVersion) + ", CUDA " + (at::hasCUDA() ? "available" : "not available") + ")";
+  });
   app.footer(
       "Start with:  jvpc linearize sdpa   (the seed's attention: bsz 1, 5 heads, seq 128, head dim 64)\n"
       "Each command has --help. Exit codes: 0 ok, 1 a check failed, 2 bad input.");
@@ -16,7 +24,8 @@ int main(int argc, char** argv) {
   jvpc::cli::add_run(app);
   jvpc::cli::add_cost(app);
   jvpc::cli::add_linearize(app);
-  if (argc > 1 && argv[1][0] == '-' && std::string(argv[1]) != "-h" && std::string(argv[1]) != "--help") {
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (!first.empty() && first[0] == '-' && first != "-h" && first != "--help" && first != "--version") {
     std::cerr << "jvpc: error: unknown option '" << argv[1] << "' before the command (see jvpc --help)\n";
     return 2;
   }
@@ -37,6 +46,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
