@@ -88,8 +88,11 @@ expect 2 "unknown command" -- "$JVPC" frobnicate; contains err "unknown command 
 expect 2 "incompatible sizes" -- "$JVPC" trace sdpa --device cpu --model-dim 100 --head-dim 64
 expect 2 "unknown wrt" -- "$JVPC" linearize sdpa --device cpu --wrt mask
 "$JVPC" trace sdpa --device cpu --seq-len 8 --model-dim 16 --head-dim 8 --backend flash -o "$DIR/flash.json" >/dev/null
-expect 2 "a graph file LibTorch's forward AD cannot check" -- "$JVPC" linearize "$DIR/flash.json"
-contains err "cannot check against LibTorch's forward AD"
+expect 0 "a graph file LibTorch's forward AD cannot run: checked by central differences in float64" -- \
+  "$JVPC" linearize "$DIR/flash.json" --report "$DIR/flash_report.json"
+contains out "vs central differences of the graph in float64 (LibTorch has no forward AD for aten::_scaled_dot_product_flash_attention_for_cpu)"
+contains flash_report.json '"reference": "central_differences"'
+expect 1 "  ...and that check can fail" -- "$JVPC" linearize "$DIR/flash.json" --tolerance 1e-12
 expect 2 "inputs file missing tensors" -- "$JVPC" run "$DIR/sdpa.json" --inputs "$DIR/tangent.safetensors"
 if python3 -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   expect 0 "run on cuda" -- "$JVPC" run "$DIR/sdpa.json" --device cuda

@@ -108,14 +108,7 @@ void check(uint32_t seed) {
   Linearized lin = linearize(fn, primals);
   Tensors got = lin.jvp(tangents);
   Tensors ad = forward_ad_jvp(fn, values, ref_tangents);
-  const double h = 1e-6;
-  Tensors plus, minus, fd;
-  for (int i = 0; i < 3; ++i) {
-    plus.push_back(values[i] + h * tangents[i]);
-    minus.push_back(values[i] - h * tangents[i]);
-  }
-  Tensors fp = fn(plus), fm = fn(minus);
-  for (size_t i = 0; i < fp.size(); ++i) fd.push_back((fp[i] - fm[i]) / (2 * h));
+  Tensors fd = central_differences_jvp(fn, values, ref_tangents);
   EXPECT_LT(compare(got, ad).rel_error, 1e-10) << "seed " << seed << ": " << p.text << "\n" << to_text(*lin.tangent_graph);
   EXPECT_LT(compare(got, fd).rel_error, 1e-5) << "seed " << seed << ": " << p.text;
   // The primal outputs are the callable's.

@@ -5,6 +5,7 @@
 #include "compiler/ir/serialize.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/trace/tracer.h"
+#include "runtime/executable.h"
 #include "tests/helpers.h"
 
 #include <nlohmann/json.hpp>
@@ -339,6 +340,29 @@ TEST(Serialize, RetargetRederivesDeviceDependentMetadata) {
   for (const Node* n : g->nodes())
     for (const Value* o : n->outputs()) EXPECT_TRUE(o->meta().device.is_meta()) << n->op();
   verify(*g);
+}
+
+// Retyping to float64 (the central-differences reference of a graph file): every floating value,
+// constant and dtype argument becomes float64; integer values stay. The bfloat16 math path's
+// casts to float32 and back become casts to float64, and the graph computes the float64 result.
+TEST(Serialize, RetypeFloatingMakesEveryFloatingValueFloat64) {
+  auto ex = test::make_example({"sdpa", "--seq-len", "8", "--model-dim", "16", "--head-dim", "8", "--mask", "bool"},
+                               {"--dtype", "bfloat16"});
+  std::unique_ptr<Graph> g = trace(ex.fn(), ex.inputs, TraceOptions{false}).graph;
+  retype_floating(*g, c10::kDouble);
+  verify(*g);
+  std::set<c10::ScalarType> dtypes;
+  for (const Input& in : g->inputs()) dtypes.insert(in.value->meta().dtype);
+  for (const Node* n : g->nodes()) {
+    for (const Value* o : n->outputs()) dtypes.insert(o->meta().dtype);
+    for (const Arg& a : n->args())
+      if (a.kind == ArgKind::ScalarType) dtypes.insert(static_cast<c10::ScalarType>(a.value.toInt()));
+  }
+  EXPECT_EQ(dtypes, (std::set<c10::ScalarType>{c10::kDouble, c10::kBool})) << to_text(*g);
+  std::vector<at::Tensor> x64;
+  for (const TraceInput& in : ex.inputs) x64.push_back(in.value.is_floating_point() ? in.value.to(at::kDouble) : in.value);
+  Executable exe(std::move(g));
+  EXPECT_TRUE(exe.run(x64)[0].allclose(ex.make_fn(examples::Backend::Math)(x64)[0], 1e-12, 1e-12));
 }
 
 }  // namespace

@@ -28,6 +28,22 @@ std::vector<at::Tensor> forward_ad_jvp(const TensorFn& fn, const std::vector<at:
   return result;
 }
 
+std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::vector<at::Tensor>& primals,
+                                                const std::vector<std::optional<at::Tensor>>& tangents, double h) {
+  if (primals.size() != tangents.size()) throw Error("central_differences_jvp: one tangent (or none) per primal");
+  auto f64 = [](const at::Tensor& t) { return c10::isFloatingType(t.scalar_type()) ? t.to(at::kDouble) : t; };
+  std::vector<at::Tensor> plus, minus;
+  for (size_t i = 0; i < primals.size(); ++i) {
+    at::Tensor x = f64(primals[i]);
+    plus.push_back(tangents[i] ? x + h * tangents[i]->to(x.device(), at::kDouble) : x);
+    minus.push_back(tangents[i] ? x - h * tangents[i]->to(x.device(), at::kDouble) : x);
+  }
+  std::vector<at::Tensor> fp = fn(plus), fm = fn(minus), result;
+  for (size_t i = 0; i < fp.size(); ++i)
+    result.push_back(c10::isFloatingType(fp[i].scalar_type()) ? (fp[i] - fm[i]) / (2 * h) : at::zeros_like(fp[i], at::kDouble));
+  return result;
+}
+
 ErrorStats compare(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& reference) {
   if (got.size() != reference.size()) throw Error("compare: different numbers of tensors");
   double diff2 = 0, ref2 = 0, max_abs = 0;

@@ -12,6 +12,13 @@ namespace jvpc {
 std::vector<at::Tensor> forward_ad_jvp(const TensorFn& fn, const std::vector<at::Tensor>& primals,
                                        const std::vector<std::optional<at::Tensor>>& tangents);
 
+/// J_fn(primals)·tangents by central differences, (fn(x + h·t) − fn(x − h·t)) / 2h, with the
+/// floating-point primals and tangents in float64 (fn must accept them). A missing tangent is
+/// zero. A reference that shares nothing with forward AD.
+std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::vector<at::Tensor>& primals,
+                                                const std::vector<std::optional<at::Tensor>>& tangents,
+                                                double h = 1e-6);
+
 /// ‖a − b‖ / ‖b‖ over all tensors (float64), and max |a − b|.
 struct ErrorStats {
   double rel_error = 0;

@@ -1,5 +1,7 @@
 // jvpc linearize: trace and compile, run the linear function on random tangents, and check
-// it against LibTorch's forward AD run eagerly on the untraced callable (math SDPA backend).
+// it against LibTorch's forward AD run eagerly on the untraced callable (math SDPA backend),
+// or for a graph file on its own kernels (central differences in float64 where LibTorch has no
+// forward AD for one of them).
 #include "compiler/cli/cli.h"
 
 #include "compiler/api/linearize.h"
@@ -71,6 +73,8 @@ struct Problem {
   std::vector<TraceInput> primals;
   TensorFn fn;         // traced by linearize (examples)
   TensorFn reference;  // run under forward AD
+  // Graph files: the graph in float64, differenced when forward AD cannot run its kernels.
+  std::function<TensorFn()> reference_f64;
   std::unique_ptr<Graph> graph;  // graph files: linearized directly
   // Examples in float16/bfloat16: the reference runs on float32 copies of the primals and
   // tangents. It is the truer answer, and LibTorch's forward AD has half-precision gaps of its
@@ -81,8 +85,13 @@ struct Problem {
 Problem from_example(const Opts& o, std::vector<std::string> flags) {
   if (!o.device.empty()) flags.insert(flags.end(), {"--device", o.device});  // CLI11 gives it to us, not the example
   examples::Instance ex = examples::make(o.target, flags);
-  return {ex.description, ex.inputs, ex.fn(), ex.make_fn(examples::Backend::Math), nullptr,
-          c10::isReducedFloatingType(ex.dtype)};
+  Problem p;
+  p.description = ex.description;
+  p.primals = ex.inputs;
+  p.fn = ex.fn();
+  p.reference = ex.make_fn(examples::Backend::Math);
+  p.reference_in_float32 = c10::isReducedFloatingType(ex.dtype);
+  return p;
 }
 
 Problem from_graph(const Opts& o) {
@@ -99,6 +108,13 @@ Problem from_graph(const Opts& o) {
   // The reference: the same graph, run node by node through the dispatcher on dual tensors.
   auto exe = std::make_shared<Executable>(p.graph->clone(), ExecutableOptions{false, false, false});
   p.reference = [exe](const std::vector<at::Tensor>& x) { return exe->run(x); };
+  std::shared_ptr<Graph> copy = p.graph->clone();
+  p.reference_f64 = [copy]() -> TensorFn {
+    auto g = copy->clone();
+    retype_floating(*g, at::kDouble);
+    auto exe64 = std::make_shared<Executable>(std::move(g), ExecutableOptions{false, false, false});
+    return [exe64](const std::vector<at::Tensor>& x) { return exe64->run(x); };
+  };
   p.description = o.target;
   return p;
 }
@@ -110,7 +126,7 @@ void add_linearize(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "linearize",
       "Linearize an example or a traced graph: compile the tangent graph, run it on random tangents and check it "
-      "against LibTorch's forward AD");
+      "against LibTorch's forward AD (a graph file whose kernels have none: central differences in float64)");
   cmd->add_option("target", o->target, "an example (sdpa, mlp, block) or a graph .json from `jvpc trace`")->required();
   cmd->add_option("--wrt", o->wrt, "comma-separated primal inputs to differentiate (default: the differentiable ones)");
   cmd->add_option("--report", o->report, "write the compile report and the check as JSON")->check(examples::kFileName);
@@ -162,13 +178,16 @@ void add_linearize(CLI::App& app) {
     for (auto& t : ref_tangents)
       if (t) t = ref_dtype(*t);
     std::vector<at::Tensor> ref;
+    std::string no_forward_ad;  // why forward AD could not be the reference
     try {
       ref = forward_ad_jvp(p.reference, ref_primals, ref_tangents);
     } catch (const std::exception& e) {
       // A graph file is checked by running its own kernels on dual tensors; LibTorch has no
-      // forward AD for some of them (the CPU flash kernel).
-      throw Error(std::string("cannot check against LibTorch's forward AD: ") + one_line(e) +
-                  (is_graph ? " (linearizing the example instead checks against the math path)" : ""));
+      // forward AD for some of them (the CPU flash kernel). The graph in float64, differenced,
+      // is then the reference.
+      if (!is_graph) throw Error(std::string("cannot check against LibTorch's forward AD: ") + one_line(e));
+      no_forward_ad = one_line(e);
+      ref = central_differences_jvp(p.reference_f64(), ref_primals, ref_tangents);
     }
     ErrorStats err = compare(got, ref);
     double tol = o->tolerance ? *o->tolerance : tolerance_for(got);
@@ -201,9 +220,14 @@ void add_linearize(CLI::App& app) {
     if (r.tangent.aliased_input_bytes)
       std::cout << ", plus " << human_bytes(r.tangent.aliased_input_bytes) << " aliasing the inputs (" << aliased << ")";
     std::cout << "; peak " << human_bytes(r.tangent.peak_bytes) << " per call\n";
-    std::snprintf(line, sizeof line,
-                  "check      vs LibTorch forward AD (math backend%s): rel_error %.3e, max_abs_error %.3e, tolerance %.1e: %s\n",
-                  p.reference_in_float32 ? ", in float32" : "", err.rel_error, err.max_abs_error, tol, passed ? "PASS" : "FAIL");
+    std::string reference = "LibTorch forward AD (math backend" + std::string(p.reference_in_float32 ? ", in float32)" : ")");
+    if (is_graph) reference = "LibTorch forward AD of the graph's kernels";
+    if (!no_forward_ad.empty()) {  // "node aten::op -> %3: ..." names the kernel
+      std::string op = no_forward_ad.rfind("node ", 0) == 0 ? no_forward_ad.substr(5, no_forward_ad.find(" ->") - 5) : "a kernel";
+      reference = "central differences of the graph in float64 (LibTorch has no forward AD for " + op + ")";
+    }
+    std::snprintf(line, sizeof line, "check      vs %s: rel_error %.3e, max_abs_error %.3e, tolerance %.1e: %s\n",
+                  reference.c_str(), err.rel_error, err.max_abs_error, tol, passed ? "PASS" : "FAIL");
     std::cout << line;
 
     if (!o->out.empty()) {
@@ -224,9 +248,11 @@ void add_linearize(CLI::App& app) {
       rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
       rep["jvp"] = cost_json(r.tangent);
       rep["jvp"]["tangents"] = lin.tangent_names();
-      rep["check"] = {{"reference", "forward_ad"}, {"reference_dtype", p.reference_in_float32 ? "float32" : "as traced"},
+      rep["check"] = {{"reference", no_forward_ad.empty() ? "forward_ad" : "central_differences"},
+                      {"reference_dtype", !no_forward_ad.empty() ? "float64" : p.reference_in_float32 ? "float32" : "as traced"},
                       {"max_abs_error", err.max_abs_error}, {"rel_error", err.rel_error}, {"tolerance", tol},
                       {"passed", passed}};
+      if (!no_forward_ad.empty()) rep["check"]["no_forward_ad"] = no_forward_ad;
       std::ofstream f(o->report);
       if (!f) throw Error("cannot write '" + o->report + "'");
       f << rep.dump(1) << "\n";

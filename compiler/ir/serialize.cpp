@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -709,21 +710,13 @@ std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> 
   return g;
 }
 
-void retarget(Graph& g, c10::Device device) {
-  auto move = [&](Value* v) {
-    TensorMeta m = v->meta();
-    m.device = device;
-    v->set_meta(std::move(m));
-  };
-  for (Input& in : g.inputs()) {
-    move(in.value);
-    if (in.data.defined() && in.data.device() != device) in.data = in.data.to(device);
-  }
+namespace {
+
+// After arguments changed: each node's outputs re-derived where a Meta kernel or shape rule
+// exists (kernels may differ by device: native_layer_norm's float16 statistics are float32 on
+// CUDA only), else changed by `fallback`.
+void rederive_outputs(Graph& g, const std::function<void(TensorMeta&)>& fallback) {
   for (Node* n : g.nodes()) {
-    for (size_t i = 0; i < n->args().size(); ++i)
-      if (n->arg(i).kind == ArgKind::Device) n->set_constant_arg(i, Arg::of_device(device));
-    // Re-derive the outputs where a Meta kernel or shape rule exists: kernels may differ by
-    // device (native_layer_norm's float16 statistics are float32 on CUDA only).
     try {
       std::vector<int> counts;
       std::vector<TensorMeta> out = infer_outputs(*n, &counts);
@@ -733,8 +726,46 @@ void retarget(Graph& g, c10::Device device) {
       }
     } catch (const NoShapeRule&) {
     }
-    for (Value* o : n->outputs()) move(o);
+    for (Value* o : n->outputs()) {
+      TensorMeta m = o->meta();
+      fallback(m);
+      o->set_meta(std::move(m));
+    }
   }
+}
+
+}  // namespace
+
+void retarget(Graph& g, c10::Device device) {
+  auto move = [&](TensorMeta& m) { m.device = device; };
+  for (Input& in : g.inputs()) {
+    TensorMeta m = in.value->meta();
+    move(m);
+    in.value->set_meta(std::move(m));
+    if (in.data.defined() && in.data.device() != device) in.data = in.data.to(device);
+  }
+  for (Node* n : g.nodes())
+    for (size_t i = 0; i < n->args().size(); ++i)
+      if (n->arg(i).kind == ArgKind::Device) n->set_constant_arg(i, Arg::of_device(device));
+  rederive_outputs(g, move);
+}
+
+void retype_floating(Graph& g, c10::ScalarType dtype) {
+  auto retype = [&](TensorMeta& m) {
+    if (c10::isFloatingType(m.dtype)) m.dtype = dtype;
+  };
+  for (Input& in : g.inputs()) {
+    TensorMeta m = in.value->meta();
+    retype(m);
+    in.value->set_meta(std::move(m));
+    if (in.data.defined() && c10::isFloatingType(in.data.scalar_type())) in.data = in.data.to(dtype);
+  }
+  for (Node* n : g.nodes())
+    for (size_t i = 0; i < n->args().size(); ++i)
+      if (n->arg(i).kind == ArgKind::ScalarType &&
+          c10::isFloatingType(static_cast<c10::ScalarType>(n->arg(i).value.toInt())))
+        n->set_constant_arg(i, Arg::of_scalar_type(dtype));
+  rederive_outputs(g, retype);
 }
 
 }  // namespace jvpc

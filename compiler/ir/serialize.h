@@ -50,6 +50,9 @@ std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> 
 
 /// Moves a graph to another device: every value's metadata, device arguments, and constants.
 void retarget(Graph& g, c10::Device device);
+/// Makes every floating-point tensor of a graph `dtype`: inputs, constants, dtype arguments
+/// (float64 for a reference computed by central differences).
+void retype_floating(Graph& g, c10::ScalarType dtype);
 
 /// The safetensors file that goes with a graph file: "x.json" -> "x.safetensors".
 std::string constants_path_for(const std::string& graph_path);
