@@ -187,7 +187,12 @@ void add_linearize(CLI::App& app) {
       // is then the reference.
       if (!is_graph) throw Error(std::string("cannot check against LibTorch's forward AD: ") + one_line(e));
       no_forward_ad = one_line(e);
-      ref = central_differences_jvp(p.reference_f64(), ref_primals, ref_tangents);
+      try {
+        ref = central_differences_jvp(p.reference_f64(), ref_primals, ref_tangents);
+      } catch (const std::exception& e64) {  // a kernel without float64 (CUDA flash attention)
+        throw Error("cannot check: LibTorch's forward AD fails (" + no_forward_ad +
+                    "), and so does the graph in float64 for central differences (" + one_line(e64) + ")");
+      }
     }
     ErrorStats err = compare(got, ref);
     double tol = o->tolerance ? *o->tolerance : tolerance_for(got);
