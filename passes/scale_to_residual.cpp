@@ -55,7 +55,12 @@ bool scale_to_residual(Graph& g) {
     g.set_insertion_point(n);
     std::vector<BArg> args;
     for (size_t i = 0; i < n->args().size(); ++i) args.push_back(i == 0 ? BArg(m->input(0)) : BArg::of_arg(n->arg(i), n));
-    Value* view = b.call(n->op(), std::move(args));
+    Value* view = nullptr;
+    try {
+      view = b.call(n->op(), std::move(args));
+    } catch (const Error&) {  // a view the unscaled value's layout cannot take (t expanded: stride 0)
+      continue;
+    }
     Value* scaled = b.call("aten::mul.Scalar", {view, scalar_of(m)});
     changed = true;
     if (!scaled->meta().same_signature(n->output()->meta())) continue;  // left unread: dce removes it

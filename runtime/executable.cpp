@@ -164,6 +164,13 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
     steps_.push_back(std::move(st));
   }
   for (const Value* o : graph_->outputs()) output_slots_.push_back(slot_of(o));
+  // Outputs that are constants, or views of them, are returned as copies: a caller writing
+  // into a result must not change what later calls return.
+  auto constant_backed = [&](const Value* v) {
+    while (v->producer() && op_info(v->producer()->op()).is_view) v = v->producer()->input(0);
+    return graph_->is_input(v) && graph_->input_of(v).role == Role::Constant;
+  };
+  for (const Value* o : graph_->outputs()) copied_outputs_.push_back(constant_backed(o));
 
   // A CUDA graph replays only GPU work: every argument and every node result must be on one
   // CUDA device (constants may be anywhere, e.g. CPU scalars).
@@ -277,7 +284,10 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
   }
   std::vector<at::Tensor> outs;
   outs.reserve(output_slots_.size());
-  for (int s : output_slots_) outs.push_back(slots[static_cast<size_t>(s)]);
+  for (size_t i = 0; i < output_slots_.size(); ++i) {
+    const at::Tensor& t = slots[static_cast<size_t>(output_slots_[i])];
+    outs.push_back(copied_outputs_[i] ? t.clone() : t);
+  }
   results_checked_ = true;
   return outs;
 }

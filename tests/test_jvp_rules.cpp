@@ -35,11 +35,12 @@ struct RuleCase {
 Fn one(std::function<at::Tensor(const std::vector<at::Tensor>&)> f) {
   return [f](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{f(x)}; };
 }
-Fn sdpa(examples::Backend b, bool causal, bool mask) {
+Fn sdpa(examples::Backend b, bool causal, bool mask, bool float_mask = false) {
   return [=](const std::vector<at::Tensor>& x) {
     examples::BackendScope scope(b);
     std::optional<at::Tensor> m;
     if (mask) m = x.at(3).gt(0);  // a boolean mask derived from a tensor
+    if (float_mask) m = x.at(3) * 0.5;  // a differentiated float mask
     return std::vector<at::Tensor>{at::scaled_dot_product_attention(x[0], x[1], x[2], m, 0.0, causal)};
   };
 }
@@ -126,6 +127,25 @@ std::vector<RuleCase> cases() {
       {"aten::index.Tensor", {{5, 4, 3}}, one([](auto& x) {  // indices [None, i, j]: absent entries
          return x[0].index({at::indexing::Slice(), at::tensor({3, 0}, at::kLong), at::tensor({2, 1}, at::kLong)});
        })},
+      {"aten::where.self", {{4, 4}}, one([](auto& x) { return at::where(x[0] > 0, x[0], 0.0); })},  // where.ScalarOther
+      {"aten::where.self", {{4, 4}}, one([](auto& x) { return at::where(x[0] > 0, 0.5, x[0].sin()); })},  // where.ScalarSelf
+      {"aten::masked_fill.Tensor", {{3, 4}, {}}, one([](auto& x) { return x[0].masked_fill(x[0] > 0, x[1]); })},
+      {"aten::masked_fill.Tensor", {{3, 4}}, one([](auto& x) { return x[0].masked_fill(x[0] > 0, at::scalar_tensor(2.0, at::kDouble)); })},
+      {"aten::zeros_like", {{3, 4}}, one([](auto& x) { return at::zeros_like(x[0]).add_(x[0]).mul_(x[0]); })},
+      {"aten::ones_like", {{3, 4}}, one([](auto& x) { return at::ones_like(x[0]) * x[0]; })},
+      {"aten::empty_like", {{3, 4}}, one([](auto& x) { return at::empty_like(x[0]).copy_(x[0].sin()); })},
+      {"aten::full_like", {{3, 4}}, one([](auto& x) { return at::full_like(x[0], 2.0) * x[0]; })},
+      {"aten::new_zeros", {{3, 4}}, one([](auto& x) { return x[0].new_zeros({4}) + x[0]; })},
+      {"aten::new_ones", {{3, 4}}, one([](auto& x) { return x[0].new_ones({4}) * x[0]; })},
+      {"aten::new_empty", {{3, 4}}, one([](auto& x) { return x[0].new_empty({4}).fill_(3.0) * x[0]; })},
+      {"aten::new_full", {{3, 4}}, one([](auto& x) { return x[0].new_full({4}, 3.0) * x[0]; })},
+      {"aten::diagonal_copy", {{4, 4}}, one([](auto& x) { return x[0].diag(); })},
+      {"aten::expand_copy", {{3, 1}}, one([](auto& x) { return at::expand_copy(x[0], {3, 4}); })},
+      {"aten::permute_copy", {{2, 3, 4}}, one([](auto& x) { return at::permute_copy(x[0], {2, 0, 1}); })},
+      {"aten::transpose_copy.int", {{2, 3, 4}}, one([](auto& x) { return at::transpose_copy(x[0], 0, 2); })},
+      {"aten::select_copy.int", {{3, 4}}, one([](auto& x) { return at::select_copy(x[0], 1, 2); })},
+      {"aten::slice_copy.Tensor", {{6, 4}}, one([](auto& x) { return at::slice_copy(x[0], 0, 1, 5, 2); })},
+      {"aten::index.Tensor", {{3, 4}}, one([](auto& x) { return x[0].index({x[0] > 0}); })},  // a bool mask
       {"aten::_softmax", {{3, 5}}, one([](auto& x) { return at::_softmax(x[0], -1, false); })},
       {"aten::_safe_softmax", {{3, 5}}, one([](auto& x) { return at::_safe_softmax(x[0], 0); })},
       {"aten::_log_softmax", {{3, 5}}, one([](auto& x) { return at::log_softmax(x[0], -1); })},
@@ -141,6 +161,8 @@ std::vector<RuleCase> cases() {
        sdpa(B::Flash, true, false), sdpa(B::Math, true, false)},
       {"aten::_scaled_dot_product_flash_attention_for_cpu", {{2, 2, 6, 4}, {2, 2, 7, 4}, {2, 2, 7, 4}, {6, 7}},
        sdpa(B::Flash, false, true), sdpa(B::Math, false, true)},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu", {{2, 2, 6, 4}, {2, 2, 7, 4}, {2, 2, 7, 4}, {2, 1, 6, 7}},
+       sdpa(B::Flash, false, false, true), sdpa(B::Math, false, false, true)},
       {"aten::_safe_softmax", {{1, 2, 6, 4}, {1, 2, 6, 4}, {1, 2, 6, 4}}, sdpa(B::Math, true, false)},
   };
   return c;

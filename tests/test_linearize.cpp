@@ -182,6 +182,38 @@ TEST(Linearize, JvpCallsCopyNoTangent) {
   }
 }
 
+// In-place ops on intermediates whose earlier values a rule reads (found by a probe: the tracer
+// kept each value by reference, so folding saw it after the write; tangents were 80% off).
+TEST(Linearize, InPlaceUpdatesKeepTheValuesFoldingSees) {
+  using V = std::vector<at::Tensor>;
+  std::vector<std::pair<const char*, TensorFn>> fns = {
+      {"mul_", [](const V& x) { auto y = x[0] * 2; y.mul_(x[0]); return V{y}; }},
+      {"sin_", [](const V& x) { auto y = x[0] * 2; y.sin_(); return V{y}; }},
+      {"exp_ of exp", [](const V& x) { auto y = x[0].exp(); y.exp_(); return V{y}; }},
+      {"read before add_", [](const V& x) { auto y = x[0].sigmoid(); auto z = y * 1.0; y.add_(1); return V{z}; }},
+      {"view of the written", [](const V& x) { auto y = x[0].tanh(); auto v = y.view({12}) * y.view({12}); y.mul_(3); return V{v, y}; }},
+  };
+  for (const auto& [name, fn] : fns) {
+    at::Tensor x = at::randn({3, 4}, at::kDouble), t = at::randn({3, 4}, at::kDouble);
+    Linearized lin = linearize(fn, {{"x", x}});
+    EXPECT_LT(compare(lin.jvp({t}), forward_ad_jvp(fn, {x}, {t})).rel_error, 1e-10) << name;
+  }
+}
+
+// A zero tangent folds to a constant; each call returns a copy of it, so writing into one
+// result changes no later result (found by a probe). Identity tangents are the caller's own.
+TEST(Linearize, ConstantResultsAreCopiesAndIdentitiesAreTheCallersTangents) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{x[0] * 2, at::ones({3}, at::kDouble) * 3, x[0]};
+  };
+  Linearized lin = linearize(fn, {{"x", at::randn({3}, at::kDouble)}});
+  at::Tensor dx = at::randn({3}, at::kDouble);
+  std::vector<at::Tensor> first = lin.jvp({dx});
+  first[1].add_(100);
+  EXPECT_TRUE(lin.jvp({dx})[1].equal(at::zeros({3}, at::kDouble)));
+  EXPECT_TRUE(first[2].is_same(dx));
+}
+
 TEST(Linearize, WrtChoosesTheDifferentiatedInputs) {
   auto ex = test::make_example({"sdpa"});
   LinearizeOptions opt;
@@ -236,8 +268,14 @@ TEST(Linearize, AnOpWithoutARuleIsAnErrorNamingIt) {
 }
 
 TEST(Linearize, RandomOpsAreRejected) {
+  // dropout on CPU: empty_like(x).bernoulli_(1 - p), whose empty buffer bernoulli_ overwrites.
   TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::dropout(x[0], 0.5, true)}; };
   expect_error([&] { linearize(fn, {{"x", at::randn({4})}}); }, "is random (impure)");
+  expect_error([&] { linearize(fn, {{"x", at::randn({10}, at::kDouble)}}); }, "is random (impure)");
+  TensorFn attn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::scaled_dot_product_attention(x[0], x[0], x[0], {}, 0.5)};
+  };
+  expect_error([&] { linearize(attn, {{"x", at::randn({1, 1, 4, 4})}}); }, "is random (impure)");
 }
 
 TEST(Linearize, UnknownWrtIsAnError) {

@@ -36,6 +36,22 @@ TEST(ScaleToResidual, LeavesScalesOfTwoTangentOperandsAlone) {
   EXPECT_FALSE(scale_to_residual(g));
 }
 
+// (x.expand({2, 3}) * 2).view({6}): the product is contiguous, the expanded tangent is not, so
+// the view cannot sink below the scaling (found by a probe: the pass failed the pipeline).
+TEST(ScaleToResidual, LeavesViewsTheUnscaledLayoutCannotTake) {
+  Graph g;
+  Value* dx = g.add_input("dx", f32({3}), Role::Tangent);
+  Builder b(g);
+  Value* e = b.call("aten::expand", {dx, std::vector<int64_t>{2, 3}});
+  Value* s = b.call("aten::mul.Scalar", {e, 2.0});
+  g.add_output(b.call("aten::view", {s, std::vector<int64_t>{6}}));
+  EXPECT_NO_THROW(scale_to_residual(g));
+  dce(g);
+  verify(g);
+  at::Tensor t = at::randn({3});
+  EXPECT_TRUE(Executable(g.clone()).run({t})[0].equal((t.expand({2, 3}) * 2).view({6})));
+}
+
 TEST(FuseMatmulAdd, SumOfTwoBmmsBecomesBaddbmm) {
   Graph g;
   Value* a = g.add_input("a", f32({2, 3, 4}), Role::Primal);

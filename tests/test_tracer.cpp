@@ -229,6 +229,30 @@ TEST(Tracer, ValuesWrittenOutsideTheDispatcherAreCaptured) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << i;
 }
 
+// Found by a probe: a captured tensor written in place changed the constant the graph replays;
+// LibTorch's own errors inside the callable came out as many lines; sparse inputs were taken.
+TEST(Tracer, BadCallablesAndInputsAreOneLineErrors) {
+  at::Tensor c = at::ones({3});
+  auto writes_captured = [c](const std::vector<at::Tensor>& x) {
+    at::Tensor cc = c;
+    cc.add_(1);
+    return std::vector<at::Tensor>{x[0] * cc};
+  };
+  test::expect_error([&] { trace(writes_captured, {{"x", at::randn({3})}}); }, "writes in place to a tensor the callable captured");
+  EXPECT_TRUE(c.equal(at::ones({3})));
+  auto fails = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0].mm(x[0])}; };
+  try {
+    trace(fails, {{"x", at::randn({3})}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_EQ(msg.rfind("the traced callable failed: ", 0), 0u) << msg;
+  }
+  auto twice = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] * 2}; };
+  test::expect_error([&] { trace(twice, {{"x", at::randn({3, 3}).to_sparse()}}); }, "input 'x' is a Sparse tensor");
+}
+
 class TracingChangesNothing : public ::testing::TestWithParam<std::vector<std::string>> {};
 
 TEST_P(TracingChangesNothing, TracedRunAndGraphRunEqualEager) {

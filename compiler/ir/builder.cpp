@@ -19,7 +19,7 @@ BArg BArg::of_arg(const Arg& a, const Node* from) {
   }
 }
 
-std::vector<Value*> Builder::emit(const std::string& op, std::vector<BArg> bargs) {
+std::vector<Value*> Builder::emit(const std::string& op, std::vector<BArg> bargs, const Node* shaped_like) {
   const OpInfo& info = op_info(op);
   const auto& schema = info.schema().arguments();
   if (bargs.size() > schema.size())
@@ -61,7 +61,18 @@ std::vector<Value*> Builder::emit(const std::string& op, std::vector<BArg> bargs
   std::vector<TensorMeta> metas;
   for (Value* v : inputs) metas.push_back(v->meta());
   std::vector<int> counts;
-  auto outs = infer_outputs(info, args, metas, &counts);
+  std::vector<TensorMeta> outs;
+  try {
+    outs = infer_outputs(info, args, metas, &counts);
+  } catch (const NoShapeRule&) {
+    if (!shaped_like || shaped_like->op() != op || shaped_like->inputs().size() != inputs.size()) throw;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const TensorMeta &a = inputs[i]->meta(), &b = shaped_like->input(i)->meta();
+      if (a.sizes != b.sizes || a.dtype != b.dtype || a.device != b.device) throw;
+    }
+    for (const Value* o : shaped_like->outputs()) outs.push_back(o->meta());
+    counts = shaped_like->return_counts();
+  }
   bool impure = is_impure(info, args);
   Node* n = g_.create(op, std::move(args), std::move(inputs), std::move(outs), std::move(counts), impure);
   return n->outputs();

@@ -47,8 +47,10 @@ class BArg {
 class Builder {
  public:
   explicit Builder(Graph& g) : g_(g) {}
-  /// Creates the node; returns all its outputs.
-  std::vector<Value*> emit(const std::string& op, std::vector<BArg> args);
+  /// Creates the node; returns all its outputs. Output metadata comes from the op's Meta kernel
+  /// or shape rule; for an op whose output shape depends on data (index with a bool mask), from
+  /// `shaped_like`, a node of the same op on operands of the same shapes, when one is given.
+  std::vector<Value*> emit(const std::string& op, std::vector<BArg> args, const Node* shaped_like = nullptr);
   /// Creates the node; returns its single output.
   Value* call(const std::string& op, std::vector<BArg> args);
   Graph& graph() { return g_; }

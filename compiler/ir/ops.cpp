@@ -266,6 +266,19 @@ const std::unordered_map<std::string, ShapeRule>& shape_rules() {
          auto meta = [](const TensorMeta& m) { return at::empty(m.sizes, at::TensorOptions().dtype(m.dtype).device(c10::kMeta)); };
          return std::vector<TensorMeta>{like(x, sizes, at::result_type(meta(x), meta(y)))};
        }},
+      // where with one scalar branch (the tangent of a where with one differentiable branch).
+      {"aten::where.ScalarOther",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto &c = operand_meta(a, 0, in), &x = operand_meta(a, 1, in);
+         auto meta = at::empty(x.sizes, at::TensorOptions().dtype(x.dtype).device(c10::kMeta));
+         return std::vector<TensorMeta>{like(x, at::infer_size(c.sizes, x.sizes), at::result_type(meta, a.at(2).value.toScalar()))};
+       }},
+      {"aten::where.ScalarSelf",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto &c = operand_meta(a, 0, in), &y = operand_meta(a, 2, in);
+         auto meta = at::empty(y.sizes, at::TensorOptions().dtype(y.dtype).device(c10::kMeta));
+         return std::vector<TensorMeta>{like(y, at::infer_size(c.sizes, y.sizes), at::result_type(meta, a.at(1).value.toScalar()))};
+       }},
       {"aten::_safe_softmax",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto& x = operand_meta(a, 0, in);

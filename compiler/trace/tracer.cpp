@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <sstream>
 #include <unordered_set>
 
 namespace jvpc {
@@ -22,6 +23,9 @@ class Recorder {
 
   Value* bind_input(const TraceInput& in) {
     if (!in.value.defined()) throw Error("input '" + in.name + "' is an undefined tensor");
+    if (in.value.layout() != c10::kStrided)
+      throw Error("input '" + in.name + "' is a " + (std::ostringstream() << in.value.layout()).str() +
+                  " tensor; jvpc traces strided tensors");
     if (value_of_.count(in.value.unsafeGetTensorImpl()))
       throw Error("input '" + in.name + "' is the same tensor as an earlier input");
     Value* v = g_.add_input(in.name, TensorMeta::of(in.value), Role::Primal, in.differentiable);
@@ -70,6 +74,10 @@ class Recorder {
       if (protected_storages_.count(storage_of(written)))
         throw Error(info.name + " writes in place to an input or captured constant; only intermediates may be "
                     "written");
+      if (!value_of_.count(written.unsafeGetTensorImpl()))
+        throw Error(info.name + " writes in place to a tensor the callable captured (not an input, not computed "
+                    "while tracing); clone it first");
+      keep_values_before_write(written);
     } else if (info.name == "aten::_reshape_alias" || info.name == "aten::_unsafe_view") {
       rec = &op_info("aten::view");
       arg_index = {0, 1};
@@ -124,6 +132,20 @@ class Recorder {
     }
   }
 
+  /// The values kept for folding are the tensors themselves: before an in-place op writes a
+  /// storage, the values that live in it are copied, so that folding sees them as they were.
+  void keep_values_before_write(const at::Tensor& written) {
+    if (!keep_values_) return;
+    c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);
+    for (Value* v : by_storage_[storage_of(written)]) {
+      auto it = values_.find(v->id());
+      if (it != values_.end() && !copied_.count(v)) {
+        it->second = it->second.clone();
+        copied_.insert(v);
+      }
+    }
+  }
+
   /// Erases the allocations whose contents were captured instead (nothing reads them now).
   void drop_unread_allocations() {
     std::unordered_set<const Value*> outputs(g_.outputs().begin(), g_.outputs().end());
@@ -150,7 +172,7 @@ class Recorder {
   Value* capture(const at::Tensor& t, const at::Tensor& value) {
     Value* c = g_.add_constant("c" + std::to_string(constants_++), value);
     bind(t, c);
-    protected_storages_.insert(storage_of(t));
+    if (value.is_same(t)) protected_storages_.insert(storage_of(t));  // a copy may be written on
     return c;
   }
 
@@ -166,7 +188,10 @@ class Recorder {
     static const std::unordered_set<std::string> ops = {
         "aten::fill.Scalar", "aten::fill.Tensor", "aten::zero", "aten::copy", "aten::empty_like",
         "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::new_empty", "aten::new_empty_strided",
-        "aten::new_zeros", "aten::new_ones", "aten::new_full"};
+        "aten::new_zeros", "aten::new_ones", "aten::new_full", "aten::rand_like", "aten::randn_like",
+        // random fills (bernoulli_, uniform_, ...: dropout's mask), in their functional forms
+        "aten::bernoulli.p", "aten::uniform", "aten::normal.functional", "aten::random", "aten::random.from",
+        "aten::random.to", "aten::exponential", "aten::geometric", "aten::log_normal", "aten::cauchy"};
     return ops.count(op) > 0;
   }
 
@@ -215,6 +240,7 @@ class Recorder {
   std::unordered_map<const void*, std::vector<Value*>> by_storage_;
   std::unordered_set<const Value*> stale_;
   std::unordered_set<const Value*> uninitialized_;  // outputs of empty and its kin
+  std::unordered_set<const Value*> copied_;         // values copied before an in-place write
   std::unordered_set<const void*> protected_storages_;
   std::vector<at::Tensor> keep_;  // keeps TensorImpl pointers unique for the whole trace
   int constants_ = 0;
@@ -261,7 +287,13 @@ Trace trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const Tra
   t_recorder = &rec;
   {
     c10::impl::IncludeDispatchKeyGuard on(kTraceKey);
-    result.outputs = fn(args);
+    try {
+      result.outputs = fn(args);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {  // LibTorch's errors carry a stack of lines
+      throw Error("the traced callable failed: " + one_line(e));
+    }
   }
   t_recorder = nullptr;
   for (size_t i = 0; i < result.outputs.size(); ++i) {

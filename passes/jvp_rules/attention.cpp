@@ -57,7 +57,10 @@ Value* cast(Ctx& c, Value* x, c10::ScalarType dt) {
 Rule fused_attention(Layout at) {
   return [at](Ctx& c) -> std::vector<Value*> {
     Value *tq = c.t(0), *tk = c.t(1), *tv = c.t(2);
-    if (!tq && !tk && !tv) return {};
+    // A float mask is added to the scores, so its tangent is too.
+    bool has_mask = at.mask != kNone && c.n.arg(at.mask).kind == ArgKind::Tensor;
+    Value* tm = has_mask ? c.t(at.mask) : nullptr;
+    if (!tq && !tk && !tv && !tm) return {};
     Value *q = c.x(0), *k = c.x(1), *v = c.x(2);
     const auto& qs = q->meta().sizes;
     int64_t B = qs[0], H = qs[1], Sq = qs[2], D = qs[3];
@@ -77,7 +80,7 @@ Rule fused_attention(Layout at) {
     // their rounding error into P).
     Value* s = c.call("aten::bmm", {cast(c, q3, acc), cast(c, kt3, acc)});
     s = as4d(c, c.call("aten::mul.Scalar", {s, scale}), {B, H, Sq, Sk});
-    if (at.mask != kNone && c.n.arg(at.mask).kind == ArgKind::Tensor) {
+    if (has_mask) {
       Value* m = c.x(at.mask);
       if (m->meta().dtype == c10::kBool)
         m = c.call("aten::where.Scalar", {m, 0.0, -std::numeric_limits<double>::infinity()});
@@ -110,8 +113,12 @@ Rule fused_attention(Layout at) {
       ds = c.add(ds, c.call("aten::bmm", {c.call("aten::mul.Scalar", {q3, scale}), tkt}));
     }
     Value* dout = nullptr;
+    if (ds) ds = as4d(c, ds, {B, H, Sq, Sk});
+    if (tm) {
+      Value* tm4 = c.call("aten::expand", {cast(c, tm, dt), std::vector<int64_t>{B, H, Sq, Sk}});
+      ds = ds ? c.call("aten::add.Tensor", {ds, tm4}) : c.call("aten::clone", {tm4, c10::MemoryFormat::Contiguous});
+    }
     if (ds) {
-      ds = as4d(c, ds, {B, H, Sq, Sk});
       Value* dp = c.call("aten::_softmax_backward_data", {ds, p, -1, dt});
       dout = c.call("aten::bmm", {as3d(c, dp), v3});
     }

@@ -92,6 +92,11 @@ void register_elementwise(Registry& r) {
     if (!c.t(0)) return {};
     return {c.call("aten::masked_fill.Scalar", {c.t(0), c.x(1), 0.0})};
   });
+  r.add("aten::masked_fill.Tensor", [](Ctx& c) -> std::vector<Value*> {  // value: a 0-dim tensor
+    if (!c.t(2)) return {c.t(0) ? c.call("aten::masked_fill.Scalar", {c.t(0), c.x(1), 0.0}) : nullptr};
+    Value* self = c.t(0) ? c.t(0) : c.call("aten::zeros_like", {c.out()});
+    return {c.call("aten::masked_fill.Tensor", {self, c.x(1), c.t(2)})};
+  });
 
   // Copies and casts are linear; detach stops tangents; a copy takes the source's tangent.
   r.add("aten::_to_copy", linear_in(0));
@@ -99,6 +104,10 @@ void register_elementwise(Registry& r) {
   r.add("aten::tril", linear_in(0));
   r.add("aten::triu", linear_in(0));
   r.add("aten::detach", [](Ctx&) -> std::vector<Value*> { return {}; });
+  // Factories shaped like their argument do not depend on its values.
+  for (const char* op : {"aten::zeros_like", "aten::ones_like", "aten::empty_like", "aten::full_like", "aten::new_zeros",
+                         "aten::new_ones", "aten::new_empty", "aten::new_full"})
+    r.add(op, [](Ctx&) -> std::vector<Value*> { return {}; });
   r.add("aten::fill.Scalar", [](Ctx&) -> std::vector<Value*> { return {}; });
   r.add("aten::zero", [](Ctx&) -> std::vector<Value*> { return {}; });
   r.add("aten::copy", [](Ctx& c) -> std::vector<Value*> { return {c.t(1)}; });

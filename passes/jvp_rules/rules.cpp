@@ -30,7 +30,7 @@ Value* Ctx::mul(Value* t_, Value* factor) {
 std::vector<Value*> Ctx::reapply(size_t arg, Value* v) {
   std::vector<BArg> args;
   for (size_t i = 0; i < n.args().size(); ++i) args.push_back(i == arg ? BArg(v) : BArg::of_arg(n.arg(i), &n));
-  return b.emit(n.op(), std::move(args));
+  return b.emit(n.op(), std::move(args), &n);  // v is shaped like the operand it replaces
 }
 
 void Registry::add(const std::string& op, Rule r) { rules_[op] = std::move(r); }

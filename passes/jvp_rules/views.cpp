@@ -23,7 +23,10 @@ void register_views(Registry& r) {
                          "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor",
                          "aten::split.Tensor", "aten::split_with_sizes", "aten::unbind.int", "aten::alias",
                          "aten::diagonal", "aten::unfold", "aten::index_select", "aten::gather",
-                         "aten::repeat", "aten::flip", "aten::roll", "aten::index.Tensor"})
+                         "aten::repeat", "aten::flip", "aten::roll", "aten::index.Tensor",
+                         // the copying forms of views (diag() is diagonal_copy)
+                         "aten::diagonal_copy", "aten::expand_copy", "aten::permute_copy", "aten::transpose_copy.int",
+                         "aten::select_copy.int", "aten::slice_copy.Tensor"})
     r.add(op, linear_in(0));
   r.add("aten::cat", linear_in_list(0));
   r.add("aten::stack", linear_in_list(0));
