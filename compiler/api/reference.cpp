@@ -1,5 +1,7 @@
 #include "compiler/api/reference.h"
 
+#include "compiler/ir/ops.h"
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -16,16 +18,22 @@ std::vector<at::Tensor> forward_ad_jvp(const TensorFn& fn, const std::vector<at:
     uint64_t level;
     ~Exit() { torch::autograd::forward_ad::exit_dual_level(level); }
   } exit{level};
-  std::vector<at::Tensor> duals;
-  for (size_t i = 0; i < primals.size(); ++i)
-    duals.push_back(tangents[i] ? at::_make_dual(primals[i], *tangents[i], static_cast<int64_t>(level)) : primals[i]);
-  std::vector<at::Tensor> outs = fn(duals);
-  std::vector<at::Tensor> result;
-  for (const at::Tensor& o : outs) {
-    at::Tensor t = std::get<1>(at::_unpack_dual(o, static_cast<int64_t>(level)));
-    result.push_back(t.defined() ? t.clone() : at::zeros_like(o));
+  try {
+    std::vector<at::Tensor> duals;
+    for (size_t i = 0; i < primals.size(); ++i)
+      duals.push_back(tangents[i] ? at::_make_dual(primals[i], *tangents[i], static_cast<int64_t>(level)) : primals[i]);
+    std::vector<at::Tensor> outs = fn(duals);
+    std::vector<at::Tensor> result;
+    for (const at::Tensor& o : outs) {
+      at::Tensor t = std::get<1>(at::_unpack_dual(o, static_cast<int64_t>(level)));
+      result.push_back(t.defined() ? t.clone() : at::zeros_like(o));
+    }
+    return result;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // LibTorch's errors carry a stack of lines
+    throw Error(one_line(e));
   }
-  return result;
 }
 
 std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::vector<at::Tensor>& primals,
