@@ -18,14 +18,20 @@
 #include "compiler/ir/builder.h"
 #include "compiler/ir/ops.h"
 
+#include <unordered_set>
+
 namespace jvpc {
 
 namespace {
 
-// Views with one tensor operand (argument 0) whose other arguments do not depend on values.
+// Views that rearrange elements (so commute with scaling), with one tensor operand. Not the
+// views that reinterpret storage (view.dtype, as_strided), nor ops that may alias.
 bool is_simple_view(const Node* n) {
-  if (n->outputs().size() != 1 || n->inputs().size() != 1) return false;
-  return op_info(n->op()).is_view;
+  static const std::unordered_set<std::string> views = {
+      "aten::view", "aten::expand", "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze",
+      "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor",
+      "aten::alias", "aten::diagonal", "aten::unfold"};
+  return n->outputs().size() == 1 && n->inputs().size() == 1 && views.count(n->op()) > 0;
 }
 
 // The mul.Scalar producing `v`, if `v` is read only once and that node's other operand is a number.

@@ -4,9 +4,13 @@
 //   %5 = aten::mul.Scalar(%2, 0.125)
 //   %6 = aten::mul.Scalar(%5, 2.)          -> %6 = aten::mul.Scalar(%2, 0.25)
 //
-// Multiplication or division by one, addition or subtraction of zero, double negation. Only
-// where the result has the operand's shape and dtype (mul.Scalar(int, 1.) promotes: kept).
+// Multiplication or division by one, addition or subtraction of zero (where exact: see below),
+// double negation. Only where the result has the operand's shape and dtype (mul.Scalar(int, 1.)
+// promotes: kept). Merging scales is a reassociation: in float16 an intermediate that would
+// overflow no longer does.
 #include "passes/passes.h"
+
+#include <cmath>
 
 namespace jvpc {
 
@@ -26,7 +30,12 @@ Value* identity_of(const Node* n) {
   Value *x = n->input(0), *out = n->output();
   if (!x->meta().same_signature(out->meta())) return nullptr;
   if ((op == "aten::mul.Scalar" || op == "aten::div.Scalar") && is_scalar(n->arg(1), 1.0)) return x;
-  if ((op == "aten::add.Scalar" || op == "aten::sub.Scalar") && is_scalar(n->arg(1), 0.0)) return x;
+  // x + 0 and x - 0 are x, except that -0.0 + 0.0 is +0.0 (1/x then changes sign): in floating
+  // point only x + (-0.0) and x - (+0.0) are exact.
+  if ((op == "aten::add.Scalar" || op == "aten::sub.Scalar") && is_scalar(n->arg(1), 0.0) && is_scalar(n->arg(2), 1.0)) {
+    bool negative_zero = n->arg(1).kind == ArgKind::Float && std::signbit(n->arg(1).value.toDouble());
+    if (!c10::isFloatingType(x->meta().dtype) || negative_zero == (op == "aten::add.Scalar")) return x;
+  }
   if (op == "aten::neg" && x->producer() && x->producer()->op() == "aten::neg") return x->producer()->input(0);
   return nullptr;
 }
@@ -51,6 +60,7 @@ bool simplify_arith(Graph& g) {
         n->replace_input(0, p->input(0));
         erase_if_dead(g, p);
         changed = true;
+        if (Value* x = identity_of(n)) replace_output(g, n, x);  // the factors cancelled
       }
     }
   }

@@ -39,6 +39,9 @@ struct Executable::Step {
   std::vector<int> out_slots;
   std::vector<const Value*> outs;  // the node's outputs, for checking the first call's results
   std::vector<int> release;  // slots whose last use is this step
+  // Where `info` is an in-place form: the op itself, run instead when the first operand's buffer
+  // turns out to be shared at run time (an op that returned an alias without saying so).
+  const OpInfo* functional = nullptr;
 };
 
 struct Executable::CudaGraphState {
@@ -134,6 +137,7 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
     Step st;
     const OpInfo* inplace = options_.reuse_buffers ? inplace_form(*graph_, n, live, static_cast<int>(i), storage_users) : nullptr;
     st.info = inplace ? inplace : &op_info(n->op());
+    if (inplace) st.functional = &op_info(n->op());
     st.where = "node " + describe(n);
     st.return_counts = n->return_counts();
     for (size_t a = 0; a < n->args().size(); ++a) {
@@ -165,12 +169,14 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
   }
   for (const Value* o : graph_->outputs()) output_slots_.push_back(slot_of(o));
   // Outputs that are constants, or views of them, are returned as copies: a caller writing
-  // into a result must not change what later calls return.
+  // into a result must not change what later calls return. So is a value returned twice (cse
+  // merges equal results): eager code would have returned two tensors.
   auto constant_backed = [&](const Value* v) {
     while (v->producer() && op_info(v->producer()->op()).is_view) v = v->producer()->input(0);
     return graph_->is_input(v) && graph_->input_of(v).role == Role::Constant;
   };
-  for (const Value* o : graph_->outputs()) copied_outputs_.push_back(constant_backed(o));
+  std::unordered_set<const Value*> returned;
+  for (const Value* o : graph_->outputs()) copied_outputs_.push_back(constant_backed(o) || !returned.insert(o).second);
 
   // A CUDA graph replays only GPU work: every argument and every node result must be on one
   // CUDA device (constants may be anywhere, e.g. CPU scalars).
@@ -260,8 +266,10 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
         stack[la.pos] = std::move(l);
       }
     }
+    const OpInfo* info = st.info;
+    if (st.functional && stack[0].toTensor().storage().use_count() != 1) info = st.functional;
     try {
-      st.info->handle.callBoxed(stack);
+      info->handle.callBoxed(stack);
     } catch (const std::exception& e) {
       throw Error(st.where + ": " + one_line(e));
     }

@@ -10,8 +10,8 @@
 // use; a node whose first operand dies there and that has an in-place form (baddbmm_, add_, ...)
 // runs in place, reusing that buffer. Inputs are never written. They are checked against the
 // graph's signature; a contiguous input declared contiguous is used as it is, never copied. An
-// output that is a constant is returned as a copy; one that is an input (an identity map) is
-// that input, as in eager PyTorch. The first call checks every node's results against the
+// output that is a constant, or that repeats an earlier output, is returned as a copy; one that
+// is an input (an identity map) is that input, as in eager PyTorch. The first call checks every node's results against the
 // shapes and dtypes the graph declares.
 //
 // CUDA: work is issued on the caller's current stream. A graph on a CUDA device with static
@@ -91,7 +91,7 @@ class Executable {
   std::vector<std::string> constant_names_;
   std::vector<Step> steps_;
   std::vector<int> output_slots_;
-  std::vector<bool> copied_outputs_;  // constants (or views of them) among the outputs
+  std::vector<bool> copied_outputs_;  // outputs returned as copies: constants, repeats
   int num_slots_ = 0;
   c10::Device device_ = c10::Device(c10::kCPU);  // where the graph's arguments and results live
   bool use_cuda_graph_ = false;

@@ -112,6 +112,35 @@ TEST(Runtime, NeverReusesBuffersThatAViewShares) {
   EXPECT_EQ(kernels.back(), "aten::add.Tensor");
 }
 
+// Ops that return their operand, or a view of it, without their schema saying so (found by a
+// probe: add_ ran into the caller's input through _unsafe_view, into a live value through
+// unsafe_split, into a constant through type_as). Inputs and constants are never written.
+TEST(Runtime, OpsThatReturnUnmarkedAliasesAreNeverRunInPlaceOn) {
+  auto g = std::make_shared<Graph>();
+  Value* x = g->add_input("x", TensorMeta::contiguous({4, 4}, c10::kFloat, c10::kCPU), Role::Primal);
+  Value* c = g->add_constant("c", at::ones({4, 4}));
+  Builder b(*g);
+  g->add_output(b.call("aten::add.Scalar", {b.call("aten::_unsafe_view", {x, std::vector<int64_t>{4, 4}}), 1.0}));
+  g->add_output(b.call("aten::add.Tensor", {b.call("aten::type_as", {c, x}), x}));
+  Value* a = b.call("aten::exp", {x});
+  Value* s = b.emit("aten::unsafe_split.Tensor", {a, 2, 0})[0];
+  g->add_output(b.call("aten::mul.Scalar", {s, 2.0}));
+  g->add_output(b.call("aten::add.Scalar", {a, 0.5}));
+  g->add_output(b.call("aten::sum_to_size", {b.call("aten::exp", {x}), std::vector<int64_t>{4, 4}}));
+  g->add_output(g->outputs()[0]);  // returned twice: two tensors, as eager code would give
+  Executable exe{std::shared_ptr<const Graph>(g)};
+  at::Tensor xv = at::randn({4, 4}), keep = xv.clone();
+  for (int call = 0; call < 3; ++call) {
+    auto outs = exe.run({xv});
+    EXPECT_TRUE(xv.equal(keep)) << "call " << call;
+    EXPECT_TRUE(outs[0].equal(keep + 1));
+    EXPECT_TRUE(outs[1].equal(keep + 1));
+    EXPECT_TRUE(outs[2].equal(keep.exp().split(2)[0] * 2));
+    EXPECT_TRUE(outs[3].equal(keep.exp() + 0.5));
+    EXPECT_FALSE(outs[5].is_same(outs[0]));
+  }
+}
+
 TEST(Runtime, ConcurrentCallsOnCpuAgree) {
   auto ex = test::make_example({"sdpa", "--seq-len", "32"});
   auto lin = linearize(ex.fn(), ex.inputs);

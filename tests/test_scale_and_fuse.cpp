@@ -52,6 +52,18 @@ TEST(ScaleToResidual, LeavesViewsTheUnscaledLayoutCannotTake) {
   EXPECT_TRUE(Executable(g.clone()).run({t})[0].equal((t.expand({2, 3}) * 2).view({6})));
 }
 
+// Views that reinterpret storage do not commute with scaling (found by a probe).
+TEST(ScaleToResidual, LeavesStorageViewsAlone) {
+  Graph g;
+  Value* dx = g.add_input("dx", f32({4, 6}), Role::Tangent);
+  Builder b(g);
+  g.add_output(b.call("aten::view.dtype", {b.call("aten::mul.Scalar", {dx, 0.5}), c10::kInt}));
+  Value* s = b.call("aten::slice.Tensor", {dx, 1, 0, 3, 1});
+  g.add_output(b.call("aten::as_strided", {b.call("aten::mul.Scalar", {s, 2.0}), std::vector<int64_t>{3, 4},
+                                            std::vector<int64_t>{1, 3}}));
+  EXPECT_FALSE(scale_to_residual(g)) << to_text(g);
+}
+
 TEST(FuseMatmulAdd, SumOfTwoBmmsBecomesBaddbmm) {
   Graph g;
   Value* a = g.add_input("a", f32({2, 3, 4}), Role::Primal);

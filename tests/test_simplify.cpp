@@ -1,6 +1,10 @@
 // simplify-views and simplify-arith.
 #include "tests/pass_helpers.h"
 
+#include "runtime/executable.h"
+
+#include <limits>
+
 namespace jvpc {
 namespace {
 using test::f32;
@@ -61,6 +65,26 @@ TEST(SimplifyArith, KeepsPromotingMultiplications) {
   Builder b(g);
   g.add_output(b.call("aten::mul.Scalar", {x, 1.0}));  // long * 1.0 is float
   EXPECT_FALSE(simplify_arith(g));
+}
+
+// x + 0.0 is not x when x is -0.0 (found by a probe: 1/x changed sign); x + (-0.0) and
+// x - 0.0 are. Scales that cancel leave no multiplication.
+TEST(SimplifyArith, AddsOfZeroGoOnlyWhereExact) {
+  Graph g;
+  Value* x = g.add_input("x", f32({2}), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::reciprocal", {b.call("aten::add.Scalar", {x, 0.0})}));
+  g.add_output(b.call("aten::add.Scalar", {x, -0.0}));
+  g.add_output(b.call("aten::sub.Scalar", {x, 0.0}));
+  g.add_output(b.call("aten::mul.Scalar", {b.call("aten::mul.Scalar", {x, 1000.0}), 0.001}));
+  EXPECT_TRUE(simplify_arith(g));
+  dce(g);
+  verify(g);
+  EXPECT_EQ(g.outputs()[1], x);
+  EXPECT_EQ(g.outputs()[2], x);
+  EXPECT_EQ(g.outputs()[3], x) << to_text(g);
+  at::Tensor xv = at::tensor({-0.0f, 1.0f});
+  EXPECT_TRUE(Executable(g.clone()).run({xv})[0].equal(at::tensor({std::numeric_limits<float>::infinity(), 1.0f})));
 }
 
 }  // namespace

@@ -1,11 +1,15 @@
 #include "compiler/api/reference.h"
 
+#include "compiler/ir/builder.h"
 #include "compiler/ir/ops.h"
+#include "compiler/ir/verifier.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 namespace jvpc {
 
@@ -34,6 +38,67 @@ std::vector<at::Tensor> forward_ad_jvp(const TensorFn& fn, const std::vector<at:
   } catch (const std::exception& e) {  // LibTorch's errors carry a stack of lines
     throw Error(one_line(e));
   }
+}
+
+namespace {
+
+bool is_fused_attention(const std::string& op) {
+  return op == "aten::_scaled_dot_product_flash_attention_for_cpu" || op == "aten::_scaled_dot_product_flash_attention" ||
+         op == "aten::_scaled_dot_product_efficient_attention" || op == "aten::_scaled_dot_product_cudnn_attention";
+}
+
+// `x` (contiguous) laid out with the strides `want` declares, when those are a permutation of a
+// contiguous layout (the fused kernels return [B, Sq, H, D] memory viewed as [B, H, Sq, D]).
+Value* with_layout(Builder& b, Value* x, const TensorMeta& want) {
+  if (want.is_contiguous()) return x;
+  std::vector<int64_t> order(want.sizes.size());  // dims from outermost to innermost in memory
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return want.strides[a] > want.strides[b]; });
+  std::vector<int64_t> inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
+  Value* dense = b.call("aten::clone", {b.call("aten::permute", {x, order}), c10::MemoryFormat::Contiguous});
+  return b.call("aten::permute", {dense, inverse});
+}
+
+}  // namespace
+
+std::unique_ptr<Graph> with_math_attention(const Graph& src) {
+  std::unique_ptr<Graph> g = src.clone();
+  Builder b(*g);
+  for (Node* n : g->nodes()) {
+    if (!is_fused_attention(n->op())) continue;
+    const auto& schema = op_info(n->op()).schema().arguments();
+    auto find = [&](const char* name) -> const Arg* {
+      for (size_t i = 0; i < schema.size(); ++i)
+        if (schema[i].name() == name) return &n->arg(i);
+      return nullptr;
+    };
+    for (size_t i = 1; i < n->outputs().size(); ++i)
+      if (n->output(i)->has_uses() || std::count(g->outputs().begin(), g->outputs().end(), n->output(i)))
+        throw Error(n->op() + ": output " + std::to_string(i) + " is read, and the math path does not compute it");
+    const Arg* dropout = find("dropout_p");
+    if (dropout && dropout->value.isDouble() && dropout->value.toDouble() != 0.0)
+      throw Error(n->op() + " with dropout is random");
+    Value *q = n->tensor_arg(0), *k = n->tensor_arg(1), *v = n->tensor_arg(2);
+    const Arg* causal = find("is_causal");
+    bool is_causal = causal && causal->value.isBool() && causal->value.toBool();
+    if (is_causal && n->op() == "aten::_scaled_dot_product_flash_attention" && q->meta().sizes[2] != k->meta().sizes[2])
+      throw Error(n->op() + ": causal attention with different query and key lengths is aligned to the bottom right, "
+                  "the math path to the top left");
+    const Arg* mask = find("attn_mask") ? find("attn_mask") : find("attn_bias");
+    BArg m = mask && mask->kind == ArgKind::Tensor ? BArg(n->input(static_cast<size_t>(mask->operands[0]))) : BArg(std::nullopt);
+    const Arg* scale = find("scale");
+    BArg sc = scale && !scale->value.isNone() ? BArg(scale->value.toDouble()) : BArg(std::nullopt);
+    bool gqa = q->meta().sizes[1] != k->meta().sizes[1];
+    g->set_insertion_point(n);
+    Value* out = b.emit("aten::_scaled_dot_product_attention_math",
+                        {q, k, v, m, 0.0, is_causal, std::nullopt, sc, gqa})[0];
+    n->output(0)->replace_all_uses_with(with_layout(b, out, n->output(0)->meta()));
+    g->set_insertion_point(nullptr);
+    g->erase(n);
+  }
+  verify(*g);
+  return g;
 }
 
 std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::vector<at::Tensor>& primals,

@@ -12,6 +12,13 @@ namespace jvpc {
 std::vector<at::Tensor> forward_ad_jvp(const TensorFn& fn, const std::vector<at::Tensor>& primals,
                                        const std::vector<std::optional<at::Tensor>>& tangents);
 
+/// A copy of `g` with each fused attention kernel (flash, efficient, cuDNN, CPU flash) replaced by
+/// LibTorch's math path (_scaled_dot_product_attention_math), on which forward AD runs: the
+/// reference for a graph file, as the math backend is for an example. Throws when another
+/// output of a fused kernel (its logsumexp, ...) is read, or for attention the math path does
+/// not compute (dropout, causal attention aligned to the bottom right).
+std::unique_ptr<Graph> with_math_attention(const Graph& g);
+
 /// J_fn(primals)·tangents by central differences, (fn(x + h·t) − fn(x − h·t)) / 2h, with the
 /// floating-point primals and tangents in float64 (fn must accept them). A missing tangent is
 /// zero. A reference that shares nothing with forward AD.

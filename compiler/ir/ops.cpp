@@ -7,6 +7,7 @@
 
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace jvpc {
 
@@ -48,6 +49,12 @@ std::unique_ptr<OpInfo> make_info(const c10::OperatorHandle& h) {
     if (alias_written(a.alias_info())) info->mutates = true;
   for (const auto& r : s.returns())
     if (r.alias_info() && !alias_written(r.alias_info())) info->is_view = true;
+  // Ops whose schema does not say so but whose result may be their input or a view of it.
+  static const std::unordered_set<std::string> unmarked = {
+      "aten::_unsafe_view", "aten::unsafe_split.Tensor", "aten::unsafe_split_with_sizes", "aten::unsafe_chunk",
+      "aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout",
+      "aten::type_as", "aten::sum_to_size"};
+  if (unmarked.count(info->name)) info->is_view = true;
   info->seeded_random = h.hasTag(at::Tag::nondeterministic_seeded);
   using K = c10::DispatchKey;
   info->composite_implicit =

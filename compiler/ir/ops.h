@@ -19,7 +19,7 @@ struct OpInfo {
   std::string name;  ///< "aten::mul.Tensor"
   c10::OperatorHandle handle;
   const c10::FunctionSchema& schema() const { return handle.schema(); }
-  bool is_view = false;             ///< a return aliases an input without writing it (Tensor(a))
+  bool is_view = false;             ///< a return may alias an input, unwritten (Tensor(a), or known: _unsafe_view, ...)
   bool mutates = false;             ///< some argument is written (Tensor(a!))
   bool seeded_random = false;       ///< tagged nondeterministic_seeded (may still be pure, see is_impure)
   bool composite_implicit = false;  ///< only a CompositeImplicitAutograd kernel: it decomposes
