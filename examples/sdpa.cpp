@@ -22,7 +22,7 @@ void add_flags(CLI::App& app, SdpaFlags& f) {
   app.add_option("--kv-heads", f.kv_heads, "key/value heads, for grouped-query attention (default: all heads)")
       ->check(kPositive);
   app.add_flag("--causal", f.causal, "causal attention");
-  app.add_option("--mask", f.mask, "attention mask: none|bool|float (a constant input, never differentiated)")
+  app.add_option("--mask", f.mask, "attention mask: none|bool|float (an input, not differentiated unless --wrt names it)")
       ->capture_default_str()->check(CLI::IsMember({"none", "bool", "float"}));
   app.add_option("--scale", f.scale, "softmax scale (default: 1/sqrt(head-dim))")->check(kFinite);
 }

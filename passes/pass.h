@@ -46,17 +46,23 @@ class Pipeline {
   std::vector<PassObserver*> observers_;
 };
 
-/// Dumps the IR after the named passes ("all" for every pass), as text or JSON.
+/// Dumps the IR after the named passes ("all" for every pass; `input_name` for the pipeline's
+/// input graph), as text, or as JSON: one object per line, {"after", "position", "graph"},
+/// position counting the passes run (0: the input), since a pass may run twice.
 class IrDump : public PassObserver {
  public:
-  IrDump(std::set<std::string> passes, std::string format, std::ostream& out)
-      : passes_(std::move(passes)), format_(std::move(format)), out_(out) {}
+  IrDump(std::set<std::string> passes, std::string format, std::ostream& out, std::string input_name = "input")
+      : passes_(std::move(passes)), format_(std::move(format)), out_(out), input_name_(std::move(input_name)) {}
+  void start(const Graph& g) override;
   void after_pass(const std::string& pass, const Graph& g, bool changed) override;
 
  private:
+  void dump(const std::string& after, const Graph& g);
   std::set<std::string> passes_;
   std::string format_;
   std::ostream& out_;
+  std::string input_name_;
+  int position_ = 0;
 };
 
 }  // namespace jvpc

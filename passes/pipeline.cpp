@@ -40,12 +40,22 @@ void Pipeline::run(Graph& g) {
   }
 }
 
+void IrDump::start(const Graph& g) {
+  position_ = 0;
+  dump(input_name_, g);
+}
+
 void IrDump::after_pass(const std::string& pass, const Graph& g, bool) {
-  if (!passes_.count(pass) && !passes_.count("all")) return;
+  ++position_;
+  dump(pass, g);
+}
+
+void IrDump::dump(const std::string& after, const Graph& g) {
+  if (!passes_.count(after) && !passes_.count("all")) return;
   if (format_ == "json") {
-    out_ << to_json(g).dump(1) << "\n";
+    out_ << nlohmann::json{{"after", after}, {"position", position_}, {"graph", to_json(g)}}.dump() << "\n";
   } else {
-    out_ << "// IR after pass '" << pass << "'\n" << to_text(g);
+    out_ << "// IR after " << (position_ ? "pass '" + after + "'" : after) << "\n" << to_text(g);
   }
 }
 

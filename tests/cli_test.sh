@@ -55,8 +55,22 @@ expect 0 "run the tangent graph" -- "$JVPC" run "$DIR/tangent.json"
 expect 0 "cost of the saved tangent graph" -- "$JVPC" cost "$DIR/tangent.json" --json
 contains out '"residual_bytes": 819200'; contains out '"aliased_input_bytes": 0'
 expect 0 "linearize a graph file" -- "$JVPC" linearize "$DIR/sdpa.json"; contains out "41943040"
+contains out "primals from $DIR/sdpa.inputs.safetensors"
+expect 0 "linearize a graph file, --inputs" -- "$JVPC" linearize "$DIR/sdpa.json" --inputs "$DIR/sdpa.inputs.safetensors"
+expect 2 "--inputs with an example" -- "$JVPC" linearize sdpa --inputs "$DIR/sdpa.inputs.safetensors"
+expect 1 "non-finite values are counted, and fail" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --scale 1e37
+contains out "non-finite values: "
 expect 0 "linearize --wrt v --dump-after fold" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --wrt v --dump-after fold
 contains out "IR after pass 'fold'"
+expect 0 "--dump-after all --dump-format json: one JSON object per line" -- \
+  "$JVPC" linearize sdpa --device cpu --seq-len 16 --dump-after all --dump-format json
+if grep '^{' "$DIR/out" | python3 -c '
+import json, sys
+d = [json.loads(l) for l in sys.stdin]
+assert d[0]["after"] == "trace" and d[0]["position"] == 0, d[0]["after"]
+assert [x["position"] for x in d] == list(range(len(d))) and len(d) == 14, len(d)
+assert [x["after"] for x in d].count("dce") == 2 and all("nodes" in x["graph"] for x in d)'; then
+  pass "  ...14 dumps, trace first, positions in order"; else fail "  ...the JSON dumps"; fi
 expect 1 "a failed check exits 1" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --tolerance 0; contains out "FAIL"
 expect 0 "linearize mlp" -- "$JVPC" linearize mlp --device cpu --seq-len 16
 expect 0 "linearize block" -- "$JVPC" linearize block --device cpu --seq-len 16 --causal
@@ -87,12 +101,14 @@ JVPC_MAX_INPUT_BYTES=1e9 expect 2 "a malformed JVPC_MAX_INPUT_BYTES" -- "$JVPC" 
 expect 2 "unknown command" -- "$JVPC" frobnicate; contains err "unknown command 'frobnicate'"
 expect 2 "incompatible sizes" -- "$JVPC" trace sdpa --device cpu --model-dim 100 --head-dim 64
 expect 2 "unknown wrt" -- "$JVPC" linearize sdpa --device cpu --wrt mask
-"$JVPC" trace sdpa --device cpu --seq-len 8 --model-dim 16 --head-dim 8 --backend flash -o "$DIR/flash.json" >/dev/null
-expect 0 "a graph file LibTorch's forward AD cannot run: checked by central differences in float64" -- \
-  "$JVPC" linearize "$DIR/flash.json" --report "$DIR/flash_report.json"
-contains out "vs central differences of the graph in float64 (LibTorch has no forward AD for aten::_scaled_dot_product_flash_attention_for_cpu)"
-contains flash_report.json '"reference": "central_differences"'
-expect 1 "  ...and that check can fail" -- "$JVPC" linearize "$DIR/flash.json" --tolerance 1e-12
+expect 2 "a name twice in --wrt" -- "$JVPC" linearize sdpa --device cpu --wrt q,q; contains err "names 'q' twice"
+# Graph files with fused attention (no forward AD in LibTorch) are checked with attention on the
+# math path, half precision in float32, at the traced example's values.
+for cfg in "sdpa --backend flash --dtype float64" "block --backend flash" "block --dtype float16"; do
+  "$JVPC" trace $cfg --device cpu --seq-len 8 --model-dim 16 --head-dim 8 -o "$DIR/fused.json" >/dev/null
+  expect 0 "linearize a traced graph: $cfg" -- "$JVPC" linearize "$DIR/fused.json"
+  contains out "vs LibTorch forward AD of the graph (attention on the math path"
+done
 expect 2 "inputs file missing tensors" -- "$JVPC" run "$DIR/sdpa.json" --inputs "$DIR/tangent.safetensors"
 if python3 -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   expect 0 "run on cuda" -- "$JVPC" run "$DIR/sdpa.json" --device cuda

@@ -6,6 +6,7 @@
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
 #include "compiler/trace/tracer.h"
+#include "runtime/executable.h"
 #include "tests/helpers.h"
 
 #include <random>
@@ -341,6 +342,27 @@ namespace {
 
 // The check's tolerance follows the least precise floating-point output; bool and integer outputs
 // (no tangent) do not set it (review: a bool first output made a float32 check 2000x looser).
+// The reference for graph files: fused attention replaced by the math path computes the same
+// outputs (in the fused kernel's memory layout, which later views of the block rely on), and
+// forward AD runs through it.
+TEST(Reference, MathAttentionComputesWhatTheFusedKernelDoes) {
+  for (auto cfg : std::vector<std::vector<std::string>>{
+           {"sdpa", "--backend", "flash", "--kv-heads", "1", "--mask", "float", "--kv-seq-len", "96"},
+           {"block", "--backend", "flash", "--causal", "--seq-len", "16"}}) {
+    SCOPED_TRACE(test::config_name(cfg));
+    auto ex = test::make_example(cfg, {"--dtype", "float64"});
+    std::unique_ptr<Graph> g = trace(ex.fn(), ex.inputs, TraceOptions{false}).graph;
+    std::unique_ptr<Graph> math = with_math_attention(*g);
+    for (const Node* n : math->nodes()) EXPECT_EQ(n->op().find("_scaled_dot_product_flash"), std::string::npos);
+    auto x = test::values_of(ex.inputs);
+    Executable fused(std::move(g)), ref(std::move(math));
+    EXPECT_TRUE(fused.run(x)[0].allclose(ref.run(x)[0], 1e-12, 1e-12));
+    std::vector<std::optional<at::Tensor>> t;
+    for (const auto& v : x) t.push_back(at::randn_like(v));
+    EXPECT_NO_THROW(forward_ad_jvp([&](const std::vector<at::Tensor>& in) { return ref.run(in); }, x, t));
+  }
+}
+
 TEST(Reference, ToleranceFollowsTheLeastPreciseFloatingOutput) {
   at::Tensor b = at::ones({2}, at::kBool), f = at::ones({2}), d = at::ones({2}, at::kDouble), h = at::ones({2}, at::kHalf);
   EXPECT_EQ(tolerance_for({b, f}), 1e-5);

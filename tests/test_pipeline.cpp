@@ -2,6 +2,8 @@
 #include "passes/cost_table.h"
 #include "tests/pass_helpers.h"
 
+#include <nlohmann/json.hpp>
+
 #include <sstream>
 
 namespace jvpc {
@@ -74,6 +76,21 @@ TEST(Pipeline, ObserversSeeEveryPass) {
   EXPECT_EQ(table.rows()[1].cost.nodes, 1);
   EXPECT_NE(dumps.str().find("// IR after pass 'dce'"), std::string::npos);
   EXPECT_EQ(dumps.str().find("'cse'"), std::string::npos);
+  // JSON: one object per line, naming the pass and its position in the pipeline.
+  std::ostringstream json_dumps;
+  IrDump json_dump({"input", "cse"}, "json", json_dumps);
+  Pipeline q;
+  q.add(make_pass("cse", cse)).observe(&json_dump);
+  q.run(g);
+  std::istringstream lines(json_dumps.str());
+  std::string line;
+  std::vector<std::pair<std::string, int>> seen;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    seen.emplace_back(j.at("after"), j.at("position"));
+    EXPECT_TRUE(j.at("graph").contains("nodes"));
+  }
+  EXPECT_EQ(seen, (std::vector<std::pair<std::string, int>>{{"input", 0}, {"cse", 1}}));
 }
 
 }  // namespace

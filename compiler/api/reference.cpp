@@ -120,17 +120,20 @@ std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::v
 ErrorStats compare(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& reference) {
   if (got.size() != reference.size()) throw Error("compare: different numbers of tensors");
   double diff2 = 0, ref2 = 0, max_abs = 0;
+  ErrorStats s;
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i].sizes() != reference[i].sizes()) throw Error("compare: tensor " + std::to_string(i) + " has a different shape");
     at::Tensor a = got[i].detach().to(at::kCPU, at::kDouble), b = reference[i].detach().to(at::kCPU, at::kDouble);
+    s.nonfinite_got += a.numel() - a.isfinite().sum().item<int64_t>();
+    s.nonfinite_reference += b.numel() - b.isfinite().sum().item<int64_t>();
     at::Tensor d = a - b;
     diff2 += d.square().sum().item<double>();
     ref2 += b.square().sum().item<double>();
     if (d.numel()) max_abs = std::max(max_abs, d.abs().max().item<double>());
   }
-  ErrorStats s;
   s.max_abs_error = max_abs;
   s.rel_error = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  if (s.nonfinite_got || s.nonfinite_reference) s.rel_error = s.max_abs_error = std::nan("");
   return s;
 }
 

@@ -27,9 +27,12 @@ std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::v
                                                 double h = 1e-6);
 
 /// ‖a − b‖ / ‖b‖ over all tensors (float64), and max |a − b|.
+/// A non-finite value on either side makes both errors NaN (the check cannot pass) and is
+/// counted apart.
 struct ErrorStats {
   double rel_error = 0;
   double max_abs_error = 0;
+  int64_t nonfinite_got = 0, nonfinite_reference = 0;
 };
 ErrorStats compare(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& reference);
 

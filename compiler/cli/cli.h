@@ -24,6 +24,10 @@ extern int exit_code;
 /// Random values for the non-constant inputs of `g` (floating: standard normal, bool: random,
 /// integer: zeros), seeded, drawn on the CPU and moved to each input's device.
 std::vector<at::Tensor> random_inputs(const Graph& g, uint64_t seed);
+/// Values for the non-constant inputs of `g`, by name, from a safetensors file ("inputs file").
+std::vector<at::Tensor> inputs_from_file(const Graph& g, const std::string& path);
+/// Where `jvpc trace -o x.json` writes the example's input values: "x.inputs.safetensors".
+std::string traced_inputs_path_for(const std::string& graph_path);
 /// Refuses inputs larger than JVPC_MAX_INPUT_BYTES (default 16 GiB) before allocating them.
 void check_input_size(const Graph& g);
 /// Example flags: the arguments CLI11 left over, in order.

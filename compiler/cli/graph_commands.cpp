@@ -25,7 +25,9 @@ void add_trace(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("trace", "Trace an example into a jvpc graph (kernel level, as the dispatcher runs it)");
   cmd->add_option("example", o->example, "example to trace: sdpa, mlp or block")->required();
-  cmd->add_option("-o,--output", o->out, "write the graph as JSON (constants beside it in .safetensors)")
+  cmd->add_option("-o,--output", o->out,
+                  "write the graph as JSON (x.json: constants in x.safetensors, the example's input values in "
+                  "x.inputs.safetensors)")
       ->check(examples::kFileName);
   cmd->add_option("--format", o->format, "without -o: print the graph as text or json")
       ->check(CLI::IsMember({"text", "json"}))->capture_default_str();
@@ -40,6 +42,9 @@ void add_trace(CLI::App& app) {
       return;
     }
     save(*t.graph, o->out);
+    std::vector<std::pair<std::string, at::Tensor>> values;  // what `jvpc linearize x.json` checks at
+    for (const TraceInput& in : ex.inputs) values.emplace_back(in.name, in.value);
+    write_safetensors(traced_inputs_path_for(o->out), values);
     std::cout << "traced " << ex.description << ": " << c.nodes << " nodes, " << human_count(c.matmul_flops)
               << " matmul FLOPs -> " << o->out << "\n";
   });
@@ -81,17 +86,7 @@ void add_run(CLI::App& app) {
     if (!o->device.empty()) dev = c10::Device(o->device);
     std::shared_ptr<const Graph> g(load(o->file, dev));
     Executable exe(g, ExecutableOptions{!o->no_cuda_graph, false});
-    std::vector<at::Tensor> inputs;
-    if (o->inputs.empty()) {
-      inputs = random_inputs(*g, o->seed);
-    } else {
-      auto file = read_safetensors(o->inputs, "inputs file");
-      for (const Input* in : exe.arguments()) {
-        auto it = file.find(in->name);
-        if (it == file.end()) throw Error(o->inputs + ": no tensor for input '" + in->name + "'");
-        inputs.push_back(it->second.to(in->value->meta().device));
-      }
-    }
+    std::vector<at::Tensor> inputs = o->inputs.empty() ? random_inputs(*g, o->seed) : inputs_from_file(*g, o->inputs);
     auto outs = exe.run(inputs);
     for (size_t i = 0; i < outs.size(); ++i) {
       at::Tensor d = outs[i].to(at::kCPU, at::kDouble);

@@ -1,7 +1,6 @@
 // jvpc linearize: trace and compile, run the linear function on random tangents, and check
 // it against LibTorch's forward AD run eagerly on the untraced callable (math SDPA backend),
-// or for a graph file on its own kernels (central differences in float64 where LibTorch has no
-// forward AD for one of them).
+// or for a graph file on the graph itself with fused attention on the math path.
 #include "compiler/cli/cli.h"
 
 #include "compiler/api/linearize.h"
@@ -17,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -27,7 +27,7 @@ namespace jvpc::cli {
 namespace {
 
 struct Opts {
-  std::string target, report, out, dump_format = "text", device, wrt;
+  std::string target, report, out, dump_format = "text", device, wrt, inputs;
   std::vector<std::string> dump_after;
   uint64_t seed = 0;
   std::optional<double> tolerance;
@@ -41,17 +41,20 @@ std::vector<std::string> split_names(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) throw Error("--wrt '" + s + "': an empty name");
+    if (std::find(out.begin(), out.end(), item) != out.end()) throw Error("--wrt '" + s + "' names '" + item + "' twice");
+    out.push_back(item);
+  }
   if (out.empty()) throw Error("--wrt '" + s + "' names no input");
   return out;
 }
 
-// --dump-after takes the pipeline's pass names, or "all".
+// --dump-after takes "trace" (the traced graph), the pipeline's pass names, or "all".
 void check_dump_names(const std::vector<std::string>& names) {
   Pipeline p;
   add_linearize_passes(p, {}, 0, nullptr);
-  std::vector<std::string> known;  // in pipeline order, each once (dce runs twice)
+  std::vector<std::string> known = {"trace"};  // in pipeline order, each once (dce runs twice)
   for (const std::string& k : p.pass_names())
     if (std::find(known.begin(), known.end(), k) == known.end()) known.push_back(k);
   std::string list;
@@ -73,8 +76,6 @@ struct Problem {
   std::vector<TraceInput> primals;
   TensorFn fn;         // traced by linearize (examples)
   TensorFn reference;  // run under forward AD
-  // Graph files: the graph in float64, differenced when forward AD cannot run its kernels.
-  std::function<TensorFn()> reference_f64;
   std::unique_ptr<Graph> graph;  // graph files: linearized directly
   // Examples in float16/bfloat16: the reference runs on float32 copies of the primals and
   // tangents. It is the truer answer, and LibTorch's forward AD has half-precision gaps of its
@@ -101,21 +102,30 @@ Problem from_graph(const Opts& o) {
   p.graph = load(o.target, dev);
   for (const Input& in : p.graph->inputs())
     if (in.role == Role::Tangent) throw Error(o.target + ": already has tangent input '" + in.name + "'; linearize takes a traced graph");
-  auto values = random_inputs(*p.graph, o.seed);
+  // The primals: --inputs, else the traced example's values beside the graph, else random.
+  std::string inputs = o.inputs;
+  if (inputs.empty() && std::filesystem::is_regular_file(traced_inputs_path_for(o.target)))
+    inputs = traced_inputs_path_for(o.target);
+  auto values = inputs.empty() ? random_inputs(*p.graph, o.seed) : inputs_from_file(*p.graph, inputs);
+  p.description = o.target + (inputs.empty() ? " (random primals, seed " + std::to_string(o.seed) + ")"
+                                             : " (primals from " + inputs + ")");
   size_t i = 0;
   for (const Input& in : p.graph->inputs())
     if (in.role == Role::Primal) p.primals.push_back({in.name, values.at(i++), in.differentiable});
-  // The reference: the same graph, run node by node through the dispatcher on dual tensors.
-  auto exe = std::make_shared<Executable>(p.graph->clone(), ExecutableOptions{false, false, false});
-  p.reference = [exe](const std::vector<at::Tensor>& x) { return exe->run(x); };
-  std::shared_ptr<Graph> copy = p.graph->clone();
-  p.reference_f64 = [copy]() -> TensorFn {
-    auto g = copy->clone();
-    retype_floating(*g, at::kDouble);
-    auto exe64 = std::make_shared<Executable>(std::move(g), ExecutableOptions{false, false, false});
-    return [exe64](const std::vector<at::Tensor>& x) { return exe64->run(x); };
-  };
-  p.description = o.target;
+  // The reference: the same graph, run node by node through the dispatcher on dual tensors,
+  // with fused attention on LibTorch's math path (as for an example) and, in float16 or
+  // bfloat16, in float32 on the same values (as for an example).
+  for (const Input& in : p.graph->inputs())
+    p.reference_in_float32 |= c10::isReducedFloatingType(in.value->meta().dtype);
+  try {
+    std::unique_ptr<Graph> ref = with_math_attention(*p.graph);
+    if (p.reference_in_float32) retype_floating(*ref, c10::kFloat);
+    auto exe = std::make_shared<Executable>(std::move(ref), ExecutableOptions{false, false, false});
+    p.reference = [exe](const std::vector<at::Tensor>& x) { return exe->run(x); };
+  } catch (const Error& e) {
+    std::string why = e.what();
+    p.reference = [why](const std::vector<at::Tensor>&) -> std::vector<at::Tensor> { throw Error(why); };
+  }
   return p;
 }
 
@@ -126,15 +136,21 @@ void add_linearize(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "linearize",
       "Linearize an example or a traced graph: compile the tangent graph, run it on random tangents and check it "
-      "against LibTorch's forward AD (a graph file whose kernels have none: central differences in float64)");
+      "against LibTorch's forward AD (math attention backend)");
   cmd->add_option("target", o->target, "an example (sdpa, mlp, block) or a graph .json from `jvpc trace`")->required();
   cmd->add_option("--wrt", o->wrt, "comma-separated primal inputs to differentiate (default: the differentiable ones)");
   cmd->add_option("--report", o->report, "write the compile report and the check as JSON")->check(examples::kFileName);
-  cmd->add_option("--dump-after", o->dump_after, "print the IR after this pass (repeatable; 'all' for every pass)");
-  cmd->add_option("--dump-format", o->dump_format, "text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
+  cmd->add_option("--dump-after", o->dump_after,
+                  "print the IR after this pass (repeatable; 'trace' for the traced graph, 'all' for every pass)");
+  cmd->add_option("--dump-format", o->dump_format,
+                  "text, or json: one line per dump, {\"after\": PASS, \"position\": N, \"graph\": ...}, among the "
+                  "table's lines (constants are not included)")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   cmd->add_option("-o,--output", o->out, "write the tangent graph as JSON (residuals beside it in .safetensors)")
       ->check(examples::kFileName);
-  cmd->add_option("--seed", o->seed, "seed of the random tangents (and of the primals, for a graph file)")
+  cmd->add_option("--inputs", o->inputs,
+                  "graph file: safetensors file with the primals by name (default: x.inputs.safetensors beside "
+                  "x.json, written by `jvpc trace -o`, else random)");
+  cmd->add_option("--seed", o->seed, "seed of the random tangents (and of random primals, for a graph file)")
       ->capture_default_str()
       ->check(examples::kSeed);
   cmd->add_option("--device", o->device, "cpu or cuda: where a graph file runs, or the example's --device")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -147,12 +163,13 @@ void add_linearize(CLI::App& app) {
     bool is_graph = ends_with(o->target, ".json");
     Problem p = is_graph ? from_graph(*o) : from_example(*o, leftover(*cmd));
     if (is_graph && !leftover(*cmd).empty()) throw Error("unexpected arguments after a graph file: " + leftover(*cmd)[0]);
+    if (!is_graph && !o->inputs.empty()) throw Error("--inputs is for a graph file; an example makes its own inputs");
 
     LinearizeOptions opts;
     if (cmd->count("--wrt")) opts.wrt = split_names(o->wrt);
     check_dump_names(o->dump_after);
     std::set<std::string> dumps(o->dump_after.begin(), o->dump_after.end());
-    IrDump dump(dumps, o->dump_format, std::cout);
+    IrDump dump(dumps, o->dump_format, std::cout, "trace");
     if (!dumps.empty()) opts.observers.push_back(&dump);
     std::vector<at::Tensor> primal_values;
     for (const auto& in : p.primals) primal_values.push_back(in.value);
@@ -178,21 +195,10 @@ void add_linearize(CLI::App& app) {
     for (auto& t : ref_tangents)
       if (t) t = ref_dtype(*t);
     std::vector<at::Tensor> ref;
-    std::string no_forward_ad;  // why forward AD could not be the reference
     try {
       ref = forward_ad_jvp(p.reference, ref_primals, ref_tangents);
     } catch (const std::exception& e) {
-      // A graph file is checked by running its own kernels on dual tensors; LibTorch has no
-      // forward AD for some of them (the CPU flash kernel). The graph in float64, differenced,
-      // is then the reference.
-      if (!is_graph) throw Error(std::string("cannot check against LibTorch's forward AD: ") + one_line(e));
-      no_forward_ad = one_line(e);
-      try {
-        ref = central_differences_jvp(p.reference_f64(), ref_primals, ref_tangents);
-      } catch (const std::exception& e64) {  // a kernel without float64 (CUDA flash attention)
-        throw Error("cannot check: LibTorch's forward AD fails (" + no_forward_ad +
-                    "), and so does the graph in float64 for central differences (" + one_line(e64) + ")");
-      }
+      throw Error(std::string("cannot check against LibTorch's forward AD: ") + one_line(e));
     }
     ErrorStats err = compare(got, ref);
     double tol = o->tolerance ? *o->tolerance : tolerance_for(got);
@@ -225,15 +231,14 @@ void add_linearize(CLI::App& app) {
     if (r.tangent.aliased_input_bytes)
       std::cout << ", plus " << human_bytes(r.tangent.aliased_input_bytes) << " aliasing the inputs (" << aliased << ")";
     std::cout << "; peak " << human_bytes(r.tangent.peak_bytes) << " per call\n";
-    std::string reference = "LibTorch forward AD (math backend" + std::string(p.reference_in_float32 ? ", in float32)" : ")");
-    if (is_graph) reference = "LibTorch forward AD of the graph's kernels";
-    if (!no_forward_ad.empty()) {  // "node aten::op -> %3: ..." names the kernel
-      std::string op = no_forward_ad.rfind("node ", 0) == 0 ? no_forward_ad.substr(5, no_forward_ad.find(" ->") - 5) : "a kernel";
-      reference = "central differences of the graph in float64 (LibTorch has no forward AD for " + op + ")";
-    }
+    std::string reference = is_graph ? "LibTorch forward AD of the graph (attention on the math path" : "LibTorch forward AD (math backend";
+    reference += p.reference_in_float32 ? ", in float32)" : ")";
     std::snprintf(line, sizeof line, "check      vs %s: rel_error %.3e, max_abs_error %.3e, tolerance %.1e: %s\n",
                   reference.c_str(), err.rel_error, err.max_abs_error, tol, passed ? "PASS" : "FAIL");
     std::cout << line;
+    if (err.nonfinite_got || err.nonfinite_reference)
+      std::cout << "           non-finite values: " << err.nonfinite_got << " in jvpc's tangents, " << err.nonfinite_reference
+                << " in the reference's (does the primal overflow its dtype?)\n";
 
     if (!o->out.empty()) {
       save(*lin.tangent_graph, o->out);
@@ -253,11 +258,10 @@ void add_linearize(CLI::App& app) {
       rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
       rep["jvp"] = cost_json(r.tangent);
       rep["jvp"]["tangents"] = lin.tangent_names();
-      rep["check"] = {{"reference", no_forward_ad.empty() ? "forward_ad" : "central_differences"},
-                      {"reference_dtype", !no_forward_ad.empty() ? "float64" : p.reference_in_float32 ? "float32" : "as traced"},
+      rep["check"] = {{"reference", "forward_ad"}, {"reference_dtype", p.reference_in_float32 ? "float32" : "as traced"},
                       {"max_abs_error", err.max_abs_error}, {"rel_error", err.rel_error}, {"tolerance", tol},
+                      {"nonfinite", {{"jvpc", err.nonfinite_got}, {"reference", err.nonfinite_reference}}},
                       {"passed", passed}};
-      if (!no_forward_ad.empty()) rep["check"]["no_forward_ad"] = no_forward_ad;
       std::ofstream f(o->report);
       if (!f) throw Error("cannot write '" + o->report + "'");
       f << rep.dump(1) << "\n";

@@ -2,6 +2,7 @@
 
 #include "examples/examples.h"
 #include "examples/flags.h"
+#include "compiler/ir/serialize.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -26,6 +27,23 @@ std::vector<at::Tensor> random_inputs(const Graph& g, uint64_t seed) {
     out.push_back(t.to(m.device, m.dtype));
   }
   return out;
+}
+
+std::vector<at::Tensor> inputs_from_file(const Graph& g, const std::string& path) {
+  auto file = read_safetensors(path, "inputs file");
+  std::vector<at::Tensor> out;
+  for (const Input& in : g.inputs()) {
+    if (in.role == Role::Constant) continue;
+    auto it = file.find(in.name);
+    if (it == file.end()) throw Error(path + ": no tensor for input '" + in.name + "'");
+    out.push_back(it->second.to(in.value->meta().device));
+  }
+  return out;
+}
+
+std::string traced_inputs_path_for(const std::string& graph_path) {
+  std::string c = constants_path_for(graph_path);  // "x.safetensors"
+  return c.substr(0, c.size() - std::string(".safetensors").size()) + ".inputs.safetensors";
 }
 
 void check_input_size(const Graph& g) {

@@ -286,6 +286,17 @@ const std::unordered_map<std::string, ShapeRule>& shape_rules() {
          auto meta = at::empty(y.sizes, at::TensorOptions().dtype(y.dtype).device(c10::kMeta));
          return std::vector<TensorMeta>{like(y, at::infer_size(c.sizes, y.sizes), at::result_type(meta, a.at(1).value.toScalar()))};
        }},
+      // The math path of attention (the reference for graph files with fused kernels): its
+      // composite runs _safe_softmax, which has no Meta kernel.
+      {"aten::_scaled_dot_product_attention_math",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto &q = operand_meta(a, 0, in), &k = operand_meta(a, 1, in), &v = operand_meta(a, 2, in);
+         if (q.sizes.size() < 2 || k.sizes.size() < 2 || v.sizes.size() < 2) throw Error("query, key and value need 2 dims");
+         auto out = q.sizes, attn = q.sizes;
+         out.back() = v.sizes.back();
+         attn.back() = k.sizes[k.sizes.size() - 2];
+         return std::vector<TensorMeta>{like(q, out, q.dtype), like(q, attn, q.dtype)};
+       }},
       {"aten::_safe_softmax",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto& x = operand_meta(a, 0, in);
