@@ -15,6 +15,7 @@
 #include "examples/examples.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_kineto.h>
@@ -61,13 +62,20 @@ double time_once(const std::function<void()>& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// As Python's statistics.median: the mean of the two middle values of an even count.
+double median(std::vector<double> t) {
+  if (t.empty()) return 0.0;
+  std::sort(t.begin(), t.end());
+  size_t m = t.size() / 2;
+  return t.size() % 2 ? t[m] : (t[m - 1] + t[m]) / 2;
+}
+
 double median_time(const std::function<void()>& fn, int warmup, int repeats) {
   for (int i = 0; i < warmup; ++i) fn();
   sync();
   std::vector<double> t;
   for (int i = 0; i < repeats; ++i) t.push_back(time_once(fn));
-  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
-  return t[t.size() / 2];
+  return median(t);
 }
 
 // Peak bytes allocated during fn, above what was allocated before it.
@@ -106,11 +114,14 @@ int64_t matmul_flops(const std::function<void()>& fn, bool nested = false) {
   return watch.matmul_flops();
 }
 
+// The tangents, drawn as the Python side draws them: float64 normals from one CPU generator
+// seeded 1, in input order, then cast and moved.
 std::vector<at::Tensor> random_like(const std::vector<const jvpc::Input*>& args) {
+  at::Generator gen = at::detail::createCPUGenerator(1);
   std::vector<at::Tensor> out;
   for (const jvpc::Input* in : args) {
     const auto& m = in->value->meta();
-    out.push_back(at::randn(m.sizes, at::TensorOptions().dtype(m.dtype).device(m.device)));
+    out.push_back(at::randn(m.sizes, gen, at::TensorOptions().dtype(at::kDouble)).to(m.device, m.dtype));
   }
   return out;
 }
@@ -159,8 +170,7 @@ int main(int argc, char** argv) {
     int64_t lin_peak = peak_bytes([&] { linearize_once(); });
     std::vector<double> lin_times;
     for (int i = 0; i < fresh; ++i) lin_times.push_back(time_once([&] { linearize_once(); }));
-    std::sort(lin_times.begin(), lin_times.end());
-    phases["linearize"] = {{"matmul_flops", lin.report.linearize_matmul_flops}, {"time_s", lin_times[lin_times.size() / 2]},
+    phases["linearize"] = {{"matmul_flops", lin.report.linearize_matmul_flops}, {"time_s", median(lin_times)},
                            {"peak_bytes", lin_peak}};
 
     std::vector<at::Tensor> tangents = random_like(lin.jvp_fn->arguments());
@@ -171,18 +181,17 @@ int main(int argc, char** argv) {
     bool graphed = lin.jvp_fn->cuda_graph_enabled();
     jvpc::Executable eager(lin.tangent_graph, jvpc::ExecutableOptions{false, false, true});
     auto eager_call = [&] { eager.run(tangents); };
-    // The first call of a fresh linearization (it captures a CUDA graph on a GPU).
+    // The first call of a fresh linearization (it captures a CUDA graph on a GPU): FLOPs of one,
+    // time as the median of `fresh` others, as the Python side does.
     std::vector<double> first_times;
     int64_t first_flops = 0;
-    for (int i = 0; i < fresh; ++i) {
+    for (int i = 0; i <= fresh; ++i) {
       jvpc::Linearized l = linearize_once();
       sync();
       if (i == 0) first_flops = matmul_flops(graphed ? std::function<void()>(eager_call) : [&] { l.jvp(tangents); });
       else first_times.push_back(time_once([&] { l.jvp(tangents); }));
     }
-    std::sort(first_times.begin(), first_times.end());
-    phases["jvp_fn_first"] = {{"matmul_flops", first_flops},
-                              {"time_s", first_times.empty() ? 0.0 : first_times[first_times.size() / 2]}};
+    phases["jvp_fn_first"] = {{"matmul_flops", first_flops}, {"time_s", median(first_times)}};
     auto call = [&] { lin.jvp(tangents); };
     call();
     std::function<void()> counted = graphed ? std::function<void()>(eager_call) : call;

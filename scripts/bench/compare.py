@@ -57,6 +57,7 @@ def rows_for(j, t):
         row("matmul FLOPs, first jvp call", jp["jvp_fn_first"], tp["jvp_fn_first"], "matmul_flops", flops),
         row("matmul FLOPs, later jvp calls", jp["jvp_fn_later"], tp["jvp_fn_later"], "matmul_flops", flops),
         row("time, linearize", jp["linearize"], tp["linearize"], "time_s", fmt_time),
+        row("time, first jvp call (PyTorch folds here)", jp["jvp_fn_first"], tp["jvp_fn_first"], "time_s", fmt_time),
         row("time per jvp call (later calls), vs eager jvp_fn", jp["jvp_fn_later"], tp["jvp_fn_later"], "time_s", fmt_time),
     ]
     for key, label in (("compiled_jvp_fn", "torch.compile(jvp_fn)"), ("cudagraph_jvp_fn", "CUDA-graphed jvp_fn")):
@@ -77,9 +78,17 @@ def rows_for(j, t):
     return rows
 
 
+def same_config(name, j, t):
+    """Both sides must have measured the same configuration (their descriptions differ only in
+    how the backend is named)."""
+    if j["config"].replace("backend=", "") != t["config"]:
+        sys.exit(f"compare.py: {name}: jvpc measured '{j['config']}' but PyTorch '{t['config']}'")
+
+
 def markdown(pairs):
     lines = []
     for name, (j, t) in pairs.items():
+        same_config(name, j, t)
         if name.startswith("seq"):
             continue
         lines += [f"**{name}**: {j['config']} — {j['device']}", "",
