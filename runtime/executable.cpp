@@ -211,7 +211,15 @@ void Executable::bind(const std::string& name, const at::Tensor& value) {
     if (!value.defined()) throw Error("constant '" + name + "': undefined tensor");
     if (value.sizes().vec() != v->meta().sizes || value.scalar_type() != v->meta().dtype)
       throw Error("constant '" + name + "': expected " + v->meta().str() + " but got " + meta_of(value));
-    constants_[i].second = value.to(v->meta().device);
+    at::Tensor bound;
+    try {
+      bound = value.to(v->meta().device);
+      // A layout the graph was not compiled for (its views may need the declared one).
+      if (v->meta().is_contiguous() && !bound.is_contiguous()) bound = bound.contiguous();
+    } catch (const c10::Error& e) {
+      throw Error("constant '" + name + "': " + one_line(e));
+    }
+    constants_[i].second = bound;
     std::lock_guard<std::mutex> lock(mu_);
     cuda_ = std::make_unique<CudaGraphState>();  // a captured graph read the old tensor
     return;
@@ -266,8 +274,14 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
         stack[la.pos] = std::move(l);
       }
     }
+    // The in-place form only where nothing else holds the operand: not another tensor on its
+    // storage, not the same tensor under another name (an op that returned its input as it is:
+    // the slot and the stack hold it, nobody else).
     const OpInfo* info = st.info;
-    if (st.functional && stack[0].toTensor().storage().use_count() != 1) info = st.functional;
+    if (st.functional) {
+      const at::Tensor& self = stack[0].toTensor();
+      if (self.storage().use_count() != 1 || self.use_count() > 2) info = st.functional;
+    }
     try {
       info->handle.callBoxed(stack);
     } catch (const std::exception& e) {
@@ -292,9 +306,14 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
   }
   std::vector<at::Tensor> outs;
   outs.reserve(output_slots_.size());
+  auto aliases_a_constant = [&](const at::Tensor& t) {  // also through ops that return their input as it is
+    for (const auto& c : constants_)
+      if (c.second.defined() && t.is_alias_of(c.second)) return true;
+    return false;
+  };
   for (size_t i = 0; i < output_slots_.size(); ++i) {
     const at::Tensor& t = slots[static_cast<size_t>(output_slots_[i])];
-    outs.push_back(copied_outputs_[i] ? t.clone() : t);
+    outs.push_back(copied_outputs_[i] || aliases_a_constant(t) ? t.clone() : t);
   }
   results_checked_ = true;
   return outs;

@@ -56,7 +56,9 @@ class Executable {
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;
 
-  /// Binds (or rebinds) the tensor of a constant input, moved to the graph's device.
+  /// Binds (or rebinds) the tensor of a constant input, moved to the graph's device (and made
+  /// contiguous where the graph declares it so). The tensor itself is held, not a copy: writing
+  /// into it later changes what the graph computes.
   void bind(const std::string& constant_name, const at::Tensor& value);
 
   /// Runs the graph. `inputs` holds one tensor per non-constant graph input, in graph order.

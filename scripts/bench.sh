@@ -75,7 +75,7 @@ if [ "$DEVICE" = cuda ]; then
   run large sdpa --bsz 4 --model-dim 1024 --head-dim 64 --seq-len 2048 --dtype bfloat16 --repeats 20
   for s in 256 1024 2048 4096; do sweep "seq$s" sdpa --seq-len "$s" --repeats 20; done
 else
-  for s in 64 128 256 512; do sweep "seq$s" sdpa --seq-len "$s" --repeats 20; done
+  for s in 1 64 128 256 512; do sweep "seq$s" sdpa --seq-len "$s" --repeats 20; done  # seq 1: per-call overhead
 fi
 "$PY" scripts/bench/compare.py "$OUT" --markdown "$OUT/table.md" --plot "$OUT/seq_sweep.png"
 [ "$failed" = 0 ] || { echo "bench.sh: $failed runs failed (logs in $OUT)" >&2; exit 1; }

@@ -57,6 +57,11 @@ TEST(Runtime, ConstantsCanBeRebound) {
   expect_error([&] { exe.bind("nope", at::ones({3, 2})); }, "no constant named 'nope'");
   exe.bind("w", at::ones({3, 2}));
   EXPECT_TRUE(exe.run({x})[0].allclose(at::mm(x.exp(), at::ones({3, 2}))));
+  // A meta tensor is a one-line error; a layout the graph was not compiled for is made contiguous.
+  expect_error([&] { exe.bind("w", at::ones({3, 2}, at::device(at::kMeta))); }, "constant 'w': ");
+  at::Tensor wt = at::randn({2, 3}).t();
+  exe.bind("w", wt);
+  EXPECT_TRUE(exe.run({x})[0].allclose(at::mm(x.exp(), wt)));
 }
 
 TEST(Runtime, KernelErrorsNameTheNode) {
@@ -128,6 +133,10 @@ TEST(Runtime, OpsThatReturnUnmarkedAliasesAreNeverRunInPlaceOn) {
   g->add_output(b.call("aten::add.Scalar", {a, 0.5}));
   g->add_output(b.call("aten::sum_to_size", {b.call("aten::exp", {x}), std::vector<int64_t>{4, 4}}));
   g->add_output(g->outputs()[0]);  // returned twice: two tensors, as eager code would give
+  // Ops that return their very input (one tensor, two names): atleast_1d of an input, of a constant.
+  Value* c2 = g->add_constant("c2", at::arange(16, at::kFloat).view({4, 4}));
+  g->add_output(b.call("aten::add.Tensor", {b.call("aten::mul.Scalar", {b.call("aten::atleast_1d", {x}), 10.0}), x}));
+  g->add_output(b.call("aten::atleast_1d", {c2}));
   Executable exe{std::shared_ptr<const Graph>(g)};
   at::Tensor xv = at::randn({4, 4}), keep = xv.clone();
   for (int call = 0; call < 3; ++call) {
@@ -138,6 +147,9 @@ TEST(Runtime, OpsThatReturnUnmarkedAliasesAreNeverRunInPlaceOn) {
     EXPECT_TRUE(outs[2].equal(keep.exp().split(2)[0] * 2));
     EXPECT_TRUE(outs[3].equal(keep.exp() + 0.5));
     EXPECT_FALSE(outs[5].is_same(outs[0]));
+    EXPECT_TRUE(outs[6].equal(keep * 10 + keep));
+    EXPECT_TRUE(outs[7].equal(at::arange(16, at::kFloat).view({4, 4})));
+    outs[7].add_(100);  // a copy: the constant is untouched for the next call
   }
 }
 

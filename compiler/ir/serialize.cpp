@@ -606,6 +606,7 @@ void save(const Graph& g, const std::string& path) {
   for (const Input& in : g.inputs()) {
     if (in.role != Role::Constant || !in.data.defined()) continue;
     const at::Tensor& t = in.data;
+    if (in.name == "__metadata__") throw Error("a constant may not be named '__metadata__' (safetensors reserves it)");
     bool shareable = t.has_storage() && t.strides() == c10::IntArrayRef(in.value->meta().strides);
     const void* key = shareable ? static_cast<const void*>(t.storage().unsafeGetStorageImpl()) : &in;
     auto [it, fresh] = group_of.emplace(key, groups.size());
@@ -618,7 +619,11 @@ void save(const Graph& g, const std::string& path) {
     const at::Tensor& first = group[0]->data;
     bool one_dtype = std::all_of(group.begin(), group.end(),
                                  [&](const Input* in) { return in->data.scalar_type() == first.scalar_type(); });
-    if (group.size() == 1 || !one_dtype) {
+    // A constant alone in its storage is stored as itself, unless it has gaps or repeats
+    // (a step slice, an expand): then, like a group, as the span of storage it reaches.
+    bool dense = first.is_non_overlapping_and_dense() &&
+                 first.strides() == c10::IntArrayRef(group[0]->value->meta().strides);
+    if ((group.size() == 1 && dense) || !one_dtype) {
       for (const Input* in : group) entries.emplace_back(in->name, in->data);
       continue;
     }
@@ -667,7 +672,8 @@ std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> 
         throw Error(path + ": constant '" + in["name"].get<std::string>() + "' is stored but no constants_file is named");
     if (j.contains("constants_file")) {
       if (!j["constants_file"].is_string()) throw Error(path + ": constants_file must be a string");
-      constants_file = dirname_of(path) + j["constants_file"].get<std::string>();
+      const std::string& named = j["constants_file"].get_ref<const std::string&>();
+      constants_file = !named.empty() && named[0] == '/' ? named : dirname_of(path) + named;
     }
     std::unordered_map<std::string, at::Tensor> tensors;
     if (!constants_file.empty()) tensors = read_safetensors(constants_file);
