@@ -307,8 +307,9 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
   std::vector<at::Tensor> outs;
   outs.reserve(output_slots_.size());
   auto aliases_a_constant = [&](const at::Tensor& t) {  // also through ops that return their input as it is
+    const c10::StorageImpl* s = t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
     for (const auto& c : constants_)
-      if (c.second.defined() && t.is_alias_of(c.second)) return true;
+      if (s && c.second.defined() && c.second.storage().unsafeGetStorageImpl() == s) return true;
     return false;
   };
   for (size_t i = 0; i < output_slots_.size(); ++i) {
