@@ -146,6 +146,7 @@ std::vector<RuleCase> cases() {
       {"aten::select_copy.int", {{3, 4}}, one([](auto& x) { return at::select_copy(x[0], 1, 2); })},
       {"aten::slice_copy.Tensor", {{6, 4}}, one([](auto& x) { return at::slice_copy(x[0], 0, 1, 5, 2); })},
       {"aten::index.Tensor", {{3, 4}}, one([](auto& x) { return x[0].index({x[0] > 0}); })},  // a bool mask
+      {"aten::embedding", {{6, 4}}, one([](auto& x) { return at::embedding(x[0], at::tensor({5, 0, 2, 5}, at::kLong).view({2, 2})); })},
       {"aten::_softmax", {{3, 5}}, one([](auto& x) { return at::_softmax(x[0], -1, false); })},
       {"aten::_safe_softmax", {{3, 5}}, one([](auto& x) { return at::_safe_softmax(x[0], 0); })},
       {"aten::_log_softmax", {{3, 5}}, one([](auto& x) { return at::log_softmax(x[0], -1); })},

@@ -23,7 +23,7 @@ void register_views(Registry& r) {
                          "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor",
                          "aten::split.Tensor", "aten::split_with_sizes", "aten::unbind.int", "aten::alias",
                          "aten::diagonal", "aten::unfold", "aten::index_select", "aten::gather",
-                         "aten::repeat", "aten::flip", "aten::roll", "aten::index.Tensor",
+                         "aten::repeat", "aten::flip", "aten::roll", "aten::index.Tensor", "aten::embedding",
                          // the copying forms of views (diag() is diagonal_copy)
                          "aten::diagonal_copy", "aten::expand_copy", "aten::permute_copy", "aten::transpose_copy.int",
                          "aten::select_copy.int", "aten::slice_copy.Tensor"})
