@@ -147,6 +147,15 @@ std::vector<RuleCase> cases() {
       {"aten::slice_copy.Tensor", {{6, 4}}, one([](auto& x) { return at::slice_copy(x[0], 0, 1, 5, 2); })},
       {"aten::index.Tensor", {{3, 4}}, one([](auto& x) { return x[0].index({x[0] > 0}); })},  // a bool mask
       {"aten::embedding", {{6, 4}}, one([](auto& x) { return at::embedding(x[0], at::tensor({5, 0, 2, 5}, at::kLong).view({2, 2})); })},
+      {"aten::_fused_rms_norm", {{2, 3, 8}, {8}}, one([](auto& x) { return at::rms_norm(x[0], {8}, x[1], 1e-6); })},
+      {"aten::_fused_rms_norm", {{2, 3, 4}}, one([](auto& x) { return at::rms_norm(x[0], {3, 4}); })},
+      {"aten::nll_loss_forward", {{3, 5}}, one([](auto& x) {
+         return at::nll_loss(x[0].log_softmax(1), at::tensor({1, 0, 4}, at::kLong));
+       })},
+      {"aten::nll_loss_forward", {{4, 5}}, one([](auto& x) {  // sum, a class weight, an ignored index
+         return at::nll_loss(x[0], at::tensor({1, 0, 4, 2}, at::kLong), at::tensor({1.0, 2.0, 0.5, 1.0, 3.0}, at::kDouble),
+                             at::Reduction::Sum, 2);
+       })},
       {"aten::_softmax", {{3, 5}}, one([](auto& x) { return at::_softmax(x[0], -1, false); })},
       {"aten::_safe_softmax", {{3, 5}}, one([](auto& x) { return at::_safe_softmax(x[0], 0); })},
       {"aten::_log_softmax", {{3, 5}}, one([](auto& x) { return at::log_softmax(x[0], -1); })},

@@ -64,6 +64,31 @@ void register_normalization(Registry& r) {
     tout = c.add(tout, tb);
     return {tout, tmean, trstd};
   });
+
+  // RMS norm: y = x·rstd·w, rstd = (mean(x², dims) + eps)^(-1/2), so
+  // d(rstd) = -rstd³ · mean(x·dx, dims) and dy = (dx·rstd + x·d(rstd))·w + x·rstd·dw.
+  r.add("aten::_fused_rms_norm", [](Ctx& c) -> std::vector<Value*> {
+    Value* x = c.x(0);
+    bool has_w = c.n.arg(2).kind == ArgKind::Tensor;
+    Value* tw = has_w ? c.t(2) : nullptr;
+    Value* tx = c.t(0);
+    if (!tx && !tw) return {};
+    int64_t rank = static_cast<int64_t>(x->meta().sizes.size());
+    int64_t k = static_cast<int64_t>(c.c(1).toIntVector().size());
+    std::vector<int64_t> dims;
+    for (int64_t d = rank - k; d < rank; ++d) dims.push_back(d);
+    Value* rstd = c.out(1);
+    if (rstd->meta().dtype != x->meta().dtype) rstd = c.call("aten::_to_copy", {rstd, x->meta().dtype});
+    Value *tout = nullptr, *trstd = nullptr;
+    if (tx) {
+      Value* cube = c.call("aten::neg", {c.call("aten::mul.Tensor", {rstd, c.call("aten::mul.Tensor", {rstd, rstd})})});
+      trstd = c.mul(c.call("aten::mean.dim", {c.mul(tx, x), dims, true}), cube);
+      tout = c.add(c.mul(tx, rstd), c.mul(trstd, x));
+      if (has_w) tout = c.mul(tout, c.x(2));
+    }
+    if (tw) tout = c.add(tout, c.mul(tw, c.call("aten::mul.Tensor", {x, rstd})));
+    return {tout, trstd};
+  });
 }
 
 }  // namespace jvpc::jvp_rules
