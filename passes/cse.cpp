@@ -16,11 +16,27 @@ namespace jvpc {
 
 namespace {
 
+// a·b is b·a and a + b is b + a, exactly in floating point: for these the key takes the two
+// operands in id order (x·dx and dx·x from a product rule are one product).
+bool commutes(const Node& n) {
+  if (n.args().size() < 2 || n.arg(0).kind != ArgKind::Tensor || n.arg(1).kind != ArgKind::Tensor) return false;
+  if (n.op() == "aten::mul.Tensor") return true;
+  if (n.op() != "aten::add.Tensor") return false;
+  const Arg& alpha = n.arg(2);
+  return (alpha.kind == ArgKind::Int && alpha.value.toInt() == 1) ||
+         (alpha.kind == ArgKind::Float && alpha.value.toDouble() == 1.0);
+}
+
 // A key that identifies a node's computation: op, arguments (operands by value id) and metas.
 std::string key_of(const Node& n) {
   std::string k = n.op();
   k += "|";
+  if (commutes(n)) {
+    int a = n.tensor_arg(0)->id(), b = n.tensor_arg(1)->id();
+    k += "%" + std::to_string(std::min(a, b)) + ",%" + std::to_string(std::max(a, b)) + ";";
+  }
   for (const Arg& a : n.args()) {
+    if (commutes(n) && a.is_tensor_kind()) continue;
     k += arg_kind_name(a.kind);
     k += ":";
     if (a.is_tensor_kind()) {

@@ -18,6 +18,30 @@ TEST(Cse, MergesRepeatedComputations) {
   verify(g);
 }
 
+// x·dx and dx·x (a product rule of x·x) are one product; x − y and y − x, and sums with
+// alpha ≠ 1, are not.
+TEST(Cse, MergesCommutedProductsAndSumsOnly) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Value* y = g.add_input("y", f32({4}), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::mul.Tensor", {x, y}));
+  g.add_output(b.call("aten::mul.Tensor", {y, x}));
+  g.add_output(b.call("aten::add.Tensor", {x, y}));
+  g.add_output(b.call("aten::add.Tensor", {y, x}));
+  g.add_output(b.call("aten::sub.Tensor", {x, y}));
+  g.add_output(b.call("aten::sub.Tensor", {y, x}));
+  g.add_output(b.call("aten::add.Tensor", {x, y, 2}));
+  g.add_output(b.call("aten::add.Tensor", {y, x, 2}));
+  EXPECT_TRUE(cse(g));
+  const auto& o = g.outputs();
+  EXPECT_EQ(o[0], o[1]);
+  EXPECT_EQ(o[2], o[3]);
+  EXPECT_NE(o[4], o[5]);
+  EXPECT_NE(o[6], o[7]);
+  verify(g);
+}
+
 TEST(Cse, KeepsDifferentArgumentsApart) {
   Graph g;
   Value* x = g.add_input("x", f32({4}), Role::Primal);
