@@ -168,15 +168,10 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
     steps_.push_back(std::move(st));
   }
   for (const Value* o : graph_->outputs()) output_slots_.push_back(slot_of(o));
-  // Outputs that are constants, or views of them, are returned as copies: a caller writing
-  // into a result must not change what later calls return. So is a value returned twice (cse
-  // merges equal results): eager code would have returned two tensors.
-  auto constant_backed = [&](const Value* v) {
-    while (v->producer() && op_info(v->producer()->op()).is_view) v = v->producer()->input(0);
-    return graph_->is_input(v) && graph_->input_of(v).role == Role::Constant;
-  };
+  // A value returned twice (cse merges equal results) is returned as two tensors, as eager code
+  // would; results that share a constant's storage are copied at run time (run_eager).
   std::unordered_set<const Value*> returned;
-  for (const Value* o : graph_->outputs()) copied_outputs_.push_back(constant_backed(o) || !returned.insert(o).second);
+  for (const Value* o : graph_->outputs()) copied_outputs_.push_back(!returned.insert(o).second);
 
   // A CUDA graph replays only GPU work: every argument and every node result must be on one
   // CUDA device (constants may be anywhere, e.g. CPU scalars).
@@ -306,7 +301,9 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
   }
   std::vector<at::Tensor> outs;
   outs.reserve(output_slots_.size());
-  auto aliases_a_constant = [&](const at::Tensor& t) {  // also through ops that return their input as it is
+  // Results that share a constant's storage (the constant, a view of it, or an op that returned
+  // it as it is) are copies: a caller writing into a result must not change later calls.
+  auto aliases_a_constant = [&](const at::Tensor& t) {
     const c10::StorageImpl* s = t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
     for (const auto& c : constants_)
       if (s && c.second.defined() && c.second.storage().unsafeGetStorageImpl() == s) return true;

@@ -93,7 +93,7 @@ class Executable {
   std::vector<std::string> constant_names_;
   std::vector<Step> steps_;
   std::vector<int> output_slots_;
-  std::vector<bool> copied_outputs_;  // outputs returned as copies: constants, repeats
+  std::vector<bool> copied_outputs_;  // outputs that repeat an earlier one, returned as copies
   int num_slots_ = 0;
   c10::Device device_ = c10::Device(c10::kCPU);  // where the graph's arguments and results live
   bool use_cuda_graph_ = false;

@@ -42,11 +42,6 @@ std::vector<at::Tensor> forward_ad_jvp(const TensorFn& fn, const std::vector<at:
 
 namespace {
 
-bool is_fused_attention(const std::string& op) {
-  return op == "aten::_scaled_dot_product_flash_attention_for_cpu" || op == "aten::_scaled_dot_product_flash_attention" ||
-         op == "aten::_scaled_dot_product_efficient_attention" || op == "aten::_scaled_dot_product_cudnn_attention";
-}
-
 // `x` (contiguous) laid out with the strides `want` declares, when those are a permutation of a
 // contiguous layout (the fused kernels return [B, Sq, H, D] memory viewed as [B, H, Sq, D]).
 Value* with_layout(Builder& b, Value* x, const TensorMeta& want) {
@@ -85,7 +80,8 @@ std::unique_ptr<Graph> with_math_attention(const Graph& src) {
     if (is_causal && n->op() == "aten::_scaled_dot_product_flash_attention" && q->meta().sizes[2] != k->meta().sizes[2])
       throw Error(n->op() + ": causal attention with different query and key lengths is aligned to the bottom right, "
                   "the math path to the top left");
-    const Arg* mask = find("attn_mask") ? find("attn_mask") : find("attn_bias");
+    const Arg* mask = find("attn_mask");
+    if (!mask) mask = find("attn_bias");
     BArg m = mask && mask->kind == ArgKind::Tensor ? BArg(n->input(static_cast<size_t>(mask->operands[0]))) : BArg(std::nullopt);
     const Arg* scale = find("scale");
     BArg sc = scale && !scale->value.isNone() ? BArg(scale->value.toDouble()) : BArg(std::nullopt);

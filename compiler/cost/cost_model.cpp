@@ -44,8 +44,7 @@ int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<in
   if (op == "aten::addmm") return product({2, dim(1, 0), dim(1, 1), dim(2, 1)});
   if (op == "aten::bmm") return product({2, dim(0, 0), dim(0, 1), dim(0, 2), dim(1, 2)});
   if (op == "aten::baddbmm") return product({2, dim(1, 0), dim(1, 1), dim(1, 2), dim(2, 2)});
-  if (op == "aten::_scaled_dot_product_flash_attention" || op == "aten::_scaled_dot_product_efficient_attention" ||
-      op == "aten::_scaled_dot_product_cudnn_attention" || op == "aten::_scaled_dot_product_flash_attention_for_cpu") {
+  if (is_fused_attention(op)) {
     // q [b,h,s_q,d], k [b,h_k,s_k,d], v [b,h_k,s_k,d_v]; counted with q's heads.
     const auto &q = s.at(0), &k = s.at(1), &v = s.at(2);
     int64_t bh = product({q.at(0), q.at(1)}), sq = q.at(2), d = q.at(3), sk = k.at(2), dv = v.at(3);
@@ -92,6 +91,9 @@ const std::unordered_map<std::string, Rule>& rules() {
       m[op] = {Kind::Softmax, 4, 1};                        // max, subtract, sum, divide; exp
     m["aten::_softmax_backward_data"] = {Kind::SoftmaxBackward, 4, 0};  // y·(g − Σ g·y)
     m["aten::native_layer_norm"] = {Kind::LayerNorm, 8, 0};
+    // Matrix-vector and dot products: FlopCounterMode has no rule for them, so they count as
+    // reductions of their first operand, 2 per multiply-add as for the matmuls.
+    m["aten::mv"] = m["aten::dot"] = {Kind::Reduction, 2, 0};
     return m;
   }();
   return r;
@@ -129,12 +131,6 @@ NodeCost cost_of(const Node& n) {
     else if (n.op().rfind("aten::_scaled_dot_product_", 0) == 0 && shapes.at(0).at(1) != shapes.at(1).at(1))
       c.note = "FlopCounterMode has no rule for grouped-query attention; counted as two bmms over the query heads";
     if (n.op() == "aten::addmm" || n.op() == "aten::baddbmm") c.other_flops = out_elems;  // the addition
-    return c;
-  }
-  // Matrix-vector and dot products: FlopCounterMode has no rule for them, so their multiply-adds
-  // are other FLOPs, 2 per multiply-add as for the matmuls.
-  if (n.op() == "aten::mv" || n.op() == "aten::dot") {
-    c.other_flops = product({2, in_elems});
     return c;
   }
   auto it = rules().find(n.op());

@@ -370,6 +370,11 @@ const std::unordered_map<std::string, ShapeRule>& shape_rules() {
 
 }  // namespace
 
+bool is_fused_attention(const std::string& op) {
+  return op == "aten::_scaled_dot_product_flash_attention_for_cpu" || op == "aten::_scaled_dot_product_flash_attention" ||
+         op == "aten::_scaled_dot_product_efficient_attention" || op == "aten::_scaled_dot_product_cudnn_attention";
+}
+
 std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,
                                       const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts) {
   const auto& schema = info.schema();

@@ -25,6 +25,9 @@ struct OpInfo {
   bool composite_implicit = false;  ///< only a CompositeImplicitAutograd kernel: it decomposes
 };
 
+/// The fused SDPA kernels (flash, efficient, cuDNN, CPU flash).
+bool is_fused_attention(const std::string& op);
+
 /// The op named "aten::name.overload". Throws jvpc::Error("unknown op ...") if there is none.
 const OpInfo& op_info(const std::string& qualified_name);
 const OpInfo& op_info(const c10::OperatorHandle& op);
