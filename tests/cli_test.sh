@@ -101,6 +101,15 @@ JVPC_MAX_INPUT_BYTES=1e9 expect 2 "a malformed JVPC_MAX_INPUT_BYTES" -- "$JVPC" 
 expect 2 "unknown command" -- "$JVPC" frobnicate; contains err "unknown command 'frobnicate'"
 expect 2 "incompatible sizes" -- "$JVPC" trace sdpa --device cpu --model-dim 100 --head-dim 64
 expect 2 "unknown wrt" -- "$JVPC" linearize sdpa --device cpu --wrt mask
+python3 - "$DIR/sin.json" <<'PY'
+import json, sys
+m = {"device": "cpu", "dtype": "Float", "sizes": [3], "strides": [1]}
+json.dump({"format": "jvpc-graph", "schema_version": 1,
+           "inputs": [{"id": 0, "name": "x", "role": "primal", "differentiable": True, "meta": m}],
+           "nodes": [{"op": "aten::sin", "args": [{"tensor": 0}], "outputs": [{"id": 1, "meta": m}]}],
+           "outputs": [{"id": 1, "name": "y"}]}, open(sys.argv[1], "w"))
+PY
+expect 0 "linearize a graph without matmuls" -- "$JVPC" linearize "$DIR/sin.json"; contains out "1 nodes: no matmuls"
 expect 2 "a name twice in --wrt" -- "$JVPC" linearize sdpa --device cpu --wrt q,q; contains err "names 'q' twice"
 # Graph files with fused attention (no forward AD in LibTorch) are checked with attention on the
 # math path, half precision in float32, at the traced example's values.

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -241,6 +242,17 @@ TEST(Serialize, RejectsMissingConstantsFile) {
   Saved s = save_small("nofile");
   std::remove(constants_path_for(s.path).c_str());
   test::expect_error([&] { load(s.path); }, "cannot read constants file");
+}
+
+// An absolute constants_file is taken as it is (it used to get the graph's folder in front).
+TEST(Serialize, AbsoluteConstantsFileIsTakenAsItIs) {
+  Saved s = save_small("absolute");
+  std::string cpath = std::filesystem::absolute(constants_path_for(s.path)).string();
+  s.j["constants_file"] = cpath;
+  std::string moved = temp_path("absolute_elsewhere.json");
+  std::ofstream(moved) << s.j.dump();
+  auto g = load(moved);
+  EXPECT_TRUE(g->inputs()[1].data.equal(at::arange(6, at::kFloat).view({2, 3})));
 }
 
 TEST(Serialize, RejectsMismatchedConstants) {
