@@ -111,6 +111,7 @@ json.dump({"format": "jvpc-graph", "schema_version": 1,
 PY
 expect 0 "linearize a graph without matmuls" -- "$JVPC" linearize "$DIR/sin.json"; contains out "1 nodes: no matmuls"
 expect 2 "a name twice in --wrt" -- "$JVPC" linearize sdpa --device cpu --wrt q,q; contains err "names 'q' twice"
+expect 2 "an empty name in --wrt" -- "$JVPC" linearize sdpa --device cpu --wrt q,; contains err "an empty name"
 # Graph files with fused attention (no forward AD in LibTorch) are checked with attention on the
 # math path, half precision in float32, at the traced example's values.
 for cfg in "sdpa --backend flash --dtype float64" "block --backend flash" "block --dtype float16"; do

@@ -41,6 +41,7 @@ std::vector<std::string> split_names(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
+  if (!s.empty() && s.back() == ',') throw Error("--wrt '" + s + "': an empty name");  // getline drops it
   while (std::getline(ss, item, ',')) {
     if (item.empty()) throw Error("--wrt '" + s + "': an empty name");
     if (std::find(out.begin(), out.end(), item) != out.end()) throw Error("--wrt '" + s + "' names '" + item + "' twice");
