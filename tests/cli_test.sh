@@ -26,10 +26,13 @@ contains() { if grep -q -- "$2" "$DIR/$1"; then pass "  ...$1 has '$2'"; else fa
 
 expect 0 "jvpc --help" -- "$JVPC" --help
 expect 0 "jvpc --version" -- "$JVPC" --version; contains out "^jvpc [0-9.]* (LibTorch 2.11.0, graph schema 1, CUDA"
-for cmd in trace show run cost linearize; do expect 0 "jvpc $cmd --help" -- "$JVPC" "$cmd" --help; done
+for cmd in trace show run cost linearize rules; do expect 0 "jvpc $cmd --help" -- "$JVPC" "$cmd" --help; done
 expect 0 "trace --help lists the examples' flags" -- "$JVPC" trace --help; contains out "--kv-heads"
 
 expect 0 "trace sdpa" -- "$JVPC" trace sdpa --device cpu -o "$DIR/sdpa.json"
+expect 0 "rules" -- "$JVPC" rules; contains out "^aten::bmm$"; contains out "ops with a JVP rule"
+expect 0 "rules --json" -- "$JVPC" rules --json; contains out '"aten::_safe_softmax"'
+expect 2 "rules with an argument" -- "$JVPC" rules sdpa
 expect 0 "show text" -- "$JVPC" show "$DIR/sdpa.json"; contains out "aten::bmm"
 expect 0 "show dot" -- "$JVPC" show "$DIR/sdpa.json" --format dot; contains out "digraph"
 expect 0 "show json" -- "$JVPC" show "$DIR/sdpa.json" --format json; contains out '"schema_version": 1'

@@ -167,5 +167,31 @@ TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
   }
 }
 
+// Elementwise shape rules lay the result out like the operand, as the kernels do: a transposed
+// operand gives a transposed result (a later view of it depends on that).
+TEST(Ir, ShapeRulesKeepATransposedOperandsLayout) {
+  at::Tensor x = at::randn({4, 3}).t();
+  TensorMeta m = TensorMeta::of(x);
+  std::vector<std::pair<std::string, std::function<std::vector<BArg>(Value*)>>> cases = {
+      {"aten::relu", [](Value* v) { return std::vector<BArg>{v}; }},
+      {"aten::abs", [](Value* v) { return std::vector<BArg>{v}; }},
+      {"aten::hardtanh_backward", [](Value* v) { return std::vector<BArg>{v, v, -0.5, 0.5}; }},
+      {"aten::hardswish_backward", [](Value* v) { return std::vector<BArg>{v, v}; }},
+      {"aten::log_sigmoid_backward", [](Value* v) { return std::vector<BArg>{v, v, v}; }},
+      {"aten::flip", [](Value* v) { return std::vector<BArg>{v, std::vector<int64_t>{0}}; }},
+  };
+  for (const auto& [op, args] : cases) {
+    Graph g;
+    Value* in = g.add_input("x", m, Role::Primal);
+    Builder b(g);
+    Value* out = b.emit(op, args(in)).at(0);
+    std::vector<at::Tensor> operands(out->producer()->inputs().size(), x);
+    at::Tensor got = execute_node(*out->producer(), operands).at(0);
+    EXPECT_EQ(got.sizes().vec(), out->meta().sizes) << op;
+    EXPECT_EQ(got.strides().vec(), out->meta().strides) << op;
+    EXPECT_EQ(got.scalar_type(), out->meta().dtype) << op;
+  }
+}
+
 }  // namespace
 }  // namespace jvpc

@@ -17,6 +17,7 @@ void add_show(CLI::App& app);
 void add_run(CLI::App& app);
 void add_cost(CLI::App& app);
 void add_linearize(CLI::App& app);
+void add_rules(CLI::App& app);
 
 /// The exit code of the command that ran (set by the command's callback).
 extern int exit_code;

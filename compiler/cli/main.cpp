@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   jvpc::cli::add_run(app);
   jvpc::cli::add_cost(app);
   jvpc::cli::add_linearize(app);
+  jvpc::cli::add_rules(app);
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] == '-' && first != "-h" && first != "--help" && first != "--version") {
     std::cerr << "jvpc: error: unknown option '" << argv[1] << "' before the command (see jvpc --help)\n";

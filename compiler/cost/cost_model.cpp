@@ -71,22 +71,26 @@ const std::unordered_map<std::string, Rule>& rules() {
     for (const char* op : {"aten::clone", "aten::_to_copy", "aten::copy", "aten::contiguous", "aten::cat", "aten::stack",
                            "aten::index_select", "aten::repeat", "aten::repeat_interleave.self_int", "aten::index.Tensor",
                            "aten::tril", "aten::triu", "aten::fill.Scalar", "aten::zero", "aten::masked_fill.Scalar",
-                           "aten::flip", "aten::roll", "aten::gather"})
+                           "aten::flip", "aten::roll", "aten::gather", "aten::constant_pad_nd", "aten::scatter.src",
+                           "aten::scatter.value"})
       m[op] = {Kind::Copy, 0, 0};
     for (const char* op : {"aten::ones", "aten::zeros", "aten::empty.memory_format", "aten::full", "aten::scalar_tensor",
                            "aten::empty_strided", "aten::arange", "aten::arange.start", "aten::ones_like", "aten::zeros_like",
                            "aten::empty_like", "aten::full_like", "aten::rand", "aten::randn"})
       m[op] = {Kind::Factory, 0, 0};
     for (const char* op : {"aten::exp", "aten::log", "aten::tanh", "aten::sigmoid", "aten::erf", "aten::sqrt", "aten::rsqrt",
-                           "aten::sin", "aten::cos", "aten::log1p", "aten::expm1", "aten::reciprocal"})
+                           "aten::sin", "aten::cos", "aten::log1p", "aten::expm1", "aten::reciprocal", "aten::sinh",
+                           "aten::cosh", "aten::atan", "aten::log2", "aten::log10", "aten::pow.Tensor_Scalar",
+                           "aten::pow.Tensor_Tensor", "aten::pow.Scalar"})
       m[op] = {Kind::Elementwise, 0, 1};
-    m["aten::pow.Tensor_Scalar"] = {Kind::Elementwise, 0, 1};
     m["aten::gelu"] = {Kind::Elementwise, 4, 1};            // x·½(1+erf(x/√2))
     m["aten::gelu_backward"] = {Kind::Elementwise, 8, 2};   // ½(1+erf) + x·φ(x), times grad
     m["aten::silu"] = {Kind::Elementwise, 2, 1};
     for (const char* op : {"aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::amax", "aten::amin",
-                           "aten::max", "aten::min", "aten::var.correction", "aten::norm.Scalar"})
+                           "aten::max", "aten::min", "aten::var.correction", "aten::std.correction", "aten::norm.Scalar",
+                           "aten::linalg_vector_norm", "aten::prod", "aten::prod.dim_int", "aten::cumsum", "aten::cumprod"})
       m[op] = {Kind::Reduction, 1, 0};
+    m["aten::logsumexp"] = {Kind::Reduction, 3, 1};  // max, subtract, sum; exp
     for (const char* op : {"aten::_softmax", "aten::_safe_softmax", "aten::_log_softmax"})
       m[op] = {Kind::Softmax, 4, 1};                        // max, subtract, sum, divide; exp
     m["aten::_softmax_backward_data"] = {Kind::SoftmaxBackward, 4, 0};  // y·(g − Σ g·y)

@@ -261,10 +261,19 @@ TensorMeta like(const TensorMeta& m, std::vector<int64_t> sizes, c10::ScalarType
   return TensorMeta::contiguous(std::move(sizes), dtype, m.device);
 }
 
+/// An elementwise result laid out like `x` where x is dense, as TensorIterator and empty_like
+/// (preserve format) do it.
+TensorMeta preserving_layout(const TensorMeta& x) {
+  TensorMeta m = TensorMeta::of(at::empty_like(
+      at::empty_strided(x.sizes, x.strides, at::TensorOptions().dtype(x.dtype).device(c10::kMeta)), at::MemoryFormat::Preserve));
+  m.device = x.device;
+  return m;
+}
+
 // Shape rules for kernels without a Meta implementation in C++ (PyTorch registers theirs from
 // Python). Each mirrors the kernel's output allocation.
-const std::unordered_map<std::string, ShapeRule>& shape_rules() {
-  static const std::unordered_map<std::string, ShapeRule> rules = {
+std::unordered_map<std::string, ShapeRule> make_shape_rules() {
+  std::unordered_map<std::string, ShapeRule> rules = {
       {"aten::where.self",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto &c = operand_meta(a, 0, in), &x = operand_meta(a, 1, in), &y = operand_meta(a, 2, in);
@@ -304,22 +313,13 @@ const std::unordered_map<std::string, ShapeRule>& shape_rules() {
                        ? static_cast<c10::ScalarType>(a[2].value.toInt()) : x.dtype;
          return std::vector<TensorMeta>{like(x, x.sizes, dt)};
        }},
-      {"aten::relu",
-       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
-         const auto& x = operand_meta(a, 0, in);
-         return std::vector<TensorMeta>{like(x, x.sizes, x.dtype)};
-       }},
       // flip keeps the input's layout where it is dense (empty_like, preserve format); roll's
       // result is contiguous.
       {"aten::flip",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto& x = operand_meta(a, 0, in);
          for (int64_t d : a.at(1).value.toIntVector()) c10::maybe_wrap_dim(d, static_cast<int64_t>(x.sizes.size()));
-         TensorMeta m = TensorMeta::of(at::empty_like(
-             at::empty_strided(x.sizes, x.strides, at::TensorOptions().dtype(x.dtype).device(c10::kMeta)),
-             at::MemoryFormat::Preserve));
-         m.device = x.device;
-         return std::vector<TensorMeta>{m};
+         return std::vector<TensorMeta>{preserving_layout(x)};
        }},
       {"aten::roll",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
@@ -365,6 +365,19 @@ const std::unordered_map<std::string, ShapeRule>& shape_rules() {
          return std::vector<TensorMeta>{like(x, x.sizes, x.dtype), like(x, stat, acc), like(x, stat, acc)};
        }},
   };
+  // Elementwise kernels of one operand's shape and dtype (the backward kernels read a gradient
+  // of the operand's shape): the result is laid out like operand 0, as TensorIterator does it
+  // for a dense operand.
+  for (const char* op : {"aten::relu", "aten::abs", "aten::hardtanh_backward", "aten::hardswish_backward",
+                         "aten::log_sigmoid_backward"})
+    rules.emplace(op, [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+      return std::vector<TensorMeta>{preserving_layout(operand_meta(a, 0, in))};
+    });
+  return rules;
+}
+
+const std::unordered_map<std::string, ShapeRule>& shape_rules() {
+  static const std::unordered_map<std::string, ShapeRule> rules = make_shape_rules();
   return rules;
 }
 

@@ -1,4 +1,4 @@
-// JVP rules of elementwise ops: arithmetic, activations, selection and dtype casts.
+// JVP rules of elementwise ops: arithmetic, math functions, copies and dtype casts.
 // Derivative factors are primal expressions (fold computes them once), so each tangent costs
 // one multiplication per call.
 #include "passes/jvp_rules/rules.h"
@@ -10,8 +10,6 @@ namespace jvpc::jvp_rules {
 namespace {
 
 double scalar(const c10::IValue& v) { return v.isInt() ? static_cast<double>(v.toInt()) : v.isBool() ? v.toBool() : v.toDouble(); }
-
-Value* ones_like(Ctx& c, Value* x) { return c.call("aten::ones_like", {x}); }
 
 }  // namespace
 
@@ -53,13 +51,6 @@ void register_elementwise(Registry& r) {
   r.add("aten::sigmoid", unary([](Ctx& c) {  // out (1 - out)
     return c.call("aten::mul.Tensor", {c.out(), c.call("aten::rsub.Scalar", {c.out(), 1})});
   }));
-  r.add("aten::relu", unary([](Ctx& c) {  // 1 where x > 0
-    return c.call("aten::_to_copy", {c.call("aten::gt.Scalar", {c.x(0), 0}), c.out()->meta().dtype});
-  }));
-  r.add("aten::gelu", unary([](Ctx& c) {
-    return c.call("aten::gelu_backward", {ones_like(c, c.x(0)), c.x(0), c.c(1).toStringRef()});
-  }));
-  r.add("aten::silu", unary([](Ctx& c) { return c.call("aten::silu_backward", {ones_like(c, c.x(0)), c.x(0)}); }));
   r.add("aten::sqrt", unary([](Ctx& c) {  // 1 / (2 sqrt(x))
     return c.call("aten::mul.Scalar", {c.call("aten::reciprocal", {c.out()}), 0.5});
   }));
@@ -73,6 +64,22 @@ void register_elementwise(Registry& r) {
   r.add("aten::sin", unary([](Ctx& c) { return c.call("aten::cos", {c.x(0)}); }));
   r.add("aten::cos", unary([](Ctx& c) { return c.call("aten::neg", {c.call("aten::sin", {c.x(0)})}); }));
   r.add("aten::abs", unary([](Ctx& c) { return c.call("aten::sgn", {c.x(0)}); }));
+  r.add("aten::sinh", unary([](Ctx& c) { return c.call("aten::cosh", {c.x(0)}); }));
+  r.add("aten::cosh", unary([](Ctx& c) { return c.call("aten::sinh", {c.x(0)}); }));
+  r.add("aten::atan", unary([](Ctx& c) {  // 1 / (1 + x^2)
+    return c.call("aten::reciprocal", {c.call("aten::add.Scalar", {c.call("aten::mul.Tensor", {c.x(0), c.x(0)}), 1})});
+  }));
+  r.add("aten::log1p", unary([](Ctx& c) { return c.call("aten::reciprocal", {c.call("aten::add.Scalar", {c.x(0), 1})}); }));
+  r.add("aten::expm1", unary([](Ctx& c) { return c.call("aten::add.Scalar", {c.out(), 1}); }));
+  for (auto [op, base] : {std::pair{"aten::log2", 2.0}, std::pair{"aten::log10", 10.0}})
+    r.add(op, unary([base = base](Ctx& c) {  // 1 / (x ln b)
+      return c.call("aten::reciprocal", {c.call("aten::mul.Scalar", {c.x(0), std::log(base)})});
+    }));
+  // x - y·round(x/y) and the like: the derivative in x is 1 almost everywhere.
+  for (const char* op : {"aten::remainder.Scalar", "aten::fmod.Scalar", "aten::frac"})
+    r.add(op, [](Ctx& c) -> std::vector<Value*> { return {c.t(0)}; });
+  // Piecewise constant: the derivative is 0 almost everywhere.
+  for (const char* op : {"aten::sign", "aten::floor", "aten::ceil", "aten::round", "aten::trunc"}) r.add(op, zero());
   r.add("aten::pow.Tensor_Scalar", [](Ctx& c) -> std::vector<Value*> {
     double p = scalar(c.c(1));
     if (!c.t(0) || p == 0.0) return {};
@@ -80,22 +87,75 @@ void register_elementwise(Registry& r) {
     Value* f = p == 2.0 ? c.x(0) : c.call("aten::pow.Tensor_Scalar", {c.x(0), p - 1.0});
     return {c.mul(c.t(0), c.call("aten::mul.Scalar", {f, p}))};
   });
-
-  // Selection: tangents follow the selected branch; the condition has none.
-  r.add("aten::where.self", [](Ctx& c) -> std::vector<Value*> {
-    Value *a = c.t(1), *b = c.t(2);
-    if (a && b) return {c.call("aten::where.self", {c.x(0), a, b})};
-    if (a) return {c.call("aten::where.ScalarOther", {c.x(0), a, 0.0})};
-    return {c.call("aten::where.ScalarSelf", {c.x(0), 0.0, b})};
+  // d(x^y) = tx · y·x^(y-1) + ty · x^y·log(x), with LibTorch's values where x or y is 0.
+  r.add("aten::pow.Tensor_Tensor", [](Ctx& c) -> std::vector<Value*> {
+    Value *x = c.x(0), *y = c.x(1);
+    Value* a = nullptr;
+    if (c.t(0)) {
+      Value* f = c.call("aten::mul.Tensor", {y, c.call("aten::pow.Tensor_Tensor", {x, c.call("aten::sub.Scalar", {y, 1})})});
+      a = c.mul(c.t(0), c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {y, 0}), 0.0}));
+    }
+    Value* b = nullptr;
+    if (c.t(1)) {
+      Value* zero_base = c.call("aten::bitwise_and.Tensor", {c.call("aten::eq.Scalar", {x, 0}), c.call("aten::ge.Scalar", {y, 0})});
+      Value* f = c.call("aten::mul.Tensor", {c.out(), c.call("aten::log", {x})});
+      b = c.mul(c.t(1), c.call("aten::masked_fill.Scalar", {f, zero_base, 0.0}));
+    }
+    return {c.add(a, b)};
   });
-  r.add("aten::masked_fill.Scalar", [](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(0)) return {};
-    return {c.call("aten::masked_fill.Scalar", {c.t(0), c.x(1), 0.0})};
+  r.add("aten::pow.Scalar", [](Ctx& c) -> std::vector<Value*> {  // b^y: ty · b^y·log(b)
+    Value* t = c.t(1);
+    double base = scalar(c.c(0));
+    if (!t) return {};
+    if (base == 0.0) {  // 0^y: derivative 0 for y >= 0, as in LibTorch
+      Value* f = c.call("aten::mul.Scalar", {c.out(), -INFINITY});
+      return {c.mul(t, c.call("aten::masked_fill.Scalar", {f, c.call("aten::ge.Scalar", {c.x(1), 0}), 0.0}))};
+    }
+    return {c.mul(t, c.call("aten::mul.Scalar", {c.out(), std::log(base)}))};
   });
-  r.add("aten::masked_fill.Tensor", [](Ctx& c) -> std::vector<Value*> {  // value: a 0-dim tensor
-    if (!c.t(2)) return {c.t(0) ? c.call("aten::masked_fill.Scalar", {c.t(0), c.x(1), 0.0}) : nullptr};
-    Value* self = c.t(0) ? c.t(0) : c.call("aten::zeros_like", {c.out()});
-    return {c.call("aten::masked_fill.Tensor", {self, c.x(1), c.t(2)})};
+  // self + value·t1·t2 and self + value·t1/t2
+  r.add("aten::addcmul", [](Ctx& c) -> std::vector<Value*> {
+    double v = scalar(c.c(3));
+    Value* prod = c.add(c.mul(c.t(1), c.x(2)), c.mul(c.t(2), c.x(1)));
+    return {c.add(c.t(0), c.scale(prod, v))};
+  });
+  r.add("aten::addcdiv", [](Ctx& c) -> std::vector<Value*> {  // d(t1/t2) = dt1/t2 − dt2·t1/t2²
+    double v = scalar(c.c(3));
+    Value* inv = c.call("aten::reciprocal", {c.x(2)});
+    Value* q = c.t(2) ? c.call("aten::neg", {c.call("aten::mul.Tensor", {c.x(1), c.call("aten::mul.Tensor", {inv, inv})})}) : nullptr;
+    return {c.add(c.t(0), c.scale(c.add(c.mul(c.t(1), inv), c.mul(c.t(2), q)), v))};
+  });
+  // start + w·(end − start)
+  r.add("aten::lerp.Scalar", [](Ctx& c) -> std::vector<Value*> {
+    double w = scalar(c.c(2));
+    return {c.add(c.scale(c.t(0), 1.0 - w), c.scale(c.t(1), w))};
+  });
+  r.add("aten::lerp.Tensor", [](Ctx& c) -> std::vector<Value*> {
+    Value* w = c.x(2);
+    Value* a = c.t(0) ? c.mul(c.t(0), c.call("aten::rsub.Scalar", {w, 1})) : nullptr;
+    Value* tw = c.t(2) ? c.mul(c.t(2), c.call("aten::sub.Tensor", {c.x(1), c.x(0)})) : nullptr;
+    return {c.add(c.add(a, c.mul(c.t(1), w)), tw)};
+  });
+  // atan2(y, x): (ty·x − tx·y) / (x² + y²)
+  r.add("aten::atan2", [](Ctx& c) -> std::vector<Value*> {
+    Value *y = c.x(0), *x = c.x(1);
+    Value* r2 = c.call("aten::add.Tensor", {c.call("aten::mul.Tensor", {x, x}), c.call("aten::mul.Tensor", {y, y})});
+    Value* a = c.t(0) ? c.mul(c.t(0), c.call("aten::div.Tensor", {x, r2})) : nullptr;
+    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::neg", {c.call("aten::div.Tensor", {y, r2})})) : nullptr;
+    return {c.add(a, b)};
+  });
+  r.add("aten::hypot", [](Ctx& c) -> std::vector<Value*> {  // (ta·a + tb·b) / out
+    Value* a = c.t(0) ? c.mul(c.t(0), c.call("aten::div.Tensor", {c.x(0), c.out()})) : nullptr;
+    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::div.Tensor", {c.x(1), c.out()})) : nullptr;
+    return {c.add(a, b)};
+  });
+  // x·log(y), 0 where x = 0: tx·xlogy(x ≠ 0, y) + ty·x/y
+  r.add("aten::xlogy.Tensor", [](Ctx& c) -> std::vector<Value*> {
+    c10::ScalarType dt = c.out()->meta().dtype;
+    Value* nz = c.call("aten::_to_copy", {c.call("aten::ne.Scalar", {c.x(0), 0}), dt});
+    Value* a = c.t(0) ? c.mul(c.t(0), c.call("aten::xlogy.Tensor", {nz, c.x(1)})) : nullptr;
+    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::div.Tensor", {c.x(0), c.x(1)})) : nullptr;
+    return {c.add(a, b)};
   });
 
   // Copies and casts are linear; detach stops tangents; a copy takes the source's tangent.
@@ -103,13 +163,13 @@ void register_elementwise(Registry& r) {
   r.add("aten::clone", linear_in(0));
   r.add("aten::tril", linear_in(0));
   r.add("aten::triu", linear_in(0));
-  r.add("aten::detach", [](Ctx&) -> std::vector<Value*> { return {}; });
+  r.add("aten::detach", zero());
   // Factories shaped like their argument do not depend on its values.
   for (const char* op : {"aten::zeros_like", "aten::ones_like", "aten::empty_like", "aten::full_like", "aten::new_zeros",
                          "aten::new_ones", "aten::new_empty", "aten::new_full"})
-    r.add(op, [](Ctx&) -> std::vector<Value*> { return {}; });
-  r.add("aten::fill.Scalar", [](Ctx&) -> std::vector<Value*> { return {}; });
-  r.add("aten::zero", [](Ctx&) -> std::vector<Value*> { return {}; });
+    r.add(op, zero());
+  r.add("aten::fill.Scalar", zero());
+  r.add("aten::zero", zero());
   r.add("aten::copy", [](Ctx& c) -> std::vector<Value*> { return {c.t(1)}; });
 }
 

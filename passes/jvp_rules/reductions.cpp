@@ -1,14 +1,123 @@
-// JVP rules of reductions. Sums and means are linear, and so is the negative log-likelihood in
-// its input (the log-probabilities); its total weight has no tangent.
+// JVP rules of reductions and scans. Sums, means and cumulative sums are linear, and so is the
+// negative log-likelihood in its input (the log-probabilities); its total weight has no tangent.
+// The others are Σ t·f'(x) over the reduced dims, with f'(x) a primal expression that fold
+// computes once (a softmax for logsumexp, the centred input for var and std), so each costs
+// one multiplication and one sum per call.
 #include "passes/jvp_rules/rules.h"
+
+#include <cmath>
 
 namespace jvpc::jvp_rules {
 
+namespace {
+
+double scalar(const c10::IValue& v, double none) {
+  return v.isNone() ? none : v.isInt() ? static_cast<double>(v.toInt()) : v.toDouble();
+}
+
+/// Σ t·factor over `dims`, keeping them or not.
+Value* weighted_sum(Ctx& c, Value* factor, const std::vector<int64_t>& dims, bool keepdim) {
+  return c.call("aten::sum.dim_IntList", {c.mul(c.t(0), factor), dims, keepdim});
+}
+
+int64_t count(const Value* x, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= x->meta().sizes.at(static_cast<size_t>(d));
+  return n;
+}
+
+/// x − mean(x) over dims, scaled by 1/(N − correction): d(var) = 2·Σ t·that.
+Value* centred(Ctx& c, const std::vector<int64_t>& dims) {
+  double n = static_cast<double>(count(c.x(0), dims)) - scalar(c.c(2), 1.0);
+  Value* xc = c.call("aten::sub.Tensor", {c.x(0), c.call("aten::mean.dim", {c.x(0), dims, true})});
+  return c.call("aten::mul.Scalar", {xc, 1.0 / n});
+}
+
+/// Products of all other elements along `dim` (exclusive prefix times exclusive suffix
+/// products), exact where x has zeros, unlike out / x.
+Value* others_product(Ctx& c, Value* x, int64_t dim) {
+  int64_t n = x->meta().sizes.at(static_cast<size_t>(dim));
+  Value* one = c.call("aten::ones_like", {c.call("aten::slice.Tensor", {x, dim, 0, 1})});
+  auto exclusive = [&](Value* v) {
+    Value* cp = c.call("aten::cumprod", {v, dim});
+    return c.call("aten::cat", {std::vector<Value*>{one, c.call("aten::slice.Tensor", {cp, dim, 0, n - 1})}, dim});
+  };
+  Value* suffix = c.call("aten::flip", {exclusive(c.call("aten::flip", {x, std::vector<int64_t>{dim}})), std::vector<int64_t>{dim}});
+  return c.call("aten::mul.Tensor", {exclusive(x), suffix});
+}
+
+}  // namespace
+
 void register_reductions(Registry& r) {
-  for (const char* op : {"aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim"}) r.add(op, linear_in(0));
+  for (const char* op : {"aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::cumsum"})
+    r.add(op, linear_in(0));
   r.add("aten::nll_loss_forward", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     return {c.reapply(0, c.t(0))[0], nullptr};
+  });
+
+  // d(logsumexp) = Σ t·softmax(x)
+  r.add("aten::logsumexp", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    auto dims = reduced_dims(c.x(0), c.c(1));
+    Value* p = c.call("aten::exp", {c.call("aten::sub.Tensor", {c.x(0), keep_dims(c, c.out(), c.x(0), dims)})});
+    return {weighted_sum(c, p, dims, c.c(2).toBool())};
+  });
+  r.add("aten::var.correction", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    auto dims = reduced_dims(c.x(0), c.c(1));
+    return {weighted_sum(c, c.call("aten::mul.Scalar", {centred(c, dims), 2.0}), dims, c.c(3).toBool())};
+  });
+  // d(std) = d(var) / (2 std), 0 where std is 0
+  r.add("aten::std.correction", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    auto dims = reduced_dims(c.x(0), c.c(1));
+    Value* s = keep_dims(c, c.out(), c.x(0), dims);
+    Value* f = c.call("aten::div.Tensor", {centred(c, dims), s});
+    f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {s, 0}), 0.0});
+    return {weighted_sum(c, f, dims, c.c(3).toBool())};
+  });
+  // ‖x‖_p: d = Σ t·sgn(x)·(|x| / ‖x‖)^(p−1), 0 where the norm is 0; for p = ±inf, the tangent
+  // of the extreme elements, averaged over ties; for p = 0 (a count), zero.
+  r.add("aten::linalg_vector_norm", [](Ctx& c) -> std::vector<Value*> {
+    double p = scalar(c.c(1), 2.0);
+    if (!c.t(0) || p == 0.0) return {};
+    auto dims = reduced_dims(c.x(0), c.c(2));
+    Value* norm = keep_dims(c, c.out(), c.x(0), dims);
+    if (norm->meta().dtype != c.x(0)->meta().dtype) norm = c.call("aten::_to_copy", {norm, c.x(0)->meta().dtype});
+    Value* sgn = c.call("aten::sgn", {c.x(0)});
+    Value* f;
+    if (std::isinf(p)) {
+      Value* hit = c.call("aten::_to_copy", {c.call("aten::eq.Tensor", {c.call("aten::abs", {c.x(0)}), norm}), c.x(0)->meta().dtype});
+      f = c.call("aten::mul.Tensor", {sgn, c.call("aten::div.Tensor", {hit, c.call("aten::sum.dim_IntList", {hit, dims, true})})});
+    } else if (p == 1.0) {
+      f = sgn;
+    } else {
+      Value* ratio = c.call("aten::div.Tensor", {c.call("aten::abs", {c.x(0)}), norm});
+      f = c.call("aten::mul.Tensor", {sgn, p == 2.0 ? ratio : c.call("aten::pow.Tensor_Scalar", {ratio, p - 1.0})});
+      f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {norm, 0}), 0.0});
+    }
+    return {weighted_sum(c, f, dims, c.c(3).toBool())};
+  });
+  r.add("aten::prod.dim_int", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);
+    if (c.x(0)->meta().sizes.empty()) return {c.t(0)};
+    return {weighted_sum(c, others_product(c, c.x(0), dim), {dim}, c.c(2).toBool())};
+  });
+  r.add("aten::prod", [](Ctx& c) -> std::vector<Value*> {  // over all elements, flattened
+    if (!c.t(0)) return {};
+    Value* flat = c.call("aten::view", {c.call("aten::clone", {c.x(0), c10::MemoryFormat::Contiguous}), std::vector<int64_t>{-1}});
+    Value* f = c.call("aten::view", {others_product(c, flat, 0), c.x(0)->meta().sizes});
+    return {c.call("aten::sum", {c.mul(c.t(0), f)})};
+  });
+  // mse_loss(x, y) = reduce((x − y)²): d = reduce(2(x − y)·(tx − ty)); reduction 0 none, 1 mean, 2 sum
+  r.add("aten::mse_loss", [](Ctx& c) -> std::vector<Value*> {
+    Value* dt = c.t(0) && c.t(1) ? c.call("aten::sub.Tensor", {c.t(0), c.t(1)}) : c.t(0) ? c.t(0) : c.scale(c.t(1), -1.0);
+    Value* d = c.mul(dt, c.call("aten::mul.Scalar", {c.call("aten::sub.Tensor", {c.x(0), c.x(1)}), 2.0}));
+    int64_t reduction = c.c(2).toInt();
+    if (reduction == 0) return {d};
+    return {c.call(reduction == 1 ? "aten::mean" : "aten::sum", {d})};
   });
 }
 

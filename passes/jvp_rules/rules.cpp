@@ -1,6 +1,8 @@
 // The rule table and the rule makers shared by the family files.
 #include "passes/jvp_rules/rules.h"
 
+#include <c10/core/WrapDimMinimal.h>
+
 #include <algorithm>
 
 namespace jvpc::jvp_rules {
@@ -27,10 +29,11 @@ Value* Ctx::mul(Value* t_, Value* factor) {
   return call("aten::mul.Tensor", {t_, factor});
 }
 
-std::vector<Value*> Ctx::reapply(size_t arg, Value* v) {
+std::vector<Value*> Ctx::reapply(const std::vector<std::pair<size_t, Value*>>& replaced) {
   std::vector<BArg> args;
-  for (size_t i = 0; i < n.args().size(); ++i) args.push_back(i == arg ? BArg(v) : BArg::of_arg(n.arg(i), &n));
-  return b.emit(n.op(), std::move(args), &n);  // v is shaped like the operand it replaces
+  for (size_t i = 0; i < n.args().size(); ++i) args.push_back(BArg::of_arg(n.arg(i), &n));
+  for (const auto& [i, v] : replaced) args.at(i) = BArg(v);
+  return b.emit(n.op(), std::move(args), &n);  // each v is shaped like the operand it replaces
 }
 
 void Registry::add(const std::string& op, Rule r) { rules_[op] = std::move(r); }
@@ -51,6 +54,8 @@ const Registry& registry() {
   static const Registry r = [] {
     Registry reg;
     register_elementwise(reg);
+    register_activations(reg);
+    register_selection(reg);
     register_reductions(reg);
     register_linalg(reg);
     register_views(reg);
@@ -100,6 +105,30 @@ Rule unary(std::function<Value*(Ctx&)> derivative) {
     if (!t) return {};
     return {c.mul(t, derivative(c))};
   };
+}
+
+std::vector<int64_t> reduced_dims(const Value* x, const c10::IValue& dims) {
+  int64_t rank = static_cast<int64_t>(x->meta().sizes.size());
+  std::vector<int64_t> out;
+  if (dims.isInt()) {
+    out.push_back(c10::maybe_wrap_dim(dims.toInt(), rank));
+  } else if (dims.isIntList() && !dims.toIntVector().empty()) {
+    for (int64_t d : dims.toIntVector()) out.push_back(c10::maybe_wrap_dim(d, rank));
+  } else {
+    for (int64_t d = 0; d < rank; ++d) out.push_back(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Value* keep_dims(Ctx& c, Value* r, const Value* x, const std::vector<int64_t>& dims) {
+  if (r->meta().sizes.size() == x->meta().sizes.size()) return r;
+  for (int64_t d : dims) r = c.call("aten::unsqueeze", {r, d});
+  return r;
+}
+
+Rule zero() {
+  return [](Ctx&) -> std::vector<Value*> { return {}; };
 }
 
 }  // namespace jvpc::jvp_rules

@@ -33,6 +33,8 @@ class Ctx {
   Value* out(size_t i = 0) const { return n.output(i); }
   /// A constant argument.
   const c10::IValue& c(size_t arg) const { return n.arg(arg).value; }
+  /// Argument `arg` exactly as the primal node holds it, to pass on to another op.
+  BArg a(size_t arg) const { return BArg::of_arg(n.arg(arg), &n); }
 
   Value* call(const std::string& op, std::vector<BArg> args) { return b.call(op, std::move(args)); }
   /// a + b, where either may be a zero (nullptr).
@@ -43,7 +45,9 @@ class Ctx {
   Value* mul(Value* t, Value* factor);
   /// The node's op applied again with argument `arg` replaced by `v` (other arguments as in
   /// the primal node).
-  std::vector<Value*> reapply(size_t arg, Value* v);
+  std::vector<Value*> reapply(size_t arg, Value* v) { return reapply({{arg, v}}); }
+  /// The same with several arguments replaced.
+  std::vector<Value*> reapply(const std::vector<std::pair<size_t, Value*>>& replaced);
 
  private:
   std::vector<Value*> tangents_;
@@ -73,9 +77,19 @@ Rule linear_in_list(size_t arg);
 Rule bilinear();
 /// Elementwise in argument 0: t0 * f'(x0), with f'(x0) built by `derivative` from primals.
 Rule unary(std::function<Value*(Ctx&)> derivative);
+/// A tangent that is always zero (detach, factories, rounding, comparisons).
+Rule zero();
+
+// Reductions.
+/// The dims a reduction's `dims` argument names, wrapped to [0, rank); None or [] means all.
+std::vector<int64_t> reduced_dims(const Value* x, const c10::IValue& dims);
+/// A reduction's result `r` with the reduced dims kept (size 1), so it broadcasts against `x`.
+Value* keep_dims(Ctx& c, Value* r, const Value* x, const std::vector<int64_t>& dims);
 
 // One registration function per family file.
 void register_elementwise(Registry& r);
+void register_activations(Registry& r);
+void register_selection(Registry& r);
 void register_reductions(Registry& r);
 void register_linalg(Registry& r);
 void register_views(Registry& r);

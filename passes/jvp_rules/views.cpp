@@ -30,6 +30,23 @@ void register_views(Registry& r) {
     r.add(op, linear_in(0));
   r.add("aten::cat", linear_in_list(0));
   r.add("aten::stack", linear_in_list(0));
+  r.add("aten::constant_pad_nd", [](Ctx& c) -> std::vector<Value*> {  // the padding is constant: tangent 0
+    if (!c.t(0)) return {};
+    return {c.call("aten::constant_pad_nd", {c.t(0), c.a(1), 0.0})};
+  });
+  // Scatters are linear in (self, source) jointly: the same op on both tangents, zeros for an
+  // absent one. Adding a constant source leaves self's tangent as it is.
+  for (const char* op : {"aten::scatter_add", "aten::scatter.src", "aten::index_add"})
+    r.add(op, [](Ctx& c) -> std::vector<Value*> {
+      if (!c.t(3) && c.n.op() != "aten::scatter.src") return {c.t(0)};
+      Value* self = c.t(0) ? c.t(0) : c.call("aten::zeros_like", {c.x(0)});
+      Value* source = c.t(3) ? c.t(3) : c.call("aten::zeros_like", {c.x(3)});
+      return c.reapply({{0, self}, {3, source}});
+    });
+  r.add("aten::scatter.value", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    return {c.call("aten::scatter.value", {c.t(0), c.a(1), c.x(2), 0.0})};
+  });
   r.add("aten::view", [](Ctx& c) -> std::vector<Value*> {
     Value* t = c.t(0);
     if (!t) return {};
