@@ -259,6 +259,22 @@ std::vector<RuleCase> cases() {
          auto r = at::native_layer_norm(x[0], {8}, std::nullopt, std::nullopt, 1e-5);
          return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
        }, nullptr, false, /*ad_outputs=*/1},  // PyTorch gives mean and rstd no forward-AD tangent
+      {"aten::native_group_norm", {{2, 6, 5}, {6}, {6}}, one([](auto& x) { return at::group_norm(x[0], 3, x[1], x[2]); })},
+      {"aten::native_group_norm", {{2, 4, 3, 3}}, one([](auto& x) { return at::group_norm(x[0].transpose(2, 3), 2); })},
+      {"aten::native_group_norm", {{2, 4, 3}}, [](auto& x) {
+         auto r = at::native_group_norm(x[0], std::nullopt, std::nullopt, 2, 4, 3, 2, 1e-5);
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+       }, nullptr, false, /*ad_outputs=*/1},
+      {"aten::native_batch_norm", {{4, 3, 5}, {3}, {3}}, one([](auto& x) {
+         return at::batch_norm(x[0], x[1], x[2], {}, {}, true, 0.1, 1e-5, false);
+       })},
+      {"aten::native_batch_norm", {{4, 3}}, one([](auto& x) {  // running statistics updated, batch ones used
+         return at::batch_norm(x[0], {}, {}, at::zeros({3}, at::kDouble), at::ones({3}, at::kDouble), true, 0.1, 1e-5, false);
+       })},
+      {"aten::native_batch_norm", {{4, 3, 2, 2}, {3}, {3}}, one([](auto& x) {  // eval: the running statistics
+         return at::batch_norm(x[0], x[1], x[2], at::full({3}, 0.2, at::kDouble), at::full({3}, 1.5, at::kDouble), false, 0.1, 1e-5, false);
+       })},
+      {"aten::native_batch_norm", {{2, 3, 4}, {3}, {3}}, one([](auto& x) { return at::instance_norm(x[0], x[1], x[2], {}, {}, true, 0.1, 1e-5, false); })},
       {"aten::_scaled_dot_product_flash_attention_for_cpu", {{1, 2, 6, 4}, {1, 2, 6, 4}, {1, 2, 6, 4}},
        sdpa(B::Flash, false, false), sdpa(B::Math, false, false)},
       {"aten::_scaled_dot_product_flash_attention_for_cpu", {{1, 2, 6, 4}, {1, 2, 9, 4}, {1, 2, 9, 4}},
@@ -327,6 +343,18 @@ TEST(JvpRules, EveryRegisteredRuleHasACase) {
                                    "aten::_scaled_dot_product_cudnn_attention"};
   for (const RuleCase& rc : cases()) covered.insert(rc.op);
   for (const std::string& op : jvp_rules::registry().ops()) EXPECT_TRUE(covered.count(op)) << op << " has no case";
+}
+
+// Running statistics are buffers: differentiating them is an error naming them, as in LibTorch.
+TEST(BatchNormRule, RunningStatisticsAreNotDifferentiable) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::batch_norm(x[0], {}, {}, x[1], x[2], false, 0.1, 1e-5, false)};
+  };
+  std::vector<TraceInput> in = {{"x", at::randn({4, 3})}, {"mean", at::zeros({3})}, {"var", at::ones({3})}};
+  test::expect_error([&] { linearize(fn, in); }, "JVP rule of aten::native_batch_norm: running_mean and running_var are not differentiable");
+  LinearizeOptions only_x;
+  only_x.wrt = {"x"};
+  EXPECT_EQ(linearize(fn, in, only_x).jvp({at::ones({4, 3})}).at(0).sizes(), at::IntArrayRef({4, 3}));
 }
 
 // On CUDA, native_layer_norm keeps float16 statistics in float32, and the rule's arithmetic

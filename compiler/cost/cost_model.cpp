@@ -94,7 +94,8 @@ const std::unordered_map<std::string, Rule>& rules() {
     for (const char* op : {"aten::_softmax", "aten::_safe_softmax", "aten::_log_softmax"})
       m[op] = {Kind::Softmax, 4, 1};                        // max, subtract, sum, divide; exp
     m["aten::_softmax_backward_data"] = {Kind::SoftmaxBackward, 4, 0};  // y·(g − Σ g·y)
-    m["aten::native_layer_norm"] = {Kind::LayerNorm, 8, 0};
+    for (const char* op : {"aten::native_layer_norm", "aten::native_group_norm", "aten::native_batch_norm"})
+      m[op] = {Kind::LayerNorm, 8, 0};
     // Matrix-vector and dot products: FlopCounterMode has no rule for them, so they count as
     // reductions of their first operand, 2 per multiply-add as for the matmuls.
     m["aten::mv"] = m["aten::dot"] = {Kind::Reduction, 2, 0};

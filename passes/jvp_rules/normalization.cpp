@@ -1,14 +1,16 @@
-// JVP rules of softmax and layer normalization.
+// JVP rules of softmax and the normalizations.
 //
 // softmax: d(out) = out · (t − Σ out·t), which is softmax's own backward formula, so the tangent
 // is one _softmax_backward_data kernel reading the primal output as a residual. _safe_softmax's
 // fully masked rows have out = 0 and get a zero tangent, as they should.
 //
-// layer norm, with x̂ = (x − μ)·rstd over the normalized dims:
+// layer, group and batch norm share one formula. With x̂ = (x − μ)·rstd over the normalized
+// dims (the last ones; each group of channels; all but the channels):
 //   d(x̂)   = rstd · (t − mean(t) − x̂ · mean(t·x̂))
-//   d(out)  = d(x̂)·w + x̂·dw + db
+//   d(out)  = d(x̂)·w + x̂·dw + db              (w and b per channel for group and batch norm)
 //   d(μ)    = mean(t),   d(rstd) = −rstd · mean(t·x̂) · rstd
-// x̂ is a primal expression (a residual after folding).
+// x̂ is a primal expression (a residual after folding). Batch norm in eval mode is affine in x:
+// out = (x − running_mean)·w/√(running_var + eps) + b.
 #include "passes/jvp_rules/rules.h"
 
 namespace jvpc::jvp_rules {
@@ -20,6 +22,47 @@ Value* softmax_jvp(Ctx& c, int64_t dim) {
   c10::ScalarType dt = c.out()->meta().dtype;
   if (t->meta().dtype != dt) t = c.call("aten::_to_copy", {t, dt});
   return c.call("aten::_softmax_backward_data", {t, c.out(), dim, dt});
+}
+
+/// Tangents of a normalization x̂ = (x − μ)·rstd over `dims` (keepdim shapes).
+struct Normalized {
+  Value* t_xhat = nullptr;
+  Value* t_mean = nullptr;
+  Value* t_rstd = nullptr;
+};
+
+Normalized normalized(Ctx& c, Value* t, Value* xhat, Value* rstd, const std::vector<int64_t>& dims) {
+  if (!t) return {};
+  Value* m1 = c.call("aten::mean.dim", {t, dims, true});
+  Value* m2 = c.call("aten::mean.dim", {c.mul(t, xhat), dims, true});
+  Value* centred = c.call("aten::sub.Tensor", {c.call("aten::sub.Tensor", {t, m1}), c.mul(m2, xhat)});
+  return {c.mul(centred, rstd), m1, c.mul(c.call("aten::neg", {m2}), c.call("aten::mul.Tensor", {rstd, rstd}))};
+}
+
+/// d(x̂·w + b) = d(x̂)·w + x̂·dw + db for the node's optional weight and bias (arguments 2 and 3
+/// of layer norm, 1 and 2 of group and batch norm), each broadcast by `shape`.
+Value* affine(Ctx& c, Value* t_xhat, Value* xhat, const std::function<Value*(Value*)>& shape) {
+  size_t w = c.n.op() == "aten::native_layer_norm" ? 2 : 1;  // layer norm has normalized_shape first
+  bool has_w = c.n.arg(w).kind == ArgKind::Tensor, has_b = c.n.arg(w + 1).kind == ArgKind::Tensor;
+  Value* t = has_w ? c.mul(t_xhat, shape(c.x(w))) : t_xhat;
+  if (Value* tw = has_w ? c.t(w) : nullptr) t = c.add(t, c.mul(shape(tw), xhat));
+  if (Value* tb = has_b ? c.t(w + 1) : nullptr) t = c.add(t, shape(tb));
+  return t;
+}
+
+/// A per-channel vector [C] viewed as [C, 1, ...], to broadcast against [N, C, ...].
+std::function<Value*(Value*)> per_channel(Ctx& c, size_t rank) {
+  return [&c, rank](Value* v) {
+    std::vector<int64_t> sizes = {v->meta().numel()};
+    sizes.resize(std::max<size_t>(rank, 2) - 1, 1);
+    return reshape(c, v, sizes);
+  };
+}
+
+/// Statistics kept in float32 for a half-precision input (CUDA), in the input's dtype.
+Value* as_input_dtype(Ctx& c, Value* v) {
+  c10::ScalarType dt = c.x(0)->meta().dtype;
+  return v->meta().dtype == dt ? v : c.call("aten::_to_copy", {v, dt});
 }
 
 }  // namespace
@@ -47,22 +90,51 @@ void register_normalization(Registry& r) {
     std::vector<int64_t> dims;
     for (int64_t d = rank - k; d < rank; ++d) dims.push_back(d);
     Value *mean = c.out(1), *rstd = c.out(2);
-    bool has_w = c.n.arg(2).kind == ArgKind::Tensor, has_b = c.n.arg(3).kind == ArgKind::Tensor;
-    Value* tw = has_w ? c.t(2) : nullptr;
-    Value* tb = has_b ? c.t(3) : nullptr;
     Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, mean}), rstd});
-    Value *tout = nullptr, *tmean = nullptr, *trstd = nullptr;
-    if (Value* t = c.t(0)) {
-      tmean = c.call("aten::mean.dim", {t, dims, true});
-      Value* m2 = c.call("aten::mean.dim", {c.mul(t, xhat), dims, true});
-      Value* centered = c.call("aten::sub.Tensor", {c.call("aten::sub.Tensor", {t, tmean}), c.mul(m2, xhat)});
-      Value* txhat = c.mul(centered, rstd);
-      tout = has_w ? c.mul(txhat, c.x(2)) : txhat;
-      trstd = c.mul(c.call("aten::neg", {m2}), c.call("aten::mul.Tensor", {rstd, rstd}));
+    Normalized n = normalized(c, c.t(0), xhat, rstd, dims);
+    return {affine(c, n.t_xhat, xhat, [](Value* v) { return v; }), n.t_mean, n.t_rstd};
+  });
+
+  // Group norm: layer norm of each group, [N, G, C/G·HxW], with per-channel w and b.
+  r.add("aten::native_group_norm", [](Ctx& c) -> std::vector<Value*> {
+    Value* x = c.x(0);
+    const std::vector<int64_t>& sizes = x->meta().sizes;
+    int64_t n = c.c(3).toInt(), g = c.c(6).toInt();
+    std::vector<int64_t> grouped = {n, g, -1}, stats = {n, g};
+    Value* mean = c.call("aten::unsqueeze", {as_input_dtype(c, c.out(1)), -1});
+    Value* rstd = c.call("aten::unsqueeze", {as_input_dtype(c, c.out(2)), -1});
+    Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {reshape(c, x, grouped), mean}), rstd});
+    Normalized nd = normalized(c, c.t(0) ? reshape(c, c.t(0), grouped) : nullptr, xhat, rstd, {2});
+    Value* t_xhat = nd.t_xhat ? reshape(c, nd.t_xhat, sizes) : nullptr;
+    Value* out = affine(c, t_xhat, reshape(c, xhat, sizes), per_channel(c, sizes.size()));
+    auto flat = [&](Value* v) { return v ? reshape(c, v, stats) : nullptr; };
+    return {out, flat(nd.t_mean), flat(nd.t_rstd)};
+  });
+
+  // Batch norm: statistics per channel over all other dims (training), or the running ones.
+  r.add("aten::native_batch_norm", [](Ctx& c) -> std::vector<Value*> {
+    Value* x = c.x(0);
+    size_t rank = x->meta().sizes.size();
+    auto channel = per_channel(c, rank);
+    bool running = c.n.arg(3).kind == ArgKind::Tensor && c.n.arg(4).kind == ArgKind::Tensor;
+    if (c.c(5).toBool() || !running) {
+      std::vector<int64_t> dims = {0};
+      for (size_t d = 2; d < rank; ++d) dims.push_back(static_cast<int64_t>(d));
+      Value* mean = channel(as_input_dtype(c, c.out(1)));
+      Value* rstd = channel(as_input_dtype(c, c.out(2)));
+      Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, mean}), rstd});
+      Normalized n = normalized(c, c.t(0), xhat, rstd, dims);
+      auto flat = [&](Value* v) { return v ? reshape(c, v, {x->meta().sizes.at(1)}) : nullptr; };
+      return {affine(c, n.t_xhat, xhat, channel), flat(n.t_mean), flat(n.t_rstd)};
     }
-    if (tw) tout = c.add(tout, c.mul(tw, xhat));
-    tout = c.add(tout, tb);
-    return {tout, tmean, trstd};
+    // eval: out = (x − m)·rstd·w + b with rstd = (v + eps)^(−1/2) from the running statistics,
+    // which are buffers: like LibTorch, jvpc does not differentiate them.
+    if (c.t(3) || c.t(4)) throw Error("running_mean and running_var are not differentiable (differentiate the input, weight and bias)");
+    double eps = c.c(7).toDouble();
+    Value* rstd = c.call("aten::rsqrt", {c.call("aten::add.Scalar", {channel(c.x(4)), eps})});
+    Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, channel(c.x(3))}), rstd});
+    Value* t_xhat = c.mul(c.t(0), rstd);
+    return {affine(c, t_xhat, xhat, channel)};
   });
 
   // RMS norm: y = x·rstd·w, rstd = (mean(x², dims) + eps)^(-1/2), so

@@ -1,6 +1,8 @@
 // The rule table and the rule makers shared by the family files.
 #include "passes/jvp_rules/rules.h"
 
+#include <ATen/InferSize.h>
+#include <ATen/TensorUtils.h>
 #include <c10/core/WrapDimMinimal.h>
 
 #include <algorithm>
@@ -125,6 +127,13 @@ Value* keep_dims(Ctx& c, Value* r, const Value* x, const std::vector<int64_t>& d
   if (r->meta().sizes.size() == x->meta().sizes.size()) return r;
   for (int64_t d : dims) r = c.call("aten::unsqueeze", {r, d});
   return r;
+}
+
+Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes) {
+  const TensorMeta& m = v->meta();
+  if (!at::detail::computeStride(m.sizes, m.strides, at::infer_size(sizes, m.numel())).has_value())
+    v = c.call("aten::clone", {v, c10::MemoryFormat::Contiguous});
+  return c.call("aten::view", {v, sizes});
 }
 
 Rule zero() {

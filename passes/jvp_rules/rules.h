@@ -80,6 +80,10 @@ Rule unary(std::function<Value*(Ctx&)> derivative);
 /// A tangent that is always zero (detach, factories, rounding, comparisons).
 Rule zero();
 
+/// v viewed as `sizes`; copied first where its layout cannot be viewed so (a tangent may be laid
+/// out unlike its primal: a tangent input is contiguous, a primal may be a transposed weight).
+Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes);
+
 // Reductions.
 /// The dims a reduction's `dims` argument names, wrapped to [0, rank); None or [] means all.
 std::vector<int64_t> reduced_dims(const Value* x, const c10::IValue& dims);

@@ -4,19 +4,7 @@
 // tangent first, visibly, rather than fail at run time.
 #include "passes/jvp_rules/rules.h"
 
-#include <ATen/InferSize.h>
-#include <ATen/TensorUtils.h>
-
 namespace jvpc::jvp_rules {
-
-namespace {
-
-bool viewable(const TensorMeta& m, std::vector<int64_t> sizes) {
-  auto shape = at::infer_size(sizes, m.numel());
-  return at::detail::computeStride(m.sizes, m.strides, shape).has_value();
-}
-
-}  // namespace
 
 void register_views(Registry& r) {
   for (const char* op : {"aten::expand", "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze",
@@ -48,10 +36,8 @@ void register_views(Registry& r) {
     return {c.call("aten::scatter.value", {c.t(0), c.a(1), c.x(2), 0.0})};
   });
   r.add("aten::view", [](Ctx& c) -> std::vector<Value*> {
-    Value* t = c.t(0);
-    if (!t) return {};
-    if (!viewable(t->meta(), c.c(1).toIntVector())) t = c.call("aten::clone", {t, c10::MemoryFormat::Contiguous});
-    return c.reapply(0, t);
+    if (!c.t(0)) return {};
+    return {reshape(c, c.t(0), c.c(1).toIntVector())};
   });
 }
 
