@@ -43,6 +43,10 @@ bool simplify_arith(Graph& g);
 /// operand, where fold precomputes it once.
 bool scale_to_residual(Graph& g);
 
+/// merge_factors.cpp: mul(mul(t, a), b) -> mul(t, mul(a, b)) for a tangent t and primal a, b
+/// (fold then computes a·b once), where the merged factor takes no more residual bytes.
+bool merge_factors(Graph& g);
+
 /// group_bmm.cpp: a bmm whose right operand repeats each key/value head (grouped-query
 /// attention) reads the unrepeated tensor, with the left operand's matrices stacked per group.
 bool group_bmm(Graph& g);

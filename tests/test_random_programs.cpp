@@ -1,7 +1,8 @@
 // Random programs: seeded compositions of the ops the rules cover (elementwise, reductions,
 // views, matmuls, softmax, layer norm, in-place updates), linearized in float64 and checked
 // against LibTorch's forward AD and central differences. They put the rules and every pass
-// (cse, simplify, fold, scale-to-residual, group-bmm, fuse) in arrangements no example has.
+// (cse, simplify, fold, scale-to-residual, merge-factors, group-bmm, fuse) in arrangements no
+// example has.
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
 #include "compiler/ir/printer.h"
