@@ -3,6 +3,7 @@
 #include "compiler/cost/cost_model.h"
 #include "compiler/cost/kernel_watch.h"
 #include "compiler/ir/builder.h"
+#include "compiler/ir/printer.h"
 #include "compiler/trace/tracer.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"
@@ -30,6 +31,45 @@ TEST(Cost, MatmulFormulasAreFlopCounterModes) {
   EXPECT_EQ(matmul_flops_for("aten::_scaled_dot_product_efficient_attention", {{1, 5, 128, 64}, {1, 5, 128, 64}, {1, 5, 128, 64}, {}}),
             20971520);
   EXPECT_EQ(matmul_flops_for("aten::exp", {{4}}), -1);
+  // Convolutions (input, weight, bias; output shape; transposed), as FlopCounterMode counted them
+  // for torch.nn.functional.conv*d with these arguments (torch 2.11).
+  EXPECT_EQ(matmul_flops_for("aten::convolution", {{2, 3, 8, 8}, {4, 3, 3, 3}, {4}}, {2, 4, 8, 8}), 27648);  // padding 1
+  EXPECT_EQ(matmul_flops_for("aten::convolution", {{2, 3, 8, 8}, {4, 3, 3, 3}, {}}, {2, 4, 2, 2}), 1728);  // stride 2, dilation 2
+  EXPECT_EQ(matmul_flops_for("aten::convolution", {{2, 4, 9, 9}, {6, 2, 3, 3}, {}}, {2, 6, 9, 9}), 34992);  // groups 2
+  EXPECT_EQ(matmul_flops_for("aten::convolution", {{2, 3, 8, 8}, {3, 5, 3, 3}, {}}, {2, 5, 16, 16}, true), 34560);
+  EXPECT_EQ(matmul_flops_for("aten::convolution", {{2, 3, 10}, {5, 3, 3}, {}}, {2, 5, 8}), 1440);
+  EXPECT_EQ(matmul_flops_for("aten::convolution", {{1, 2, 5, 6, 7}, {3, 2, 2, 3, 3}, {}}, {1, 3, 6, 6, 7}), 54432);
+}
+
+// The convolutions above, run: the traced graph's cost and the kernels that ran agree with
+// FlopCounterMode's counts.
+TEST(Cost, ConvolutionsAreCountedAsFlopCounterModeCountsThem) {
+  struct Case {
+    std::function<at::Tensor(const std::vector<at::Tensor>&)> f;
+    std::vector<std::vector<int64_t>> shapes;
+    int64_t flops;
+  };
+  std::vector<Case> cases = {
+      {[](auto& x) { return at::conv2d(x[0], x[1], x[2], 1, 1); }, {{2, 3, 8, 8}, {4, 3, 3, 3}, {4}}, 27648},
+      {[](auto& x) { using I = at::IntArrayRef;
+         return at::conv2d(x[0], x[1], std::nullopt, I{2}, I{0}, I{2}); }, {{2, 3, 8, 8}, {4, 3, 3, 3}}, 1728},
+      {[](auto& x) { return at::conv2d(x[0], x[1], {}, 1, 1, 1, 2); }, {{2, 4, 9, 9}, {6, 2, 3, 3}}, 34992},
+      {[](auto& x) { return at::conv_transpose2d(x[0], x[1], {}, 2, 1, 1); }, {{2, 3, 8, 8}, {3, 5, 3, 3}}, 34560},
+      {[](auto& x) { return at::conv1d(x[0], x[1]); }, {{2, 3, 10}, {5, 3, 3}}, 1440},
+      {[](auto& x) { return at::conv3d(x[0], x[1], {}, 1, 1); }, {{1, 2, 5, 6, 7}, {3, 2, 2, 3, 3}}, 54432},
+  };
+  for (const Case& c : cases) {
+    std::vector<TraceInput> in;
+    for (const auto& s : c.shapes) in.push_back({"x" + std::to_string(in.size()), at::randn(s)});
+    TensorFn fn = [f = c.f](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{f(x)}; };
+    Trace t = trace(fn, in);
+    EXPECT_EQ(graph_cost(*t.graph).matmul_flops, c.flops) << to_text(*t.graph);
+    std::vector<at::Tensor> values;
+    for (const auto& i : in) values.push_back(i.value);
+    KernelWatch watch;
+    Executable(t.graph->clone()).run(values);
+    EXPECT_EQ(watch.matmul_flops(), c.flops) << to_text(*t.graph);
+  }
 }
 
 TEST(Cost, CpuFlashKernelIsCountedAsItsBmmsAndSaysSo) {

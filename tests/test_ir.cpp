@@ -146,6 +146,13 @@ TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
        [](auto& v) { return std::vector<BArg>{v[0], std::vector<int64_t>{8}, v[1], v[2], 1e-5}; }},
       {"aten::native_layer_norm", {meta({2, 4, 8}, bf16)},
        [](auto& v) { return std::vector<BArg>{v[0], std::vector<int64_t>{4, 8}, std::nullopt, std::nullopt, 1e-5}; }},
+      // convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
+      {"aten::convolution", {meta({2, 3, 9, 8}, f32), meta({4, 3, 3, 2}, f32), meta({4}, f32)},
+       [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2], std::vector<int64_t>{2, 1}, std::vector<int64_t>{1, 0},
+                                              std::vector<int64_t>{1, 2}, false, std::vector<int64_t>{0}, 1}; }},
+      {"aten::convolution", {meta({2, 4, 5}, f32), meta({4, 3, 3}, f32)},
+       [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, std::vector<int64_t>{2}, std::vector<int64_t>{1},
+                                              std::vector<int64_t>{1}, true, std::vector<int64_t>{1}, 2}; }},
   };
   for (const Case& c : cases) {
     Graph g;

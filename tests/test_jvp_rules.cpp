@@ -93,6 +93,13 @@ std::vector<RuleCase> cases() {
       {"aten::baddbmm", {{3, 4}, {2, 3, 5}, {2, 5, 4}}, one([](auto& x) { return at::baddbmm(x[0], x[1], x[2], 2.0); })},
       {"aten::dot", {{5}, {5}}, one([](auto& x) { return at::dot(x[0], x[1]); })},
       {"aten::mv", {{3, 5}, {5}}, one([](auto& x) { return at::mv(x[0], x[1]); })},
+      {"aten::convolution", {{2, 3, 6, 6}, {4, 3, 3, 3}, {4}}, one([](auto& x) { return at::conv2d(x[0], x[1], x[2], 1, 1); })},
+      {"aten::convolution", {{2, 3, 9}, {5, 3, 3}}, one([](auto& x) { return at::conv1d(x[0], x[1], {}, 2); })},
+      {"aten::convolution", {{2, 4, 5, 5}, {6, 2, 3, 3}, {6}}, one([](auto& x) { return at::conv2d(x[0], x[1], x[2], 1, 1, 1, 2); })},
+      {"aten::convolution", {{2, 3, 4, 4}, {3, 5, 3, 3}, {5}}, one([](auto& x) {
+         return at::conv_transpose2d(x[0], x[1], x[2], 2, 1, 1);
+       })},
+      {"aten::convolution", {{1, 2, 5, 6, 7}, {3, 2, 2, 3, 3}}, one([](auto& x) { return at::conv3d(x[0], x[1], {}, 1, 1, 2); })},
       {"aten::view", {{3, 4}}, one([](auto& x) { return x[0].view({2, 6}); })},
       {"aten::view", {{3, 4}}, one([](auto& x) { return x[0].t().reshape({12}); })},
       {"aten::expand", {{3, 1}}, one([](auto& x) { return x[0].expand({2, 3, 4}); })},

@@ -16,12 +16,15 @@ int64_t add(int64_t a, int64_t b) {
   if (__builtin_add_overflow(a, b, &r)) throw Error("cost exceeds 2^63 (sizes too large to count)");
   return r;
 }
-int64_t product(std::initializer_list<int64_t> xs) {
+template <typename Ints>
+int64_t product_of(const Ints& xs) {
   int64_t r = 1;
   for (int64_t x : xs)
     if (__builtin_mul_overflow(r, x, &r)) throw Error("cost exceeds 2^63 (sizes too large to count)");
   return r;
 }
+int64_t product(std::initializer_list<int64_t> xs) { return product_of(xs); }
+int64_t product(const std::vector<int64_t>& xs) { return product_of(xs); }
 void accumulate(int64_t& total, int64_t x) { total = add(total, x); }
 
 }  // namespace
@@ -38,8 +41,20 @@ int64_t distinct_bytes(const TensorMeta& m) {
   return std::min(numel, extent) * static_cast<int64_t>(c10::elementSize(m.dtype));
 }
 
-int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& s) {
+int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& s,
+                         const std::vector<int64_t>& out, bool transposed) {
   auto dim = [&](size_t t, size_t d) { return s.at(t).at(d); };
+  if (op == "aten::convolution") {
+    // 2 · batch · w[0] · w[1] · prod(kernel) · prod(spatial), the spatial sizes of the output
+    // (of the input, transposed); w[1] is the input channels per group. Bias is not counted.
+    const auto &x = s.at(0), &w = s.at(1);
+    const auto& space = transposed ? x : out;
+    if (x.size() < 3 || w.size() != x.size() || space.size() != x.size()) throw std::out_of_range("convolution shapes");
+    std::vector<int64_t> f = {2, x[0]};
+    f.insert(f.end(), w.begin(), w.end());
+    f.insert(f.end(), space.begin() + 2, space.end());
+    return product(f);
+  }
   if (op == "aten::mm") return product({2, dim(0, 0), dim(0, 1), dim(1, 1)});
   if (op == "aten::addmm") return product({2, dim(1, 0), dim(1, 1), dim(2, 1)});
   if (op == "aten::bmm") return product({2, dim(0, 0), dim(0, 1), dim(0, 2), dim(1, 2)});
@@ -125,7 +140,8 @@ NodeCost cost_of(const Node& n) {
   int64_t in_elems = n.inputs().empty() ? 0 : n.input(0)->meta().numel();
   int64_t mm = -1;
   try {
-    mm = matmul_flops_for(n.op(), shapes);
+    bool transposed = n.op() == "aten::convolution" && n.arg(6).value.toBool();
+    mm = matmul_flops_for(n.op(), shapes, n.output(0)->meta().sizes, transposed);
   } catch (const std::out_of_range&) {
     throw Error("node " + n.op() + ": operand shapes do not fit the matmul formula");
   }

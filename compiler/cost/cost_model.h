@@ -52,8 +52,10 @@ GraphCost graph_cost(const Graph& g);
 /// Bytes of one tensor as a kernel reads it: distinct elements × element size.
 int64_t distinct_bytes(const TensorMeta& m);
 
-/// FlopCounterMode's matmul FLOPs for `op` given its operand shapes, or -1 if not a matmul op.
-/// Shared with the FLOP counter that watches kernels at run time.
-int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& shapes);
+/// FlopCounterMode's matmul FLOPs for `op` given its operand shapes (an absent optional operand:
+/// empty), or -1 if not a matmul op. A convolution also needs its output's shape and whether
+/// it is transposed. Shared with the FLOP counter that watches kernels at run time.
+int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& shapes,
+                         const std::vector<int64_t>& out = {}, bool transposed = false);
 
 }  // namespace jvpc

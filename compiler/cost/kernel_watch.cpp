@@ -9,10 +9,21 @@ namespace jvpc {
 
 namespace {
 thread_local KernelWatch* t_watch = nullptr;
-struct Entered : at::ObserverContext {};
+struct Entered : at::ObserverContext {
+  // A convolution's FLOPs depend on its output's shape: counted when it returns.
+  std::string conv;
+  std::vector<std::vector<int64_t>> shapes;
+  bool transposed = false;
+};
+
 }  // namespace
 
 struct KernelWatchAccess {
+  static void count(KernelWatch* w, const std::string& op, int64_t f) {
+    if (f <= 0) return;
+    w->matmul_flops_ += f;
+    w->by_op_[op] += f;
+  }
   static std::unique_ptr<at::ObserverContext> start(const at::RecordFunction& fn) {
     KernelWatch* w = t_watch;
     if (!w) return nullptr;
@@ -41,20 +52,35 @@ struct KernelWatchAccess {
       auto [base, overload] = split_op_name(info->name);
       std::string functional = info->name;
       if (!base.empty() && base.back() == '_') functional = base.substr(0, base.size() - 1) + (overload.empty() ? "" : "." + overload);
+      auto entered = std::make_unique<Entered>();
+      if (functional == "aten::convolution") {
+        entered->conv = functional;
+        entered->shapes = std::move(shapes);
+        entered->transposed = fn.inputs().size() > 6 && fn.inputs()[6].isBool() && fn.inputs()[6].toBool();
+        return entered;
+      }
       int64_t f = -1;
       try {
         f = matmul_flops_for(functional, shapes);
       } catch (const std::exception&) {
       }
-      if (f > 0) {
-        w->matmul_flops_ += f;
-        w->by_op_[functional] += f;
-      }
+      count(w, functional, f);
+      return entered;
     }
     return std::make_unique<Entered>();
   }
-  static void end(const at::RecordFunction&, at::ObserverContext* ctx) {
-    if (ctx && t_watch) t_watch->depth_--;
+  static void end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+    KernelWatch* w = t_watch;
+    if (!ctx || !w) return;
+    w->depth_--;
+    auto* e = static_cast<Entered*>(ctx);
+    if (e->conv.empty() || fn.outputs().empty() || !fn.outputs()[0].isTensor()) return;
+    int64_t f = -1;
+    try {
+      f = matmul_flops_for(e->conv, e->shapes, fn.outputs()[0].toTensor().sizes().vec(), e->transposed);
+    } catch (const std::exception&) {
+    }
+    count(w, e->conv, f);
   }
 };
 
@@ -63,6 +89,7 @@ KernelWatch::KernelWatch(bool nested_matmuls) : outer_(t_watch), nested_matmuls_
   handle_ = at::addThreadLocalCallback(
       at::RecordFunctionCallback(&KernelWatchAccess::start, &KernelWatchAccess::end)
           .needsInputs(true)
+          .needsOutputs(true)
           .scopes({at::RecordScope::FUNCTION}));
 }
 

@@ -364,6 +364,33 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
          auto acc = wide ? c10::kFloat : x.dtype;
          return std::vector<TensorMeta>{like(x, x.sizes, x.dtype), like(x, stat, acc), like(x, stat, acc)};
        }},
+      // convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups); a
+      // list of one entry applies to every spatial dim. The result takes x's memory format.
+      {"aten::convolution",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto &x = operand_meta(a, 0, in), &w = operand_meta(a, 1, in);
+         if (x.sizes.size() < 3 || w.sizes.size() != x.sizes.size()) throw Error("input and weight need the same rank, 3 or more");
+         size_t space = x.sizes.size() - 2;
+         auto at_dim = [&](size_t arg, size_t d) {
+           auto v = a.at(arg).value.toIntVector();
+           if (v.size() != 1 && v.size() != space) throw Error("stride, padding and dilation need 1 or " + std::to_string(space) + " entries");
+           return v.size() == 1 ? v[0] : v[d];
+         };
+         bool transposed = a.at(6).value.toBool();
+         int64_t groups = a.at(8).value.toInt();
+         std::vector<int64_t> out = {x.sizes[0], transposed ? w.sizes[1] * groups : w.sizes[0]};
+         for (size_t d = 0; d < space; ++d) {
+           int64_t in = x.sizes[d + 2], k = w.sizes[d + 2], s = at_dim(3, d), p = at_dim(4, d), dl = at_dim(5, d);
+           if (s < 1 || dl < 1 || p < 0) throw Error("stride and dilation must be positive and padding not negative");
+           out.push_back(transposed ? (in - 1) * s - 2 * p + dl * (k - 1) + at_dim(7, d) + 1
+                                    : (in + 2 * p - dl * (k - 1) - 1) / s + 1);
+           if (out.back() < 1) throw Error("the output would have no elements along spatial dim " + std::to_string(d));
+         }
+         auto meta = at::empty_strided(x.sizes, x.strides, at::TensorOptions().dtype(x.dtype).device(c10::kMeta));
+         TensorMeta m = TensorMeta::of(at::empty(out, meta.options().memory_format(meta.suggest_memory_format())));
+         m.device = x.device;
+         return std::vector<TensorMeta>{m};
+       }},
   };
   // Elementwise kernels of one operand's shape and dtype (the backward kernels read a gradient
   // of the operand's shape): the result is laid out like operand 0, as TensorIterator does it

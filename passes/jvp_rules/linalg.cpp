@@ -1,5 +1,5 @@
-// JVP rules of matrix products. Each product is bilinear: d(x·y) = dx·y + x·dy, and a zero
-// tangent drops its term, so a product with one differentiated operand costs one matmul.
+// JVP rules of matrix products and convolutions. Each is bilinear: d(x·y) = dx·y + x·dy, and a
+// zero tangent drops its term, so a product with one differentiated operand costs one matmul.
 #include "passes/jvp_rules/rules.h"
 
 namespace jvpc::jvp_rules {
@@ -22,6 +22,26 @@ Rule add_product(const char* product) {
   };
 }
 
+// convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+// conv(dx, w) + conv(x, dw) + db, the bias tangent per output channel.
+std::vector<Value*> convolution(Ctx& c) {
+  auto conv = [&c](Value* x, Value* w) {
+    std::vector<BArg> args;
+    for (size_t i = 0; i < c.n.args().size(); ++i) args.push_back(c.a(i));
+    args[0] = x;
+    args[1] = w;
+    args[2] = std::nullopt;
+    return c.call("aten::convolution", std::move(args));
+  };
+  Value* t = c.add(c.t(0) ? conv(c.t(0), c.x(1)) : nullptr, c.t(1) ? conv(c.x(0), c.t(1)) : nullptr);
+  if (Value* tb = c.n.arg(2).kind == ArgKind::Tensor ? c.t(2) : nullptr) {
+    std::vector<int64_t> per_channel(c.out()->meta().sizes.size() - 1, 1);
+    per_channel[0] = tb->meta().numel();
+    t = c.add(t, reshape(c, tb, per_channel));
+  }
+  return {t};
+}
+
 }  // namespace
 
 void register_linalg(Registry& r) {
@@ -31,6 +51,7 @@ void register_linalg(Registry& r) {
   r.add("aten::mv", bilinear());
   r.add("aten::addmm", add_product("aten::mm"));
   r.add("aten::baddbmm", add_product("aten::bmm"));
+  r.add("aten::convolution", convolution);
 }
 
 }  // namespace jvpc::jvp_rules
