@@ -6,6 +6,9 @@
 #include "tests/helpers.h"
 #include "tests/profiler.h"
 
+#include <ATen/EmptyTensor.h>
+#include <torch/library.h>
+
 namespace jvpc {
 namespace {
 
@@ -227,6 +230,49 @@ TEST(Tracer, ValuesWrittenOutsideTheDispatcherAreCaptured) {
   Executable exe(std::move(t.graph));
   auto want = fn({x}), got = exe.run({x});
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << i;
+}
+
+// CPU max_pool1d fills an `empty` in a plain loop: captured like at::tensor's values, its
+// result was a constant and its tangent silently zero (found by a probe).
+TEST(Tracer, AnOpComputingOutsideTheDispatcherIsAnErrorNamingIt) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::max_pool1d(x[0], {2})}; };
+  test::expect_error([&] { trace(fn, {{"x", at::randn({2, 3, 8})}}); },
+                     "aten::max_pool1d computes its result outside the dispatcher, where jvpc's tracer cannot see it");
+}
+
+// A decomposed op returning a tensor that no kernel made: allocated and filled where the
+// dispatcher does not see it (at::detail::empty_cpu, then a plain loop).
+at::Tensor doubled_outside(const at::Tensor& x) {
+  at::Tensor c = x.contiguous();
+  at::Tensor out = at::detail::empty_cpu(c.sizes(), c.scalar_type(), std::nullopt, std::nullopt, std::nullopt, std::nullopt);
+  for (int64_t i = 0; i < c.numel(); ++i) out.data_ptr<float>()[i] = 2 * c.const_data_ptr<float>()[i];
+  return out;
+}
+TORCH_LIBRARY(jvpc_test, m) {
+  m.def("doubled_outside(Tensor x) -> Tensor");
+  m.impl("doubled_outside", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(doubled_outside));
+}
+
+TEST(Tracer, ADecomposedOpReturningATensorNoKernelMadeIsAnError) {
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow("jvpc_test::doubled_outside", "").typed<at::Tensor(const at::Tensor&)>();
+  TensorFn fn = [op](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{op.call(x[0] + 1)}; };
+  test::expect_error([&] { trace(fn, {{"x", at::randn({3})}}); },
+                     "jvpc_test::doubled_outside computes its result outside the dispatcher");
+}
+
+// item() on a traced value: the graph would replay the number as a constant.
+TEST(Tracer, ScalarsReadFromTracedValuesAreAnError) {
+  TensorFn item = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] * x[0].sum().item<float>()}; };
+  test::expect_error([&] { trace(item, {{"x", at::randn({3})}}); },
+                     "aten::_local_scalar_dense reads a value computed from the inputs into a C++ scalar");
+  TensorFn branch = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::equal(x[0], x[0].relu()) ? x[0] : -x[0]};
+  };
+  test::expect_error([&] { trace(branch, {{"x", at::randn({3})}}); }, "aten::equal reads a value computed from the inputs");
+  // A captured constant's scalar is a constant.
+  at::Tensor c = at::full({}, 3.0);
+  TensorFn constant = [c](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] * c.item<float>()}; };
+  EXPECT_NO_THROW(trace(constant, {{"x", at::randn({3})}}));
 }
 
 // Found by a probe: a captured tensor written in place changed the constant the graph replays;

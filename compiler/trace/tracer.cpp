@@ -30,6 +30,7 @@ class Recorder {
       throw Error("input '" + in.name + "' is the same tensor as an earlier input");
     Value* v = g_.add_input(in.name, TensorMeta::of(in.value), Role::Primal, in.differentiable);
     bind(in.value, v);
+    from_inputs_.insert(v);
     protected_storages_.insert(storage_of(in.value));
     return v;
   }
@@ -46,6 +47,12 @@ class Recorder {
     // dispatcher (at::tensor({...}) copies its values in by pointer), so it is captured as it
     // is now. Replaying `empty` would read uninitialized memory.
     if (reads_data && uninitialized_.count(it->second)) {
+      // Inside a decomposed op, such an allocation is the op's own result, computed by code the
+      // tracer cannot see (max_pool1d's CPU path): its contents depend on the inputs.
+      auto inside = allocated_inside_.find(it->second);
+      if (inside != allocated_inside_.end())
+        throw Error(inside->second + " computes its result outside the dispatcher, where jvpc's tracer cannot see it; "
+                    "jvpc cannot trace this op");
       c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);
       return capture(t, t.clone());
     }
@@ -115,14 +122,28 @@ class Recorder {
         counts.push_back(0);
       }
     }
-    if (results.empty()) return;  // metadata queries (no tensor results) are not part of the graph
+    if (results.empty()) {  // metadata queries (no tensor results) are not part of the graph
+      // ... but a scalar read from an input's data (item(), if (t), equal) would be replayed as
+      // a constant: the graph would be right for these inputs only.
+      if (reads_scalar_data(info.name))
+        for (const Value* v : operands)
+          if (from_inputs_.count(v))
+            throw Error(info.name + " reads a value computed from the inputs into a C++ scalar (item(), if (tensor), equal); "
+                        "the graph would replay it as a constant. Keep the computation in tensors");
+      return;
+    }
     std::vector<TensorMeta> metas;
     for (const auto& t : results) metas.push_back(TensorMeta::of(t));
     bool impure = is_impure(*rec, rec_args);
     Node* n = g_.create(rec->name, std::move(rec_args), std::move(operands), std::move(metas), std::move(counts),
                         impure);
+    for (const Value* o : n->inputs())
+      if (from_inputs_.count(o)) from_inputs_.insert(n->outputs().begin(), n->outputs().end());
     if (allocates_uninitialized(rec->name))
-      for (Value* v : n->outputs()) uninitialized_.insert(v);
+      for (Value* v : n->outputs()) {
+        uninitialized_.insert(v);
+        if (!decomposing_.empty()) allocated_inside_[v] = decomposing_.back();
+      }
     for (size_t i = 0; i < results.size(); ++i) {
       if (written.defined() && results[i].unsafeGetTensorImpl() == written.unsafeGetTensorImpl()) {
         for (Value* alias : by_storage_[storage_of(written)]) stale_.insert(alias);
@@ -158,6 +179,12 @@ class Recorder {
       }
   }
 
+  /// Whether `t` is a value of the trace (an input or a recorded kernel's result).
+  bool produced(const at::Tensor& t) const { return value_of_.count(t.unsafeGetTensorImpl()) > 0; }
+
+  /// The CompositeImplicitAutograd ops being decomposed, outermost first.
+  std::vector<std::string> decomposing_;
+
   std::vector<std::string> kernels_;
   std::unordered_map<int, at::Tensor> values_;
 
@@ -175,6 +202,8 @@ class Recorder {
     if (value.is_same(t)) protected_storages_.insert(storage_of(t));  // a copy may be written on
     return c;
   }
+
+  static bool reads_scalar_data(const std::string& op) { return op == "aten::_local_scalar_dense" || op == "aten::equal"; }
 
   static bool allocates_uninitialized(const std::string& op) {
     static const std::unordered_set<std::string> ops = {
@@ -239,7 +268,9 @@ class Recorder {
   std::unordered_map<const c10::TensorImpl*, Value*> value_of_;
   std::unordered_map<const void*, std::vector<Value*>> by_storage_;
   std::unordered_set<const Value*> stale_;
+  std::unordered_set<const Value*> from_inputs_;    // values computed from the inputs
   std::unordered_set<const Value*> uninitialized_;  // outputs of empty and its kin
+  std::unordered_map<const Value*, std::string> allocated_inside_;  // ... allocated by a decomposed op
   std::unordered_set<const Value*> copied_;         // values copied before an in-place write
   std::unordered_set<const void*> protected_storages_;
   std::vector<at::Tensor> keep_;  // keeps TensorImpl pointers unique for the whole trace
@@ -248,10 +279,36 @@ class Recorder {
 
 thread_local Recorder* t_recorder = nullptr;
 
+std::vector<at::Tensor> tensors_of(const c10::IValue& v) {
+  if (v.isTensor() && v.toTensor().defined()) return {v.toTensor()};
+  if (v.isTensorList()) return v.toTensorVector();
+  return {};
+}
+
 void trace_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const OpInfo& info = op_info(op);
-  if (!t_recorder || info.composite_implicit) {
+  if (!t_recorder) {
     op.redispatchBoxed(ks.remove(kTraceKey), stack);
+    return;
+  }
+  if (info.composite_implicit) {  // decomposes into kernels, which are recorded
+    std::unordered_set<const c10::TensorImpl*> arguments;
+    size_t nargs = info.schema().arguments().size();
+    for (auto it = stack->end() - static_cast<std::ptrdiff_t>(std::min(nargs, stack->size())); it != stack->end(); ++it)
+      for (const at::Tensor& t : tensors_of(*it)) arguments.insert(t.unsafeGetTensorImpl());
+    t_recorder->decomposing_.push_back(info.name);
+    struct Pop {
+      ~Pop() {
+        if (t_recorder) t_recorder->decomposing_.pop_back();
+      }
+    } pop;
+    op.redispatchBoxed(ks.remove(kTraceKey), stack);
+    size_t nret = info.schema().returns().size();
+    for (auto it = stack->end() - static_cast<std::ptrdiff_t>(std::min(nret, stack->size())); it != stack->end(); ++it)
+      for (const at::Tensor& t : tensors_of(*it))
+        if (!arguments.count(t.unsafeGetTensorImpl()) && !t_recorder->produced(t))
+          throw Error(info.name + " computes its result outside the dispatcher, where jvpc's tracer cannot see it; "
+                      "jvpc cannot trace this op");
     return;
   }
   t_recorder->record(op, info, stack);
