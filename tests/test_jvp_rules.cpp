@@ -255,6 +255,46 @@ std::vector<RuleCase> cases() {
          return x[0].scatter(1, at::tensor({0, 3, 2, 3, 1, 0}, at::kLong).view({3, 2}), at::ones({3, 2}, at::kDouble));
        })},
       {"aten::scatter.value", {{3, 4}}, one([](auto& x) { return x[0].scatter(1, at::tensor({2, 0, 1}, at::kLong).view({3, 1}), 2.0); })},
+      // pooling, resampling, padding
+      {"aten::avg_pool2d", {{2, 3, 6, 6}}, one([](auto& x) { return at::avg_pool2d(x[0], {3, 2}, {2, 2}, {1, 0}); })},
+      {"aten::avg_pool3d", {{1, 2, 4, 4, 4}}, one([](auto& x) { return at::avg_pool3d(x[0], {2, 2, 2}); })},
+      {"aten::_adaptive_avg_pool2d", {{2, 3, 7, 5}}, one([](auto& x) { return at::adaptive_avg_pool2d(x[0], {3, 2}); })},
+      {"aten::_adaptive_avg_pool3d", {{1, 2, 5, 4, 3}}, one([](auto& x) { return at::adaptive_avg_pool3d(x[0], {2, 2, 2}); })},
+      {"aten::max_pool2d_with_indices", {{2, 3, 6, 6}}, one([](auto& x) { return at::max_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}); })},
+      {"aten::max_pool2d_with_indices", {{3, 5, 4}}, one([](auto& x) { return at::max_pool2d(x[0], {2, 2}); })},  // unbatched
+      {"aten::max_pool3d_with_indices", {{1, 2, 4, 4, 4}}, one([](auto& x) { return at::max_pool3d(x[0], {2, 2, 2}); })},
+      {"aten::adaptive_max_pool2d", {{2, 3, 7, 5}}, one([](auto& x) { return std::get<0>(at::adaptive_max_pool2d(x[0], {3, 2})); })},
+      {"aten::adaptive_max_pool3d", {{1, 2, 5, 4, 3}}, one([](auto& x) { return std::get<0>(at::adaptive_max_pool3d(x[0], {2, 2, 2})); })},
+      {"aten::upsample_nearest1d", {{2, 3, 5}}, one([](auto& x) { return at::upsample_nearest1d(x[0], std::vector<int64_t>{11}); })},
+      {"aten::upsample_nearest2d", {{2, 3, 4, 5}}, one([](auto& x) { return at::upsample_nearest2d(x[0], std::vector<int64_t>{8, 7}); })},
+      {"aten::upsample_nearest3d", {{1, 2, 2, 3, 2}}, one([](auto& x) { return at::upsample_nearest3d(x[0], std::vector<int64_t>{4, 6, 3}); })},
+      {"aten::_upsample_nearest_exact1d", {{2, 3, 5}}, one([](auto& x) { return at::_upsample_nearest_exact1d(x[0], std::vector<int64_t>{8}); })},
+      {"aten::_upsample_nearest_exact2d", {{2, 3, 4, 5}}, one([](auto& x) { return at::_upsample_nearest_exact2d(x[0], std::vector<int64_t>{7, 3}); })},
+      {"aten::_upsample_nearest_exact3d", {{1, 2, 2, 3, 2}}, one([](auto& x) { return at::_upsample_nearest_exact3d(x[0], std::vector<int64_t>{3, 5, 4}); })},
+      {"aten::upsample_linear1d", {{2, 3, 5}}, one([](auto& x) { return at::upsample_linear1d(x[0], std::vector<int64_t>{9}, true); })},
+      {"aten::upsample_bilinear2d", {{2, 3, 4, 5}}, one([](auto& x) { return at::upsample_bilinear2d(x[0], std::vector<int64_t>{7, 8}, false); })},
+      {"aten::upsample_bicubic2d", {{2, 3, 4, 5}}, one([](auto& x) { return at::upsample_bicubic2d(x[0], std::vector<int64_t>{6, 9}, false); })},
+      {"aten::upsample_trilinear3d", {{1, 2, 2, 3, 2}}, one([](auto& x) { return at::upsample_trilinear3d(x[0], std::vector<int64_t>{3, 5, 4}, true); })},
+      {"aten::reflection_pad1d", {{2, 3, 5}}, one([](auto& x) { return at::reflection_pad1d(x[0], {2, 1}); })},
+      {"aten::reflection_pad2d", {{2, 3, 4, 5}}, one([](auto& x) { return at::reflection_pad2d(x[0], {1, 2, 2, 1}); })},
+      {"aten::reflection_pad3d", {{1, 2, 3, 4, 3}}, one([](auto& x) { return at::reflection_pad3d(x[0], {1, 1, 2, 1, 1, 2}); })},
+      {"aten::replication_pad1d", {{2, 3, 5}}, one([](auto& x) { return at::replication_pad1d(x[0], {2, 1}); })},
+      {"aten::replication_pad2d", {{2, 3, 4, 5}}, one([](auto& x) { return at::replication_pad2d(x[0], {1, 2, 2, 1}); })},
+      {"aten::replication_pad3d", {{1, 2, 3, 4, 3}}, one([](auto& x) { return at::replication_pad3d(x[0], {1, 1, 2, 1, 1, 2}); })},
+      {"aten::pixel_shuffle", {{2, 8, 3, 3}}, one([](auto& x) { return at::pixel_shuffle(x[0], 2); })},
+      {"aten::pixel_unshuffle", {{2, 2, 4, 6}}, one([](auto& x) { return at::pixel_unshuffle(x[0], 2); })},
+      {"aten::channel_shuffle", {{2, 6, 3, 3}}, one([](auto& x) { return at::channel_shuffle(x[0], 3); })},
+      {"aten::trace", {{4, 5}}, one([](auto& x) { return at::trace(x[0]); })},
+      {"aten::index_put", {{5, 4}, {2, 4}}, one([](auto& x) {
+         return x[0].index_put({at::tensor({4, 1}, at::kLong)}, x[1]);
+       })},
+      {"aten::index_put", {{5, 4}, {3, 4}}, one([](auto& x) {  // accumulate, a repeated index
+         return x[0].index_put({at::tensor({4, 1, 4}, at::kLong)}, x[1], true);
+       })},
+      {"aten::index_put", {{5, 4}}, one([](auto& x) {  // constant values over a bool mask
+         return x[0].index_put({x[0] > 0}, at::scalar_tensor(2.0, at::kDouble));
+       })},
+      {"aten::masked_scatter", {{3, 4}, {12}}, one([](auto& x) { return x[0].masked_scatter(x[0] > 0, x[1]); })},
       {"aten::index_add", {{5, 4}, {3, 4}}, one([](auto& x) { return x[0].index_add(0, at::tensor({4, 0, 4}, at::kLong), x[1], 0.5); })},
       {"aten::index_add", {{5, 4}}, one([](auto& x) { return x[0].index_add(0, at::tensor({4, 0, 4}, at::kLong), at::ones({3, 4}, at::kDouble)); })},
       {"aten::_softmax", {{3, 5}}, one([](auto& x) { return at::_softmax(x[0], -1, false); })},

@@ -16,6 +16,29 @@ void register_views(Registry& r) {
                          "aten::diagonal_copy", "aten::expand_copy", "aten::permute_copy", "aten::transpose_copy.int",
                          "aten::select_copy.int", "aten::slice_copy.Tensor"})
     r.add(op, linear_in(0));
+  // Pooling by averages, resampling and padding by reflection or replication: linear too.
+  for (const char* op : {"aten::avg_pool2d", "aten::avg_pool3d", "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d",
+                         "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
+                         "aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d",
+                         "aten::upsample_linear1d", "aten::upsample_bilinear2d", "aten::upsample_bicubic2d",
+                         "aten::upsample_trilinear3d", "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
+                         "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", "aten::pixel_shuffle",
+                         "aten::pixel_unshuffle", "aten::channel_shuffle", "aten::trace"})
+    r.add(op, linear_in(0));
+  // Max pooling picks elements: the tangent at the indices it returns, which index each
+  // channel's flattened spatial dims (the last 2 or 3).
+  for (auto [op, space] : {std::pair{"aten::max_pool2d_with_indices", 2}, std::pair{"aten::max_pool3d_with_indices", 3},
+                           std::pair{"aten::adaptive_max_pool2d", 2}, std::pair{"aten::adaptive_max_pool3d", 3}})
+    r.add(op, [space = static_cast<size_t>(space)](Ctx& c) -> std::vector<Value*> {
+      if (!c.t(0)) return {};
+      auto flat = [&](Value* v) {
+        std::vector<int64_t> sizes(v->meta().sizes.begin(), v->meta().sizes.end() - static_cast<std::ptrdiff_t>(space));
+        sizes.push_back(-1);
+        return reshape(c, v, sizes);
+      };
+      Value* picked = c.call("aten::gather", {flat(c.t(0)), -1, flat(c.out(1))});
+      return {reshape(c, picked, c.out()->meta().sizes), nullptr};
+    });
   r.add("aten::cat", linear_in_list(0));
   r.add("aten::stack", linear_in_list(0));
   r.add("aten::constant_pad_nd", [](Ctx& c) -> std::vector<Value*> {  // the padding is constant: tangent 0
@@ -31,6 +54,18 @@ void register_views(Registry& r) {
       Value* source = c.t(3) ? c.t(3) : c.call("aten::zeros_like", {c.x(3)});
       return c.reapply({{0, self}, {3, source}});
     });
+  // index_put(self, indices, values, accumulate) and masked_scatter(self, mask, source) likewise.
+  r.add("aten::index_put", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(2) && c.c(3).toBool()) return {c.t(0)};
+    Value* self = c.t(0) ? c.t(0) : c.call("aten::zeros_like", {c.x(0)});
+    Value* values = c.t(2) ? c.t(2) : c.call("aten::zeros_like", {c.x(2)});
+    return c.reapply({{0, self}, {2, values}});
+  });
+  r.add("aten::masked_scatter", [](Ctx& c) -> std::vector<Value*> {
+    Value* self = c.t(0) ? c.t(0) : c.call("aten::zeros_like", {c.x(0)});
+    Value* source = c.t(2) ? c.t(2) : c.call("aten::zeros_like", {c.x(2)});
+    return c.reapply({{0, self}, {2, source}});
+  });
   r.add("aten::scatter.value", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     return {c.call("aten::scatter.value", {c.t(0), c.a(1), c.x(2), 0.0})};
