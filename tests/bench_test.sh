@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark's pipeline at the seed's configuration, with few repetitions:
+# jvpc_bench and torch_reference.py measure, compare.py pairs them. Times vary; the FLOPs and
+# residual bytes in the table do not, and are checked exactly. Usage: bench_test.sh BUILD_DIR
+set -u
+BUILD=$1
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+PY=$(cat "$BUILD/.jvpc-python" 2>/dev/null || command -v python3)
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+fails=0
+check() { if grep -qF -- "$1" "$OUT/table.md"; then echo "ok   $1"; else echo "FAIL $1"; fails=$((fails + 1)); fi; }
+
+"$BUILD/jvpc_bench" sdpa --device cpu --repeats 2 --warmup 1 --fresh 1 --json "$OUT/jvpc_seed.json" >"$OUT/jvpc.log" 2>&1 ||
+  { echo "FAIL jvpc_bench: $(tail -n 3 "$OUT/jvpc.log")"; exit 1; }
+"$PY" "$SRC/scripts/bench/torch_reference.py" --config sdpa --device cpu --repeats 2 --warmup 1 --skip-compile \
+  --json "$OUT/torch_seed.json" >"$OUT/torch.log" 2>&1 || { echo "FAIL torch_reference.py: $(tail -n 3 "$OUT/torch.log")"; exit 1; }
+"$PY" "$SRC/scripts/bench/compare.py" "$OUT" --markdown "$OUT/table.md" >/dev/null 2>"$OUT/compare.log" ||
+  { echo "FAIL compare.py: $(tail -n 3 "$OUT/compare.log")"; exit 1; }
+check "| matmul FLOPs, linearize | 20,971,520 | 83,886,080 | 0.250 |"
+check "| matmul FLOPs, first jvp call | 41,943,040 | 62,914,560 | 0.667 |"
+check "| matmul FLOPs, later jvp calls | 41,943,040 | 41,943,040 | 1.000 |"
+check "| residual bytes held | 640.0 KiB | 4.85 MiB | 0.129 |"
+check "|   plus bytes aliasing the caller's inputs | 160.0 KiB | 480.0 KiB | — |"
+check "time per jvp call (later calls), vs eager jvp_fn"
+
+# Two sides that measured different configurations are refused, not compared.
+"$PY" - "$OUT/torch_seed.json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["config"] = d["config"].replace("seq=128", "seq=64")
+json.dump(d, open(sys.argv[1], "w"))
+PYEOF
+if "$PY" "$SRC/scripts/bench/compare.py" "$OUT" >/dev/null 2>"$OUT/compare.log"; then
+  echo "FAIL compare.py took two different configurations"; fails=$((fails + 1))
+elif grep -q "seed: jvpc measured .* but PyTorch .*seq=64" "$OUT/compare.log"; then
+  echo "ok   different configurations are refused"
+else
+  echo "FAIL compare.py's refusal: $(cat "$OUT/compare.log")"; fails=$((fails + 1))
+fi
+[ "$fails" = 0 ] && echo "benchmark pipeline checks passed" || { echo "$fails benchmark pipeline checks failed"; exit 1; }
