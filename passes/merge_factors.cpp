@@ -16,6 +16,7 @@
 
 #include "compiler/cost/cost_model.h"
 #include "compiler/ir/builder.h"
+#include "compiler/ir/ops.h"
 
 #include <ATen/ExpandUtils.h>
 
@@ -30,9 +31,10 @@ bool is_output(const Value* v) {
 }
 
 // Bytes that stop being residuals when `v` is read by nothing else on the tangent side than
-// `except`: an intermediate's (a graph input is the caller's, or stays bound).
+// `except`: an intermediate's own. A graph input is the caller's (or stays bound), and a view
+// holds no bytes of its own (of an input, it costs nothing; of another value, that value's).
 int64_t freed_bytes(const Value* v, const Node* except, const std::unordered_set<const Value*>& dep) {
-  if (!v->producer() || is_output(v)) return 0;
+  if (!v->producer() || is_output(v) || op_info(v->producer()->op()).is_view) return 0;
   for (const Use& u : v->uses())
     if (u.user != except && dep.count(u.user->output(0))) return 0;
   return distinct_bytes(v->meta());
@@ -80,7 +82,8 @@ bool merge_factors(Graph& g) {
       g.set_insertion_point(n);
       Value* factor = b.call("aten::mul.Tensor", {inner->factor, outer->factor});
       Value* out = b.call("aten::mul.Tensor", {inner->tangent, factor});
-      if (!out->meta().same_signature(n->output()->meta())) {  // a layout the chain did not have
+      if (!out->meta().same_signature(n->output()->meta()) || out->meta().strides != n->output()->meta().strides) {
+        // a layout the chain's result did not have: readers were built for the old one
         erase_if_dead(g, out->producer());
         continue;
       }

@@ -146,6 +146,10 @@ TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
        [](auto& v) { return std::vector<BArg>{v[0], std::vector<int64_t>{8}, v[1], v[2], 1e-5}; }},
       {"aten::native_layer_norm", {meta({2, 4, 8}, bf16)},
        [](auto& v) { return std::vector<BArg>{v[0], std::vector<int64_t>{4, 8}, std::nullopt, std::nullopt, 1e-5}; }},
+      {"aten::native_group_norm", {meta({2, 4, 3, 3}, bf16), meta({4}, f32), meta({4}, f32)},
+       [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2], 2, 4, 9, 2, 1e-5}; }},
+      {"aten::native_group_norm", {meta({2, 6, 5}, f32)},
+       [](auto& v) { return std::vector<BArg>{v[0], std::nullopt, std::nullopt, 2, 6, 5, 3, 1e-5}; }},
       // convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
       {"aten::convolution", {meta({2, 3, 9, 8}, f32), meta({4, 3, 3, 2}, f32), meta({4}, f32)},
        [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2], std::vector<int64_t>{2, 1}, std::vector<int64_t>{1, 0},
@@ -171,6 +175,39 @@ TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
       EXPECT_EQ(got[i].sizes().vec(), out[i]->meta().sizes) << to_text(g);
       EXPECT_EQ(got[i].scalar_type(), out[i]->meta().dtype) << to_text(g);
     }
+  }
+}
+
+// Group norm of a channels-last input (found by a probe: its composite fallback, which shape
+// inference ran, views the input and failed).
+TEST(Ir, GroupNormKeepsAChannelsLastInputsFormat) {
+  at::Tensor x = at::randn({2, 4, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast);
+  Graph g;
+  Value* xv = g.add_input("x", TensorMeta::of(x), Role::Primal);
+  Builder b(g);
+  std::vector<Value*> out = b.emit("aten::native_group_norm", {xv, std::nullopt, std::nullopt, 2, 4, 9, 2, 1e-5});
+  std::vector<at::Tensor> got = execute_node(*out[0]->producer(), {x});
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i].sizes().vec(), out[i]->meta().sizes) << i;
+    EXPECT_EQ(got[i].strides().vec(), out[i]->meta().strides) << i;
+  }
+}
+
+// A convolution's result is channels-last when its input or its weight is (found by a review:
+// the rule looked at the input only, and a later view of a tangent failed at run time).
+TEST(Ir, ConvolutionTakesChannelsLastFromEitherOperand) {
+  for (int cl = 1; cl < 4; ++cl) {
+    at::Tensor x = at::randn({2, 3, 6, 6}), w = at::randn({4, 3, 3, 3});
+    if (cl & 1) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    if (cl & 2) w = w.contiguous(at::MemoryFormat::ChannelsLast);
+    Graph g;
+    Value* xv = g.add_input("x", TensorMeta::of(x), Role::Primal);
+    Value* wv = g.add_input("w", TensorMeta::of(w), Role::Primal);
+    Builder b(g);
+    Value* out = b.call("aten::convolution", {xv, wv, std::nullopt, std::vector<int64_t>{1}, std::vector<int64_t>{1},
+                                              std::vector<int64_t>{1}, false, std::vector<int64_t>{0}, 1});
+    at::Tensor got = execute_node(*out->producer(), {x, w}).at(0);
+    EXPECT_EQ(got.strides().vec(), out->meta().strides) << "x channels-last " << (cl & 1) << ", w " << (cl & 2);
   }
 }
 

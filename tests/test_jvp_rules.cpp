@@ -100,6 +100,14 @@ std::vector<RuleCase> cases() {
          return at::conv_transpose2d(x[0], x[1], x[2], 2, 1, 1);
        })},
       {"aten::convolution", {{1, 2, 5, 6, 7}, {3, 2, 2, 3, 3}}, one([](auto& x) { return at::conv3d(x[0], x[1], {}, 1, 1, 2); })},
+      {"aten::as_strided", {{2, 3, 4, 4}}, one([](auto& x) {  // squeeze-and-excitation on channels-last (found by a probe)
+         at::Tensor cl = x[0].contiguous(at::MemoryFormat::ChannelsLast);
+         return cl * at::adaptive_avg_pool2d(cl, {1, 1});
+       })},
+      {"aten::as_strided", {{4, 6}}, one([](auto& x) { return (x[0] * 2).as_strided({3, 4}, {4, 1}); })},
+      {"aten::native_group_norm", {{2, 4, 3, 3}}, one([](auto& x) {  // channels-last (found by a probe); LibTorch's
+         return at::group_norm(x[0].contiguous(at::MemoryFormat::ChannelsLast), 2);  // forward AD fails there: the
+       }), one([](auto& x) { return at::group_norm(x[0], 2); })},                  // reference runs contiguous
       {"aten::view", {{3, 4}}, one([](auto& x) { return x[0].view({2, 6}); })},
       {"aten::view", {{3, 4}}, one([](auto& x) { return x[0].t().reshape({12}); })},
       {"aten::expand", {{3, 1}}, one([](auto& x) { return x[0].expand({2, 3, 4}); })},
@@ -199,6 +207,9 @@ std::vector<RuleCase> cases() {
       {"aten::atan2", {{3, 4}, {3, 4}}, one([](auto& x) { return at::atan2(x[0], x[1]); })},
       {"aten::hypot", {{3, 4}, {3, 4}}, one([](auto& x) { return at::hypot(x[0], x[1]); })},
       {"aten::xlogy.Tensor", {{3, 4}, {3, 4}}, one([](auto& x) { return at::xlogy(x[0], x[1]); }), nullptr, true},
+      {"aten::xlogy.Tensor", {{3, 4}, {3, 4}}, one([](auto& x) {  // x = 0 in places, its tangent not (found by a review)
+         return at::xlogy(x[0] - x[0].detach() * (x[0] < 1.0), x[1]);
+       }), nullptr, true, 99, false},
       // selection
       {"aten::clamp", {{3, 4}}, one([](auto& x) { return at::clamp(x[0], -0.5, 0.7); })},
       {"aten::clamp", {{3, 4}}, one([](auto& x) { return at::clamp(x[0], std::nullopt, 0.2); })},
@@ -236,6 +247,9 @@ std::vector<RuleCase> cases() {
       {"aten::linalg_vector_norm", {{3, 4}}, one([](auto& x) {  // F.normalize
          return x[0] / at::linalg_vector_norm(x[0], 2, {1}, true).clamp_min(1e-12).expand_as(x[0]);
        })},
+      {"aten::linalg_vector_norm", {{3, 4}}, one([](auto& x) {  // p < 1 with zeros: LibTorch's 0 there, not NaN
+         return at::linalg_vector_norm(x[0] - x[0].detach() * (x[0] > 0.5), 0.5, {1});
+       }), nullptr, false, 99, false},
       {"aten::prod.dim_int", {{3, 4}}, one([](auto& x) { return x[0].prod(1); })},
       {"aten::prod.dim_int", {{3, 4}}, one([](auto& x) { return (x[0] * (x[0] > 0)).prod(0, true); })},  // with zeros
       {"aten::prod", {{3, 4}}, one([](auto& x) { return x[0].t().prod(); })},
@@ -381,15 +395,28 @@ INSTANTIATE_TEST_SUITE_P(Rules, JvpRule, ::testing::Range<size_t>(0, cases().siz
   return name;
 });
 
-// Every rule in the registry has a case above, except the CUDA fused attention kernels, which
-// need a GPU (Linearize.CudaFusedKernelsMatchMathPathForwardAd) and are also checked on CPU
-// kernels that emulate them (test_fused_emulated.cpp).
+// Every rule in the registry has a case above, except the CUDA kernels, which need a GPU: the
+// fused attention kernels (Linearize.CudaFusedKernelsMatchMathPathForwardAd; also checked on
+// CPU kernels that emulate them, test_fused_emulated.cpp) and cuDNN's batch norm, whose rule is
+// native_batch_norm's (Linearize.CudaConvolutionsAndBatchNormMatchForwardAd).
 TEST(JvpRules, EveryRegisteredRuleHasACase) {
   std::set<std::string> covered = {"aten::_scaled_dot_product_flash_attention",
                                    "aten::_scaled_dot_product_efficient_attention",
-                                   "aten::_scaled_dot_product_cudnn_attention"};
+                                   "aten::_scaled_dot_product_cudnn_attention", "aten::cudnn_batch_norm"};
   for (const RuleCase& rc : cases()) covered.insert(rc.op);
   for (const std::string& op : jvp_rules::registry().ops()) EXPECT_TRUE(covered.count(op)) << op << " has no case";
+}
+
+// A norm asked for in float32 of float16 values: computed in float32, where the norm does not
+// overflow (found by a review: the factor was cast down to float16, inf, and the tangent 0).
+TEST(NormRule, WidensToTheResultsDtype) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::linalg_vector_norm(x[0], 2, std::nullopt, false, at::kFloat)};
+  };
+  at::Tensor x = at::full({20000}, 1000.0, at::kHalf), t = at::full({20000}, 1e-3, at::kHalf);
+  at::Tensor got = linearize(fn, {{"x", x}}).jvp({t}).at(0);
+  at::Tensor want = forward_ad_jvp(fn, {x.to(at::kFloat)}, {t.to(at::kFloat)}).at(0);
+  EXPECT_LT(test::rel_error(got, want), 1e-3) << got << want;
 }
 
 // Running statistics are buffers: differentiating them is an error naming them, as in LibTorch.

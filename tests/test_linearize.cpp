@@ -308,6 +308,33 @@ TEST(Linearize, CudaMatchesForwardAd) {
   }
 }
 
+// Convolutions and batch norm on CUDA, where LibTorch runs cuDNN's batch norm
+// (aten::cudnn_batch_norm, whose rule is batch norm's) and the conv kernels of cuDNN.
+TEST(Linearize, CudaConvolutionsAndBatchNormMatchForwardAd) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kDouble);
+  for (bool training : {true, false}) {
+    TensorFn fn = [training](const std::vector<at::Tensor>& x) {
+      at::Tensor h = at::conv2d(x[0], x[1], x[2], 1, 1);
+      at::Tensor mean = at::zeros({4}, h.options()), var = at::ones({4}, h.options());
+      h = at::batch_norm(h, x[3], x[4], mean, var, training, 0.1, 1e-5, /*cudnn_enabled=*/true);
+      return std::vector<at::Tensor>{at::relu(h).sum({2, 3})};
+    };
+    std::vector<TraceInput> in = {{"x", at::randn({2, 3, 6, 6}, opts)}, {"w", at::randn({4, 3, 3, 3}, opts)},
+                                  {"b", at::randn({4}, opts)}, {"g", at::randn({4}, opts)}, {"beta", at::randn({4}, opts)}};
+    std::vector<at::Tensor> values, tangents;
+    std::vector<std::optional<at::Tensor>> ref_tangents;
+    for (const auto& i : in) {
+      values.push_back(i.value);
+      tangents.push_back(at::randn_like(i.value));
+      ref_tangents.push_back(tangents.back());
+    }
+    Linearized lin = linearize(fn, in);
+    at::Tensor want = forward_ad_jvp(fn, values, ref_tangents).at(0);
+    EXPECT_LT(test::rel_error(lin.jvp(tangents).at(0), want), 1e-8) << "training " << training;
+  }
+}
+
 TEST(Linearize, CudaFusedKernelsMatchMathPathForwardAd) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   // Each fused backend, where the GPU supports it, against forward AD of the math path.

@@ -56,6 +56,19 @@ TEST(MergeFactors, LeavesChainsWhoseMergedFactorTakesMoreBytes) {
   EXPECT_FALSE(merge_factors(g));
 }
 
+// x.t()·r with x a primal input: the view of x is the caller's bytes, not a residual of its
+// own; merging would make a new [n, d] residual where there was an [n, 1] one (found by a review).
+TEST(MergeFactors, CountsAViewOfAnInputAsNoBytes) {
+  Graph g;
+  Value* x = g.add_input("x", f32({8, 4}), Role::Primal, true);
+  Value* a = g.add_input("a", f32({4, 1}), Role::Primal, true);
+  Value* t = g.add_input("dt", f32({4, 8}), Role::Tangent);
+  Builder bld(g);
+  Value* xt = bld.call("aten::t", {x});
+  g.add_output(bld.call("aten::mul.Tensor", {bld.call("aten::mul.Tensor", {t, xt}), bld.call("aten::sin", {a})}));
+  EXPECT_FALSE(merge_factors(g)) << to_text(g);
+}
+
 TEST(MergeFactors, LeavesFactorsBothReadElsewhereOnTheTangentSide) {
   Chain c({4, 8});
   c.g.add_output(c.product());

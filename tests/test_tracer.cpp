@@ -1,5 +1,7 @@
 // The tracer: kernel-level graphs, the same ops LibTorch's profiler sees, functionalised
 // in-place ops, impure ops, fused kernels, and unchanged results.
+#include "compiler/api/linearize.h"
+#include "compiler/api/reference.h"
 #include "compiler/ir/printer.h"
 #include "compiler/trace/tracer.h"
 #include "runtime/executable.h"
@@ -260,6 +262,25 @@ TEST(Tracer, ADecomposedOpReturningATensorNoKernelMadeIsAnError) {
                      "jvpc_test::doubled_outside computes its result outside the dispatcher");
 }
 
+// Batch norm in training mode writes its running statistics, which its schema does not say
+// (found by a probe: replaying the graph wrote them again, into the caller's tensors).
+TEST(Tracer, BatchNormInTrainingModeRecordsNoRunningStatistics) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::batch_norm(x[0], {}, {}, x[1], x[2], true, 0.5, 1e-5, false)};
+  };
+  at::Tensor x = at::randn({4, 3}), mean = at::zeros({3}), var = at::ones({3});
+  Trace t = trace(fn, {{"x", x}, {"mean", mean, false}, {"var", var, false}}, TraceOptions{false});
+  at::Tensor once = mean.clone();
+  EXPECT_FALSE(once.equal(at::zeros({3})));  // the tracing run updated them, as eager does
+  const Node* bn = nodes_of(*t.graph, "aten::native_batch_norm").at(0);
+  EXPECT_EQ(bn->arg(3).kind, ArgKind::None);
+  EXPECT_EQ(bn->arg(4).kind, ArgKind::None);
+  Executable exe(std::move(t.graph));
+  at::Tensor out = exe.run({x, mean, var}).at(0);
+  EXPECT_TRUE(mean.equal(once));  // replaying changed nothing
+  EXPECT_TRUE(out.allclose(at::batch_norm(x, {}, {}, {}, {}, true, 0.5, 1e-5, false)));
+}
+
 // item() on a traced value: the graph would replay the number as a constant.
 TEST(Tracer, ScalarsReadFromTracedValuesAreAnError) {
   TensorFn item = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] * x[0].sum().item<float>()}; };
@@ -269,10 +290,20 @@ TEST(Tracer, ScalarsReadFromTracedValuesAreAnError) {
     return std::vector<at::Tensor>{at::equal(x[0], x[0].relu()) ? x[0] : -x[0]};
   };
   test::expect_error([&] { trace(branch, {{"x", at::randn({3})}}); }, "aten::equal reads a value computed from the inputs");
+  TensorFn close = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::allclose(x[0], x[0].relu()) ? x[0] : -x[0]};
+  };
+  test::expect_error([&] { trace(close, {{"x", at::randn({3})}}); }, "aten::allclose reads a value computed from the inputs");
   // A captured constant's scalar is a constant.
   at::Tensor c = at::full({}, 3.0);
   TensorFn constant = [c](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] * c.item<float>()}; };
   EXPECT_NO_THROW(trace(constant, {{"x", at::randn({3})}}));
+  // linearize specializes on such numbers, as LibTorch's forward AD does: an index picked by
+  // argmax (which indexing reads with item()) is a constant there.
+  TensorFn pick = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0].index({at::argmax(x[0])}) * x[0]}; };
+  at::Tensor x = at::randn({5}, at::kDouble), t = at::randn({5}, at::kDouble);
+  Linearized lin = linearize(pick, {{"x", x}});
+  EXPECT_TRUE(lin.jvp({t})[0].allclose(forward_ad_jvp(pick, {x}, {t})[0]));
 }
 
 // Found by a probe: a captured tensor written in place changed the constant the graph replays;

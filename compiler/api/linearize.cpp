@@ -64,7 +64,9 @@ Linearized compile(Trace&& t, const LinearizeOptions& options, const KernelWatch
 
 Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals, const LinearizeOptions& options) {
   KernelWatch watch;  // everything linearize runs, tracing included
-  Trace t = trace(fn, primals);
+  TraceOptions at_these_primals;
+  at_these_primals.specialize_on_scalars = true;  // the linear map is for these primals
+  Trace t = trace(fn, primals, at_these_primals);
   for (const Node* n : t.graph->nodes())
     if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
   Linearized lin = compile(std::move(t), options, watch);

@@ -270,6 +270,14 @@ TensorMeta preserving_layout(const TensorMeta& x) {
   return m;
 }
 
+/// A result of x's shape in x's suggested memory format (contiguous or channels-last).
+TensorMeta preserving_format(const TensorMeta& x) {
+  auto meta = at::empty_strided(x.sizes, x.strides, at::TensorOptions().dtype(x.dtype).device(c10::kMeta));
+  TensorMeta m = TensorMeta::of(at::empty(x.sizes, meta.options().memory_format(meta.suggest_memory_format())));
+  m.device = x.device;
+  return m;
+}
+
 // Shape rules for kernels without a Meta implementation in C++ (PyTorch registers theirs from
 // Python). Each mirrors the kernel's output allocation.
 std::unordered_map<std::string, ShapeRule> make_shape_rules() {
@@ -364,8 +372,26 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
          auto acc = wide ? c10::kFloat : x.dtype;
          return std::vector<TensorMeta>{like(x, x.sizes, x.dtype), like(x, stat, acc), like(x, stat, acc)};
        }},
+      // native_group_norm(x, w, b, N, C, HxW, group, eps): its composite fallback views x, which
+      // fails for a channels-last x; the kernel keeps x's memory format. Statistics [N, group],
+      // in x's dtype unless a reduced-precision x meets float32 weights (as layer norm).
+      {"aten::native_group_norm",
+       [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+         const auto& x = operand_meta(a, 0, in);
+         int64_t n = a.at(3).value.toInt(), c = a.at(4).value.toInt(), hw = a.at(5).value.toInt(), g = a.at(6).value.toInt();
+         if (x.sizes.size() < 2 || x.sizes[0] != n || x.sizes[1] != c || n * c * hw != x.numel() || g < 1 || c % g != 0)
+           throw Error("N, C, HxW and group do not describe the input");
+         for (size_t i : {size_t{1}, size_t{2}})
+           if (a.at(i).kind == ArgKind::Tensor && operand_meta(a, i, in).sizes != std::vector<int64_t>{c})
+             throw Error("weight and bias must have C elements");
+         auto other_dtype = [&](size_t i) { return a.at(i).kind == ArgKind::Tensor && operand_meta(a, i, in).dtype != x.dtype; };
+         auto acc = c10::isReducedFloatingType(x.dtype) && (other_dtype(1) || other_dtype(2)) ? c10::kFloat : x.dtype;
+         std::vector<int64_t> stat = {n, g};
+         return std::vector<TensorMeta>{preserving_format(x), like(x, stat, acc), like(x, stat, acc)};
+       }},
       // convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups); a
-      // list of one entry applies to every spatial dim. The result takes x's memory format.
+      // list of one entry applies to every spatial dim. The result is channels-last when x or w
+      // is (as mkldnn and cuDNN choose), else contiguous.
       {"aten::convolution",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto &x = operand_meta(a, 0, in), &w = operand_meta(a, 1, in);
@@ -382,12 +408,17 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
          for (size_t d = 0; d < space; ++d) {
            int64_t in = x.sizes[d + 2], k = w.sizes[d + 2], s = at_dim(3, d), p = at_dim(4, d), dl = at_dim(5, d);
            if (s < 1 || dl < 1 || p < 0) throw Error("stride and dilation must be positive and padding not negative");
+           if (!transposed && dl * (k - 1) + 1 > in + 2 * p) throw Error("the kernel is larger than the padded input");
            out.push_back(transposed ? (in - 1) * s - 2 * p + dl * (k - 1) + at_dim(7, d) + 1
                                     : (in + 2 * p - dl * (k - 1) - 1) / s + 1);
            if (out.back() < 1) throw Error("the output would have no elements along spatial dim " + std::to_string(d));
          }
-         auto meta = at::empty_strided(x.sizes, x.strides, at::TensorOptions().dtype(x.dtype).device(c10::kMeta));
-         TensorMeta m = TensorMeta::of(at::empty(out, meta.options().memory_format(meta.suggest_memory_format())));
+         auto meta = [](const TensorMeta& t) {
+           return at::empty_strided(t.sizes, t.strides, at::TensorOptions().dtype(t.dtype).device(c10::kMeta));
+         };
+         auto format = meta(x).suggest_memory_format();
+         if (format == at::MemoryFormat::Contiguous) format = meta(w).suggest_memory_format();
+         TensorMeta m = TensorMeta::of(at::empty(out, meta(x).options().memory_format(format)));
          m.device = x.device;
          return std::vector<TensorMeta>{m};
        }},
@@ -444,18 +475,22 @@ std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>
   }
   std::vector<TensorMeta> out;
   std::vector<int> counts;
-  try {
-    info.handle.callBoxed(stack);
-  } catch (const c10::NotImplementedError&) {
-    auto it = shape_rules().find(info.name);
-    if (it == shape_rules().end()) throw NoShapeRule("no shape rule for " + info.name);
+  // jvpc's own rule where it has one (the op has no Meta kernel in C++, or one that fails on
+  // some layouts), else the Meta kernel.
+  auto rule = shape_rules().find(info.name);
+  if (rule != shape_rules().end()) {
     try {
-      out = it->second(args, inputs);
+      out = rule->second(args, inputs);
     } catch (const std::exception& e) {  // inconsistent shapes (c10::Error), bad dims (std::out_of_range)
       throw Error(info.name + ": " + one_line(e));
     }
     if (return_counts) *return_counts = std::vector<int>(out.size(), 1);
     return out;
+  }
+  try {
+    info.handle.callBoxed(stack);
+  } catch (const c10::NotImplementedError&) {
+    throw NoShapeRule("no shape rule for " + info.name);
   } catch (const c10::Error& e) {
     throw Error(info.name + ": " + one_line(e));
   }

@@ -19,7 +19,8 @@ constexpr c10::DispatchKey kTraceKey = c10::DispatchKey::TESTING_ONLY_GenericMod
 // Per-trace state, reached from the fallback through a thread-local pointer.
 class Recorder {
  public:
-  Recorder(Graph& g, bool keep_values) : g_(g), keep_values_(keep_values) {}
+  Recorder(Graph& g, const TraceOptions& options)
+      : g_(g), keep_values_(options.keep_values), specialize_on_scalars_(options.specialize_on_scalars) {}
 
   Value* bind_input(const TraceInput& in) {
     if (!in.value.defined()) throw Error("input '" + in.name + "' is an undefined tensor");
@@ -88,6 +89,13 @@ class Recorder {
     } else if (info.name == "aten::_reshape_alias" || info.name == "aten::_unsafe_view") {
       rec = &op_info("aten::view");
       arg_index = {0, 1};
+    } else if (updates_running_stats(info.name) && args.at(5).isBool() && args[5].toBool()) {
+      // Batch norm in training mode updates its running statistics in place, which its schema
+      // does not declare; its results do not depend on them. The tracing run updates them once,
+      // as eager execution would, and the graph records the op without them: replaying it
+      // changes nobody's tensors.
+      args[3] = c10::IValue();
+      args[4] = c10::IValue();
     }
 
     std::vector<Value*> operands;
@@ -125,11 +133,12 @@ class Recorder {
     if (results.empty()) {  // metadata queries (no tensor results) are not part of the graph
       // ... but a scalar read from an input's data (item(), if (t), equal) would be replayed as
       // a constant: the graph would be right for these inputs only.
-      if (reads_scalar_data(info.name))
+      if (!specialize_on_scalars_ && reads_scalar_data(info.name))
         for (const Value* v : operands)
           if (from_inputs_.count(v))
-            throw Error(info.name + " reads a value computed from the inputs into a C++ scalar (item(), if (tensor), equal); "
-                        "the graph would replay it as a constant. Keep the computation in tensors");
+            throw Error(info.name + " reads a value computed from the inputs into a C++ scalar (item(), if (tensor), "
+                        "equal, allclose); the graph would replay it as a constant. Keep the computation in tensors, or "
+                        "trace with specialize_on_scalars (linearize does)");
       return;
     }
     std::vector<TensorMeta> metas;
@@ -203,7 +212,13 @@ class Recorder {
     return c;
   }
 
-  static bool reads_scalar_data(const std::string& op) { return op == "aten::_local_scalar_dense" || op == "aten::equal"; }
+  static bool updates_running_stats(const std::string& op) {
+    return op == "aten::native_batch_norm" || op == "aten::cudnn_batch_norm" || op == "aten::miopen_batch_norm";
+  }
+
+  static bool reads_scalar_data(const std::string& op) {
+    return op == "aten::_local_scalar_dense" || op == "aten::equal" || op == "aten::allclose";
+  }
 
   static bool allocates_uninitialized(const std::string& op) {
     static const std::unordered_set<std::string> ops = {
@@ -265,6 +280,7 @@ class Recorder {
 
   Graph& g_;
   bool keep_values_;
+  bool specialize_on_scalars_;
   std::unordered_map<const c10::TensorImpl*, Value*> value_of_;
   std::unordered_map<const void*, std::vector<Value*>> by_storage_;
   std::unordered_set<const Value*> stale_;
@@ -332,7 +348,7 @@ Trace trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const Tra
   if (t_recorder) throw Error("trace() called while tracing (nested traces are not supported)");
   Trace result;
   result.graph = std::make_unique<Graph>();
-  Recorder rec(*result.graph, options.keep_values);
+  Recorder rec(*result.graph, options);
   std::vector<at::Tensor> args;
   for (const TraceInput& in : inputs) {
     rec.bind_input(in);

@@ -149,11 +149,15 @@ void register_elementwise(Registry& r) {
     Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::div.Tensor", {c.x(1), c.out()})) : nullptr;
     return {c.add(a, b)};
   });
-  // x·log(y), 0 where x = 0: tx·xlogy(x ≠ 0, y) + ty·x/y
+  // x·log(y), 0 where x = 0: tx·log(y) (0 where x = 0 and y <= 0, as in LibTorch) + ty·x/y
   r.add("aten::xlogy.Tensor", [](Ctx& c) -> std::vector<Value*> {
-    c10::ScalarType dt = c.out()->meta().dtype;
-    Value* nz = c.call("aten::_to_copy", {c.call("aten::ne.Scalar", {c.x(0), 0}), dt});
-    Value* a = c.t(0) ? c.mul(c.t(0), c.call("aten::xlogy.Tensor", {nz, c.x(1)})) : nullptr;
+    Value* a = nullptr;
+    if (c.t(0)) {
+      Value* undefined = c.call("aten::bitwise_and.Tensor", {c.call("aten::eq.Scalar", {c.x(0), 0}), c.call("aten::le.Scalar", {c.x(1), 0})});
+      Value* log_y = c.call("aten::log", {c.x(1)});
+      if (log_y->meta().dtype != c.out()->meta().dtype) log_y = c.call("aten::_to_copy", {log_y, c.out()->meta().dtype});
+      a = c.mul(c.t(0), c.call("aten::where.ScalarSelf", {undefined, 0.0, log_y}));
+    }
     Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::div.Tensor", {c.x(0), c.x(1)})) : nullptr;
     return {c.add(a, b)};
   });

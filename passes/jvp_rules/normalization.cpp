@@ -10,7 +10,9 @@
 //   d(out)  = d(x̂)·w + x̂·dw + db              (w and b per channel for group and batch norm)
 //   d(μ)    = mean(t),   d(rstd) = −rstd · mean(t·x̂) · rstd
 // x̂ is a primal expression (a residual after folding). Batch norm in eval mode is affine in x:
-// out = (x − running_mean)·w/√(running_var + eps) + b.
+// out = (x − running_mean)·w/√(running_var + eps) + b. Statistics kept in float32 for a
+// half-precision input (CUDA) make the tangent's arithmetic float32; the JVP pass casts each
+// tangent to its primal's dtype at the end.
 #include "passes/jvp_rules/rules.h"
 
 namespace jvpc::jvp_rules {
@@ -59,12 +61,6 @@ std::function<Value*(Value*)> per_channel(Ctx& c, size_t rank) {
   };
 }
 
-/// Statistics kept in float32 for a half-precision input (CUDA), in the input's dtype.
-Value* as_input_dtype(Ctx& c, Value* v) {
-  c10::ScalarType dt = c.x(0)->meta().dtype;
-  return v->meta().dtype == dt ? v : c.call("aten::_to_copy", {v, dt});
-}
-
 }  // namespace
 
 void register_normalization(Registry& r) {
@@ -101,8 +97,8 @@ void register_normalization(Registry& r) {
     const std::vector<int64_t>& sizes = x->meta().sizes;
     int64_t n = c.c(3).toInt(), g = c.c(6).toInt();
     std::vector<int64_t> grouped = {n, g, -1}, stats = {n, g};
-    Value* mean = c.call("aten::unsqueeze", {as_input_dtype(c, c.out(1)), -1});
-    Value* rstd = c.call("aten::unsqueeze", {as_input_dtype(c, c.out(2)), -1});
+    Value* mean = c.call("aten::unsqueeze", {c.out(1), -1});
+    Value* rstd = c.call("aten::unsqueeze", {c.out(2), -1});
     Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {reshape(c, x, grouped), mean}), rstd});
     Normalized nd = normalized(c, c.t(0) ? reshape(c, c.t(0), grouped) : nullptr, xhat, rstd, {2});
     Value* t_xhat = nd.t_xhat ? reshape(c, nd.t_xhat, sizes) : nullptr;
@@ -112,30 +108,33 @@ void register_normalization(Registry& r) {
   });
 
   // Batch norm: statistics per channel over all other dims (training), or the running ones.
-  r.add("aten::native_batch_norm", [](Ctx& c) -> std::vector<Value*> {
-    Value* x = c.x(0);
-    size_t rank = x->meta().sizes.size();
-    auto channel = per_channel(c, rank);
-    bool running = c.n.arg(3).kind == ArgKind::Tensor && c.n.arg(4).kind == ArgKind::Tensor;
-    if (c.c(5).toBool() || !running) {
-      std::vector<int64_t> dims = {0};
-      for (size_t d = 2; d < rank; ++d) dims.push_back(static_cast<int64_t>(d));
-      Value* mean = channel(as_input_dtype(c, c.out(1)));
-      Value* rstd = channel(as_input_dtype(c, c.out(2)));
-      Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, mean}), rstd});
-      Normalized n = normalized(c, c.t(0), xhat, rstd, dims);
-      auto flat = [&](Value* v) { return v ? reshape(c, v, {x->meta().sizes.at(1)}) : nullptr; };
-      return {affine(c, n.t_xhat, xhat, channel), flat(n.t_mean), flat(n.t_rstd)};
-    }
-    // eval: out = (x − m)·rstd·w + b with rstd = (v + eps)^(−1/2) from the running statistics,
-    // which are buffers: like LibTorch, jvpc does not differentiate them.
-    if (c.t(3) || c.t(4)) throw Error("running_mean and running_var are not differentiable (differentiate the input, weight and bias)");
-    double eps = c.c(7).toDouble();
-    Value* rstd = c.call("aten::rsqrt", {c.call("aten::add.Scalar", {channel(c.x(4)), eps})});
-    Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, channel(c.x(3))}), rstd});
-    Value* t_xhat = c.mul(c.t(0), rstd);
-    return {affine(c, t_xhat, xhat, channel)};
-  });
+  // cuDNN's kernel (LibTorch's choice on CUDA) takes the same arguments and returns the same
+  // outputs, plus a workspace.
+  for (const char* op : {"aten::native_batch_norm", "aten::cudnn_batch_norm"})
+    r.add(op, [](Ctx& c) -> std::vector<Value*> {
+      Value* x = c.x(0);
+      size_t rank = x->meta().sizes.size();
+      auto channel = per_channel(c, rank);
+      bool running = c.n.arg(3).kind == ArgKind::Tensor && c.n.arg(4).kind == ArgKind::Tensor;
+      if (c.c(5).toBool() || !running) {
+        std::vector<int64_t> dims = {0};
+        for (size_t d = 2; d < rank; ++d) dims.push_back(static_cast<int64_t>(d));
+        Value* mean = channel(c.out(1));
+        Value* rstd = channel(c.out(2));
+        Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, mean}), rstd});
+        Normalized n = normalized(c, c.t(0), xhat, rstd, dims);
+        auto flat = [&](Value* v) { return v ? reshape(c, v, {x->meta().sizes.at(1)}) : nullptr; };
+        return {affine(c, n.t_xhat, xhat, channel), flat(n.t_mean), flat(n.t_rstd)};
+      }
+      // eval: out = (x − m)·rstd·w + b with rstd = (v + eps)^(−1/2) from the running statistics,
+      // which are buffers: like LibTorch, jvpc does not differentiate them.
+      if (c.t(3) || c.t(4)) throw Error("running_mean and running_var are not differentiable (differentiate the input, weight and bias)");
+      double eps = c.c(7).toDouble();
+      Value* rstd = c.call("aten::rsqrt", {c.call("aten::add.Scalar", {channel(c.x(4)), eps})});
+      Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, channel(c.x(3))}), rstd});
+      Value* t_xhat = c.mul(c.t(0), rstd);
+      return {affine(c, t_xhat, xhat, channel)};
+    });
 
   // RMS norm: y = x·rstd·w, rstd = (mean(x², dims) + eps)^(-1/2), so
   // d(rstd) = -rstd³ · mean(x·dx, dims) and dy = (dx·rstd + x·d(rstd))·w + x·rstd·dw.

@@ -83,19 +83,24 @@ void register_reductions(Registry& r) {
     double p = scalar(c.c(1), 2.0);
     if (!c.t(0) || p == 0.0) return {};
     auto dims = reduced_dims(c.x(0), c.c(2));
-    Value* norm = keep_dims(c, c.out(), c.x(0), dims);
-    if (norm->meta().dtype != c.x(0)->meta().dtype) norm = c.call("aten::_to_copy", {norm, c.x(0)->meta().dtype});
-    Value* sgn = c.call("aten::sgn", {c.x(0)});
+    // In the result's dtype (a `dtype` argument may widen it: a float16 norm would overflow).
+    Value* x = c.x(0);
+    c10::ScalarType dt = c.out()->meta().dtype;
+    if (x->meta().dtype != dt) x = c.call("aten::_to_copy", {x, dt});
+    Value* norm = keep_dims(c, c.out(), x, dims);
+    Value* sgn = c.call("aten::sgn", {x});
     Value* f;
     if (std::isinf(p)) {
-      Value* hit = c.call("aten::_to_copy", {c.call("aten::eq.Tensor", {c.call("aten::abs", {c.x(0)}), norm}), c.x(0)->meta().dtype});
+      Value* hit = c.call("aten::_to_copy", {c.call("aten::eq.Tensor", {c.call("aten::abs", {x}), norm}), dt});
       f = c.call("aten::mul.Tensor", {sgn, c.call("aten::div.Tensor", {hit, c.call("aten::sum.dim_IntList", {hit, dims, true})})});
     } else if (p == 1.0) {
       f = sgn;
     } else {
-      Value* ratio = c.call("aten::div.Tensor", {c.call("aten::abs", {c.x(0)}), norm});
+      Value* ratio = c.call("aten::div.Tensor", {c.call("aten::abs", {x}), norm});
       f = c.call("aten::mul.Tensor", {sgn, p == 2.0 ? ratio : c.call("aten::pow.Tensor_Scalar", {ratio, p - 1.0})});
+      // 0 where the norm is 0, and where x is 0 (0^(p-1) is infinite for p < 1)
       f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {norm, 0}), 0.0});
+      if (p < 1.0) f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {x, 0}), 0.0});
     }
     return {weighted_sum(c, f, dims, c.c(3).toBool())};
   });

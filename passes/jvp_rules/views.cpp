@@ -70,6 +70,22 @@ void register_views(Registry& r) {
     if (!c.t(0)) return {};
     return {c.call("aten::scatter.value", {c.t(0), c.a(1), c.x(2), 0.0})};
   });
+  // as_strided reads storage, which a tangent shares only when laid out as its primal. A
+  // restride that keeps every element where it was (same sizes, strides changed only on dims of
+  // size 1, the same offset: adaptive_avg_pool2d of a channels-last input makes one) is the
+  // identity; any other as_strided of a tangent differently laid out is refused.
+  r.add("aten::as_strided", [](Ctx& c) -> std::vector<Value*> {
+    Value* t = c.t(0);
+    if (!t) return {};
+    const TensorMeta &in = c.x(0)->meta(), &out = c.out()->meta();
+    bool same_elements = in.sizes == out.sizes && c.n.arg(3).kind == ArgKind::None;
+    for (size_t d = 0; same_elements && d < in.sizes.size(); ++d)
+      same_elements = in.sizes[d] == 1 || in.strides[d] == out.strides[d];
+    if (same_elements) return {t};
+    if (t->meta().sizes != in.sizes || t->meta().strides != in.strides || c.n.arg(3).kind != ArgKind::None)
+      throw Error("as_strided of a tangent laid out unlike its primal (or at an explicit storage offset) is not supported");
+    return c.reapply(0, t);
+  });
   r.add("aten::view", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     return {reshape(c, c.t(0), c.c(1).toIntVector())};
