@@ -1,4 +1,4 @@
-// Merges chains of primal factors on a tangent into one factor, which fold computes once.
+// Merges primal factors on a tangent into one factor, which fold computes once.
 //
 // Product rules leave a tangent multiplied by several primal values in turn; SwiGLU's
 // silu(a)·b, for one, gives
@@ -6,12 +6,14 @@
 //   %1 = aten::mul.Tensor(%da, %silu_grad)                 %f = aten::mul.Tensor(%silu_grad, %b)  // primal: folded
 //   %2 = aten::mul.Tensor(%1, %b)                   =>     %2 = aten::mul.Tensor(%da, %f)
 //
-// which saves one multiplication per call, and holds one residual where there were two when
-// neither factor has another tangent-side reader. The rewrite is made only where the merged
-// factor takes no more residual bytes than the factors it frees (a merged [n, d] factor in place of
-// an [n, 1] and a primal input, which the graph only aliases, would take more), and only in
-// float32, float64 and bfloat16: a float16 product of two factors may overflow where the
-// tangent's product does not.
+// The same for a number on either side ((t·2)·a -> t·(2a)), and for a sum of two products of
+// one tangent (t·a + t·b -> t·(a + b): hardswish(x) + hardsigmoid(x), or elu and selu of one
+// value). Each rewrite saves a pass over the tangent per call, and holds one residual where
+// there were two when neither factor has another tangent-side reader. It is made only where the
+// merged factor takes no more residual bytes than the factors it frees (a merged [n, d] factor
+// in place of an [n, 1] one and a primal input, which the graph only aliases, would take more),
+// and only in float32, float64 and bfloat16: a float16 product of two factors may overflow where
+// the tangent's product does not.
 #include "passes/passes.h"
 
 #include "compiler/cost/cost_model.h"
@@ -40,21 +42,100 @@ int64_t freed_bytes(const Value* v, const Node* except, const std::unordered_set
   return distinct_bytes(v->meta());
 }
 
-struct Split {
+// A tangent times a primal factor: a tensor, or a number (mul.Scalar).
+struct Scaled {
   Value* tangent;
-  Value* factor;
+  Value* factor = nullptr;  // a primal tensor, or
+  BArg number = 1.0;        // a number, when factor is null
 };
 
-// The operands of a binary mul.Tensor as (tangent-dependent, primal-only), if it has one of each.
-std::optional<Split> split(const Node* n, const std::unordered_set<const Value*>& dep) {
-  if (n->op() != "aten::mul.Tensor" || n->inputs().size() != 2) return std::nullopt;
-  Value *a = n->input(0), *b = n->input(1);
-  if (dep.count(a) && !dep.count(b)) return Split{a, b};
-  if (dep.count(b) && !dep.count(a)) return Split{b, a};
+std::optional<Scaled> scaled(const Node* n, const std::unordered_set<const Value*>& dep) {
+  if (n->op() == "aten::mul.Tensor" && n->inputs().size() == 2) {
+    Value *a = n->input(0), *b = n->input(1);
+    if (dep.count(a) && !dep.count(b)) return Scaled{a, b};
+    if (dep.count(b) && !dep.count(a)) return Scaled{b, a};
+  }
+  if (n->op() == "aten::mul.Scalar" && (n->arg(1).kind == ArgKind::Float || n->arg(1).kind == ArgKind::Int) &&
+      dep.count(n->input(0)))
+    return Scaled{n->input(0), nullptr, BArg::of_arg(n->arg(1), n)};
   return std::nullopt;
 }
 
 bool mergeable_dtype(c10::ScalarType t) { return t == c10::kFloat || t == c10::kDouble || t == c10::kBFloat16; }
+
+// The producer of `v` as a scaled tangent, when `n` is its only reader.
+std::optional<Scaled> sole_scaled(const Value* v, const std::unordered_set<const Value*>& dep) {
+  if (!v->producer() || v->uses().size() != 1 || is_output(v)) return std::nullopt;
+  return scaled(v->producer(), dep);
+}
+
+int64_t bytes_of(const std::vector<int64_t>& sizes, c10::ScalarType dt) {
+  int64_t n = c10::elementSize(dt);
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+// t·f where f is a merged factor; nullptr (and nothing left behind) unless it has exactly the
+// result `n` had, layout included: its readers were built for that.
+Value* rebuild(Graph& g, Builder& b, Node* n, Value* t, Value* factor) {
+  g.set_insertion_point(n);
+  Value* out = b.call("aten::mul.Tensor", {t, factor});
+  if (out->meta().same_signature(n->output()->meta()) && out->meta().strides == n->output()->meta().strides) return out;
+  erase_if_dead(g, out->producer());
+  return nullptr;
+}
+
+// (t·a)·b -> t·(a·b), for tensors or numbers a, b (not both numbers: simplify-arith's).
+bool merge_chain(Graph& g, Builder& b, Node* n, const std::unordered_set<const Value*>& dep) {
+  auto outer = scaled(n, dep);
+  if (!outer) return false;
+  auto inner = sole_scaled(outer->tangent, dep);
+  if (!inner || (!inner->factor && !outer->factor)) return false;
+  Node* m = outer->tangent->producer();
+  c10::ScalarType dt = n->output()->meta().dtype;
+  for (const Value* v : {inner->tangent, inner->factor, outer->factor})
+    if (v && v->meta().dtype != dt) return false;
+  std::vector<int64_t> sizes = !inner->factor ? outer->factor->meta().sizes
+                               : !outer->factor ? inner->factor->meta().sizes
+                                                : at::infer_size(inner->factor->meta().sizes, outer->factor->meta().sizes);
+  int64_t freed = (inner->factor ? freed_bytes(inner->factor, m, dep) : 0) + (outer->factor ? freed_bytes(outer->factor, n, dep) : 0);
+  if (bytes_of(sizes, dt) > freed) return false;
+  g.set_insertion_point(n);
+  Value* factor = inner->factor && outer->factor ? b.call("aten::mul.Tensor", {inner->factor, outer->factor})
+                  : inner->factor               ? b.call("aten::mul.Scalar", {inner->factor, outer->number})
+                                                : b.call("aten::mul.Scalar", {outer->factor, inner->number});
+  Value* out = rebuild(g, b, n, inner->tangent, factor);
+  if (!out) {
+    erase_if_dead(g, factor->producer());
+    return false;
+  }
+  replace_output(g, n, out);
+  return true;
+}
+
+// t·a ± t·b -> t·(a ± b), for tensors a, b.
+bool merge_sum(Graph& g, Builder& b, Node* n, const std::unordered_set<const Value*>& dep) {
+  const std::string& op = n->op();
+  if ((op != "aten::add.Tensor" && op != "aten::sub.Tensor") || n->inputs().size() != 2 || !dep.count(n->output()) ||
+      n->arg(2).kind != ArgKind::Int || n->arg(2).value.toInt() != 1)
+    return false;
+  auto l = sole_scaled(n->input(0), dep), r = sole_scaled(n->input(1), dep);
+  if (!l || !r || l->tangent != r->tangent || !l->factor || !r->factor) return false;
+  c10::ScalarType dt = n->output()->meta().dtype;
+  if (l->tangent->meta().dtype != dt || l->factor->meta().dtype != dt || r->factor->meta().dtype != dt) return false;
+  auto sizes = at::infer_size(l->factor->meta().sizes, r->factor->meta().sizes);
+  int64_t freed = freed_bytes(l->factor, n->input(0)->producer(), dep) + freed_bytes(r->factor, n->input(1)->producer(), dep);
+  if (bytes_of(sizes, dt) > freed) return false;
+  g.set_insertion_point(n);
+  Value* factor = b.call(op, {l->factor, r->factor});
+  Value* out = rebuild(g, b, n, l->tangent, factor);
+  if (!out) {
+    erase_if_dead(g, factor->producer());
+    return false;
+  }
+  replace_output(g, n, out);
+  return true;
+}
 
 }  // namespace
 
@@ -65,31 +146,11 @@ bool merge_factors(Graph& g) {
     again = false;
     auto dep = tangent_dependent(g);
     for (Node* n : g.nodes()) {
-      auto outer = split(n, dep);
-      if (!outer) continue;
-      Node* m = outer->tangent->producer();
-      auto inner = m ? split(m, dep) : std::nullopt;
-      if (!inner || outer->tangent->uses().size() != 1 || is_output(outer->tangent)) continue;
-      c10::ScalarType dt = n->output()->meta().dtype;
-      if (!mergeable_dtype(dt)) continue;
-      bool same = true;
-      for (const Value* v : {inner->tangent, inner->factor, outer->factor, outer->tangent}) same &= v->meta().dtype == dt;
-      if (!same) continue;
-      auto merged_sizes = at::infer_size(inner->factor->meta().sizes, outer->factor->meta().sizes);
-      int64_t merged = c10::elementSize(dt);
-      for (int64_t s : merged_sizes) merged *= s;
-      if (merged > freed_bytes(inner->factor, m, dep) + freed_bytes(outer->factor, n, dep)) continue;
-      g.set_insertion_point(n);
-      Value* factor = b.call("aten::mul.Tensor", {inner->factor, outer->factor});
-      Value* out = b.call("aten::mul.Tensor", {inner->tangent, factor});
-      if (!out->meta().same_signature(n->output()->meta()) || out->meta().strides != n->output()->meta().strides) {
-        // a layout the chain's result did not have: readers were built for the old one
-        erase_if_dead(g, out->producer());
-        continue;
+      if (n->outputs().size() != 1 || !mergeable_dtype(n->output()->meta().dtype)) continue;
+      if (merge_chain(g, b, n, dep) || merge_sum(g, b, n, dep)) {
+        changed = again = true;
+        break;  // the uses and dependences changed
       }
-      replace_output(g, n, out);
-      changed = again = true;
-      break;  // the uses and dependences changed
     }
   }
   g.set_insertion_point(nullptr);

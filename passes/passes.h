@@ -43,8 +43,9 @@ bool simplify_arith(Graph& g);
 /// operand, where fold precomputes it once.
 bool scale_to_residual(Graph& g);
 
-/// merge_factors.cpp: mul(mul(t, a), b) -> mul(t, mul(a, b)) for a tangent t and primal a, b
-/// (fold then computes a·b once), where the merged factor takes no more residual bytes.
+/// merge_factors.cpp: (t·a)·b -> t·(a·b) and t·a ± t·b -> t·(a ± b) for a tangent t and
+/// primal tensors or numbers a, b (fold then computes the merged factor once), where the merged
+/// factor takes no more residual bytes.
 bool merge_factors(Graph& g);
 
 /// group_bmm.cpp: a bmm whose right operand repeats each key/value head (grouped-query
