@@ -48,6 +48,10 @@ bool scale_to_residual(Graph& g);
 /// factor takes no more residual bytes.
 bool merge_factors(Graph& g);
 
+/// select_masks.cpp: t·float(m) -> where(m, t, 0) for a tangent t and a boolean primal m, so
+/// that the residual is the boolean mask (1 byte per element) rather than a float copy of it.
+bool select_masks(Graph& g);
+
 /// group_bmm.cpp: a bmm whose right operand repeats each key/value head (grouped-query
 /// attention) reads the unrepeated tensor, with the left operand's matrices stacked per group.
 bool group_bmm(Graph& g);

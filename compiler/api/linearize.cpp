@@ -28,6 +28,7 @@ void add_linearize_passes(Pipeline& p, const std::vector<std::string>& wrt, size
       .add(make_pass("cse", cse))
       .add(make_pass("scale-to-residual", scale_to_residual))
       .add(make_pass("merge-factors", merge_factors))
+      .add(make_pass("select-masks", select_masks))
       .add(make_pass("group-bmm", group_bmm))
       .add(make_pass("fold", [known](Graph& g) { return fold(g, *known); }))
       .add(make_pass("dce", [](Graph& g) { return dce(g, /*prune_primal_inputs=*/true); }))
