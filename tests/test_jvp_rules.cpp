@@ -419,6 +419,20 @@ TEST(NormRule, WidensToTheResultsDtype) {
   EXPECT_LT(test::rel_error(got, want), 1e-3) << got << want;
 }
 
+// Without weight and bias, a normalization's output is x̂: the rule reads it rather than a
+// recomputed copy, so a matmul reading that output too keeps one residual (found by a probe).
+TEST(NormalizationRules, AnOutputWithoutAffineIsItsOwnNormalizedInput) {
+  for (const char* norm : {"layer", "group"}) {
+    TensorFn fn = [norm](const std::vector<at::Tensor>& x) {
+      at::Tensor h = std::string(norm) == "layer" ? at::layer_norm(x[0], {32}) : at::group_norm(x[0].view({16, 32, 1}), 4).view({16, 32});
+      return std::vector<at::Tensor>{at::mm(h, x[1])};
+    };
+    Linearized lin = linearize(fn, {{"x", at::randn({16, 32})}, {"w", at::randn({32, 8})}});
+    int64_t stats = std::string(norm) == "layer" ? 16 : 16 * 4;  // rstd per row, or per group
+    EXPECT_EQ(lin.report.tangent.residual_bytes, (16 * 32 + stats) * 4) << norm << "\n" << to_text(*lin.tangent_graph);
+  }
+}
+
 // Running statistics are buffers: differentiating them is an error naming them, as in LibTorch.
 TEST(BatchNormRule, RunningStatisticsAreNotDifferentiable) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) {

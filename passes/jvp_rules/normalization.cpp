@@ -52,6 +52,14 @@ Value* affine(Ctx& c, Value* t_xhat, Value* xhat, const std::function<Value*(Val
   return t;
 }
 
+/// x̂ = (x − μ)·rstd; without weight and bias it is the node's own output, which then serves
+/// as the residual for both (a later op's rule may keep that output too).
+Value* normalized_input(Ctx& c, Value* x, Value* mean, Value* rstd, size_t weight_arg) {
+  bool has_affine = c.n.arg(weight_arg).kind == ArgKind::Tensor || c.n.arg(weight_arg + 1).kind == ArgKind::Tensor;
+  if (!has_affine && c.out()->meta().same_signature(x->meta()) && c.out()->meta().dtype == mean->meta().dtype) return c.out();
+  return c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, mean}), rstd});
+}
+
 /// A per-channel vector [C] viewed as [C, 1, ...], to broadcast against [N, C, ...].
 std::function<Value*(Value*)> per_channel(Ctx& c, size_t rank) {
   return [&c, rank](Value* v) {
@@ -86,7 +94,7 @@ void register_normalization(Registry& r) {
     std::vector<int64_t> dims;
     for (int64_t d = rank - k; d < rank; ++d) dims.push_back(d);
     Value *mean = c.out(1), *rstd = c.out(2);
-    Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, mean}), rstd});
+    Value* xhat = normalized_input(c, x, mean, rstd, 2);
     Normalized n = normalized(c, c.t(0), xhat, rstd, dims);
     return {affine(c, n.t_xhat, xhat, [](Value* v) { return v; }), n.t_mean, n.t_rstd};
   });
@@ -99,7 +107,10 @@ void register_normalization(Registry& r) {
     std::vector<int64_t> grouped = {n, g, -1}, stats = {n, g};
     Value* mean = c.call("aten::unsqueeze", {c.out(1), -1});
     Value* rstd = c.call("aten::unsqueeze", {c.out(2), -1});
-    Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {reshape(c, x, grouped), mean}), rstd});
+    bool has_affine = c.n.arg(1).kind == ArgKind::Tensor || c.n.arg(2).kind == ArgKind::Tensor;
+    Value* xhat = !has_affine && c.out()->meta().is_contiguous() && c.out()->meta().dtype == mean->meta().dtype
+                      ? reshape(c, c.out(), grouped)  // the output itself, viewed by group (as normalized_input)
+                      : c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {reshape(c, x, grouped), mean}), rstd});
     Normalized nd = normalized(c, c.t(0) ? reshape(c, c.t(0), grouped) : nullptr, xhat, rstd, {2});
     Value* t_xhat = nd.t_xhat ? reshape(c, nd.t_xhat, sizes) : nullptr;
     Value* out = affine(c, t_xhat, reshape(c, xhat, sizes), per_channel(c, sizes.size()));
@@ -121,7 +132,7 @@ void register_normalization(Registry& r) {
         for (size_t d = 2; d < rank; ++d) dims.push_back(static_cast<int64_t>(d));
         Value* mean = channel(c.out(1));
         Value* rstd = channel(c.out(2));
-        Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, mean}), rstd});
+        Value* xhat = normalized_input(c, x, mean, rstd, 1);
         Normalized n = normalized(c, c.t(0), xhat, rstd, dims);
         auto flat = [&](Value* v) { return v ? reshape(c, v, {x->meta().sizes.at(1)}) : nullptr; };
         return {affine(c, n.t_xhat, xhat, channel), flat(n.t_mean), flat(n.t_rstd)};
