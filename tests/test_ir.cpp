@@ -211,8 +211,8 @@ TEST(Ir, ConvolutionTakesChannelsLastFromEitherOperand) {
   }
 }
 
-// Elementwise shape rules lay the result out like the operand, as the kernels do: a transposed
-// operand gives a transposed result (a later view of it depends on that).
+// Elementwise shape rules lay the result out as the kernels do: like a transposed operand, or
+// contiguous for the loss backward kernels (a later view of it depends on that).
 TEST(Ir, ShapeRulesKeepATransposedOperandsLayout) {
   at::Tensor x = at::randn({4, 3}).t();
   TensorMeta m = TensorMeta::of(x);
@@ -222,6 +222,9 @@ TEST(Ir, ShapeRulesKeepATransposedOperandsLayout) {
       {"aten::hardtanh_backward", [](Value* v) { return std::vector<BArg>{v, v, -0.5, 0.5}; }},
       {"aten::hardswish_backward", [](Value* v) { return std::vector<BArg>{v, v}; }},
       {"aten::log_sigmoid_backward", [](Value* v) { return std::vector<BArg>{v, v, v}; }},
+      {"aten::smooth_l1_loss_backward", [](Value* v) { return std::vector<BArg>{v, v, v, 0, 1.0}; }},
+      {"aten::huber_loss_backward", [](Value* v) { return std::vector<BArg>{v, v, v, 0, 1.0}; }},
+      {"aten::binary_cross_entropy_backward", [](Value* v) { return std::vector<BArg>{v, v, v, std::nullopt, 0}; }},
       {"aten::flip", [](Value* v) { return std::vector<BArg>{v, std::vector<int64_t>{0}}; }},
   };
   for (const auto& [op, args] : cases) {

@@ -182,10 +182,23 @@ std::vector<RuleCase> cases() {
       {"aten::leaky_relu", {{6}}, one([](auto& x) { return at::leaky_relu(x[0], 0.2); })},
       {"aten::elu", {{6}}, one([](auto& x) { return at::elu(x[0], 1.5, 1.2, 0.8); })},
       {"aten::log_sigmoid_forward", {{6}}, one([](auto& x) { return at::log_sigmoid(x[0]); })},
+      {"aten::softshrink", {{6}}, one([](auto& x) { return at::softshrink(x[0], 0.3); })},
+      {"aten::hardshrink", {{6}}, one([](auto& x) { return at::hardshrink(x[0], 0.3); })},
+      {"aten::threshold", {{6}}, one([](auto& x) { return at::threshold(x[0], 0.1, -2.0); })},
+      {"aten::celu", {{6}}, one([](auto& x) { return at::celu(x[0], 1.5); })},
+      {"aten::_prelu_kernel", {{2, 3, 4}, {3}}, one([](auto& x) { return at::prelu(x[0], x[1]); })},
+      {"aten::glu", {{3, 8}}, one([](auto& x) { return at::glu(x[0], 1); })},
+      {"aten::glu", {{4, 3}}, one([](auto& x) { return at::glu(x[0], 0); })},
       // math functions
       {"aten::sinh", {{6}}, one([](auto& x) { return x[0].sinh(); })},
       {"aten::cosh", {{6}}, one([](auto& x) { return x[0].cosh(); })},
       {"aten::atan", {{6}}, one([](auto& x) { return x[0].atan(); })},
+      {"aten::tan", {{6}}, one([](auto& x) { return (x[0] * 0.5).tan(); })},
+      {"aten::asin", {{6}}, one([](auto& x) { return (x[0] * 0.3).asin(); })},
+      {"aten::acos", {{6}}, one([](auto& x) { return (x[0] * 0.3).acos(); })},
+      {"aten::asinh", {{6}}, one([](auto& x) { return x[0].asinh(); })},
+      {"aten::acosh", {{6}}, one([](auto& x) { return (x[0] + 1.0).acosh(); }), nullptr, true},
+      {"aten::atanh", {{6}}, one([](auto& x) { return (x[0] * 0.3).atanh(); })},
       {"aten::log1p", {{6}}, one([](auto& x) { return x[0].log1p(); }), nullptr, true},
       {"aten::expm1", {{6}}, one([](auto& x) { return x[0].expm1(); })},
       {"aten::log2", {{6}}, one([](auto& x) { return x[0].log2(); }), nullptr, true},
@@ -257,6 +270,47 @@ std::vector<RuleCase> cases() {
       {"aten::mse_loss", {{3, 4}, {4}}, one([](auto& x) { return at::mse_loss(x[0], x[1].expand({3, 4}), at::Reduction::None); })},
       {"aten::mse_loss", {{3, 4}}, one([](auto& x) { return at::mse_loss(x[0], x[0].detach() * 0.5, at::Reduction::Sum); }),
        nullptr, false, 99, false},  // central differences see through detach
+      {"aten::var_mean.correction", {{3, 4}}, [](auto& x) {
+         auto r = at::var_mean(x[0], {1}, 1, true);
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r)};
+       }},
+      {"aten::std_mean.correction", {{3, 4}}, [](auto& x) {
+         auto r = at::std_mean(x[0], {0});
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r)};
+       }},
+      {"aten::norm.ScalarOpt_dim", {{3, 4}}, one([](auto& x) { return x[0].norm(2, {1}, true); })},
+      {"aten::norm.ScalarOpt_dim", {{3, 4}}, one([](auto& x) { return x[0].norm(3, {0}); })},
+      {"aten::median.dim", {{3, 5}}, [](auto& x) { auto r = x[0].median(1); return std::vector<at::Tensor>{std::get<0>(r)}; }},
+      {"aten::nanmedian.dim", {{3, 5}}, [](auto& x) { auto r = x[0].nanmedian(0, true); return std::vector<at::Tensor>{std::get<0>(r)}; }},
+      {"aten::kthvalue", {{3, 5}}, [](auto& x) { auto r = x[0].kthvalue(2, 1); return std::vector<at::Tensor>{std::get<0>(r)}; }},
+      {"aten::mode", {{3, 5}}, [](auto& x) { auto r = x[0].mode(1); return std::vector<at::Tensor>{std::get<0>(r)}; }},
+      {"aten::smooth_l1_loss", {{3, 4}, {3, 4}}, one([](auto& x) { return at::smooth_l1_loss(x[0], x[1], at::Reduction::Mean, 0.7); })},
+      {"aten::huber_loss", {{3, 4}, {3, 4}}, one([](auto& x) { return at::huber_loss(x[0], x[1], at::Reduction::Sum, 0.7); })},
+      {"aten::binary_cross_entropy", {{3, 4}, {3, 4}}, one([](auto& x) {
+         return at::binary_cross_entropy(x[0].sigmoid(), x[1].sigmoid());
+       })},
+      {"aten::binary_cross_entropy", {{3, 4}}, one([](auto& x) {  // a weight, no reduction
+         return at::binary_cross_entropy(x[0].sigmoid(), at::full({3, 4}, 0.3, at::kDouble), at::full({4}, 2.0, at::kDouble),
+                                         at::Reduction::None);
+       })},
+      {"aten::binary_cross_entropy_with_logits", {{3, 4}, {3, 4}}, one([](auto& x) {
+         return at::binary_cross_entropy_with_logits(x[0], x[1].sigmoid());
+       })},
+      {"aten::binary_cross_entropy_with_logits", {{3, 4}, {3, 4}}, one([](auto& x) {  // weight and pos_weight
+         return at::binary_cross_entropy_with_logits(x[0], x[1].sigmoid(), at::full({4}, 0.5, at::kDouble),
+                                                     at::full({4}, 3.0, at::kDouble), at::Reduction::Sum);
+       })},
+      {"aten::nll_loss2d_forward", {{2, 3, 4, 4}}, one([](auto& x) {
+         return at::nll_loss2d(x[0].log_softmax(1), (at::arange(32, at::kLong) % 3).view({2, 4, 4}));
+       })},
+      {"aten::_upsample_bilinear2d_aa", {{2, 3, 8, 8}}, one([](auto& x) {
+         return at::_upsample_bilinear2d_aa(x[0], std::vector<int64_t>{5, 3}, false);
+       })},
+      {"aten::_upsample_bicubic2d_aa", {{2, 3, 8, 8}}, one([](auto& x) {
+         return at::_upsample_bicubic2d_aa(x[0], std::vector<int64_t>{5, 3}, false);
+       })},
+      {"aten::im2col", {{2, 3, 5, 5}}, one([](auto& x) { return at::im2col(x[0], {2, 3}, {1, 1}, {1, 0}, {2, 1}); })},
+      {"aten::col2im", {{2, 12, 9}}, one([](auto& x) { return at::col2im(x[0], {4, 4}, {2, 2}, {1, 1}, {0, 0}, {1, 1}); })},
       // scatters and padding
       {"aten::constant_pad_nd", {{3, 4}}, one([](auto& x) { return at::constant_pad_nd(x[0], {1, 2, 0, 1}, 5.0); })},
       {"aten::scatter_add", {{3, 4}, {3, 2}}, one([](auto& x) {

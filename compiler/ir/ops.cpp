@@ -427,9 +427,15 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
   // of the operand's shape): the result is laid out like operand 0, as TensorIterator does it
   // for a dense operand.
   for (const char* op : {"aten::relu", "aten::abs", "aten::hardtanh_backward", "aten::hardswish_backward",
-                         "aten::log_sigmoid_backward"})
+                         "aten::log_sigmoid_backward", "aten::binary_cross_entropy_backward"})
     rules.emplace(op, [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
       return std::vector<TensorMeta>{preserving_layout(operand_meta(a, 0, in))};
+    });
+  // ... and some that allocate their result contiguous whatever the operand's layout.
+  for (const char* op : {"aten::smooth_l1_loss_backward", "aten::huber_loss_backward"})
+    rules.emplace(op, [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+      const auto& x = operand_meta(a, 0, in);
+      return std::vector<TensorMeta>{like(x, x.sizes, x.dtype)};
     });
   return rules;
 }

@@ -3,6 +3,8 @@
 // multiplication per call and the rule states no derivative by hand.
 #include "passes/jvp_rules/rules.h"
 
+#include <c10/core/WrapDimMinimal.h>
+
 namespace jvpc::jvp_rules {
 
 namespace {
@@ -32,6 +34,32 @@ void register_activations(Registry& r) {
   r.add("aten::hardtanh", via_backward("aten::hardtanh_backward"));
   r.add("aten::softplus", via_backward("aten::softplus_backward"));
   r.add("aten::logit", via_backward("aten::logit_backward"));
+  r.add("aten::softshrink", via_backward("aten::softshrink_backward"));
+  r.add("aten::hardshrink", via_backward("aten::hardshrink_backward"));
+  r.add("aten::threshold", unary([](Ctx& c) {  // 1 where x > threshold
+    return c.call("aten::_to_copy", {c.call("aten::gt.Scalar", {c.x(0), c.a(1)}), c.out()->meta().dtype});
+  }));
+  r.add("aten::celu", unary([](Ctx& c) {  // celu(x, a) = elu(x, alpha a, scale 1, input scale 1/a)
+    double alpha = c.c(1).isInt() ? static_cast<double>(c.c(1).toInt()) : c.c(1).toDouble();
+    return c.call("aten::elu_backward", {ones(c), c.a(1), 1.0, 1.0 / alpha, false, c.x(0)});
+  }));
+  // prelu: x where x > 0, else w·x: d = tx·(1 or w) + tw·(0 or x)
+  r.add("aten::_prelu_kernel", [](Ctx& c) -> std::vector<Value*> {
+    Value* positive = c.call("aten::gt.Scalar", {c.x(0), 0});
+    Value* a = c.t(0) ? c.mul(c.t(0), c.call("aten::where.ScalarSelf", {positive, 1.0, c.x(1)})) : nullptr;
+    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::where.ScalarSelf", {positive, 0.0, c.x(0)})) : nullptr;
+    return {c.add(a, b)};
+  });
+  // glu(x, dim) = a·σ(b) for the halves a, b of x along dim: d = ta·σ(b) + tb·a·σ(b)(1 − σ(b))
+  r.add("aten::glu", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    int64_t dim = c10::maybe_wrap_dim(c.c(1).toInt(), static_cast<int64_t>(c.x(0)->meta().sizes.size()));
+    int64_t h = c.x(0)->meta().sizes.at(static_cast<size_t>(dim)) / 2;
+    auto half = [&](Value* v, int64_t i) { return c.call("aten::slice.Tensor", {v, dim, i * h, (i + 1) * h}); };
+    Value* s = c.call("aten::sigmoid", {half(c.x(0), 1)});
+    Value* ds = c.call("aten::mul.Tensor", {half(c.x(0), 0), c.call("aten::mul.Tensor", {s, c.call("aten::rsub.Scalar", {s, 1})})});
+    return {c.add(c.mul(half(c.t(0), 0), s), c.mul(half(c.t(0), 1), ds))};
+  });
   r.add("aten::leaky_relu", unary([](Ctx& c) {
     return c.call("aten::leaky_relu_backward", {ones(c), c.x(0), c.a(1), false});
   }));

@@ -69,6 +69,17 @@ void register_elementwise(Registry& r) {
   r.add("aten::atan", unary([](Ctx& c) {  // 1 / (1 + x^2)
     return c.call("aten::reciprocal", {c.call("aten::add.Scalar", {c.call("aten::mul.Tensor", {c.x(0), c.x(0)}), 1})});
   }));
+  r.add("aten::tan", unary([](Ctx& c) {  // 1 + tan²
+    return c.call("aten::add.Scalar", {c.call("aten::mul.Tensor", {c.out(), c.out()}), 1});
+  }));
+  // asin, acos: ±1/√(1 − x²); asinh: 1/√(x² + 1); acosh: 1/√(x² − 1); atanh: 1/(1 − x²)
+  auto one_minus_square = [](Ctx& c) { return c.call("aten::rsub.Scalar", {c.call("aten::mul.Tensor", {c.x(0), c.x(0)}), 1}); };
+  auto square_plus = [](Ctx& c, double a) { return c.call("aten::add.Scalar", {c.call("aten::mul.Tensor", {c.x(0), c.x(0)}), a}); };
+  r.add("aten::asin", unary([=](Ctx& c) { return c.call("aten::rsqrt", {one_minus_square(c)}); }));
+  r.add("aten::acos", unary([=](Ctx& c) { return c.call("aten::neg", {c.call("aten::rsqrt", {one_minus_square(c)})}); }));
+  r.add("aten::asinh", unary([=](Ctx& c) { return c.call("aten::rsqrt", {square_plus(c, 1.0)}); }));
+  r.add("aten::acosh", unary([=](Ctx& c) { return c.call("aten::rsqrt", {square_plus(c, -1.0)}); }));
+  r.add("aten::atanh", unary([=](Ctx& c) { return c.call("aten::reciprocal", {one_minus_square(c)}); }));
   r.add("aten::log1p", unary([](Ctx& c) { return c.call("aten::reciprocal", {c.call("aten::add.Scalar", {c.x(0), 1})}); }));
   r.add("aten::expm1", unary([](Ctx& c) { return c.call("aten::add.Scalar", {c.out(), 1}); }));
   for (auto [op, base] : {std::pair{"aten::log2", 2.0}, std::pair{"aten::log10", 10.0}})

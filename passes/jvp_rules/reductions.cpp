@@ -46,15 +46,30 @@ Value* others_product(Ctx& c, Value* x, int64_t dim) {
   return c.call("aten::mul.Tensor", {exclusive(x), suffix});
 }
 
+/// A loss's elementwise tangent, reduced as the loss: 0 none, 1 mean, 2 sum.
+Value* reduce(Ctx& c, Value* v, int64_t reduction) {
+  if (!v || reduction == 0) return v;
+  return c.call(reduction == 1 ? "aten::mean" : "aten::sum", {v});
+}
+
+/// l(x, y) with ∂l/∂y = −∂l/∂x = −derivative(c), reduced by argument 2.
+Rule pointwise_loss(std::function<Value*(Ctx&)> derivative) {
+  return [derivative](Ctx& c) -> std::vector<Value*> {
+    Value* dt = c.t(0) && c.t(1) ? c.call("aten::sub.Tensor", {c.t(0), c.t(1)}) : c.t(0) ? c.t(0) : c.scale(c.t(1), -1.0);
+    return {reduce(c, c.mul(dt, derivative(c)), c.c(2).toInt())};
+  };
+}
+
 }  // namespace
 
 void register_reductions(Registry& r) {
   for (const char* op : {"aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::cumsum"})
     r.add(op, linear_in(0));
-  r.add("aten::nll_loss_forward", [](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(0)) return {};
-    return {c.reapply(0, c.t(0))[0], nullptr};
-  });
+  for (const char* op : {"aten::nll_loss_forward", "aten::nll_loss2d_forward"})
+    r.add(op, [](Ctx& c) -> std::vector<Value*> {
+      if (!c.t(0)) return {};
+      return {c.reapply(0, c.t(0))[0], nullptr};
+    });
 
   // d(logsumexp) = Σ t·softmax(x)
   r.add("aten::logsumexp", [](Ctx& c) -> std::vector<Value*> {
@@ -63,47 +78,50 @@ void register_reductions(Registry& r) {
     Value* p = c.call("aten::exp", {c.call("aten::sub.Tensor", {c.x(0), keep_dims(c, c.out(), c.x(0), dims)})});
     return {weighted_sum(c, p, dims, c.c(2).toBool())};
   });
-  r.add("aten::var.correction", [](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(0)) return {};
-    auto dims = reduced_dims(c.x(0), c.c(1));
-    return {weighted_sum(c, c.call("aten::mul.Scalar", {centred(c, dims), 2.0}), dims, c.c(3).toBool())};
-  });
-  // d(std) = d(var) / (2 std), 0 where std is 0
-  r.add("aten::std.correction", [](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(0)) return {};
-    auto dims = reduced_dims(c.x(0), c.c(1));
-    Value* s = keep_dims(c, c.out(), c.x(0), dims);
-    Value* f = c.call("aten::div.Tensor", {centred(c, dims), s});
-    f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {s, 0}), 0.0});
-    return {weighted_sum(c, f, dims, c.c(3).toBool())};
-  });
+  // var and std, and var_mean and std_mean, which also return the mean (linear).
+  for (const char* op : {"aten::var.correction", "aten::std.correction", "aten::var_mean.correction", "aten::std_mean.correction"})
+    r.add(op, [std = std::string(op).find("std") != std::string::npos](Ctx& c) -> std::vector<Value*> {
+      if (!c.t(0)) return {};
+      auto dims = reduced_dims(c.x(0), c.c(1));
+      bool keepdim = c.c(3).toBool();
+      Value* f = c.call("aten::mul.Scalar", {centred(c, dims), 2.0});
+      if (std) {  // d(std) = d(var) / (2 std), 0 where std is 0
+        Value* s = c.call("aten::mul.Scalar", {keep_dims(c, c.out(), c.x(0), dims), 2.0});
+        f = c.call("aten::masked_fill.Scalar", {c.call("aten::div.Tensor", {f, s}), c.call("aten::eq.Scalar", {s, 0}), 0.0});
+      }
+      std::vector<Value*> out = {weighted_sum(c, f, dims, keepdim)};
+      if (c.n.outputs().size() == 2) out.push_back(c.call("aten::mean.dim", {c.t(0), dims, keepdim}));
+      return out;
+    });
   // ‖x‖_p: d = Σ t·sgn(x)·(|x| / ‖x‖)^(p−1), 0 where the norm is 0; for p = ±inf, the tangent
   // of the extreme elements, averaged over ties; for p = 0 (a count), zero.
-  r.add("aten::linalg_vector_norm", [](Ctx& c) -> std::vector<Value*> {
-    double p = scalar(c.c(1), 2.0);
-    if (!c.t(0) || p == 0.0) return {};
-    auto dims = reduced_dims(c.x(0), c.c(2));
-    // In the result's dtype (a `dtype` argument may widen it: a float16 norm would overflow).
-    Value* x = c.x(0);
-    c10::ScalarType dt = c.out()->meta().dtype;
-    if (x->meta().dtype != dt) x = c.call("aten::_to_copy", {x, dt});
-    Value* norm = keep_dims(c, c.out(), x, dims);
-    Value* sgn = c.call("aten::sgn", {x});
-    Value* f;
-    if (std::isinf(p)) {
-      Value* hit = c.call("aten::_to_copy", {c.call("aten::eq.Tensor", {c.call("aten::abs", {x}), norm}), dt});
-      f = c.call("aten::mul.Tensor", {sgn, c.call("aten::div.Tensor", {hit, c.call("aten::sum.dim_IntList", {hit, dims, true})})});
-    } else if (p == 1.0) {
-      f = sgn;
-    } else {
-      Value* ratio = c.call("aten::div.Tensor", {c.call("aten::abs", {x}), norm});
-      f = c.call("aten::mul.Tensor", {sgn, p == 2.0 ? ratio : c.call("aten::pow.Tensor_Scalar", {ratio, p - 1.0})});
-      // 0 where the norm is 0, and where x is 0 (0^(p-1) is infinite for p < 1)
-      f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {norm, 0}), 0.0});
-      if (p < 1.0) f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {x, 0}), 0.0});
-    }
-    return {weighted_sum(c, f, dims, c.c(3).toBool())};
-  });
+  // norm(x, p, dim, keepdim) takes linalg_vector_norm's first four arguments.
+  for (const char* op : {"aten::linalg_vector_norm", "aten::norm.ScalarOpt_dim"})
+    r.add(op, [](Ctx& c) -> std::vector<Value*> {
+      double p = scalar(c.c(1), 2.0);
+      if (!c.t(0) || p == 0.0) return {};
+      auto dims = reduced_dims(c.x(0), c.c(2));
+      // In the result's dtype (a `dtype` argument may widen it: a float16 norm would overflow).
+      Value* x = c.x(0);
+      c10::ScalarType dt = c.out()->meta().dtype;
+      if (x->meta().dtype != dt) x = c.call("aten::_to_copy", {x, dt});
+      Value* norm = keep_dims(c, c.out(), x, dims);
+      Value* sgn = c.call("aten::sgn", {x});
+      Value* f;
+      if (std::isinf(p)) {
+        Value* hit = c.call("aten::_to_copy", {c.call("aten::eq.Tensor", {c.call("aten::abs", {x}), norm}), dt});
+        f = c.call("aten::mul.Tensor", {sgn, c.call("aten::div.Tensor", {hit, c.call("aten::sum.dim_IntList", {hit, dims, true})})});
+      } else if (p == 1.0) {
+        f = sgn;
+      } else {
+        Value* ratio = c.call("aten::div.Tensor", {c.call("aten::abs", {x}), norm});
+        f = c.call("aten::mul.Tensor", {sgn, p == 2.0 ? ratio : c.call("aten::pow.Tensor_Scalar", {ratio, p - 1.0})});
+        // 0 where the norm is 0, and where x is 0 (0^(p-1) is infinite for p < 1)
+        f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {norm, 0}), 0.0});
+        if (p < 1.0) f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {x, 0}), 0.0});
+      }
+      return {weighted_sum(c, f, dims, c.c(3).toBool())};
+    });
   r.add("aten::prod.dim_int", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);
@@ -116,13 +134,53 @@ void register_reductions(Registry& r) {
     Value* f = c.call("aten::view", {others_product(c, flat, 0), c.x(0)->meta().sizes});
     return {c.call("aten::sum", {c.mul(c.t(0), f)})};
   });
-  // mse_loss(x, y) = reduce((x − y)²): d = reduce(2(x − y)·(tx − ty)); reduction 0 none, 1 mean, 2 sum
-  r.add("aten::mse_loss", [](Ctx& c) -> std::vector<Value*> {
-    Value* dt = c.t(0) && c.t(1) ? c.call("aten::sub.Tensor", {c.t(0), c.t(1)}) : c.t(0) ? c.t(0) : c.scale(c.t(1), -1.0);
-    Value* d = c.mul(dt, c.call("aten::mul.Scalar", {c.call("aten::sub.Tensor", {c.x(0), c.x(1)}), 2.0}));
-    int64_t reduction = c.c(2).toInt();
-    if (reduction == 0) return {d};
-    return {c.call(reduction == 1 ? "aten::mean" : "aten::sum", {d})};
+  // Pointwise losses l(x, y), reduced: d = reduce(tx·∂l/∂x + ty·∂l/∂y); for these ∂l/∂y = −∂l/∂x.
+  r.add("aten::mse_loss", pointwise_loss([](Ctx& c) {  // 2(x − y)
+    return c.call("aten::mul.Scalar", {c.call("aten::sub.Tensor", {c.x(0), c.x(1)}), 2.0});
+  }));
+  for (const char* op : {"aten::smooth_l1_loss", "aten::huber_loss"})
+    r.add(op, pointwise_loss([op = std::string(op)](Ctx& c) {  // the loss's backward kernel, unreduced
+      return c.call(op + "_backward", {c.call("aten::ones_like", {c.x(0)}), c.x(0), c.x(1), 0, c.a(3)});
+    }));
+  // binary_cross_entropy(p, y, w, reduction) = −w·(y·log p + (1 − y)·log(1 − p)), logs clamped at −100:
+  // ∂/∂p from its backward kernel, ∂/∂y = w·(log(1 − p) − log p).
+  r.add("aten::binary_cross_entropy", [](Ctx& c) -> std::vector<Value*> {
+    if (c.n.arg(2).kind == ArgKind::Tensor && c.t(2)) throw Error("no tangent through the weight");
+    Value* a = nullptr;
+    if (c.t(0))
+      a = c.mul(c.t(0), c.call("aten::binary_cross_entropy_backward", {c.call("aten::ones_like", {c.x(0)}), c.x(0), c.x(1), c.a(2), 0}));
+    Value* b = nullptr;
+    if (c.t(1)) {
+      auto clamped_log = [&](Value* v) { return c.call("aten::clamp_min", {c.call("aten::log", {v}), -100.0}); };
+      Value* f = c.call("aten::sub.Tensor", {clamped_log(c.call("aten::rsub.Scalar", {c.x(0), 1})), clamped_log(c.x(0))});
+      if (c.n.arg(2).kind == ArgKind::Tensor) f = c.call("aten::mul.Tensor", {f, c.x(2)});
+      b = c.mul(c.t(1), f);
+    }
+    return {reduce(c, c.add(a, b), c.c(3).toInt())};
+  });
+  // with logits x, weight w and positive weight q: ∂/∂x = w·(σ(x)·(1 − y + q·y) − q·y),
+  // ∂/∂y = w·(log σ(−x) − q·log σ(x)); without q, w·(σ(x) − y) and −w·x.
+  r.add("aten::binary_cross_entropy_with_logits", [](Ctx& c) -> std::vector<Value*> {
+    bool has_w = c.n.arg(2).kind == ArgKind::Tensor, has_q = c.n.arg(3).kind == ArgKind::Tensor;
+    if ((has_w && c.t(2)) || (has_q && c.t(3))) throw Error("no tangent through weight or pos_weight");
+    Value *x = c.x(0), *y = c.x(1);
+    Value* sig = c.call("aten::sigmoid", {x});
+    Value *fx, *fy;
+    if (has_q) {
+      Value* qy = c.call("aten::mul.Tensor", {c.x(3), y});
+      fx = c.call("aten::sub.Tensor", {c.call("aten::mul.Tensor", {sig, c.call("aten::add.Tensor", {c.call("aten::rsub.Scalar", {y, 1}), qy})}), qy});
+      Value* log_sig = c.call("aten::neg", {c.call("aten::softplus", {c.call("aten::neg", {x})})});  // log σ(x)
+      Value* log_sig_neg = c.call("aten::neg", {c.call("aten::softplus", {x})});                     // log σ(−x)
+      fy = c.call("aten::sub.Tensor", {log_sig_neg, c.call("aten::mul.Tensor", {c.x(3), log_sig})});
+    } else {
+      fx = c.call("aten::sub.Tensor", {sig, y});
+      fy = c.call("aten::neg", {x});
+    }
+    if (has_w) {
+      fx = c.call("aten::mul.Tensor", {fx, c.x(2)});
+      fy = c.call("aten::mul.Tensor", {fy, c.x(2)});
+    }
+    return {reduce(c, c.add(c.mul(c.t(0), fx), c.mul(c.t(1), fy)), c.c(4).toInt())};
   });
 }
 

@@ -100,6 +100,12 @@ void register_selection(Registry& r) {
       int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);
       return {gather(c, dim, c.out(1), c.c(2).toBool()), nullptr};
     });
+  // median, kthvalue and mode along a dim pick one element each, as max does.
+  for (auto [op, dim] : {std::pair{"aten::median.dim", 1}, std::pair{"aten::nanmedian.dim", 1}, std::pair{"aten::mode", 1},
+                         std::pair{"aten::kthvalue", 2}})
+    r.add(op, [dim = static_cast<size_t>(dim)](Ctx& c) -> std::vector<Value*> {
+      return {gather(c, reduced_dims(c.x(0), c.c(dim)).at(0), c.out(1), c.c(dim + 1).toBool()), nullptr};
+    });
   for (const char* op : {"aten::sort", "aten::topk"})
     r.add(op, [op = std::string(op)](Ctx& c) -> std::vector<Value*> {
       int64_t dim = reduced_dims(c.x(0), c.c(op == "aten::sort" ? 1 : 2)).at(0);

@@ -23,7 +23,8 @@ void register_views(Registry& r) {
                          "aten::upsample_linear1d", "aten::upsample_bilinear2d", "aten::upsample_bicubic2d",
                          "aten::upsample_trilinear3d", "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
                          "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", "aten::pixel_shuffle",
-                         "aten::pixel_unshuffle", "aten::channel_shuffle", "aten::trace"})
+                         "aten::pixel_unshuffle", "aten::channel_shuffle", "aten::trace", "aten::_upsample_bilinear2d_aa",
+                         "aten::_upsample_bicubic2d_aa", "aten::im2col", "aten::col2im"})
     r.add(op, linear_in(0));
   // Max pooling picks elements: the tangent at the indices it returns, which index each
   // channel's flattened spatial dims (the last 2 or 3).
