@@ -234,12 +234,33 @@ TEST(Tracer, ValuesWrittenOutsideTheDispatcherAreCaptured) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << i;
 }
 
-// CPU max_pool1d fills an `empty` in a plain loop: captured like at::tensor's values, its
-// result was a constant and its tangent silently zero (found by a probe).
+// A decomposed op whose kernel fills an `empty` in a plain loop: captured like at::tensor's
+// values, its result was a constant and its tangent silently zero (found by a probe, with CPU
+// max_pool1d, which the tracer now runs as max_pool1d_with_indices).
+at::Tensor filled_outside(const at::Tensor& x) {
+  at::Tensor c = x.contiguous();
+  at::Tensor out = at::empty(c.sizes(), c.options());
+  for (int64_t i = 0; i < c.numel(); ++i) out.data_ptr<float>()[i] = 2 * c.const_data_ptr<float>()[i];
+  return out + 0;
+}
+TORCH_LIBRARY_FRAGMENT(jvpc_test, m) {
+  m.def("filled_outside(Tensor x) -> Tensor");
+  m.impl("filled_outside", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(filled_outside));
+}
+
 TEST(Tracer, AnOpComputingOutsideTheDispatcherIsAnErrorNamingIt) {
-  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::max_pool1d(x[0], {2})}; };
-  test::expect_error([&] { trace(fn, {{"x", at::randn({2, 3, 8})}}); },
-                     "aten::max_pool1d computes its result outside the dispatcher, where jvpc's tracer cannot see it");
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow("jvpc_test::filled_outside", "").typed<at::Tensor(const at::Tensor&)>();
+  TensorFn fn = [op](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{op.call(x[0])}; };
+  test::expect_error([&] { trace(fn, {{"x", at::randn({3})}}); },
+                     "jvpc_test::filled_outside computes its result outside the dispatcher, where jvpc's tracer cannot see it");
+}
+
+TEST(Tracer, MaxPool1dIsTracedThroughItsKernelWithIndices) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::max_pool1d(x[0], {2}, {1})}; };
+  at::Tensor x = at::randn({2, 3, 8}, at::kDouble), t = at::randn({2, 3, 8}, at::kDouble);
+  Linearized lin = linearize(fn, {{"x", x}});
+  EXPECT_TRUE(lin.primal_outputs[0].equal(at::max_pool1d(x, {2}, {1})));
+  EXPECT_LT(test::rel_error(lin.jvp({t})[0], forward_ad_jvp(fn, {x}, {t})[0]), 1e-12);
 }
 
 // A decomposed op returning a tensor that no kernel made: allocated and filled where the

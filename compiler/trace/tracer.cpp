@@ -307,6 +307,15 @@ void trace_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch
     op.redispatchBoxed(ks.remove(kTraceKey), stack);
     return;
   }
+  if (info.name == "aten::max_pool1d") {
+    // Its CPU decomposition computes outside the dispatcher; the same op with indices does not
+    // (it decomposes to max_pool2d_with_indices), and its values are the same.
+    static const c10::OperatorHandle with_indices =
+        c10::Dispatcher::singleton().findSchemaOrThrow("aten::max_pool1d_with_indices", "");
+    with_indices.callBoxed(stack);
+    stack->pop_back();  // the indices
+    return;
+  }
   if (info.composite_implicit) {  // decomposes into kernels, which are recorded
     std::unordered_set<const c10::TensorImpl*> arguments;
     size_t nargs = info.schema().arguments().size();
