@@ -363,6 +363,9 @@ std::vector<RuleCase> cases() {
          return x[0].index_put({x[0] > 0}, at::scalar_tensor(2.0, at::kDouble));
        })},
       {"aten::masked_scatter", {{3, 4}, {12}}, one([](auto& x) { return x[0].masked_scatter(x[0] > 0, x[1]); })},
+      {"aten::slice_scatter", {{4, 3}, {2, 3}}, one([](auto& x) { return at::slice_scatter(x[0], x[1], 0, 1, 4, 2); })},
+      {"aten::select_scatter", {{4, 3}, {4}}, one([](auto& x) { return at::select_scatter(x[0], x[1], 1, 2); })},
+      {"aten::diagonal_scatter", {{4, 3}}, one([](auto& x) { return at::diagonal_scatter(x[0], at::ones({3}, at::kDouble)); })},
       {"aten::index_add", {{5, 4}, {3, 4}}, one([](auto& x) { return x[0].index_add(0, at::tensor({4, 0, 4}, at::kLong), x[1], 0.5); })},
       {"aten::index_add", {{5, 4}}, one([](auto& x) { return x[0].index_add(0, at::tensor({4, 0, 4}, at::kLong), at::ones({3, 4}, at::kDouble)); })},
       {"aten::_softmax", {{3, 5}}, one([](auto& x) { return at::_softmax(x[0], -1, false); })},

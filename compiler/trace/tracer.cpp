@@ -1,5 +1,7 @@
 #include "compiler/trace/tracer.h"
 
+#include "compiler/ir/builder.h"
+
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verifier.h"
 
@@ -41,9 +43,22 @@ class Recorder {
   Value* value_for(const at::Tensor& t, const std::string& reader, bool reads_data = true) {
     auto it = value_of_.find(t.unsafeGetTensorImpl());
     if (it == value_of_.end()) return capture(t, t);
-    if (stale_.count(it->second))
-      throw Error(reader + " reads a tensor whose storage an earlier in-place op wrote through another view; "
-                  "jvpc's functional IR cannot express this");
+    if (stale_.count(it->second)) {
+      // A view whose storage was written through another view (or its base): taken again from
+      // its base's current value, when jvpc knows how it was taken.
+      auto link = view_links_.find(t.unsafeGetTensorImpl());
+      if (link == view_links_.end())
+        throw Error(reader + " reads a tensor whose storage an earlier in-place op wrote through another view; "
+                    "jvpc's functional IR cannot express this");
+      Value* base = value_for(link->second.base, reader, false);
+      c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);  // shape inference runs kernels on Meta
+      std::vector<BArg> args = {base};
+      for (size_t i = 1; i < link->second.args.size(); ++i) args.push_back(BArg::of_arg(link->second.args[i], nullptr));
+      Value* v = Builder(g_).call(link->second.op, std::move(args));
+      derived(v, {base});
+      bind(t, v);
+      return v;
+    }
     // An allocation without contents (empty) that is read: its data was written outside the
     // dispatcher (at::tensor({...}) copies its values in by pointer), so it is captured as it
     // is now. Replaying `empty` would read uninitialized memory.
@@ -103,7 +118,8 @@ class Recorder {
     for (size_t i = 0; i < rec->schema().arguments().size(); ++i) {
       const auto& sarg = rec->schema().arguments()[i];
       Arg a = arg_from_ivalue(sarg, args[arg_index[i]], [&](const at::Tensor& t) {
-        operands.push_back(value_for(t, info.name, !(i == 0 && ignores_self_data(rec->name))));
+        // a view reads no data (it may be taken of an allocation its op is about to fill)
+        operands.push_back(value_for(t, info.name, !(i == 0 && (ignores_self_data(rec->name) || rec->is_view))));
         return static_cast<int>(operands.size() - 1);
       });
       if (!kind_matches(a.kind, sarg))
@@ -160,6 +176,51 @@ class Recorder {
       }
       bind(results[i], n->output(i));
     }
+    if (!written.defined() && results.size() == 1 && invertible_view(rec->name) && args.at(0).isTensor())
+      view_links_[results[0].unsafeGetTensorImpl()] = ViewLink{args[0].toTensor(), rec->name, n->args()};
+    if (written.defined()) write_through(written);
+  }
+
+  /// After an in-place op wrote `view`, its base (and the base's base...) takes the written
+  /// values: base' = slice_scatter(base, view', ...) and the like, as functionalization does.
+  void write_through(const at::Tensor& view) {
+    auto link = view_links_.find(view.unsafeGetTensorImpl());
+    if (link == view_links_.end()) return;
+    const ViewLink& l = link->second;
+    Value* base = value_of_.at(l.base.unsafeGetTensorImpl());  // its value before the write
+    Value* src = value_of_.at(view.unsafeGetTensorImpl());
+    c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);  // shape inference runs kernels on Meta
+    Builder b(g_);
+    auto arg = [&](size_t i) { return BArg::of_arg(l.args.at(i), nullptr); };
+    const auto& base_sizes = base->meta().sizes;
+    Value* updated = nullptr;
+    if (l.op == "aten::slice.Tensor") {
+      updated = b.call("aten::slice_scatter", {base, src, arg(1), arg(2), arg(3), arg(4)});
+    } else if (l.op == "aten::select.int") {
+      updated = b.call("aten::select_scatter", {base, src, arg(1), arg(2)});
+    } else if (l.op == "aten::diagonal") {
+      updated = b.call("aten::diagonal_scatter", {base, src, arg(1), arg(2), arg(3)});
+    } else if (l.op == "aten::alias") {
+      updated = src;
+    } else if (l.op == "aten::transpose.int" || l.op == "aten::t") {
+      std::vector<BArg> args = {src};
+      for (size_t i = 1; i < l.args.size(); ++i) args.push_back(arg(i));
+      updated = b.call(l.op, std::move(args));
+    } else if (l.op == "aten::permute") {
+      std::vector<int64_t> perm = l.args.at(1).value.toIntVector(), inverse(perm.size());
+      for (size_t i = 0; i < perm.size(); ++i)
+        inverse[static_cast<size_t>(c10::maybe_wrap_dim(perm[i], static_cast<int64_t>(perm.size())))] = static_cast<int64_t>(i);
+      updated = b.call("aten::permute", {src, inverse});
+    } else if (l.op == "aten::unsqueeze") {
+      updated = b.call("aten::squeeze.dim", {src, arg(1)});
+    } else {  // view, squeeze.dim: back to the base's shape
+      if (!src->meta().is_contiguous()) src = b.call("aten::clone", {src, c10::MemoryFormat::Contiguous});
+      updated = b.call("aten::view", {src, base_sizes});
+    }
+    derived(updated, {base, src});
+    stale_.erase(updated);
+    bind(l.base, updated);
+    write_through(l.base);
   }
 
   /// The values kept for folding are the tensors themselves: before an in-place op writes a
@@ -212,6 +273,20 @@ class Recorder {
     return c;
   }
 
+  // Views that jvpc can take again from a base, and write back into it.
+  static bool invertible_view(const std::string& op) {
+    static const std::unordered_set<std::string> ops = {
+        "aten::slice.Tensor", "aten::select.int", "aten::diagonal", "aten::alias", "aten::transpose.int", "aten::t",
+        "aten::permute", "aten::unsqueeze", "aten::squeeze.dim", "aten::view"};
+    return ops.count(op) > 0;
+  }
+
+  /// Bookkeeping for a value the tracer built itself (not a recorded kernel's result).
+  void derived(Value* v, std::initializer_list<const Value*> from) {
+    for (const Value* f : from)
+      if (from_inputs_.count(f)) from_inputs_.insert(v);
+  }
+
   static bool updates_running_stats(const std::string& op) {
     return op == "aten::native_batch_norm" || op == "aten::cudnn_batch_norm" || op == "aten::miopen_batch_norm";
   }
@@ -227,12 +302,15 @@ class Recorder {
     return ops.count(op) > 0;
   }
 
-  // Ops whose first argument is used for its metadata only, or overwritten whole.
+  // Ops whose first argument is used for its metadata only, or overwritten (whole or in part).
   static bool ignores_self_data(const std::string& op) {
     static const std::unordered_set<std::string> ops = {
         "aten::fill.Scalar", "aten::fill.Tensor", "aten::zero", "aten::copy", "aten::empty_like",
         "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::new_empty", "aten::new_empty_strided",
         "aten::new_zeros", "aten::new_ones", "aten::new_full", "aten::rand_like", "aten::randn_like",
+        // writes into part of it: what the rest holds is the caller's (an empty's garbage, in
+        // eager as in a replay; _pad_circular fills an empty by slice_scatter)
+        "aten::slice_scatter", "aten::select_scatter", "aten::diagonal_scatter",
         // random fills (bernoulli_, uniform_, ...: dropout's mask), in their functional forms
         "aten::bernoulli.p", "aten::uniform", "aten::normal.functional", "aten::random", "aten::random.from",
         "aten::random.to", "aten::exponential", "aten::geometric", "aten::log_normal", "aten::cauchy"};
@@ -284,6 +362,12 @@ class Recorder {
   std::unordered_map<const c10::TensorImpl*, Value*> value_of_;
   std::unordered_map<const void*, std::vector<Value*>> by_storage_;
   std::unordered_set<const Value*> stale_;
+  struct ViewLink {  // how a view tensor was taken from its base
+    at::Tensor base;
+    std::string op;
+    std::vector<Arg> args;
+  };
+  std::unordered_map<const c10::TensorImpl*, ViewLink> view_links_;
   std::unordered_set<const Value*> from_inputs_;    // values computed from the inputs
   std::unordered_set<const Value*> uninitialized_;  // outputs of empty and its kin
   std::unordered_map<const Value*, std::string> allocated_inside_;  // ... allocated by a decomposed op
