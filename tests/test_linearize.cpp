@@ -263,6 +263,17 @@ TEST(Linearize, WrongTangentsAreErrorsNamingTheTangent) {
   expect_error([&] { lin.jvp({at::empty({1, 5, 128, 64}, at::device(at::kMeta)), ok, ok}); }, "tangent 'dq': expected device");
 }
 
+// An integer input (indices) is not differentiated by default; naming it in wrt is an error.
+TEST(Linearize, IntegerInputsAreNotDifferentiatedByDefault) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0].index_select(0, x[1])}; };
+  std::vector<TraceInput> in = {{"x", at::randn({4, 3})}, {"idx", at::tensor({3, 0}, at::kLong)}};
+  Linearized lin = linearize(fn, in);
+  EXPECT_EQ(lin.tangent_names(), std::vector<std::string>{"dx"});
+  LinearizeOptions wrt_idx;
+  wrt_idx.wrt = {"idx"};
+  expect_error([&] { linearize(fn, in, wrt_idx); }, "input 'idx' has dtype Long and cannot be differentiated");
+}
+
 TEST(Linearize, AnOpWithoutARuleIsAnErrorNamingIt) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0].cumprod(0)}; };
   expect_error([&] { linearize(fn, {{"x", at::randn({4})}}); }, "no JVP rule for aten::cumprod");

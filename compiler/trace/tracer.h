@@ -35,7 +35,8 @@ using TensorFn = std::function<std::vector<at::Tensor>(const std::vector<at::Ten
 struct TraceInput {
   std::string name;
   at::Tensor value;
-  /// Differentiated by default (q, k, v; activations and weights). Masks are not.
+  /// Differentiated by default (q, k, v; activations and weights) when floating point; masks
+  /// and integer indices are not.
   bool differentiable = true;
 };
 
