@@ -75,14 +75,17 @@ int64_t bytes_of(const std::vector<int64_t>& sizes, c10::ScalarType dt) {
   return n;
 }
 
-// t·f where f is a merged factor; nullptr (and nothing left behind) unless it has exactly the
-// result `n` had, layout included: its readers were built for that.
-Value* rebuild(Graph& g, Builder& b, Node* n, Value* t, Value* factor) {
+// Makes `n`'s readers read t·factor, where that has exactly the result `n` had, layout included
+// (its readers were built for that); otherwise leaves nothing behind.
+bool replace_with_product(Graph& g, Builder& b, Node* n, Value* t, Value* factor) {
   g.set_insertion_point(n);
   Value* out = b.call("aten::mul.Tensor", {t, factor});
-  if (out->meta().same_signature(n->output()->meta()) && out->meta().strides == n->output()->meta().strides) return out;
-  erase_if_dead(g, out->producer());
-  return nullptr;
+  if (!out->meta().same_signature(n->output()->meta()) || out->meta().strides != n->output()->meta().strides) {
+    erase_if_dead(g, out->producer());
+    return false;
+  }
+  replace_output(g, n, out);
+  return true;
 }
 
 // (t·a)·b -> t·(a·b), for tensors or numbers a, b (not both numbers: simplify-arith's).
@@ -104,13 +107,7 @@ bool merge_chain(Graph& g, Builder& b, Node* n, const std::unordered_set<const V
   Value* factor = inner->factor && outer->factor ? b.call("aten::mul.Tensor", {inner->factor, outer->factor})
                   : inner->factor               ? b.call("aten::mul.Scalar", {inner->factor, outer->number})
                                                 : b.call("aten::mul.Scalar", {outer->factor, inner->number});
-  Value* out = rebuild(g, b, n, inner->tangent, factor);
-  if (!out) {
-    erase_if_dead(g, factor->producer());
-    return false;
-  }
-  replace_output(g, n, out);
-  return true;
+  return replace_with_product(g, b, n, inner->tangent, factor);
 }
 
 // t·a ± t·b -> t·(a ± b), for tensors a, b.
@@ -128,13 +125,7 @@ bool merge_sum(Graph& g, Builder& b, Node* n, const std::unordered_set<const Val
   if (bytes_of(sizes, dt) > freed) return false;
   g.set_insertion_point(n);
   Value* factor = b.call(op, {l->factor, r->factor});
-  Value* out = rebuild(g, b, n, l->tangent, factor);
-  if (!out) {
-    erase_if_dead(g, factor->producer());
-    return false;
-  }
-  replace_output(g, n, out);
-  return true;
+  return replace_with_product(g, b, n, l->tangent, factor);
 }
 
 }  // namespace
