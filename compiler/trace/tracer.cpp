@@ -43,7 +43,17 @@ class Recorder {
   /// `reads_data`: whether the reader uses the tensor's contents (fill_ and empty_like do not).
   Value* value_for(const at::Tensor& t, const std::string& reader, bool reads_data = true) {
     auto it = value_of_.find(t.unsafeGetTensorImpl());
-    if (it == value_of_.end()) return capture(t, t);
+    if (it == value_of_.end()) {
+      // A tensor the dispatcher never returned that shares a traced value's storage (.data(),
+      // variable_data(), a shallow copy): captured, it would replay these inputs' values.
+      auto shared = by_storage_.find(storage_of(t));
+      if (!specialize_on_scalars_ && shared != by_storage_.end())
+        for (const Value* v : shared->second)
+          if (from_inputs_.count(v))
+            throw Error(reader + " reads a tensor that aliases a value computed from the inputs but was made outside "
+                        "the dispatcher (.data(), variable_data()); the graph would replay it as a constant");
+      return capture(t, t);
+    }
     if (stale_.count(it->second)) {
       // A view whose storage was written through another view (or its base): taken again from
       // its base's current value, when jvpc knows how it was taken.
@@ -91,17 +101,23 @@ class Recorder {
     std::vector<c10::IValue> args(first, stack->end());
     std::vector<size_t> arg_index(nargs);  // recorded argument i <- boxed argument arg_index[i]
     for (size_t i = 0; i < nargs; ++i) arg_index[i] = i;
-    at::Tensor written;
+    at::Tensor written;      // the tensor an in-place op writes
+    at::Tensor restrided;    // the tensor an in-place view op (t_, unsqueeze_, ...) gives new metadata
     if (info.mutates) {
+      if (!args.at(0).isTensor())
+        throw Error(info.name + " writes in place to a list of tensors; jvpc records in-place ops on one tensor");
       rec = &functional_form(info);
-      written = args[0].toTensor();
-      if (protected_storages_.count(storage_of(written)))
-        throw Error(info.name + " writes in place to an input or captured constant; only intermediates may be "
-                    "written");
-      if (!value_of_.count(written.unsafeGetTensorImpl()))
-        throw Error(info.name + " writes in place to a tensor the callable captured (not an input, not computed "
-                    "while tracing); clone it first");
-      keep_values_before_write(written);
+      if (rec->is_view) {
+        restrided = args[0].toTensor();
+      } else {
+        written = args[0].toTensor();
+        if (protected_storages_.count(storage_of(written)))
+          throw Error(info.name + " writes in place to an input or captured constant; only intermediates may be "
+                      "written");
+        if (!value_of_.count(written.unsafeGetTensorImpl()))
+          throw Error(info.name + " writes in place to a tensor the callable captured (not an input, not computed "
+                      "while tracing); clone it first");
+      }
     } else if (info.name == "aten::_reshape_alias" || info.name == "aten::_unsafe_view") {
       rec = &op_info("aten::view");
       arg_index = {0, 1};
@@ -127,6 +143,9 @@ class Recorder {
         throw Error(info.name + ": argument '" + sarg.name() + "' cannot be recorded as " + arg_kind_name(a.kind));
       rec_args.push_back(std::move(a));
     }
+    // Before the write (and after the operands were resolved: one may have been taken again
+    // from its base just now), the values living in the storage are kept as they are.
+    if (written.defined()) keep_values_before_write(written);
     {
       c10::impl::ExcludeDispatchKeyGuard guard(kTraceKey);
       op.callBoxed(stack);
@@ -170,6 +189,12 @@ class Recorder {
         uninitialized_.insert(v);
         if (!decomposing_.empty()) allocated_inside_[v] = decomposing_.back();
       }
+    if (rec->is_view && !n->inputs().empty() && uninitialized_.count(n->input(0)))  // at::tensor({...}).view(...)
+      for (Value* v : n->outputs()) {
+        uninitialized_.insert(v);
+        auto inside = allocated_inside_.find(n->input(0));
+        if (inside != allocated_inside_.end()) allocated_inside_[v] = inside->second;
+      }
     for (size_t i = 0; i < results.size(); ++i) {
       if (written.defined() && results[i].unsafeGetTensorImpl() == written.unsafeGetTensorImpl()) {
         for (Value* alias : by_storage_[storage_of(written)]) stale_.insert(alias);
@@ -177,8 +202,17 @@ class Recorder {
       }
       bind(results[i], n->output(i));
     }
-    if (!written.defined() && results.size() == 1 && invertible_view(rec->name) && args.at(0).isTensor())
+    if (restrided.defined()) {
+      // New metadata, the same data: nothing is stale. How the tensor was taken from a base, and
+      // how views were taken from it, no longer describe it; they are forgotten (a view read
+      // after a later write is then an error, never taken again wrongly).
+      const c10::TensorImpl* impl = restrided.unsafeGetTensorImpl();
+      view_links_.erase(impl);
+      for (auto it = view_links_.begin(); it != view_links_.end();)
+        it = it->second.base.unsafeGetTensorImpl() == impl ? view_links_.erase(it) : std::next(it);
+    } else if (!written.defined() && results.size() == 1 && invertible_view(rec->name) && args.at(0).isTensor()) {
       view_links_[results[0].unsafeGetTensorImpl()] = ViewLink{args[0].toTensor(), rec->name, n->args()};
+    }
     if (written.defined()) write_through(written);
   }
 
@@ -241,13 +275,16 @@ class Recorder {
   /// Erases the allocations whose contents were captured instead (nothing reads them now).
   void drop_unread_allocations() {
     std::unordered_set<const Value*> outputs(g_.outputs().begin(), g_.outputs().end());
-    for (Node* n : g_.nodes())
-      if (allocates_uninitialized(n->op()) &&
+    std::vector<Node*> nodes = g_.nodes();
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {  // views of them first
+      Node* n = *it;
+      if (uninitialized_.count(n->output(0)) &&
           std::none_of(n->outputs().begin(), n->outputs().end(),
                        [&](const Value* v) { return v->has_uses() || outputs.count(v); })) {
         for (Value* v : n->outputs()) values_.erase(v->id());
         g_.erase(n);
       }
+    }
   }
 
   /// Whether `t` is a value of the trace (an input or a recorded kernel's result).
@@ -337,6 +374,7 @@ class Recorder {
     // In-place ops whose functional form has another overload name.
     static const std::unordered_map<std::string, std::string> renamed = {
         {"aten::bernoulli_.float", "aten::bernoulli.p"},
+        {"aten::transpose_", "aten::transpose.int"},
     };
     auto [name, overload] = split_op_name(info.name);
     if (name.empty() || name.back() != '_') throw Error(info.name + " mutates its input and has no functional form");

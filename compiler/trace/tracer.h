@@ -44,9 +44,10 @@ struct TraceOptions {
   /// Keep every value the tracing run computed (for folding without a second forward).
   bool keep_values = true;
   /// Let the callable read values computed from the inputs into C++ numbers (item(), if (t),
-  /// at::equal, at::allclose). The graph then holds those numbers as constants: right at these
-  /// inputs only. linearize allows it (its result is for these primals, and LibTorch's forward
-  /// AD treats such numbers as constants too); a graph traced for replay on other inputs does not.
+  /// at::equal, at::allclose) or through aliases made outside the dispatcher (.data()). The graph
+  /// then holds those values as constants: right at these inputs only. linearize allows it (its
+  /// result is for these primals, and LibTorch's forward AD treats such values as constants
+  /// too); a graph traced for replay on other inputs does not.
   bool specialize_on_scalars = false;
 };
 
