@@ -263,6 +263,11 @@ std::vector<RuleCase> cases() {
       {"aten::linalg_vector_norm", {{3, 4}}, one([](auto& x) {  // p < 1 with zeros: LibTorch's 0 there, not NaN
          return at::linalg_vector_norm(x[0] - x[0].detach() * (x[0] > 0.5), 0.5, {1});
        }), nullptr, false, 99, false},
+      // (LibTorch's forward AD of norm.Scalar fails for [3, 4]; the reference is the same norm by linalg)
+      {"aten::norm.Scalar", {{3, 4}}, one([](auto& x) { return x[0].norm(); }),
+       one([](auto& x) { return at::linalg_vector_norm(x[0]); })},
+      {"aten::norm.Scalar", {{3, 4}}, one([](auto& x) { return x[0].norm(1); }),
+       one([](auto& x) { return at::linalg_vector_norm(x[0], 1); })},
       {"aten::prod.dim_int", {{3, 4}}, one([](auto& x) { return x[0].prod(1); })},
       {"aten::prod.dim_int", {{3, 4}}, one([](auto& x) { return (x[0] * (x[0] > 0)).prod(0, true); })},  // with zeros
       {"aten::prod", {{3, 4}}, one([](auto& x) { return x[0].t().prod(); })},
@@ -366,6 +371,13 @@ std::vector<RuleCase> cases() {
       {"aten::slice_scatter", {{4, 3}, {2, 3}}, one([](auto& x) { return at::slice_scatter(x[0], x[1], 0, 1, 4, 2); })},
       {"aten::select_scatter", {{4, 3}, {4}}, one([](auto& x) { return at::select_scatter(x[0], x[1], 1, 2); })},
       {"aten::diagonal_scatter", {{4, 3}}, one([](auto& x) { return at::diagonal_scatter(x[0], at::ones({3}, at::kDouble)); })},
+      {"aten::index_copy", {{5, 4}, {2, 4}}, one([](auto& x) { return x[0].index_copy(0, at::tensor({4, 1}, at::kLong), x[1]); })},
+      {"aten::index_copy", {{5, 4}}, one([](auto& x) {
+         return x[0].index_copy(0, at::tensor({4, 1}, at::kLong), at::ones({2, 4}, at::kDouble));
+       })},
+      {"aten::narrow_copy", {{5, 4}}, one([](auto& x) { return at::narrow_copy(x[0], 0, 1, 3); }),
+       one([](auto& x) { return x[0].narrow(0, 1, 3).clone(); })},  // LibTorch has no forward AD for narrow_copy
+      {"aten::masked_select", {{3, 4}}, one([](auto& x) { return x[0].masked_select(x[0] > 0); })},
       {"aten::index_add", {{5, 4}, {3, 4}}, one([](auto& x) { return x[0].index_add(0, at::tensor({4, 0, 4}, at::kLong), x[1], 0.5); })},
       {"aten::index_add", {{5, 4}}, one([](auto& x) { return x[0].index_add(0, at::tensor({4, 0, 4}, at::kLong), at::ones({3, 4}, at::kDouble)); })},
       {"aten::_softmax", {{3, 5}}, one([](auto& x) { return at::_softmax(x[0], -1, false); })},

@@ -46,6 +46,32 @@ Value* others_product(Ctx& c, Value* x, int64_t dim) {
   return c.call("aten::mul.Tensor", {exclusive(x), suffix});
 }
 
+/// The tangent of ‖x‖_p over `dims`: Σ t·sgn(x)·(|x| / ‖x‖)^(p−1), 0 where the norm is 0 (and
+/// where x is, for p < 1); for p = ±inf, the tangent of the extreme elements, averaged over
+/// ties; for p = 0 (a count), zero. In the result's dtype: a `dtype` argument may widen it (a
+/// float16 norm would overflow).
+Value* vector_norm(Ctx& c, double p, const std::vector<int64_t>& dims, bool keepdim) {
+  if (!c.t(0) || p == 0.0) return nullptr;
+  Value* x = c.x(0);
+  c10::ScalarType dt = c.out()->meta().dtype;
+  if (x->meta().dtype != dt) x = c.call("aten::_to_copy", {x, dt});
+  Value* norm = keep_dims(c, c.out(), x, dims);
+  Value* sgn = c.call("aten::sgn", {x});
+  Value* f;
+  if (std::isinf(p)) {
+    Value* hit = c.call("aten::_to_copy", {c.call("aten::eq.Tensor", {c.call("aten::abs", {x}), norm}), dt});
+    f = c.call("aten::mul.Tensor", {sgn, c.call("aten::div.Tensor", {hit, c.call("aten::sum.dim_IntList", {hit, dims, true})})});
+  } else if (p == 1.0) {
+    f = sgn;
+  } else {
+    Value* ratio = c.call("aten::div.Tensor", {c.call("aten::abs", {x}), norm});
+    f = c.call("aten::mul.Tensor", {sgn, p == 2.0 ? ratio : c.call("aten::pow.Tensor_Scalar", {ratio, p - 1.0})});
+    f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {norm, 0}), 0.0});
+    if (p < 1.0) f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {x, 0}), 0.0});
+  }
+  return weighted_sum(c, f, dims, keepdim);
+}
+
 /// A loss's elementwise tangent, reduced as the loss: 0 none, 1 mean, 2 sum.
 Value* reduce(Ctx& c, Value* v, int64_t reduction) {
   if (!v || reduction == 0) return v;
@@ -93,35 +119,15 @@ void register_reductions(Registry& r) {
       if (c.n.outputs().size() == 2) out.push_back(c.call("aten::mean.dim", {c.t(0), dims, keepdim}));
       return out;
     });
-  // ‖x‖_p: d = Σ t·sgn(x)·(|x| / ‖x‖)^(p−1), 0 where the norm is 0; for p = ±inf, the tangent
-  // of the extreme elements, averaged over ties; for p = 0 (a count), zero.
-  // norm(x, p, dim, keepdim) takes linalg_vector_norm's first four arguments.
+  // norm(x, p, dim, keepdim) takes linalg_vector_norm's first four arguments; norm(x, p) is
+  // over all elements.
   for (const char* op : {"aten::linalg_vector_norm", "aten::norm.ScalarOpt_dim"})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
-      double p = scalar(c.c(1), 2.0);
-      if (!c.t(0) || p == 0.0) return {};
-      auto dims = reduced_dims(c.x(0), c.c(2));
-      // In the result's dtype (a `dtype` argument may widen it: a float16 norm would overflow).
-      Value* x = c.x(0);
-      c10::ScalarType dt = c.out()->meta().dtype;
-      if (x->meta().dtype != dt) x = c.call("aten::_to_copy", {x, dt});
-      Value* norm = keep_dims(c, c.out(), x, dims);
-      Value* sgn = c.call("aten::sgn", {x});
-      Value* f;
-      if (std::isinf(p)) {
-        Value* hit = c.call("aten::_to_copy", {c.call("aten::eq.Tensor", {c.call("aten::abs", {x}), norm}), dt});
-        f = c.call("aten::mul.Tensor", {sgn, c.call("aten::div.Tensor", {hit, c.call("aten::sum.dim_IntList", {hit, dims, true})})});
-      } else if (p == 1.0) {
-        f = sgn;
-      } else {
-        Value* ratio = c.call("aten::div.Tensor", {c.call("aten::abs", {x}), norm});
-        f = c.call("aten::mul.Tensor", {sgn, p == 2.0 ? ratio : c.call("aten::pow.Tensor_Scalar", {ratio, p - 1.0})});
-        // 0 where the norm is 0, and where x is 0 (0^(p-1) is infinite for p < 1)
-        f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {norm, 0}), 0.0});
-        if (p < 1.0) f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {x, 0}), 0.0});
-      }
-      return {weighted_sum(c, f, dims, c.c(3).toBool())};
+      return {vector_norm(c, scalar(c.c(1), 2.0), reduced_dims(c.x(0), c.c(2)), c.c(3).toBool())};
     });
+  r.add("aten::norm.Scalar", [](Ctx& c) -> std::vector<Value*> {
+    return {vector_norm(c, scalar(c.c(1), 2.0), reduced_dims(c.x(0), c10::IValue()), false)};
+  });
   r.add("aten::prod.dim_int", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);

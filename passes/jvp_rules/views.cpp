@@ -24,7 +24,8 @@ void register_views(Registry& r) {
                          "aten::upsample_trilinear3d", "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
                          "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", "aten::pixel_shuffle",
                          "aten::pixel_unshuffle", "aten::channel_shuffle", "aten::trace", "aten::_upsample_bilinear2d_aa",
-                         "aten::_upsample_bicubic2d_aa", "aten::im2col", "aten::col2im"})
+                         "aten::_upsample_bicubic2d_aa", "aten::im2col", "aten::col2im", "aten::narrow_copy",
+                         "aten::masked_select"})
     r.add(op, linear_in(0));
   // Max pooling picks elements: the tangent at the indices it returns, which index each
   // channel's flattened spatial dims (the last 2 or 3).
@@ -48,9 +49,9 @@ void register_views(Registry& r) {
   });
   // Scatters are linear in (self, source) jointly: the same op on both tangents, zeros for an
   // absent one. Adding a constant source leaves self's tangent as it is.
-  for (const char* op : {"aten::scatter_add", "aten::scatter.src", "aten::index_add"})
-    r.add(op, [](Ctx& c) -> std::vector<Value*> {
-      if (!c.t(3) && c.n.op() != "aten::scatter.src") return {c.t(0)};
+  for (const char* op : {"aten::scatter_add", "aten::scatter.src", "aten::index_add", "aten::index_copy"})
+    r.add(op, [overwrites = std::string(op) == "aten::scatter.src" || std::string(op) == "aten::index_copy"](Ctx& c) -> std::vector<Value*> {
+      if (!c.t(3) && !overwrites) return {c.t(0)};
       Value* self = c.t(0) ? c.t(0) : c.call("aten::zeros_like", {c.x(0)});
       Value* source = c.t(3) ? c.t(3) : c.call("aten::zeros_like", {c.x(3)});
       return c.reapply({{0, self}, {3, source}});
