@@ -36,11 +36,18 @@ bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known) {
       for (const Value* o : n->outputs()) primal_only.insert(o);
   }
 
-  // The residuals: primal-only values read by tangent-dependent nodes or returned.
+  // The residuals: primal-only values read by tangent-dependent nodes or returned. Not the
+  // zeros a rule materializes (aten::zeros of a shape): made per call, they cost a fill, and held
+  // they would cost their bytes for as long as the tangent graph lives.
+  auto made_per_call = [](const Value* v) {
+    const Node* p = v->producer();
+    return p && p->inputs().empty() && p->op() == "aten::zeros";
+  };
   std::vector<Value*> residuals;
   std::unordered_set<const Value*> chosen;
   auto want = [&](Value* v) {
-    if (primal_only.count(v) && !(g.is_input(v) && g.input_of(v).role == Role::Constant) && chosen.insert(v).second)
+    if (primal_only.count(v) && !made_per_call(v) && !(g.is_input(v) && g.input_of(v).role == Role::Constant) &&
+        chosen.insert(v).second)
       residuals.push_back(v);
   };
   for (Node* n : g.nodes())

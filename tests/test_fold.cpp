@@ -1,5 +1,7 @@
 #include "tests/pass_helpers.h"
 
+#include "compiler/api/linearize.h"
+
 namespace jvpc {
 namespace {
 using test::f32;
@@ -62,6 +64,26 @@ TEST(Fold, LeavesGraphsWithoutPrimalWorkAlone) {
 TEST(Fold, NeedsAValueForEveryPrimalInput) {
   Small s;
   EXPECT_THROW(fold(s.g, {}), Error);
+}
+
+}  // namespace
+}  // namespace jvpc
+
+namespace jvpc {
+namespace {
+
+// The zeros a rule materializes for a tangent that is zero (here, the cached half of a cat) are
+// made per call, not held as residuals (found by a probe: a KV cache's tangent held the cache's
+// size in zeros).
+TEST(Fold, ZerosOfATangentAreMadePerCallNotHeld) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::cat({x[1], x[0]}, 1).sum(-1)}; };
+  std::vector<TraceInput> in = {{"k", at::randn({2, 4, 8})}, {"cache", at::randn({2, 64, 8}), false}};
+  Linearized lin = linearize(fn, in);
+  EXPECT_EQ(lin.report.tangent.residual_bytes, 0) << to_text(*lin.tangent_graph);
+  EXPECT_EQ(test::count_op(*lin.tangent_graph, "aten::zeros"), 1);
+  at::Tensor dk = at::randn({2, 4, 8});
+  at::Tensor want = at::cat({at::zeros({2, 64}), dk.sum(-1)}, 1);
+  for (int call = 0; call < 2; ++call) EXPECT_TRUE(lin.jvp({dk})[0].allclose(want)) << call;
 }
 
 }  // namespace

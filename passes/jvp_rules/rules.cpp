@@ -31,6 +31,11 @@ Value* Ctx::mul(Value* t_, Value* factor) {
   return call("aten::mul.Tensor", {t_, factor});
 }
 
+Value* Ctx::zeros_like(const Value* v) {
+  const TensorMeta& m = v->meta();
+  return call("aten::zeros", {m.sizes, m.dtype, std::nullopt, m.device});
+}
+
 std::vector<Value*> Ctx::reapply(const std::vector<std::pair<size_t, Value*>>& replaced) {
   std::vector<BArg> args;
   for (size_t i = 0; i < n.args().size(); ++i) args.push_back(BArg::of_arg(n.arg(i), &n));
@@ -84,7 +89,7 @@ Rule linear_in_list(size_t arg) {
     for (int o : a.operands) {
       Value* t = c.operand_tangent(static_cast<size_t>(o));
       any |= t != nullptr;
-      ts.push_back(t ? t : c.call("aten::zeros_like", {c.n.input(static_cast<size_t>(o))}));
+      ts.push_back(t ? t : c.zeros_like(c.n.input(static_cast<size_t>(o))));
     }
     if (!any) return {};
     std::vector<BArg> args;

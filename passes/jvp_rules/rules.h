@@ -43,6 +43,9 @@ class Ctx {
   Value* scale(Value* a, double s);
   /// t * factor (elementwise, broadcasting); zero stays zero.
   Value* mul(Value* t, Value* factor);
+  /// A materialized zero tangent shaped like `v`: aten::zeros from metadata alone, so that it
+  /// reads no primal value and fold leaves it to be made per call rather than held as a residual.
+  Value* zeros_like(const Value* v);
   /// The node's op applied again with argument `arg` replaced by `v` (other arguments as in
   /// the primal node).
   std::vector<Value*> reapply(size_t arg, Value* v) { return reapply({{arg, v}}); }

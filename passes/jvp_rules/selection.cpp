@@ -51,7 +51,7 @@ void register_selection(Registry& r) {
   });
   r.add("aten::masked_fill.Tensor", [](Ctx& c) -> std::vector<Value*> {  // value: a 0-dim tensor
     if (!c.t(2)) return {c.t(0) ? c.call("aten::masked_fill.Scalar", {c.t(0), c.x(1), 0.0}) : nullptr};
-    Value* self = c.t(0) ? c.t(0) : c.call("aten::zeros_like", {c.out()});
+    Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.out());
     return {c.call("aten::masked_fill.Tensor", {self, c.x(1), c.t(2)})};
   });
 

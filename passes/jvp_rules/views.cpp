@@ -52,27 +52,27 @@ void register_views(Registry& r) {
   for (const char* op : {"aten::scatter_add", "aten::scatter.src", "aten::index_add", "aten::index_copy"})
     r.add(op, [overwrites = std::string(op) == "aten::scatter.src" || std::string(op) == "aten::index_copy"](Ctx& c) -> std::vector<Value*> {
       if (!c.t(3) && !overwrites) return {c.t(0)};
-      Value* self = c.t(0) ? c.t(0) : c.call("aten::zeros_like", {c.x(0)});
-      Value* source = c.t(3) ? c.t(3) : c.call("aten::zeros_like", {c.x(3)});
+      Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.x(0));
+      Value* source = c.t(3) ? c.t(3) : c.zeros_like(c.x(3));
       return c.reapply({{0, self}, {3, source}});
     });
   // Writes into a view, functionalized by the tracer: linear in (self, src) jointly.
   for (const char* op : {"aten::slice_scatter", "aten::select_scatter", "aten::diagonal_scatter"})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
-      Value* self = c.t(0) ? c.t(0) : c.call("aten::zeros_like", {c.x(0)});
-      Value* src = c.t(1) ? c.t(1) : c.call("aten::zeros_like", {c.x(1)});
+      Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.x(0));
+      Value* src = c.t(1) ? c.t(1) : c.zeros_like(c.x(1));
       return c.reapply({{0, self}, {1, src}});
     });
   // index_put(self, indices, values, accumulate) and masked_scatter(self, mask, source) likewise.
   r.add("aten::index_put", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(2) && c.c(3).toBool()) return {c.t(0)};
-    Value* self = c.t(0) ? c.t(0) : c.call("aten::zeros_like", {c.x(0)});
-    Value* values = c.t(2) ? c.t(2) : c.call("aten::zeros_like", {c.x(2)});
+    Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.x(0));
+    Value* values = c.t(2) ? c.t(2) : c.zeros_like(c.x(2));
     return c.reapply({{0, self}, {2, values}});
   });
   r.add("aten::masked_scatter", [](Ctx& c) -> std::vector<Value*> {
-    Value* self = c.t(0) ? c.t(0) : c.call("aten::zeros_like", {c.x(0)});
-    Value* source = c.t(2) ? c.t(2) : c.call("aten::zeros_like", {c.x(2)});
+    Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.x(0));
+    Value* source = c.t(2) ? c.t(2) : c.zeros_like(c.x(2));
     return c.reapply({{0, self}, {2, source}});
   });
   r.add("aten::scatter.value", [](Ctx& c) -> std::vector<Value*> {
