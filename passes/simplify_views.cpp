@@ -9,12 +9,14 @@
 // Rules: expand/view/alias to the same shape and strides is the identity; a clone or a same-
 // dtype copy of a contiguous value is the identity (the IR is functional); transposing the
 // same two dims twice is the identity; view of a view and expand of an expand collapse; an add
-// of two views to one shape is a view of the add.
+// of two views to one shape is a view of the add; a slice (select) of a slice_scatter
+// (select_scatter) reads the source it wrote, or the base where it did not write.
 #include "passes/passes.h"
 
 #include "compiler/ir/builder.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace jvpc {
 
@@ -46,6 +48,59 @@ Value* identity_of(const Node* n) {
   return nullptr;
 }
 
+// The [begin, end) a slice with step 1 takes along `dim` of a dim of `size`, as ATen clamps it;
+// nullopt for other steps.
+std::optional<std::pair<int64_t, int64_t>> slice_range(const Node* n, size_t start_arg, int64_t size) {
+  if (n->arg(start_arg + 2).kind != ArgKind::Int || n->arg(start_arg + 2).value.toInt() != 1) return std::nullopt;
+  auto bound = [&](size_t i, int64_t none) {
+    int64_t v = n->arg(i).kind == ArgKind::Int ? n->arg(i).value.toInt() : none;
+    if (v < 0) v += size;
+    return std::clamp<int64_t>(v, 0, size);
+  };
+  return std::pair{bound(start_arg, 0), bound(start_arg + 1, size)};
+}
+
+// Reading back what a scatter wrote, or what it left alone:
+//   slice(slice_scatter(base, src, d, a, b), d, a, b) -> src
+//   slice(slice_scatter(base, src, d, a, b), d, c, e) -> slice(base, d, c, e) for [c, e) apart from [a, b)
+// and the same for select and select_scatter (writes through views leave these, and the tangent
+// graph copies them).
+bool read_around_scatter(Graph& g, Node* n) {
+  bool slice = n->op() == "aten::slice.Tensor";
+  if ((!slice && n->op() != "aten::select.int") || n->inputs().size() != 1) return false;
+  Node* p = n->input(0)->producer();
+  if (!p || p->op() != (slice ? "aten::slice_scatter" : "aten::select_scatter") || p->inputs().size() != 2) return false;
+  const TensorMeta& m = p->output()->meta();
+  int64_t rank = static_cast<int64_t>(m.sizes.size());
+  int64_t dim = c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank);
+  if (dim != c10::maybe_wrap_dim(p->arg(2).value.toInt(), rank)) return false;
+  int64_t size = m.sizes.at(static_cast<size_t>(dim));
+  bool same = false, apart = false;
+  if (slice) {
+    auto read = slice_range(n, 2, size), wrote = slice_range(p, 3, size);
+    if (!read || !wrote) return false;
+    same = *read == *wrote;
+    apart = read->second <= wrote->first || wrote->second <= read->first;
+  } else {
+    auto index = [&](const Node* x, size_t i) { int64_t v = x->arg(i).value.toInt(); return v < 0 ? v + size : v; };
+    same = index(n, 2) == index(p, 3);
+    apart = !same;
+  }
+  // (the source may be laid out more compactly than the view it replaces: anything taken of the
+  // view can be taken of it)
+  if (same && p->input(1)->meta().same_signature(n->output()->meta()) &&
+      (p->input(1)->meta().is_contiguous() || same_layout(p->input(1), n->output()))) {
+    replace_output(g, n, p->input(1));
+    return true;
+  }
+  if (apart && same_layout(p->input(0), p->output())) {
+    n->replace_input(0, p->input(0));
+    erase_if_dead(g, p);
+    return true;
+  }
+  return false;
+}
+
 bool has_negative(const std::vector<int64_t>& v) {
   return std::any_of(v.begin(), v.end(), [](int64_t s) { return s < 0; });
 }
@@ -57,6 +112,10 @@ bool simplify_views(Graph& g) {
   for (Node* n : g.nodes()) {
     if (Value* x = identity_of(n)) {
       replace_output(g, n, x);
+      changed = true;
+      continue;
+    }
+    if (read_around_scatter(g, n)) {
       changed = true;
       continue;
     }

@@ -89,3 +89,37 @@ TEST(SimplifyArith, AddsOfZeroGoOnlyWhereExact) {
 
 }  // namespace
 }  // namespace jvpc
+
+namespace jvpc {
+namespace {
+
+// Writes through views leave slice_scatter/select_scatter nodes, and reads of the written part
+// or of the rest (found by a probe: a rotary embedding's tangent kept them).
+TEST(SimplifyViews, ReadsAroundAScatterReadItsSourceOrItsBase) {
+  Graph g;
+  Value* base = g.add_input("base", test::f32({4, 6}), Role::Primal);
+  Value* src = g.add_input("src", test::f32({4, 2}), Role::Primal);
+  Value* row = g.add_input("row", test::f32({6}), Role::Primal);
+  Builder b(g);
+  Value* sc = b.call("aten::slice_scatter", {base, src, 1, 2, 4, 1});
+  g.add_output(b.call("aten::slice.Tensor", {sc, -1, 2, 4, 1}));                 // the source
+  g.add_output(b.call("aten::slice.Tensor", {sc, 1, 4, std::nullopt, 1}));       // the base's
+  g.add_output(b.call("aten::slice.Tensor", {sc, 1, 1, 3, 1}));                  // overlaps: kept
+  Value* sel = b.call("aten::select_scatter", {base, row, 0, -1});
+  g.add_output(b.call("aten::select.int", {sel, 0, 3}));                          // the source
+  g.add_output(b.call("aten::select.int", {sel, 0, 0}));                          // the base's
+  std::unique_ptr<Graph> before = g.clone();
+  EXPECT_TRUE(simplify_views(g));
+  verify(g);
+  EXPECT_EQ(g.outputs()[0], src);
+  EXPECT_EQ(g.outputs()[1]->producer()->input(0), base);
+  EXPECT_EQ(g.outputs()[2]->producer()->input(0)->producer()->op(), "aten::slice_scatter");
+  EXPECT_EQ(g.outputs()[3], row);
+  EXPECT_EQ(g.outputs()[4]->producer()->input(0), base);
+  std::vector<at::Tensor> in = {at::randn({4, 6}), at::randn({4, 2}), at::randn({6})};
+  auto want = Executable(std::move(before)).run(in), got = Executable(g.clone()).run(in);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << i;
+}
+
+}  // namespace
+}  // namespace jvpc
