@@ -228,6 +228,25 @@ TEST(Tracer, InPlaceViewsAndRetakenViewsKeepTheirValues) {
          at::Tensor c = at::tensor({1., 2., 3., 4.}, at::kDouble).view({4, 1});
          return std::vector<at::Tensor>{x[0] * c};
        }},
+      // found by a review of the above: kept values that are the restrided tensor itself took its
+      // new metadata; a tensor literal written in part replayed uninitialized memory; batch norm's
+      // running statistics, when traced values, were written where the tracer could not see it
+      {"t_ after its value was used", [](T x) {
+         at::Tensor h = x[0].slice(0, 0, 3) * 1, p = h * h;
+         h.t_();
+         return std::vector<at::Tensor>{p, h * 1};
+       }},
+      {"a tensor literal written in part", [](T x) {
+         at::Tensor c = at::tensor({1., 2., 3., 4.}, at::kDouble);
+         c.slice(0, 0, 1).fill_(5);
+         return std::vector<at::Tensor>{x[0] * c};
+       }},
+      {"running statistics that are traced values", [](T x) {
+         at::Tensor rm = at::zeros({4}, x[0].options()), rv = at::ones({4}, x[0].options());
+         at::Tensor s = x[0] * (rm + 1);
+         at::Tensor y = at::batch_norm(x[0], {}, {}, rm, rv, true, 0.1, 1e-5, false);
+         return std::vector<at::Tensor>{s + y};
+       }},
   };
   for (const auto& [name, fn] : cases) {
     SCOPED_TRACE(name);
@@ -242,6 +261,21 @@ TEST(Tracer, InPlaceViewsAndRetakenViewsKeepTheirValues) {
     std::vector<at::Tensor> ad = forward_ad_jvp(fn, {x}, {t}), jvp = lin.jvp({t});
     for (size_t i = 0; i < ad.size(); ++i) EXPECT_LT(test::rel_error(jvp[i], ad[i]), 1e-12) << i;
   }
+}
+
+TEST(Tracer, StorageChangesAndReadsOfUpdatedRunningStatisticsAreErrors) {
+  TensorFn resize = [](const std::vector<at::Tensor>& x) {
+    at::Tensor y = x[0] * 1;
+    y.resize_({2});
+    return std::vector<at::Tensor>{y};
+  };
+  test::expect_error([&] { trace(resize, {{"x", at::randn({3})}}); }, "aten::resize_ changes a tensor's storage");
+  TensorFn stats = [](const std::vector<at::Tensor>& x) {
+    at::Tensor rm = at::zeros({3}, x[0].options()), rv = at::ones({3}, x[0].options());
+    at::Tensor y = at::batch_norm(x[0], {}, {}, rm, rv, true, 0.1, 1e-5, false);
+    return std::vector<at::Tensor>{y, rm * 1};
+  };
+  test::expect_error([&] { trace(stats, {{"x", at::randn({4, 3})}}); }, "in-place op wrote");
 }
 
 TEST(Tracer, AliasesMadeOutsideTheDispatcherAreAnErrorInTraces) {

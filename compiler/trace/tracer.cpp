@@ -101,14 +101,18 @@ class Recorder {
     std::vector<c10::IValue> args(first, stack->end());
     std::vector<size_t> arg_index(nargs);  // recorded argument i <- boxed argument arg_index[i]
     for (size_t i = 0; i < nargs; ++i) arg_index[i] = i;
+    std::vector<at::Tensor> running_stats;  // batch norm's, which it updates in place
     at::Tensor written;      // the tensor an in-place op writes
     at::Tensor restrided;    // the tensor an in-place view op (t_, unsqueeze_, ...) gives new metadata
     if (info.mutates) {
       if (!args.at(0).isTensor())
         throw Error(info.name + " writes in place to a list of tensors; jvpc records in-place ops on one tensor");
+      if (info.name.rfind("aten::resize_", 0) == 0 || info.name.rfind("aten::set_", 0) == 0)
+        throw Error(info.name + " changes a tensor's storage; jvpc cannot record it (make a new tensor instead)");
       rec = &functional_form(info);
       if (rec->is_view) {
         restrided = args[0].toTensor();
+        keep_metadata_before_restride(restrided);
       } else {
         written = args[0].toTensor();
         if (protected_storages_.count(storage_of(written)))
@@ -125,7 +129,10 @@ class Recorder {
       // Batch norm in training mode updates its running statistics in place, which its schema
       // does not declare; its results do not depend on them. The tracing run updates them once,
       // as eager execution would, and the graph records the op without them: replaying it
-      // changes nobody's tensors.
+      // changes nobody's tensors. Traced values in them are kept as they were, and reading them
+      // afterwards is an error (the graph cannot say what they became).
+      for (size_t i : {size_t{3}, size_t{4}})
+        if (args[i].isTensor() && args[i].toTensor().defined()) running_stats.push_back(args[i].toTensor());
       args[3] = c10::IValue();
       args[4] = c10::IValue();
     }
@@ -146,6 +153,11 @@ class Recorder {
     // Before the write (and after the operands were resolved: one may have been taken again
     // from its base just now), the values living in the storage are kept as they are.
     if (written.defined()) keep_values_before_write(written);
+    for (const at::Tensor& stats : running_stats)  // written by batch norm, unrecorded
+      if (value_of_.count(stats.unsafeGetTensorImpl())) {
+        keep_values_before_write(stats);
+        for (Value* alias : by_storage_[storage_of(stats)]) stale_.insert(alias);
+      }
     {
       c10::impl::ExcludeDispatchKeyGuard guard(kTraceKey);
       op.callBoxed(stack);
@@ -216,6 +228,16 @@ class Recorder {
     if (written.defined()) write_through(written);
   }
 
+  /// Before an in-place view op (t_, unsqueeze_) gives `t` new metadata: the values kept for
+  /// folding, and captured constants, that are this very tensor keep the metadata they had.
+  void keep_metadata_before_restride(const at::Tensor& t) {
+    c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);
+    for (auto& [id, kept] : values_)
+      if (kept.is_same(t)) kept = t.alias();
+    for (Input& in : g_.inputs())
+      if (in.data.defined() && in.data.is_same(t)) in.data = t.alias();
+  }
+
   /// After an in-place op wrote `view`, its base (and the base's base...) takes the written
   /// values: base' = slice_scatter(base, view', ...) and the like, as functionalization does.
   void write_through(const at::Tensor& view) {
@@ -224,7 +246,11 @@ class Recorder {
     const ViewLink& l = link->second;
     Value* base = value_of_.at(l.base.unsafeGetTensorImpl());  // its value before the write
     Value* src = value_of_.at(view.unsafeGetTensorImpl());
+    const Value* written = src;
     c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);  // shape inference runs kernels on Meta
+    // A base still holding what at::tensor({...}) copied in by pointer: captured (its written
+    // part is replaced below). Inside a decomposed op, an allocation being filled stays.
+    if (uninitialized_.count(base) && !allocated_inside_.count(base)) base = capture(l.base, l.base.clone());
     Builder b(g_);
     auto arg = [&](size_t i) { return BArg::of_arg(l.args.at(i), nullptr); };
     const auto& base_sizes = base->meta().sizes;
@@ -252,7 +278,7 @@ class Recorder {
       if (!src->meta().is_contiguous()) src = b.call("aten::clone", {src, c10::MemoryFormat::Contiguous});
       updated = b.call("aten::view", {src, base_sizes});
     }
-    derived(updated, {base, src});
+    derived(updated, {base, written});
     stale_.erase(updated);
     bind(l.base, updated);
     write_through(l.base);
