@@ -23,9 +23,7 @@ Rule via_backward(const char* backward) {
 }  // namespace
 
 void register_activations(Registry& r) {
-  r.add("aten::relu", unary([](Ctx& c) {  // 1 where x > 0
-    return c.call("aten::_to_copy", {c.call("aten::gt.Scalar", {c.x(0), 0}), c.out()->meta().dtype});
-  }));
+  r.add("aten::relu", masked([](Ctx& c) { return c.call("aten::gt.Scalar", {c.x(0), 0}); }));
   r.add("aten::gelu", via_backward("aten::gelu_backward"));
   r.add("aten::silu", via_backward("aten::silu_backward"));
   r.add("aten::mish", via_backward("aten::mish_backward"));
@@ -36,12 +34,9 @@ void register_activations(Registry& r) {
   r.add("aten::logit", via_backward("aten::logit_backward"));
   r.add("aten::softshrink", via_backward("aten::softshrink_backward"));
   r.add("aten::hardshrink", via_backward("aten::hardshrink_backward"));
-  r.add("aten::threshold", unary([](Ctx& c) {  // 1 where x > threshold
-    return c.call("aten::_to_copy", {c.call("aten::gt.Scalar", {c.x(0), c.a(1)}), c.out()->meta().dtype});
-  }));
+  r.add("aten::threshold", masked([](Ctx& c) { return c.call("aten::gt.Scalar", {c.x(0), c.a(1)}); }));
   r.add("aten::celu", unary([](Ctx& c) {  // celu(x, a) = elu(x, alpha a, scale 1, input scale 1/a)
-    double alpha = c.c(1).isInt() ? static_cast<double>(c.c(1).toInt()) : c.c(1).toDouble();
-    return c.call("aten::elu_backward", {ones(c), c.a(1), 1.0, 1.0 / alpha, false, c.x(0)});
+    return c.call("aten::elu_backward", {ones(c), c.a(1), 1.0, 1.0 / scalar(c.c(1)), false, c.x(0)});
   }));
   // prelu: x where x > 0, else w·x: d = tx·(1 or w) + tw·(0 or x)
   r.add("aten::_prelu_kernel", [](Ctx& c) -> std::vector<Value*> {

@@ -7,12 +7,6 @@
 
 namespace jvpc::jvp_rules {
 
-namespace {
-
-double scalar(const c10::IValue& v) { return v.isInt() ? static_cast<double>(v.toInt()) : v.isBool() ? v.toBool() : v.toDouble(); }
-
-}  // namespace
-
 void register_elementwise(Registry& r) {
   // x + alpha * y, x - alpha * y
   r.add("aten::add.Tensor", [](Ctx& c) -> std::vector<Value*> {

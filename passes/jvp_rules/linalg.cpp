@@ -6,8 +6,6 @@ namespace jvpc::jvp_rules {
 
 namespace {
 
-double scalar(const c10::IValue& v) { return v.isInt() ? static_cast<double>(v.toInt()) : v.toDouble(); }
-
 // addmm / baddbmm (self, a, b, beta, alpha): beta·d(self) + alpha·(da·b + a·db). With alpha 1
 // the sum starts from d(self) (a bias tangent, often broadcast), so that fuse-matmul-add can make
 // each product accumulate into it: addmm(addmm(dbias, da, b), a, db).
@@ -34,11 +32,8 @@ std::vector<Value*> convolution(Ctx& c) {
     return c.call("aten::convolution", std::move(args));
   };
   Value* t = c.add(c.t(0) ? conv(c.t(0), c.x(1)) : nullptr, c.t(1) ? conv(c.x(0), c.t(1)) : nullptr);
-  if (Value* tb = c.n.arg(2).kind == ArgKind::Tensor ? c.t(2) : nullptr) {
-    std::vector<int64_t> per_channel(c.out()->meta().sizes.size() - 1, 1);
-    per_channel[0] = tb->meta().numel();
-    t = c.add(t, reshape(c, tb, per_channel));
-  }
+  if (Value* tb = c.n.arg(2).kind == ArgKind::Tensor ? c.t(2) : nullptr)
+    t = c.add(t, per_channel(c, tb, c.out()->meta().sizes.size()));
   return {t};
 }
 

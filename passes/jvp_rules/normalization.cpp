@@ -41,10 +41,19 @@ Normalized normalized(Ctx& c, Value* t, Value* xhat, Value* rstd, const std::vec
   return {c.mul(centred, rstd), m1, c.mul(c.call("aten::neg", {m2}), c.call("aten::mul.Tensor", {rstd, rstd}))};
 }
 
-/// d(x̂·w + b) = d(x̂)·w + x̂·dw + db for the node's optional weight and bias (arguments 2 and 3
-/// of layer norm, 1 and 2 of group and batch norm), each broadcast by `shape`.
+/// The node's optional weight argument, followed by its bias: 2 and 3 for layer norm (whose
+/// normalized_shape comes first), 1 and 2 for group and batch norm.
+size_t weight_arg(const Ctx& c) { return c.n.op() == "aten::native_layer_norm" ? 2 : 1; }
+
+bool has_affine(const Ctx& c) {
+  size_t w = weight_arg(c);
+  return c.n.arg(w).kind == ArgKind::Tensor || c.n.arg(w + 1).kind == ArgKind::Tensor;
+}
+
+/// d(x̂·w + b) = d(x̂)·w + x̂·dw + db for the node's optional weight and bias, each broadcast by
+/// `shape`.
 Value* affine(Ctx& c, Value* t_xhat, Value* xhat, const std::function<Value*(Value*)>& shape) {
-  size_t w = c.n.op() == "aten::native_layer_norm" ? 2 : 1;  // layer norm has normalized_shape first
+  size_t w = weight_arg(c);
   bool has_w = c.n.arg(w).kind == ArgKind::Tensor, has_b = c.n.arg(w + 1).kind == ArgKind::Tensor;
   Value* t = has_w ? c.mul(t_xhat, shape(c.x(w))) : t_xhat;
   if (Value* tw = has_w ? c.t(w) : nullptr) t = c.add(t, c.mul(shape(tw), xhat));
@@ -54,19 +63,14 @@ Value* affine(Ctx& c, Value* t_xhat, Value* xhat, const std::function<Value*(Val
 
 /// x̂ = (x − μ)·rstd; without weight and bias it is the node's own output, which then serves
 /// as the residual for both (a later op's rule may keep that output too).
-Value* normalized_input(Ctx& c, Value* x, Value* mean, Value* rstd, size_t weight_arg) {
-  bool has_affine = c.n.arg(weight_arg).kind == ArgKind::Tensor || c.n.arg(weight_arg + 1).kind == ArgKind::Tensor;
-  if (!has_affine && c.out()->meta().same_signature(x->meta()) && c.out()->meta().dtype == mean->meta().dtype) return c.out();
+Value* normalized_input(Ctx& c, Value* x, Value* mean, Value* rstd) {
+  if (!has_affine(c) && c.out()->meta().same_signature(x->meta()) && c.out()->meta().dtype == mean->meta().dtype) return c.out();
   return c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, mean}), rstd});
 }
 
-/// A per-channel vector [C] viewed as [C, 1, ...], to broadcast against [N, C, ...].
-std::function<Value*(Value*)> per_channel(Ctx& c, size_t rank) {
-  return [&c, rank](Value* v) {
-    std::vector<int64_t> sizes = {v->meta().numel()};
-    sizes.resize(std::max<size_t>(rank, 2) - 1, 1);
-    return reshape(c, v, sizes);
-  };
+/// Broadcasts per-channel vectors against an input of `rank` (group and batch norm).
+std::function<Value*(Value*)> channels(Ctx& c, size_t rank) {
+  return [&c, rank](Value* v) { return per_channel(c, v, rank); };
 }
 
 }  // namespace
@@ -94,7 +98,7 @@ void register_normalization(Registry& r) {
     std::vector<int64_t> dims;
     for (int64_t d = rank - k; d < rank; ++d) dims.push_back(d);
     Value *mean = c.out(1), *rstd = c.out(2);
-    Value* xhat = normalized_input(c, x, mean, rstd, 2);
+    Value* xhat = normalized_input(c, x, mean, rstd);
     Normalized n = normalized(c, c.t(0), xhat, rstd, dims);
     return {affine(c, n.t_xhat, xhat, [](Value* v) { return v; }), n.t_mean, n.t_rstd};
   });
@@ -107,13 +111,12 @@ void register_normalization(Registry& r) {
     std::vector<int64_t> grouped = {n, g, -1}, stats = {n, g};
     Value* mean = c.call("aten::unsqueeze", {c.out(1), -1});
     Value* rstd = c.call("aten::unsqueeze", {c.out(2), -1});
-    bool has_affine = c.n.arg(1).kind == ArgKind::Tensor || c.n.arg(2).kind == ArgKind::Tensor;
-    Value* xhat = !has_affine && c.out()->meta().is_contiguous() && c.out()->meta().dtype == mean->meta().dtype
+    Value* xhat = !has_affine(c) && c.out()->meta().is_contiguous() && c.out()->meta().dtype == mean->meta().dtype
                       ? reshape(c, c.out(), grouped)  // the output itself, viewed by group (as normalized_input)
                       : c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {reshape(c, x, grouped), mean}), rstd});
     Normalized nd = normalized(c, c.t(0) ? reshape(c, c.t(0), grouped) : nullptr, xhat, rstd, {2});
     Value* t_xhat = nd.t_xhat ? reshape(c, nd.t_xhat, sizes) : nullptr;
-    Value* out = affine(c, t_xhat, reshape(c, xhat, sizes), per_channel(c, sizes.size()));
+    Value* out = affine(c, t_xhat, reshape(c, xhat, sizes), channels(c, sizes.size()));
     auto flat = [&](Value* v) { return v ? reshape(c, v, stats) : nullptr; };
     return {out, flat(nd.t_mean), flat(nd.t_rstd)};
   });
@@ -125,14 +128,14 @@ void register_normalization(Registry& r) {
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
       Value* x = c.x(0);
       size_t rank = x->meta().sizes.size();
-      auto channel = per_channel(c, rank);
+      auto channel = channels(c, rank);
       bool running = c.n.arg(3).kind == ArgKind::Tensor && c.n.arg(4).kind == ArgKind::Tensor;
       if (c.c(5).toBool() || !running) {
         std::vector<int64_t> dims = {0};
         for (size_t d = 2; d < rank; ++d) dims.push_back(static_cast<int64_t>(d));
         Value* mean = channel(c.out(1));
         Value* rstd = channel(c.out(2));
-        Value* xhat = normalized_input(c, x, mean, rstd, 1);
+        Value* xhat = normalized_input(c, x, mean, rstd);
         Normalized n = normalized(c, c.t(0), xhat, rstd, dims);
         auto flat = [&](Value* v) { return v ? reshape(c, v, {x->meta().sizes.at(1)}) : nullptr; };
         return {affine(c, n.t_xhat, xhat, channel), flat(n.t_mean), flat(n.t_rstd)};

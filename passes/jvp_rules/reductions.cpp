@@ -11,10 +11,6 @@ namespace jvpc::jvp_rules {
 
 namespace {
 
-double scalar(const c10::IValue& v, double none) {
-  return v.isNone() ? none : v.isInt() ? static_cast<double>(v.toInt()) : v.toDouble();
-}
-
 /// Σ t·factor over `dims`, keeping them or not.
 Value* weighted_sum(Ctx& c, Value* factor, const std::vector<int64_t>& dims, bool keepdim) {
   return c.call("aten::sum.dim_IntList", {c.mul(c.t(0), factor), dims, keepdim});
@@ -59,8 +55,7 @@ Value* vector_norm(Ctx& c, double p, const std::vector<int64_t>& dims, bool keep
   Value* sgn = c.call("aten::sgn", {x});
   Value* f;
   if (std::isinf(p)) {
-    Value* hit = c.call("aten::_to_copy", {c.call("aten::eq.Tensor", {c.call("aten::abs", {x}), norm}), dt});
-    f = c.call("aten::mul.Tensor", {sgn, c.call("aten::div.Tensor", {hit, c.call("aten::sum.dim_IntList", {hit, dims, true})})});
+    f = c.call("aten::mul.Tensor", {sgn, tie_shares(c, c.call("aten::eq.Tensor", {c.call("aten::abs", {x}), norm}), dims)});
   } else if (p == 1.0) {
     f = sgn;
   } else {

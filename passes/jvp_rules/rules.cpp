@@ -141,8 +141,28 @@ Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes) {
   return c.call("aten::view", {v, sizes});
 }
 
+Value* per_channel(Ctx& c, Value* v, size_t rank) {
+  std::vector<int64_t> sizes = {v->meta().numel()};
+  sizes.resize(std::max<size_t>(rank, 2) - 1, 1);
+  return reshape(c, v, sizes);
+}
+
+Value* tie_shares(Ctx& c, Value* hits, const std::vector<int64_t>& dims) {
+  Value* h = c.call("aten::_to_copy", {hits, c.out()->meta().dtype});
+  return c.call("aten::div.Tensor", {h, c.call("aten::sum.dim_IntList", {h, dims, true})});
+}
+
+double scalar(const c10::IValue& v, double if_none) {
+  if (v.isNone()) return if_none;
+  return v.isInt() ? static_cast<double>(v.toInt()) : v.isBool() ? v.toBool() : v.toDouble();
+}
+
 Rule zero() {
   return [](Ctx&) -> std::vector<Value*> { return {}; };
+}
+
+Rule masked(std::function<Value*(Ctx&)> mask) {
+  return unary([mask](Ctx& c) { return c.call("aten::_to_copy", {mask(c), c.out()->meta().dtype}); });
 }
 
 }  // namespace jvpc::jvp_rules

@@ -82,16 +82,28 @@ Rule bilinear();
 Rule unary(std::function<Value*(Ctx&)> derivative);
 /// A tangent that is always zero (detach, factories, rounding, comparisons).
 Rule zero();
+/// Elementwise in argument 0, passing its tangent where the boolean `mask` holds (relu, clamps):
+/// t0 * float(mask), which select-masks turns into where(mask, t0, 0).
+Rule masked(std::function<Value*(Ctx&)> mask);
+
+/// A Scalar argument (int, bool or float) as a double; `if_none` for None.
+double scalar(const c10::IValue& v, double if_none = 0.0);
 
 /// v viewed as `sizes`; copied first where its layout cannot be viewed so (a tangent may be laid
 /// out unlike its primal: a tangent input is contiguous, a primal may be a transposed weight).
 Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes);
+/// A per-channel vector [C] viewed as [C, 1, ...], to broadcast against [N, C, ...] of `rank`
+/// (a bias or a normalization's weight).
+Value* per_channel(Ctx& c, Value* v, size_t rank);
 
 // Reductions.
 /// The dims a reduction's `dims` argument names, wrapped to [0, rank); None or [] means all.
 std::vector<int64_t> reduced_dims(const Value* x, const c10::IValue& dims);
 /// A reduction's result `r` with the reduced dims kept (size 1), so it broadcasts against `x`.
 Value* keep_dims(Ctx& c, Value* r, const Value* x, const std::vector<int64_t>& dims);
+/// float(hits) / Σ hits over `dims`, in the node's result dtype: each selected element's share
+/// when ties split a tangent evenly (amax, max, the inf-norm).
+Value* tie_shares(Ctx& c, Value* hits, const std::vector<int64_t>& dims);
 
 // One registration function per family file.
 void register_elementwise(Registry& r);

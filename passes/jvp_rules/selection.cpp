@@ -18,11 +18,6 @@ Value* select(Ctx& c, Value* cond, Value* a, Value* b) {
 
 Value* as_float(Ctx& c, Value* mask) { return c.call("aten::_to_copy", {mask, c.out()->meta().dtype}); }
 
-/// t·mask where mask (bool) says where the output is the input itself.
-Rule masked(std::function<Value*(Ctx&)> mask) {
-  return unary([mask](Ctx& c) { return as_float(c, mask(c)); });
-}
-
 /// The tangent of values picked out by indices along `dim` (max.dim, sort, topk).
 Value* gather(Ctx& c, int64_t dim, Value* indices, bool keepdim) {
   if (!c.t(0)) return nullptr;
@@ -34,9 +29,7 @@ Value* gather(Ctx& c, int64_t dim, Value* indices, bool keepdim) {
 
 /// amax, amin, max, min: the tangent averaged over the elements equal to the result.
 Value* evenly(Ctx& c, const std::vector<int64_t>& dims, bool keepdim) {
-  Value* hit = as_float(c, c.call("aten::eq.Tensor", {c.x(0), keep_dims(c, c.out(), c.x(0), dims)}));
-  Value* count = c.call("aten::sum.dim_IntList", {hit, dims, true});
-  Value* share = c.call("aten::div.Tensor", {hit, count});
+  Value* share = tie_shares(c, c.call("aten::eq.Tensor", {c.x(0), keep_dims(c, c.out(), c.x(0), dims)}), dims);
   return c.call("aten::sum.dim_IntList", {c.mul(c.t(0), share), dims, keepdim});
 }
 

@@ -6,6 +6,24 @@
 
 namespace jvpc::jvp_rules {
 
+namespace {
+
+/// Linear in self (argument 0) and `source` jointly: the same op on both tangents, zeros for an
+/// absent one. Where the op adds its source rather than writing it (`adds`), a constant source
+/// leaves self's tangent as it is.
+Rule linear_in_self_and(size_t source, bool (*adds)(const Ctx&) = nullptr) {
+  return [source, adds](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(source) && adds && adds(c)) return {c.t(0)};
+    Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.x(0));
+    Value* src = c.t(source) ? c.t(source) : c.zeros_like(c.x(source));
+    return c.reapply({{0, self}, {source, src}});
+  };
+}
+
+bool adds(const Ctx&) { return true; }
+
+}  // namespace
+
 void register_views(Registry& r) {
   for (const char* op : {"aten::expand", "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze",
                          "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor",
@@ -47,34 +65,17 @@ void register_views(Registry& r) {
     if (!c.t(0)) return {};
     return {c.call("aten::constant_pad_nd", {c.t(0), c.a(1), 0.0})};
   });
-  // Scatters are linear in (self, source) jointly: the same op on both tangents, zeros for an
-  // absent one. Adding a constant source leaves self's tangent as it is.
-  for (const char* op : {"aten::scatter_add", "aten::scatter.src", "aten::index_add", "aten::index_copy"})
-    r.add(op, [overwrites = std::string(op) == "aten::scatter.src" || std::string(op) == "aten::index_copy"](Ctx& c) -> std::vector<Value*> {
-      if (!c.t(3) && !overwrites) return {c.t(0)};
-      Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.x(0));
-      Value* source = c.t(3) ? c.t(3) : c.zeros_like(c.x(3));
-      return c.reapply({{0, self}, {3, source}});
-    });
-  // Writes into a view, functionalized by the tracer: linear in (self, src) jointly.
-  for (const char* op : {"aten::slice_scatter", "aten::select_scatter", "aten::diagonal_scatter"})
-    r.add(op, [](Ctx& c) -> std::vector<Value*> {
-      Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.x(0));
-      Value* src = c.t(1) ? c.t(1) : c.zeros_like(c.x(1));
-      return c.reapply({{0, self}, {1, src}});
-    });
-  // index_put(self, indices, values, accumulate) and masked_scatter(self, mask, source) likewise.
-  r.add("aten::index_put", [](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(2) && c.c(3).toBool()) return {c.t(0)};
-    Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.x(0));
-    Value* values = c.t(2) ? c.t(2) : c.zeros_like(c.x(2));
-    return c.reapply({{0, self}, {2, values}});
-  });
-  r.add("aten::masked_scatter", [](Ctx& c) -> std::vector<Value*> {
-    Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.x(0));
-    Value* source = c.t(2) ? c.t(2) : c.zeros_like(c.x(2));
-    return c.reapply({{0, self}, {2, source}});
-  });
+  // Scatters and writes into views (functionalized by the tracer) are linear in (self, source)
+  // jointly.
+  r.add("aten::scatter_add", linear_in_self_and(3, adds));
+  r.add("aten::index_add", linear_in_self_and(3, adds));
+  r.add("aten::scatter.src", linear_in_self_and(3));
+  r.add("aten::index_copy", linear_in_self_and(3));
+  r.add("aten::slice_scatter", linear_in_self_and(1));
+  r.add("aten::select_scatter", linear_in_self_and(1));
+  r.add("aten::diagonal_scatter", linear_in_self_and(1));
+  r.add("aten::masked_scatter", linear_in_self_and(2));
+  r.add("aten::index_put", linear_in_self_and(2, [](const Ctx& c) { return c.c(3).toBool(); }));  // accumulate
   r.add("aten::scatter.value", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     return {c.call("aten::scatter.value", {c.t(0), c.a(1), c.x(2), 0.0})};
