@@ -18,6 +18,11 @@ namespace {
 
 constexpr c10::DispatchKey kTraceKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
 
+Error computes_outside_the_dispatcher(const std::string& op) {
+  return Error(op + " computes its result outside the dispatcher, where jvpc's tracer cannot see it; jvpc cannot "
+               "trace this op");
+}
+
 // Per-trace state, reached from the fallback through a thread-local pointer.
 class Recorder {
  public:
@@ -77,9 +82,7 @@ class Recorder {
       // Inside a decomposed op, such an allocation is the op's own result, computed by code the
       // tracer cannot see (max_pool1d's CPU path): its contents depend on the inputs.
       auto inside = allocated_inside_.find(it->second);
-      if (inside != allocated_inside_.end())
-        throw Error(inside->second + " computes its result outside the dispatcher, where jvpc's tracer cannot see it; "
-                    "jvpc cannot trace this op");
+      if (inside != allocated_inside_.end()) throw computes_outside_the_dispatcher(inside->second);
       c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);
       return capture(t, t.clone());
     }
@@ -156,7 +159,7 @@ class Recorder {
     for (const at::Tensor& stats : running_stats)  // written by batch norm, unrecorded
       if (value_of_.count(stats.unsafeGetTensorImpl())) {
         keep_values_before_write(stats);
-        for (Value* alias : by_storage_[storage_of(stats)]) stale_.insert(alias);
+        mark_stale(stats);
       }
     {
       c10::impl::ExcludeDispatchKeyGuard guard(kTraceKey);
@@ -208,10 +211,8 @@ class Recorder {
         if (inside != allocated_inside_.end()) allocated_inside_[v] = inside->second;
       }
     for (size_t i = 0; i < results.size(); ++i) {
-      if (written.defined() && results[i].unsafeGetTensorImpl() == written.unsafeGetTensorImpl()) {
-        for (Value* alias : by_storage_[storage_of(written)]) stale_.insert(alias);
-        stale_.erase(n->output(i));
-      }
+      if (written.defined() && results[i].unsafeGetTensorImpl() == written.unsafeGetTensorImpl())
+        mark_stale(written);  // all but the new value, bound here
       bind(results[i], n->output(i));
     }
     if (restrided.defined()) {
@@ -236,6 +237,11 @@ class Recorder {
       if (kept.is_same(t)) kept = t.alias();
     for (Input& in : g_.inputs())
       if (in.data.defined() && in.data.is_same(t)) in.data = t.alias();
+  }
+
+  /// Every value living in `t`'s storage, which was just written, is out of date.
+  void mark_stale(const at::Tensor& t) {
+    for (Value* alias : by_storage_[storage_of(t)]) stale_.insert(alias);
   }
 
   /// After an in-place op wrote `view`, its base (and the base's base...) takes the written
@@ -481,8 +487,7 @@ void trace_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch
     for (auto it = stack->end() - static_cast<std::ptrdiff_t>(std::min(nret, stack->size())); it != stack->end(); ++it)
       for (const at::Tensor& t : tensors_of(*it))
         if (!arguments.count(t.unsafeGetTensorImpl()) && !t_recorder->produced(t))
-          throw Error(info.name + " computes its result outside the dispatcher, where jvpc's tracer cannot see it; "
-                      "jvpc cannot trace this op");
+          throw computes_outside_the_dispatcher(info.name);
     return;
   }
   t_recorder->record(op, info, stack);
