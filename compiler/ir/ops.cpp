@@ -261,21 +261,28 @@ TensorMeta like(const TensorMeta& m, std::vector<int64_t> sizes, c10::ScalarType
   return TensorMeta::contiguous(std::move(sizes), dtype, m.device);
 }
 
+/// A tensor on the Meta device (no data) with `m`'s sizes, strides and dtype.
+at::Tensor on_meta(const TensorMeta& m) {
+  return at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(c10::kMeta));
+}
+
+/// The metadata of a Meta tensor a shape rule made, on the device of `like`.
+TensorMeta on_device_of(const at::Tensor& meta, const TensorMeta& like) {
+  TensorMeta m = TensorMeta::of(meta);
+  m.device = like.device;
+  return m;
+}
+
 /// An elementwise result laid out like `x` where x is dense, as TensorIterator and empty_like
 /// (preserve format) do it.
 TensorMeta preserving_layout(const TensorMeta& x) {
-  TensorMeta m = TensorMeta::of(at::empty_like(
-      at::empty_strided(x.sizes, x.strides, at::TensorOptions().dtype(x.dtype).device(c10::kMeta)), at::MemoryFormat::Preserve));
-  m.device = x.device;
-  return m;
+  return on_device_of(at::empty_like(on_meta(x), at::MemoryFormat::Preserve), x);
 }
 
 /// A result of x's shape in x's suggested memory format (contiguous or channels-last).
 TensorMeta preserving_format(const TensorMeta& x) {
-  auto meta = at::empty_strided(x.sizes, x.strides, at::TensorOptions().dtype(x.dtype).device(c10::kMeta));
-  TensorMeta m = TensorMeta::of(at::empty(x.sizes, meta.options().memory_format(meta.suggest_memory_format())));
-  m.device = x.device;
-  return m;
+  at::Tensor meta = on_meta(x);
+  return on_device_of(at::empty(x.sizes, meta.options().memory_format(meta.suggest_memory_format())), x);
 }
 
 // Shape rules for kernels without a Meta implementation in C++ (PyTorch registers theirs from
@@ -287,21 +294,18 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
          const auto &c = operand_meta(a, 0, in), &x = operand_meta(a, 1, in), &y = operand_meta(a, 2, in);
          auto sizes = at::infer_size(at::infer_size(c.sizes, x.sizes), y.sizes);
          // Type promotion as the kernel does it: a 0-dim operand does not widen a dimensioned one.
-         auto meta = [](const TensorMeta& m) { return at::empty(m.sizes, at::TensorOptions().dtype(m.dtype).device(c10::kMeta)); };
-         return std::vector<TensorMeta>{like(x, sizes, at::result_type(meta(x), meta(y)))};
+         return std::vector<TensorMeta>{like(x, sizes, at::result_type(on_meta(x), on_meta(y)))};
        }},
       // where with one scalar branch (the tangent of a where with one differentiable branch).
       {"aten::where.ScalarOther",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto &c = operand_meta(a, 0, in), &x = operand_meta(a, 1, in);
-         auto meta = at::empty(x.sizes, at::TensorOptions().dtype(x.dtype).device(c10::kMeta));
-         return std::vector<TensorMeta>{like(x, at::infer_size(c.sizes, x.sizes), at::result_type(meta, a.at(2).value.toScalar()))};
+         return std::vector<TensorMeta>{like(x, at::infer_size(c.sizes, x.sizes), at::result_type(on_meta(x), a.at(2).value.toScalar()))};
        }},
       {"aten::where.ScalarSelf",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto &c = operand_meta(a, 0, in), &y = operand_meta(a, 2, in);
-         auto meta = at::empty(y.sizes, at::TensorOptions().dtype(y.dtype).device(c10::kMeta));
-         return std::vector<TensorMeta>{like(y, at::infer_size(c.sizes, y.sizes), at::result_type(meta, a.at(1).value.toScalar()))};
+         return std::vector<TensorMeta>{like(y, at::infer_size(c.sizes, y.sizes), at::result_type(on_meta(y), a.at(1).value.toScalar()))};
        }},
       // The math path of attention (the reference for graph files with fused kernels): its
       // composite runs _safe_softmax, which has no Meta kernel.
@@ -413,14 +417,9 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
                                     : (in + 2 * p - dl * (k - 1) - 1) / s + 1);
            if (out.back() < 1) throw Error("the output would have no elements along spatial dim " + std::to_string(d));
          }
-         auto meta = [](const TensorMeta& t) {
-           return at::empty_strided(t.sizes, t.strides, at::TensorOptions().dtype(t.dtype).device(c10::kMeta));
-         };
-         auto format = meta(x).suggest_memory_format();
-         if (format == at::MemoryFormat::Contiguous) format = meta(w).suggest_memory_format();
-         TensorMeta m = TensorMeta::of(at::empty(out, meta(x).options().memory_format(format)));
-         m.device = x.device;
-         return std::vector<TensorMeta>{m};
+         auto format = on_meta(x).suggest_memory_format();
+         if (format == at::MemoryFormat::Contiguous) format = on_meta(w).suggest_memory_format();
+         return std::vector<TensorMeta>{on_device_of(at::empty(out, on_meta(x).options().memory_format(format)), x)};
        }},
   };
   // Elementwise kernels of one operand's shape and dtype (the backward kernels read a gradient
@@ -467,7 +466,7 @@ std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>
   metas.reserve(inputs.size());
   for (const TensorMeta& m : inputs) {
     m.numel();  // rejects negative and overflowing sizes before ATen sees them
-    metas.push_back(at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(c10::kMeta)));
+    metas.push_back(on_meta(m));
   }
   torch::jit::Stack stack;
   for (size_t i = 0; i < args.size(); ++i) {
