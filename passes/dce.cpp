@@ -8,6 +8,8 @@
 // primal inputs too when asked (a tangent graph after folding reads none).
 #include "passes/passes.h"
 
+#include <algorithm>
+
 #include <unordered_set>
 
 namespace jvpc {
@@ -63,6 +65,21 @@ void erase_if_dead(Graph& g, Node* n) {
 void replace_output(Graph& g, Node* n, Value* v) {
   n->output()->replace_all_uses_with(v);
   erase_if_dead(g, n);
+}
+
+bool replace_output_if_same_layout(Graph& g, Node* n, Value* v) {
+  const TensorMeta &a = v->meta(), &b = n->output()->meta();
+  if (!a.same_signature(b) || a.strides != b.strides) {
+    erase_if_dead(g, v->producer());
+    return false;
+  }
+  replace_output(g, n, v);
+  return true;
+}
+
+bool is_graph_output(const Value* v) {
+  const auto& outs = v->graph()->outputs();
+  return std::find(outs.begin(), outs.end(), v) != outs.end();
 }
 
 std::unique_ptr<Pass> make_pass(std::string name, std::function<bool(Graph&)> fn) {

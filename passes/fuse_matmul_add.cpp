@@ -28,10 +28,8 @@ bool fuse_matmul_add(Graph& g) {
       Value* other = n->input(1 - side);
       const Node* p = prod->producer();
       if (!p || (p->op() != "aten::bmm" && p->op() != "aten::mm") || prod->uses().size() != 1) continue;
-      bool is_output = false;
-      for (const Value* o : g.outputs()) is_output |= o == prod;
       const TensorMeta& out = n->output()->meta();
-      if (is_output || !prod->meta().same_signature(out) || other->meta().dtype != out.dtype ||
+      if (is_graph_output(prod) || !prod->meta().same_signature(out) || other->meta().dtype != out.dtype ||
           other->meta().device != out.device)
         continue;
       g.set_insertion_point(n);

@@ -26,17 +26,11 @@ namespace jvpc {
 
 namespace {
 
-bool is_output(const Value* v) {
-  for (const Value* o : v->graph()->outputs())
-    if (o == v) return true;
-  return false;
-}
-
 // Bytes that stop being residuals when `v` is read by nothing else on the tangent side than
 // `except`: an intermediate's own. A graph input is the caller's (or stays bound), and a view
 // holds no bytes of its own (of an input, it costs nothing; of another value, that value's).
 int64_t freed_bytes(const Value* v, const Node* except, const std::unordered_set<const Value*>& dep) {
-  if (!v->producer() || is_output(v) || op_info(v->producer()->op()).is_view) return 0;
+  if (!v->producer() || is_graph_output(v) || op_info(v->producer()->op()).is_view) return 0;
   for (const Use& u : v->uses())
     if (u.user != except && dep.count(u.user->output(0))) return 0;
   return distinct_bytes(v->meta());
@@ -65,7 +59,7 @@ bool mergeable_dtype(c10::ScalarType t) { return t == c10::kFloat || t == c10::k
 
 // The producer of `v` as a scaled tangent, when `n` is its only reader.
 std::optional<Scaled> sole_scaled(const Value* v, const std::unordered_set<const Value*>& dep) {
-  if (!v->producer() || v->uses().size() != 1 || is_output(v)) return std::nullopt;
+  if (!v->producer() || v->uses().size() != 1 || is_graph_output(v)) return std::nullopt;
   return scaled(v->producer(), dep);
 }
 
@@ -73,19 +67,6 @@ int64_t bytes_of(const std::vector<int64_t>& sizes, c10::ScalarType dt) {
   int64_t n = c10::elementSize(dt);
   for (int64_t s : sizes) n *= s;
   return n;
-}
-
-// Makes `n`'s readers read t·factor, where that has exactly the result `n` had, layout included
-// (its readers were built for that); otherwise leaves nothing behind.
-bool replace_with_product(Graph& g, Builder& b, Node* n, Value* t, Value* factor) {
-  g.set_insertion_point(n);
-  Value* out = b.call("aten::mul.Tensor", {t, factor});
-  if (!out->meta().same_signature(n->output()->meta()) || out->meta().strides != n->output()->meta().strides) {
-    erase_if_dead(g, out->producer());
-    return false;
-  }
-  replace_output(g, n, out);
-  return true;
 }
 
 // (t·a)·b -> t·(a·b), for tensors or numbers a, b (not both numbers: simplify-arith's).
@@ -107,7 +88,7 @@ bool merge_chain(Graph& g, Builder& b, Node* n, const std::unordered_set<const V
   Value* factor = inner->factor && outer->factor ? b.call("aten::mul.Tensor", {inner->factor, outer->factor})
                   : inner->factor               ? b.call("aten::mul.Scalar", {inner->factor, outer->number})
                                                 : b.call("aten::mul.Scalar", {outer->factor, inner->number});
-  return replace_with_product(g, b, n, inner->tangent, factor);
+  return replace_output_if_same_layout(g, n, b.call("aten::mul.Tensor", {inner->tangent, factor}));
 }
 
 // t·a ± t·b -> t·(a ± b), for tensors a, b.
@@ -125,7 +106,7 @@ bool merge_sum(Graph& g, Builder& b, Node* n, const std::unordered_set<const Val
   if (bytes_of(sizes, dt) > freed) return false;
   g.set_insertion_point(n);
   Value* factor = b.call(op, {l->factor, r->factor});
-  return replace_with_product(g, b, n, l->tangent, factor);
+  return replace_output_if_same_layout(g, n, b.call("aten::mul.Tensor", {l->tangent, factor}));
 }
 
 }  // namespace

@@ -68,6 +68,13 @@ void erase_if_dead(Graph& g, Node* n);
 /// Makes the readers of `n`'s single output read `v` instead, then erases what became dead.
 void replace_output(Graph& g, Node* n, Value* v);
 
+/// replace_output where `v` has exactly `n`'s result, layout included (its readers were built
+/// for that); otherwise erases `v`'s producer, and what only it read, and returns false.
+bool replace_output_if_same_layout(Graph& g, Node* n, Value* v);
+
+/// Whether the graph returns `v`.
+bool is_graph_output(const Value* v);
+
 /// A Pass that calls a function.
 std::unique_ptr<Pass> make_pass(std::string name, std::function<bool(Graph&)> fn);
 

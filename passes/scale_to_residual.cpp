@@ -39,9 +39,7 @@ const Node* sole_scalar_mul(const Value* v) {
   const Node* p = v->producer();
   if (!p || p->op() != "aten::mul.Scalar" || v->uses().size() != 1) return nullptr;
   if (p->arg(1).kind != ArgKind::Float && p->arg(1).kind != ArgKind::Int) return nullptr;
-  for (const Value* o : v->graph()->outputs())
-    if (o == v) return nullptr;
-  return p;
+  return is_graph_output(v) ? nullptr : p;
 }
 
 BArg scalar_of(const Node* mul) { return BArg::of_arg(mul->arg(1), mul); }

@@ -31,12 +31,7 @@ bool select_masks(Graph& g) {
           n->output()->meta().dtype != t->meta().dtype)
         continue;
       g.set_insertion_point(n);
-      Value* out = b.call("aten::where.ScalarOther", {cast->input(0), t, 0.0});
-      if (!out->meta().same_signature(n->output()->meta()) || out->meta().strides != n->output()->meta().strides) {
-        erase_if_dead(g, out->producer());  // a layout the product's readers were not built for
-        continue;
-      }
-      replace_output(g, n, out);
+      if (!replace_output_if_same_layout(g, n, b.call("aten::where.ScalarOther", {cast->input(0), t, 0.0}))) continue;
       changed = true;
       dep = tangent_dependent(g);
       break;
