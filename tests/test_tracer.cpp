@@ -232,7 +232,7 @@ TEST(Tracer, InPlaceViewsAndRetakenViewsKeepTheirValues) {
       // new metadata; a tensor literal written in part replayed uninitialized memory; batch norm's
       // running statistics, when traced values, were written where the tracer could not see it
       {"t_ after its value was used", [](T x) {
-         at::Tensor h = x[0].slice(0, 0, 3) * 1, p = h * h;
+         at::Tensor h = x[0].slice(0, 0, 3).sin(), p = h * x[0].slice(0, 0, 3);
          h.t_();
          return std::vector<at::Tensor>{p, h * 1};
        }},
@@ -261,6 +261,20 @@ TEST(Tracer, InPlaceViewsAndRetakenViewsKeepTheirValues) {
     std::vector<at::Tensor> ad = forward_ad_jvp(fn, {x}, {t}), jvp = lin.jvp({t});
     for (size_t i = 0; i < ad.size(); ++i) EXPECT_LT(test::rel_error(jvp[i], ad[i]), 1e-12) << i;
   }
+}
+
+// t_ on a tensor the tracer meets for the first time there (memory the callable wraps): it is
+// captured, with the metadata it had (found by a review: the constant took the new metadata).
+TEST(Tracer, AConstantCapturedByAnInPlaceViewOpKeepsItsMetadata) {
+  auto buf = std::make_shared<std::vector<double>>(std::vector<double>{1, 2, 3, 4, 5, 6});
+  TensorFn fn = [buf](const std::vector<at::Tensor>& x) {
+    at::Tensor c = at::from_blob(buf->data(), {2, 3}, at::kDouble);
+    c.t_();
+    return std::vector<at::Tensor>{at::mm(x[0], c)};
+  };
+  Trace tr = trace(fn, {{"x", at::randn({4, 3}, at::kDouble)}}, TraceOptions{false});
+  at::Tensor x2 = at::randn({4, 3}, at::kDouble);
+  EXPECT_TRUE(Executable(std::move(tr.graph)).run({x2})[0].allclose(fn({x2})[0]));
 }
 
 TEST(Tracer, StorageChangesAndReadsOfUpdatedRunningStatisticsAreErrors) {

@@ -115,7 +115,6 @@ class Recorder {
       rec = &functional_form(info);
       if (rec->is_view) {
         restrided = args[0].toTensor();
-        keep_metadata_before_restride(restrided);
       } else {
         written = args[0].toTensor();
         if (protected_storages_.count(storage_of(written)))
@@ -156,6 +155,7 @@ class Recorder {
     // Before the write (and after the operands were resolved: one may have been taken again
     // from its base just now), the values living in the storage are kept as they are.
     if (written.defined()) keep_values_before_write(written);
+    if (restrided.defined()) keep_metadata_before_restride(restrided);  // (a constant captured just now, too)
     for (const at::Tensor& stats : running_stats)  // written by batch norm, unrecorded
       if (value_of_.count(stats.unsafeGetTensorImpl())) {
         keep_values_before_write(stats);
