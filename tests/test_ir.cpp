@@ -157,6 +157,9 @@ TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
       {"aten::convolution", {meta({2, 4, 5}, f32), meta({4, 3, 3}, f32)},
        [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, std::vector<int64_t>{2}, std::vector<int64_t>{1},
                                               std::vector<int64_t>{1}, true, std::vector<int64_t>{1}, 2}; }},
+      // grid_sampler_2d_backward(grad, input, grid, mode, padding, align_corners, output_mask)
+      {"aten::grid_sampler_2d_backward", {meta({2, 3, 4, 5}, f32), meta({2, 3, 6, 7}, f32), meta({2, 4, 5, 2}, f32)},
+       [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2], 0, 0, false, c10::List<bool>({true, true})}; }},
   };
   for (const Case& c : cases) {
     Graph g;

@@ -433,6 +433,18 @@ TEST(Tracer, MaxPool1dIsTracedThroughItsKernelWithIndices) {
   EXPECT_LT(test::rel_error(lin.jvp({t})[0], forward_ad_jvp(fn, {x}, {t})[0]), 1e-12);
 }
 
+// _shape_as_tensor fills its result outside the dispatcher too, but from the sizes alone: a
+// constant of the (static) shapes, not an error (was a false positive).
+TEST(Tracer, ShapeAsTensorIsAConstantOfTheShapes) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{x[0] * at::_shape_as_tensor(x[0]).to(at::kDouble).sum()};
+  };
+  at::Tensor x = at::randn({3, 5}, at::kDouble), t = at::randn({3, 5}, at::kDouble);
+  Linearized lin = linearize(fn, {{"x", x}});
+  EXPECT_TRUE(lin.primal_outputs[0].equal(x * 8));
+  EXPECT_TRUE(lin.jvp({t})[0].equal(t * 8));
+}
+
 // A decomposed op returning a tensor that no kernel made: allocated and filled where the
 // dispatcher does not see it (at::detail::empty_cpu, then a plain loop).
 at::Tensor doubled_outside(const at::Tensor& x) {

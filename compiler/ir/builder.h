@@ -28,6 +28,7 @@ class BArg {
   BArg(const char* s) : c_(std::string(s)) {}
   BArg(std::string s) : c_(std::move(s)) {}
   BArg(std::vector<int64_t> v) : c_(std::move(v)) {}
+  BArg(c10::List<bool> v) : c_(std::move(v)) {}  // bool[] (a backward kernel's output_mask)
   BArg(c10::ScalarType t) : c_(static_cast<int64_t>(t)) {}
   BArg(c10::Device d) : c_(d) {}
   BArg(c10::MemoryFormat m) : c_(static_cast<int64_t>(m)) {}

@@ -436,6 +436,13 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       const auto& x = operand_meta(a, 0, in);
       return std::vector<TensorMeta>{like(x, x.sizes, x.dtype)};
     });
+  // grid_sampler_{2,3}d_backward(grad, input, grid, ..., output_mask): gradients of input and grid,
+  // contiguous.
+  for (const char* op : {"aten::grid_sampler_2d_backward", "aten::grid_sampler_3d_backward"})
+    rules.emplace(op, [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+      const auto &x = operand_meta(a, 1, in), &grid = operand_meta(a, 2, in);
+      return std::vector<TensorMeta>{like(x, x.sizes, x.dtype), like(grid, grid.sizes, grid.dtype)};
+    });
   return rules;
 }
 

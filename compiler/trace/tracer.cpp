@@ -471,6 +471,13 @@ void trace_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch
     stack->pop_back();  // the indices
     return;
   }
+  if (info.name == "aten::_shape_as_tensor") {
+    // Its value depends on metadata alone (it copies the sizes in by pointer): run untraced, its
+    // result is captured as a constant where it is read.
+    c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);
+    op.redispatchBoxed(ks.remove(kTraceKey), stack);
+    return;
+  }
   if (info.composite_implicit) {  // decomposes into kernels, which are recorded
     std::unordered_set<const c10::TensorImpl*> arguments;
     size_t nargs = info.schema().arguments().size();

@@ -1,23 +1,94 @@
-// JVP rules of matrix products and convolutions. Each is bilinear: d(x·y) = dx·y + x·dy, and a
+// JVP rules of matrix products, distances and convolutions. Products are bilinear: d(x·y) = dx·y + x·dy, and a
 // zero tangent drops its term, so a product with one differentiated operand costs one matmul.
 #include "passes/jvp_rules/rules.h"
+
+#include <ATen/ExpandUtils.h>
 
 namespace jvpc::jvp_rules {
 
 namespace {
 
-// addmm / baddbmm (self, a, b, beta, alpha): beta·d(self) + alpha·(da·b + a·db). With alpha 1
-// the sum starts from d(self) (a bias tangent, often broadcast), so that fuse-matmul-add can make
-// each product accumulate into it: addmm(addmm(dbias, da, b), a, db).
-Rule add_product(const char* product) {
+using Product = std::function<Value*(Ctx&, Value*, Value*)>;
+
+Product op(const char* name) {
+  return [name](Ctx& c, Value* a, Value* b) { return c.call(name, {a, b}); };
+}
+
+// addmm / baddbmm / addbmm / addmv / addr (self, a, b, beta, alpha): beta·d(self) +
+// alpha·(da·b + a·db), with the op's product. With alpha 1 the sum starts from d(self) (a bias
+// tangent, often broadcast), so that fuse-matmul-add can make each product accumulate into it:
+// addmm(addmm(dbias, da, b), a, db).
+Rule add_product(Product product) {
   return [product](Ctx& c) -> std::vector<Value*> {
     double beta = scalar(c.c(3)), alpha = scalar(c.c(4));
-    Value* left = c.t(1) ? c.call(product, {c.t(1), c.x(2)}) : nullptr;
-    Value* right = c.t(2) ? c.call(product, {c.x(1), c.t(2)}) : nullptr;
+    Value* left = c.t(1) ? product(c, c.t(1), c.x(2)) : nullptr;
+    Value* right = c.t(2) ? product(c, c.x(1), c.t(2)) : nullptr;
     Value* self = beta == 0.0 ? nullptr : c.scale(c.t(0), beta);
     if (alpha == 1.0) return {c.add(c.add(self, left), right)};
     return {c.add(c.scale(c.add(left, right), alpha), self)};
   };
+}
+
+/// a·b over the last two dims, batch dims broadcast (as at::matmul, but in kernels the cost model
+/// counts: mm, or bmm over the flattened batch).
+Value* matmul(Ctx& c, Value* a, Value* b) {
+  const auto &sa = a->meta().sizes, &sb = b->meta().sizes;
+  if (sa.size() == 2 && sb.size() == 2) return c.call("aten::mm", {a, b});
+  std::vector<int64_t> batch = at::infer_size(c10::IntArrayRef(sa).slice(0, sa.size() - 2), c10::IntArrayRef(sb).slice(0, sb.size() - 2));
+  int64_t n = 1;
+  for (int64_t d : batch) n *= d;
+  auto flat = [&](Value* v, int64_t rows, int64_t cols) {
+    std::vector<int64_t> full = batch;
+    full.insert(full.end(), {rows, cols});
+    return reshape(c, c.call("aten::expand", {v, full}), {n, rows, cols});
+  };
+  int64_t p = sa.end()[-2], k = sa.back(), r = sb.back();
+  std::vector<int64_t> out = batch;
+  out.insert(out.end(), {p, r});
+  return c.call("aten::view", {c.call("aten::bmm", {flat(a, p, k), flat(b, k, r)}), out});
+}
+
+// Euclidean distances d_ij = ‖x_i − y_j‖ between the rows of x [.., P, M] and y [.., R, M]:
+// d(d_ij) = (x_i − y_j)·(dx_i − dy_j) / d_ij = (x_i·dx_i − dx_i·y_j − x_i·dy_j + y_j·dy_j) / d_ij,
+// two matmuls per call and no [P, R, M] residual; 0 where d_ij is 0.
+Value* euclidean_distance_tangent(Ctx& c) {
+  Value *x = c.x(0), *y = c.x(1), *tx = c.t(0), *ty = c.t(1);
+  auto rows_dot = [&](Value* a, Value* t, int64_t dim) {  // Σ_k a_ik t_ik, as a column or a row
+    return c.call("aten::unsqueeze", {c.call("aten::sum.dim_IntList", {c.mul(t, a), std::vector<int64_t>{-1}}), dim});
+  };
+  auto mT = [&](Value* v) { return c.call("aten::transpose.int", {v, -2, -1}); };
+  Value* num = nullptr;
+  if (tx) num = c.call("aten::sub.Tensor", {rows_dot(x, tx, -1), matmul(c, tx, mT(y))});
+  if (ty) {
+    Value* from_y = c.call("aten::sub.Tensor", {rows_dot(y, ty, -2), matmul(c, x, mT(ty))});
+    num = c.add(num, from_y);
+  }
+  if (!num) return nullptr;
+  Value* d = c.out();
+  Value* inv = c.call("aten::masked_fill.Scalar", {c.call("aten::reciprocal", {d}), c.call("aten::eq.Scalar", {d, 0}), 0.0});
+  return c.mul(num, inv);
+}
+
+// cdist(x, y, p): d_ij = ‖x_i − y_j‖_p, a vector norm of the differences over the last dim (for
+// p ≠ 2, whose tangent needs the [.., P, R, M] differences).
+std::vector<Value*> cdist(Ctx& c) {
+  double p = c.c(2).toDouble();
+  if (p == 2.0) return {euclidean_distance_tangent(c)};
+  if (!c.t(0) && !c.t(1)) return {};
+  auto pairs = [&](Value* a, Value* b) {  // a_i − b_j for all pairs: [.., P, R, M]
+    return c.call("aten::sub.Tensor", {c.call("aten::unsqueeze", {a, -2}), c.call("aten::unsqueeze", {b, -3})});
+  };
+  Value* t;
+  if (c.t(0) && c.t(1)) {
+    t = pairs(c.t(0), c.t(1));
+  } else if (c.t(0)) {
+    t = c.call("aten::unsqueeze", {c.t(0), -2});
+  } else {
+    t = c.call("aten::neg", {c.call("aten::unsqueeze", {c.t(1), -3})});
+  }
+  Value* diff = pairs(c.x(0), c.x(1));
+  int64_t last = static_cast<int64_t>(diff->meta().sizes.size()) - 1;
+  return {norm_tangent(c, diff, t, p, {last}, false)};
 }
 
 // convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
@@ -44,8 +115,17 @@ void register_linalg(Registry& r) {
   r.add("aten::bmm", bilinear());
   r.add("aten::dot", bilinear());
   r.add("aten::mv", bilinear());
-  r.add("aten::addmm", add_product("aten::mm"));
-  r.add("aten::baddbmm", add_product("aten::bmm"));
+  r.add("aten::addmm", add_product(op("aten::mm")));
+  r.add("aten::baddbmm", add_product(op("aten::bmm")));
+  r.add("aten::addmv", add_product(op("aten::mv")));
+  r.add("aten::addbmm", add_product([](Ctx& c, Value* a, Value* b) {  // Σ over the batch of a_i·b_i
+    return c.call("aten::sum.dim_IntList", {c.call("aten::bmm", {a, b}), std::vector<int64_t>{0}});
+  }));
+  r.add("aten::addr", add_product([](Ctx& c, Value* a, Value* b) {  // the outer product a·bᵀ
+    return c.call("aten::mul.Tensor", {c.call("aten::unsqueeze", {a, 1}), c.call("aten::unsqueeze", {b, 0})});
+  }));
+  r.add("aten::_cdist_forward", cdist);
+  r.add("aten::_euclidean_dist", [](Ctx& c) -> std::vector<Value*> { return {euclidean_distance_tangent(c)}; });
   r.add("aten::convolution", convolution);
 }
 

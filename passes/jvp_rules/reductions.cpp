@@ -12,8 +12,11 @@ namespace jvpc::jvp_rules {
 namespace {
 
 /// Σ t·factor over `dims`, keeping them or not.
+Value* weighted_sum(Ctx& c, Value* t, Value* factor, const std::vector<int64_t>& dims, bool keepdim) {
+  return c.call("aten::sum.dim_IntList", {c.mul(t, factor), dims, keepdim});
+}
 Value* weighted_sum(Ctx& c, Value* factor, const std::vector<int64_t>& dims, bool keepdim) {
-  return c.call("aten::sum.dim_IntList", {c.mul(c.t(0), factor), dims, keepdim});
+  return weighted_sum(c, c.t(0), factor, dims, keepdim);
 }
 
 int64_t count(const Value* x, const std::vector<int64_t>& dims) {
@@ -42,31 +45,6 @@ Value* others_product(Ctx& c, Value* x, int64_t dim) {
   return c.call("aten::mul.Tensor", {exclusive(x), suffix});
 }
 
-/// The tangent of ‖x‖_p over `dims`: Σ t·sgn(x)·(|x| / ‖x‖)^(p−1), 0 where the norm is 0 (and
-/// where x is, for p < 1); for p = ±inf, the tangent of the extreme elements, averaged over
-/// ties; for p = 0 (a count), zero. In the result's dtype: a `dtype` argument may widen it (a
-/// float16 norm would overflow).
-Value* vector_norm(Ctx& c, double p, const std::vector<int64_t>& dims, bool keepdim) {
-  if (!c.t(0) || p == 0.0) return nullptr;
-  Value* x = c.x(0);
-  c10::ScalarType dt = c.out()->meta().dtype;
-  if (x->meta().dtype != dt) x = c.call("aten::_to_copy", {x, dt});
-  Value* norm = keep_dims(c, c.out(), x, dims);
-  Value* sgn = c.call("aten::sgn", {x});
-  Value* f;
-  if (std::isinf(p)) {
-    f = c.call("aten::mul.Tensor", {sgn, tie_shares(c, c.call("aten::eq.Tensor", {c.call("aten::abs", {x}), norm}), dims)});
-  } else if (p == 1.0) {
-    f = sgn;
-  } else {
-    Value* ratio = c.call("aten::div.Tensor", {c.call("aten::abs", {x}), norm});
-    f = c.call("aten::mul.Tensor", {sgn, p == 2.0 ? ratio : c.call("aten::pow.Tensor_Scalar", {ratio, p - 1.0})});
-    f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {norm, 0}), 0.0});
-    if (p < 1.0) f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {x, 0}), 0.0});
-  }
-  return weighted_sum(c, f, dims, keepdim);
-}
-
 /// A loss's elementwise tangent, reduced as the loss: 0 none, 1 mean, 2 sum.
 Value* reduce(Ctx& c, Value* v, int64_t reduction) {
   if (!v || reduction == 0) return v;
@@ -83,6 +61,26 @@ Rule pointwise_loss(std::function<Value*(Ctx&)> derivative) {
 
 }  // namespace
 
+Value* norm_tangent(Ctx& c, Value* x, Value* t, double p, const std::vector<int64_t>& dims, bool keepdim) {
+  if (!t || p == 0.0) return nullptr;
+  c10::ScalarType dt = c.out()->meta().dtype;
+  if (x->meta().dtype != dt) x = c.call("aten::_to_copy", {x, dt});
+  Value* norm = keep_dims(c, c.out(), x, dims);
+  Value* sgn = c.call("aten::sgn", {x});
+  Value* f;
+  if (std::isinf(p)) {
+    f = c.call("aten::mul.Tensor", {sgn, tie_shares(c, c.call("aten::eq.Tensor", {c.call("aten::abs", {x}), norm}), dims)});
+  } else if (p == 1.0) {
+    f = sgn;
+  } else {
+    Value* ratio = c.call("aten::div.Tensor", {c.call("aten::abs", {x}), norm});
+    f = c.call("aten::mul.Tensor", {sgn, p == 2.0 ? ratio : c.call("aten::pow.Tensor_Scalar", {ratio, p - 1.0})});
+    f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {norm, 0}), 0.0});
+    if (p < 1.0) f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {x, 0}), 0.0});
+  }
+  return weighted_sum(c, t, f, dims, keepdim);
+}
+
 void register_reductions(Registry& r) {
   for (const char* op : {"aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::cumsum"})
     r.add(op, linear_in(0));
@@ -98,6 +96,37 @@ void register_reductions(Registry& r) {
     auto dims = reduced_dims(c.x(0), c.c(1));
     Value* p = c.call("aten::exp", {c.call("aten::sub.Tensor", {c.x(0), keep_dims(c, c.out(), c.x(0), dims)})});
     return {weighted_sum(c, p, dims, c.c(2).toBool())};
+  });
+  // cumprod: before the first zero z of a row, y_i·Σ_{j≤i} t_j/x_j (y is 0 from z on, where the
+  // terms j ≥ z vanish); from z on, t_z·Π_{k<z} x_k·Π_{z<k≤i} x_k. Exact at zeros, like prod.
+  r.add("aten::cumprod", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    if (c.x(0)->meta().sizes.empty()) return {c.t(0)};
+    int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);
+    c10::ScalarType dt = c.out()->meta().dtype;
+    Value* x = c.x(0)->meta().dtype == dt ? c.x(0) : c.call("aten::_to_copy", {c.x(0), dt});
+    auto ones_where = [&](Value* mask) { return c.call("aten::masked_fill.Scalar", {x, mask, 1.0}); };
+    Value* zero = c.call("aten::eq.Scalar", {x, 0});
+    Value* ratio = c.call("aten::cumsum", {c.mul(c.t(0), c.call("aten::reciprocal", {ones_where(zero)})), dim});
+    Value* no_zero = c.mul(ratio, c.out());
+    Value* seen = c.call("aten::cumsum", {zero, dim});  // zeros up to i
+    Value* first = c.call("aten::bitwise_and.Tensor", {zero, c.call("aten::eq.Scalar", {seen, 1})});
+    Value* before_first = c.call("aten::eq.Scalar", {seen, 0});
+    Value* before = c.call("aten::prod.dim_int", {ones_where(c.call("aten::gt.Scalar", {seen, 0})), dim, true});  // Π_{k<z} x_k
+    Value* after = c.call("aten::cumprod", {ones_where(c.call("aten::bitwise_or.Tensor", {before_first, first})), dim});  // Π_{z<k≤i} x_k
+    Value* f = c.call("aten::masked_fill.Scalar", {c.call("aten::mul.Tensor", {before, after}), before_first, 0.0});
+    Value* tz = weighted_sum(c, c.call("aten::_to_copy", {first, dt}), {dim}, true);
+    return {c.add(no_zero, c.mul(tz, f))};
+  });
+  // d logcumsumexp(x)_i = Σ_{j≤i} t_j·exp(x_j − y_i) = cumsum(t·e)_i / cumsum(e)_i with
+  // e = exp(x − max x) along the dim, as LibTorch's forward AD computes it.
+  r.add("aten::logcumsumexp", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    if (c.x(0)->meta().sizes.empty()) return {c.t(0)};
+    int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);
+    Value* e = c.call("aten::exp", {c.call("aten::sub.Tensor", {c.x(0), c.call("aten::amax", {c.x(0), std::vector<int64_t>{dim}, true})})});
+    Value* f = c.call("aten::reciprocal", {c.call("aten::cumsum", {e, dim})});
+    return {c.mul(c.call("aten::cumsum", {c.mul(c.t(0), e), dim}), f)};
   });
   // var and std, and var_mean and std_mean, which also return the mean (linear).
   for (const char* op : {"aten::var.correction", "aten::std.correction", "aten::var_mean.correction", "aten::std_mean.correction"})
@@ -118,10 +147,10 @@ void register_reductions(Registry& r) {
   // over all elements.
   for (const char* op : {"aten::linalg_vector_norm", "aten::norm.ScalarOpt_dim"})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
-      return {vector_norm(c, scalar(c.c(1), 2.0), reduced_dims(c.x(0), c.c(2)), c.c(3).toBool())};
+      return {norm_tangent(c, c.x(0), c.t(0), scalar(c.c(1), 2.0), reduced_dims(c.x(0), c.c(2)), c.c(3).toBool())};
     });
   r.add("aten::norm.Scalar", [](Ctx& c) -> std::vector<Value*> {
-    return {vector_norm(c, scalar(c.c(1), 2.0), reduced_dims(c.x(0), c10::IValue()), false)};
+    return {norm_tangent(c, c.x(0), c.t(0), scalar(c.c(1), 2.0), reduced_dims(c.x(0), c10::IValue()), false)};
   });
   r.add("aten::prod.dim_int", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};

@@ -101,6 +101,11 @@ Value* per_channel(Ctx& c, Value* v, size_t rank);
 std::vector<int64_t> reduced_dims(const Value* x, const c10::IValue& dims);
 /// A reduction's result `r` with the reduced dims kept (size 1), so it broadcasts against `x`.
 Value* keep_dims(Ctx& c, Value* r, const Value* x, const std::vector<int64_t>& dims);
+/// The tangent of ‖x‖_p over `dims`, the node's output, given the tangent `t` of x (nullptr:
+/// zero): Σ t·sgn(x)·(|x| / ‖x‖)^(p−1), 0 where the norm is 0 (and where x is, for p < 1); for
+/// p = ±inf, the tangent of the extreme elements, averaged over ties; for p = 0 (a count), zero.
+/// In the output's dtype: a `dtype` argument may widen it (a float16 norm would overflow).
+Value* norm_tangent(Ctx& c, Value* x, Value* t, double p, const std::vector<int64_t>& dims, bool keepdim);
 /// float(hits) / Σ hits over `dims`, in the node's result dtype: each selected element's share
 /// when ties split a tangent evenly (amax, max, the inf-norm).
 Value* tie_shares(Ctx& c, Value* hits, const std::vector<int64_t>& dims);

@@ -1,4 +1,6 @@
-// JVP rules of views and data movement: all linear, so the tangent goes through the same op.
+// JVP rules of views and data movement: all linear in the data, so the tangent goes through the
+// same op (grid sampling also depends on its sampling positions, embedding bags on per-sample
+// weights).
 // A view of the primal may not be a view of its tangent when the two are laid out differently
 // (a tangent input is contiguous, a primal may be a transposed weight); `view` then copies the
 // tangent first, visibly, rather than fail at run time.
@@ -21,6 +23,50 @@ Rule linear_in_self_and(size_t source, bool (*adds)(const Ctx&) = nullptr) {
 }
 
 bool adds(const Ctx&) { return true; }
+
+// grid_sampler_{2,3}d(x, grid, mode, padding, align_corners): linear in x; in the sampling
+// positions, Σ_k tgrid[.., k]·∂out/∂grid[.., k] per channel. The op's backward kernel gives those
+// partials summed over channels; with the channels folded into the batch (x as [N·C, 1, ...],
+// the grid repeated per channel) it gives each channel's own, a primal expression that fold
+// evaluates once. Nearest sampling is piecewise constant in the positions: no tangent there.
+std::vector<Value*> grid_sampler(Ctx& c) {
+  Value* t = c.t(0) ? c.reapply(0, c.t(0)).at(0) : nullptr;
+  if (!c.t(1) || c.c(2).toInt() == 1) return {t};
+  const auto &xs = c.x(0)->meta().sizes, &gs = c.x(1)->meta().sizes;  // [N, C, in...], [N, out..., k]
+  int64_t n = xs[0], ch = xs[1];
+  std::vector<int64_t> x_flat = {n * ch, 1}, per_channel = {n, ch}, ones = {n * ch, 1};
+  x_flat.insert(x_flat.end(), xs.begin() + 2, xs.end());
+  per_channel.insert(per_channel.end(), gs.begin() + 1, gs.end());
+  ones.insert(ones.end(), gs.begin() + 1, gs.end() - 1);
+  std::vector<int64_t> grid_flat = per_channel;
+  grid_flat.erase(grid_flat.begin());
+  grid_flat[0] = n * ch;
+  Value* grid = reshape(c, c.call("aten::expand", {c.call("aten::unsqueeze", {c.x(1), 1}), per_channel}), grid_flat);
+  const TensorMeta& m = c.out()->meta();
+  Value* g = c.call("aten::ones", {ones, m.dtype, std::nullopt, m.device});
+  Value* partials = c.b.emit(c.n.op() + "_backward", {g, reshape(c, c.x(0), x_flat), grid, c.a(2), c.a(3), c.a(4),
+                                                      c10::List<bool>({true, true})}).at(1);
+  Value* f = c.call("aten::view", {partials, per_channel});
+  Value* tg = c.call("aten::unsqueeze", {c.t(1), 1});
+  return {c.add(t, c.call("aten::sum.dim_IntList", {c.mul(tg, f), std::vector<int64_t>{-1}}))};
+}
+
+// _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
+// ...): sums and means of rows are linear in the weight, and sums bilinear in (weight,
+// per-sample weights); max (mode 2) picks, per bag and feature, the row its max_indices output
+// names (an empty bag is 0).
+std::vector<Value*> embedding_bag(Ctx& c) {
+  if (c.c(4).toInt() != 2) {
+    Value* w = c.t(0) ? c.reapply(0, c.t(0)).at(0) : nullptr;
+    Value* psw = c.n.arg(6).kind == ArgKind::Tensor && c.t(6) ? c.reapply(6, c.t(6)).at(0) : nullptr;
+    return {c.add(w, psw)};
+  }
+  if (!c.t(0)) return {};
+  Value* rows = c.call("aten::clamp_min", {c.out(3), 0});
+  Value* picked = c.call("aten::gather", {c.t(0), 0, rows});
+  Value* empty = c.call("aten::unsqueeze", {c.call("aten::eq.Scalar", {c.out(2), 0}), 1});
+  return {c.call("aten::masked_fill.Scalar", {picked, empty, 0.0})};
+}
 
 }  // namespace
 
@@ -96,6 +142,10 @@ void register_views(Registry& r) {
       throw Error("as_strided of a tangent laid out unlike its primal (or at an explicit storage offset) is not supported");
     return c.reapply(0, t);
   });
+  r.add("aten::grid_sampler_2d", grid_sampler);
+  r.add("aten::grid_sampler_3d", grid_sampler);
+  r.add("aten::_embedding_bag", embedding_bag);
+  r.add("aten::_embedding_bag_forward_only", embedding_bag);
   r.add("aten::view", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     return {reshape(c, c.t(0), c.c(1).toIntVector())};
