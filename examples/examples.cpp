@@ -17,17 +17,6 @@ Backend parse_backend(const std::string& s) {
   throw Error("unknown --backend '" + s + "' (math, flash, efficient, cudnn or auto)");
 }
 
-const char* backend_name(Backend b) {
-  switch (b) {
-    case Backend::Math: return "math";
-    case Backend::Flash: return "flash";
-    case Backend::Efficient: return "efficient";
-    case Backend::CuDNN: return "cudnn";
-    case Backend::Auto: return "auto";
-  }
-  return "?";
-}
-
 BackendScope::BackendScope(Backend b) {
   auto& ctx = at::globalContext();
   flash_ = ctx.userEnabledFlashSDP();
@@ -162,5 +151,7 @@ const Registration& find(const std::string& name) {
 Instance make(const std::string& name, const std::vector<std::string>& args) { return find(name).make(args); }
 
 std::string help(const std::string& name) { return find(name).help(); }
+
+std::string summary(const std::string& name) { return find(name).summary; }
 
 }  // namespace jvpc::examples

@@ -18,7 +18,6 @@ namespace jvpc::examples {
 /// Which scaled-dot-product-attention kernels LibTorch may choose.
 enum class Backend { Math, Flash, Efficient, CuDNN, Auto };
 Backend parse_backend(const std::string& s);
-const char* backend_name(Backend b);
 
 /// Enables exactly the chosen SDPA backends for its lifetime (process-wide LibTorch flags).
 class BackendScope {
@@ -50,5 +49,7 @@ std::vector<std::string> names();
 Instance make(const std::string& name, const std::vector<std::string>& args = {});
 /// The example's flags, as help text.
 std::string help(const std::string& name);
+/// One line: what the example computes, on which inputs.
+std::string summary(const std::string& name);
 
 }  // namespace jvpc::examples

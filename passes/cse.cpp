@@ -1,6 +1,6 @@
 // Common-subexpression elimination: a node equal to an earlier one (same op, same constant
-// arguments, same operands, pure) has its readers moved to the earlier node's outputs. The
-// duplicate, now unread, is left for dce (as in Glow).
+// arguments, same operands, pure) has its readers moved to the earlier node's outputs, and the
+// duplicate, now unread, is erased.
 //
 //   %5 = aten::transpose.int(%1, -2, -1)
 //   %9 = aten::transpose.int(%1, -2, -1)   // readers of %9 now read %5
@@ -27,7 +27,8 @@ bool commutes(const Node& n) {
          (alpha.kind == ArgKind::Float && alpha.value.toDouble() == 1.0);
 }
 
-// A key that identifies a node's computation: op, arguments (operands by value id) and metas.
+// A key that identifies a node's computation: op and arguments (operands by value id). Output
+// metadata is compared apart.
 std::string key_of(const Node& n) {
   std::string k = n.op();
   k += "|";

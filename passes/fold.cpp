@@ -24,7 +24,6 @@
 namespace jvpc {
 
 bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known) {
-  auto dependent = tangent_dependent(g);
   std::unordered_set<const Value*> primal_only;
   for (const Input& in : g.inputs())
     if (in.role != Role::Tangent) primal_only.insert(in.value);
@@ -95,7 +94,7 @@ bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known) {
     }
     std::string name;
     do name = "r" + std::to_string(next++);
-    while ([&] { for (const Input& in : g.inputs()) if (in.name == name) return true; return false; }());
+    while (g.find_input(name));
     Value* c = g.add_constant(name, t, aliases);
     value[c] = t;  // later residuals may be computed from this one
     if (!c->meta().same_signature(v->meta()))

@@ -35,9 +35,12 @@ bool fuse_matmul_add(Graph& g) {
       g.set_insertion_point(n);
       Value* fused = b.call(p->op() == "aten::bmm" ? "aten::baddbmm" : "aten::addmm", {other, p->input(0), p->input(1)});
       g.set_insertion_point(nullptr);
-      changed = true;
-      if (!fused->meta().same_signature(n->output()->meta())) continue;  // left unread: dce removes it
+      if (!fused->meta().same_signature(n->output()->meta())) {  // not the sum's shape or dtype: undone
+        erase_if_dead(g, fused->producer());
+        continue;
+      }
       replace_output(g, n, fused);
+      changed = true;
       break;
     }
   }

@@ -9,11 +9,11 @@
 //
 //   %e = aten::expand(aten::unsqueeze(%dk, 2), [B, Hk, r, S, D])       (%dk: [B, Hk, S, D])
 //   %x = aten::view(aten::transpose.int(aten::view(aten::clone(%e), [B, H, S, D]), -2, -1), [B·H, D, S])
-//   %y = aten::bmm(%a, %x)                                             (%a: [B·H, M, S])
+//   %y = aten::bmm(%a, %x)                                             (%a: [B·H, M, D])
 //  =>
 //   %x' = aten::view(aten::transpose.int(%dk, -2, -1), [B·Hk, D, S])
-//   %y' = aten::bmm(aten::view(%a, [B·Hk, r·M, S]), %x')
-//   %y  = aten::view(%y', [B·H, M, N])
+//   %y' = aten::bmm(aten::view(%a, [B·Hk, r·M, D]), %x')
+//   %y  = aten::view(%y', [B·H, M, S])
 //
 // Same FLOPs, no copy. Between the expand and the bmm the chain may hold views that keep the
 // last two dims, transposes of the last two dims, scalar multiplications and clones: each acts

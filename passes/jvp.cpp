@@ -37,9 +37,7 @@ Value* conform(Builder& b, Value* t, const Value* out) {
 std::string fresh_name(const Graph& g, const std::string& name) {
   std::string out = "d" + name;
   auto taken = [&](const std::string& s) {
-    for (const Input& in : g.inputs())
-      if (in.name == s) return true;
-    return std::find(g.output_names().begin(), g.output_names().end(), s) != g.output_names().end();
+    return g.find_input(s) || std::find(g.output_names().begin(), g.output_names().end(), s) != g.output_names().end();
   };
   while (taken(out)) out += "'";
   return out;

@@ -27,7 +27,7 @@ bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known);
 bool dce(Graph& g, bool prune_primal_inputs = false);
 
 /// cse.cpp: makes readers of a node that repeats an earlier one (same op, arguments and
-/// operands; pure) read the earlier one. The repeat is left to dce.
+/// operands; pure) read the earlier one, and erases the repeat.
 bool cse(Graph& g);
 
 /// simplify_views.cpp: removes identity views (expand or view to the same shape, transposing

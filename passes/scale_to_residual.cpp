@@ -11,8 +11,8 @@
 //
 // Step 1 sinks a tangent-dependent mul.Scalar below each view that is its only reader. Step 2
 // moves a mul.Scalar feeding one operand of mm/bmm onto the other operand, when that operand
-// is tangent-independent (so fold computes the product once). Both steps leave dead nodes
-// to dce.
+// is tangent-independent (so fold computes the product once). Both steps erase the nodes they
+// replace.
 #include "passes/passes.h"
 
 #include "compiler/ir/builder.h"
@@ -66,9 +66,12 @@ bool scale_to_residual(Graph& g) {
       continue;
     }
     Value* scaled = b.call("aten::mul.Scalar", {view, scalar_of(m)});
-    changed = true;
-    if (!scaled->meta().same_signature(n->output()->meta())) continue;  // left unread: dce removes it
+    if (!scaled->meta().same_signature(n->output()->meta())) {  // not the view's shape or dtype: undone
+      erase_if_dead(g, scaled->producer());
+      continue;
+    }
     replace_output(g, n, scaled);
+    changed = true;
   }
   // Step 2: mm/bmm(mul(t, s), w) -> mm/bmm(t, mul(w, s)) when w is tangent-independent.
   dep = tangent_dependent(g);

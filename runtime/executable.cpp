@@ -200,9 +200,7 @@ Executable::~Executable() = default;
 void Executable::bind(const std::string& name, const at::Tensor& value) {
   for (size_t i = 0; i < constant_names_.size(); ++i) {
     if (constant_names_[i] != name) continue;
-    const Value* v = nullptr;
-    for (const Input& in : graph_->inputs())
-      if (in.name == name) v = in.value;
+    const Value* v = graph_->find_input(name)->value;
     if (!value.defined()) throw Error("constant '" + name + "': undefined tensor");
     if (value.sizes().vec() != v->meta().sizes || value.scalar_type() != v->meta().dtype)
       throw Error("constant '" + name + "': expected " + v->meta().str() + " but got " + meta_of(value));

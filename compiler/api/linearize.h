@@ -56,11 +56,12 @@ struct Linearized {
 Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals, const LinearizeOptions& options = {});
 
 /// Linearizes a traced graph (e.g. loaded from JSON) at `primal_values`, one per primal input
-/// in graph order. The forward is evaluated once, by folding.
+/// in graph order. The forward is evaluated once, node by node, and fold reuses its values.
 Linearized linearize(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values,
                      const LinearizeOptions& options = {});
 
-/// The passes linearize runs after `jvp`, in order. `known` feeds fold.
+/// The passes linearize runs on a traced graph, `jvp` first, in order. `known` (values by id)
+/// feeds fold.
 void add_linearize_passes(Pipeline& p, const std::vector<std::string>& wrt, size_t primal_outputs,
                           std::shared_ptr<std::unordered_map<int, at::Tensor>> known);
 

@@ -33,7 +33,7 @@ std::string traced_inputs_path_for(const std::string& graph_path);
 void check_input_size(const Graph& g);
 /// Example flags: the arguments CLI11 left over, in order.
 std::vector<std::string> leftover(const CLI::App& sub);
-/// "sdpa: scaled ..." lines and each example's flags, for --help footers.
+/// Each example's description and flags, for the --help footers of trace and linearize.
 std::string examples_help();
 
 }  // namespace jvpc::cli

@@ -1,8 +1,8 @@
 // jvpc: trace, inspect, cost, run and linearize graphs. See `jvpc --help`.
 #include "compiler/cli/cli.h"
-
 #include "compiler/ir/ops.h"
 #include "compiler/ir/serialize.h"
+#include "examples/examples.h"
 
 #include <ATen/Context.h>
 #include <torch/headeronly/version.h>
@@ -16,9 +16,11 @@ int main(int argc, char** argv) {
     return std::string("jvpc " JVPC_VERSION " (LibTorch " TORCH_VERSION ", graph schema ") +
            std::to_string(jvpc::kSchemaVersion) + ", CUDA " + (at::hasCUDA() ? "available" : "not available") + ")";
   });
-  app.footer(
-      "Start with:  jvpc linearize sdpa   (the seed's attention: bsz 1, 5 heads, seq 128, head dim 64)\n"
-      "Each command has --help. Exit codes: 0 ok, 1 a check failed, 2 bad input.");
+  std::string examples = "Examples (trace and linearize take one by name, then its own flags):\n";
+  for (const std::string& name : jvpc::examples::names()) examples += "  " + name + ": " + jvpc::examples::summary(name) + "\n";
+  app.footer(examples +
+             "\nStart with:  jvpc linearize sdpa   (the seed's attention: bsz 1, 5 heads, seq 128, head dim 64)\n"
+             "Each command has --help. Exit codes: 0 ok, 1 a check failed, 2 bad input.");
   jvpc::cli::add_trace(app);
   jvpc::cli::add_show(app);
   jvpc::cli::add_run(app);

@@ -173,11 +173,10 @@ void Graph::erase_input(size_t i) {
   inputs_.erase(inputs_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
-std::vector<Input*> Graph::inputs_with_role(Role r) {
-  std::vector<Input*> out;
-  for (Input& in : inputs_)
-    if (in.role == r) out.push_back(&in);
-  return out;
+const Input* Graph::find_input(const std::string& name) const {
+  for (const Input& in : inputs_)
+    if (in.name == name) return &in;
+  return nullptr;
 }
 
 void Graph::add_output(Value* v, std::string name) {
@@ -185,8 +184,6 @@ void Graph::add_output(Value* v, std::string name) {
   outputs_.push_back(v);
   output_names_.push_back(std::move(name));
 }
-
-void Graph::set_output(size_t i, Value* v) { outputs_.at(i) = v; }
 
 void Graph::erase_output(size_t i) {
   outputs_.erase(outputs_.begin() + static_cast<std::ptrdiff_t>(i));

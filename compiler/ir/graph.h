@@ -199,15 +199,14 @@ class Graph {
   const std::vector<Input>& inputs() const { return inputs_; }
   std::vector<Input>& inputs() { return inputs_; }
   const Input& input_of(const Value* v) const;  ///< throws if v is not a graph input
+  const Input* find_input(const std::string& name) const;  ///< nullptr if no input has the name
   bool is_input(const Value* v) const { return v->producer() == nullptr; }
   /// Removes an input that nothing reads.
   void erase_input(size_t i);
-  std::vector<Input*> inputs_with_role(Role r);
 
   const std::vector<Value*>& outputs() const { return outputs_; }
   const std::vector<std::string>& output_names() const { return output_names_; }
   void add_output(Value* v, std::string name = "");
-  void set_output(size_t i, Value* v);
   void erase_output(size_t i);
 
   // --- nodes --------------------------------------------------------------------------------
@@ -222,8 +221,7 @@ class Graph {
   void set_insertion_point(Node* before) { insert_before_ = before; }
   Node* insertion_point() const { return insert_before_; }
 
-  /// Nodes in execution order. Safe against erasing the current node when iterating with
-  /// a copy (see nodes_snapshot()).
+  /// Nodes in execution order, as a copy: a loop over it may erase the current node.
   size_t num_nodes() const { return nodes_.size(); }
   std::vector<Node*> nodes() const;
   /// The node after `n` in execution order, or nullptr.
@@ -233,9 +231,6 @@ class Graph {
 
   /// A deep copy. `map` (optional) receives old value -> new value.
   std::unique_ptr<Graph> clone(std::unordered_map<const Value*, Value*>* map = nullptr) const;
-
-  /// Number of values ever created; ids are below this.
-  int next_value_id() const { return next_id_; }
 
  private:
   Value* new_value(TensorMeta meta);

@@ -16,7 +16,7 @@ struct VerifyOptions {
 
 void verify(const Graph& g, const VerifyOptions& options = {});
 
-/// "node 7 (aten::bmm -> %12)": how errors name a node.
+/// "aten::bmm -> %12": how errors name a node.
 std::string describe(const Node* n);
 
 }  // namespace jvpc
