@@ -1,6 +1,6 @@
 // Forward-mode differentiation (JVP) of a graph, in place.
 //
-// For each chosen primal input x a tangent input "dx" is added. Nodes are visited in order;
+// For each chosen primal input x a tangent input "dx" is added (in the order `wrt` names them). Nodes are visited in order;
 // for a node with at least one non-zero operand tangent and a floating output, the op's rule
 // (passes/jvp_rules/) emits the tangent computation right after the node. Zero tangents are
 // absent (nullptr) and cost nothing. One tangent output per primal output is appended.
@@ -12,7 +12,7 @@
 //                                                         %7 = aten::add.Tensor(%5, %6, 1)
 //                                                         return (%2, %7)
 //
-// Errors: an op with no rule (named), a random op, and --wrt names that are not primal inputs.
+// Errors: an op with no rule (named), a random op, and wrt names that are not primal inputs.
 #include "passes/passes.h"
 
 #include "passes/jvp_rules/rules.h"
@@ -46,18 +46,18 @@ std::string fresh_name(const Graph& g, const std::string& name) {
 }  // namespace
 
 bool jvp(Graph& g, const std::vector<std::string>& wrt) {
+  // The inputs to differentiate, in wrt's order (the tangents' order), or the differentiable ones.
+  std::vector<Input> chosen;  // copies: add_input grows the vector
+  for (const Input& in : g.inputs())
+    if (wrt.empty() && in.role == Role::Primal && in.differentiable) chosen.push_back(in);
   for (const std::string& name : wrt) {
-    bool found = false;
-    for (const Input& in : g.inputs()) found |= in.role == Role::Primal && in.name == name;
-    if (!found) throw Error("--wrt: no primal input named '" + name + "'");
+    const Input* in = g.find_input(name);
+    if (!in || in->role != Role::Primal) throw Error("wrt: no primal input named '" + name + "'");
+    if (std::count(wrt.begin(), wrt.end(), name) > 1) throw Error("wrt: names '" + name + "' twice");
+    chosen.push_back(*in);
   }
   std::unordered_map<const Value*, Value*> tangent;
-  size_t n_inputs = g.inputs().size();
-  for (size_t i = 0; i < n_inputs; ++i) {
-    Input in = g.inputs()[i];  // a copy: add_input grows the vector
-    if (in.role != Role::Primal) continue;
-    bool chosen = wrt.empty() ? in.differentiable : std::count(wrt.begin(), wrt.end(), in.name) > 0;
-    if (!chosen) continue;
+  for (const Input& in : chosen) {
     const TensorMeta& m = in.value->meta();
     if (!floating(m.dtype)) throw Error("input '" + in.name + "' has dtype " + c10::toString(m.dtype) + " and cannot be differentiated");
     tangent[in.value] = g.add_input(fresh_name(g, in.name), TensorMeta::contiguous(m.sizes, m.dtype, m.device), Role::Tangent);

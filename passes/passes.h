@@ -12,7 +12,8 @@ namespace jvpc {
 /// jvp.cpp: adds a tangent input for each chosen primal input ("d" + name, primed where that
 /// name is taken; Input::tangent_of names the primal) and the tangent of
 /// every node, from the per-op rules in passes/jvp_rules/. Appends one tangent output per
-/// primal output. `wrt` empty: every primal input marked differentiable.
+/// primal output. Tangent inputs follow `wrt`'s order; `wrt` empty: every primal input marked
+/// differentiable, in graph order.
 bool jvp(Graph& g, const std::vector<std::string>& wrt = {});
 
 /// fold.cpp: evaluates, at most once each, the nodes that depend only on primal inputs and

@@ -104,6 +104,13 @@ void check_result(const std::string& where, const Value* v, const at::Tensor& t)
                 (t.defined() ? meta_of(t) : std::string("an undefined tensor")) + " where the graph declares " + m.str());
 }
 
+/// The version counter of a constant that aliases a caller's input, to notice writes into it
+/// (none for other constants, and for inference tensors, which keep no counter).
+std::optional<int64_t> version_of_alias(const Input& in, const at::Tensor& t) {
+  if (in.aliases.empty() || !t.defined() || t.is_inference()) return std::nullopt;
+  return t._version();
+}
+
 }  // namespace
 
 Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options)
@@ -121,6 +128,7 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
     if (in.role == Role::Constant) {
       constants_.emplace_back(s, in.data.defined() ? in.data.to(in.value->meta().device) : at::Tensor());
       constant_names_.push_back(in.name);
+      alias_versions_.push_back(version_of_alias(in, constants_.back().second));
     } else {
       arguments_.push_back(&in);
       argument_slots_.push_back(s);
@@ -213,6 +221,7 @@ void Executable::bind(const std::string& name, const at::Tensor& value) {
       throw Error("constant '" + name + "': " + one_line(e));
     }
     constants_[i].second = bound;
+    alias_versions_[i] = version_of_alias(*graph_->find_input(name), bound);
     std::lock_guard<std::mutex> lock(mu_);
     cuda_ = std::make_unique<CudaGraphState>();  // a captured graph read the old tensor
     return;
@@ -241,8 +250,14 @@ std::vector<at::Tensor> Executable::checked(const std::vector<at::Tensor>& input
     // contiguous inputs are used as they are.
     out.push_back(m.is_contiguous() && !t.is_contiguous() ? t.contiguous() : t);
   }
-  for (size_t i = 0; i < constants_.size(); ++i)
-    if (!constants_[i].second.defined()) throw Error("constant '" + constant_names_[i] + "' is not bound");
+  for (size_t i = 0; i < constants_.size(); ++i) {
+    const at::Tensor& c = constants_[i].second;
+    if (!c.defined()) throw Error("constant '" + constant_names_[i] + "' is not bound");
+    if (alias_versions_[i] && c._version() != *alias_versions_[i])
+      throw Error("constant '" + constant_names_[i] + "' aliases the input '" + graph_->find_input(constant_names_[i])->aliases +
+                  "', which was written in place after the graph was compiled; the graph's other constants hold values "
+                  "computed from the old one. Compile (linearize) again, or bind the constant anew");
+  }
   return out;
 }
 

@@ -32,6 +32,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 namespace jvpc {
 
@@ -58,7 +59,10 @@ class Executable {
 
   /// Binds (or rebinds) the tensor of a constant input, moved to the graph's device (and made
   /// contiguous where the graph declares it so). The tensor itself is held, not a copy: writing
-  /// into it later changes what the graph computes.
+  /// into it later changes what the graph computes. Except for a constant that aliases a
+  /// caller's input (Input::aliases: a residual fold kept as a view of a primal input): the
+  /// graph's other residuals were computed from that input's values, so run() refuses to go on
+  /// once it has been written in place (its version counter moved), until it is bound again.
   void bind(const std::string& constant_name, const at::Tensor& value);
 
   /// Runs the graph. `inputs` holds one tensor per non-constant graph input, in graph order.
@@ -91,6 +95,7 @@ class Executable {
   std::vector<int> argument_slots_;
   std::vector<std::pair<int, at::Tensor>> constants_;  // slot, tensor
   std::vector<std::string> constant_names_;
+  std::vector<std::optional<int64_t>> alias_versions_;  // per constant: the version bound, if it aliases an input
   std::vector<Step> steps_;
   std::vector<int> output_slots_;
   std::vector<bool> copied_outputs_;  // outputs that repeat an earlier one, returned as copies

@@ -22,7 +22,8 @@
 namespace jvpc {
 
 struct LinearizeOptions {
-  /// Primal inputs to differentiate; empty: those marked differentiable.
+  /// Primal inputs to differentiate, in the order jvp() takes their tangents; empty: those
+  /// marked differentiable, in graph order.
   std::vector<std::string> wrt;
   /// Extra observers of the pass pipeline (IR dumps, ...).
   std::vector<PassObserver*> observers;
@@ -48,7 +49,8 @@ struct Linearized {
   CompileReport report;
   /// Names of the tangents jvp() takes, in order ("dq", "dk", ...).
   std::vector<std::string> tangent_names() const;
-  /// The linear map: one tangent per differentiated primal input, in graph order.
+  /// The linear map: one tangent per differentiated primal input, in tangent_names() order
+  /// (LinearizeOptions::wrt's order, or graph order).
   std::vector<at::Tensor> jvp(const std::vector<at::Tensor>& tangents) const { return jvp_fn->run(tangents); }
 };
 
