@@ -22,9 +22,7 @@ bool commutes(const Node& n) {
   if (n.args().size() < 2 || n.arg(0).kind != ArgKind::Tensor || n.arg(1).kind != ArgKind::Tensor) return false;
   if (n.op() == "aten::mul.Tensor") return true;
   if (n.op() != "aten::add.Tensor") return false;
-  const Arg& alpha = n.arg(2);
-  return (alpha.kind == ArgKind::Int && alpha.value.toInt() == 1) ||
-         (alpha.kind == ArgKind::Float && alpha.value.toDouble() == 1.0);
+  return n.arg(2).is_number(1.0);  // alpha
 }
 
 // A key that identifies a node's computation: op and arguments (operands by value id). Output

@@ -20,9 +20,7 @@ bool fuse_matmul_add(Graph& g) {
   Builder b(g);
   for (Node* n : g.nodes()) {
     if (n->op() != "aten::add.Tensor" || n->inputs().size() != 2) continue;
-    const Arg& alpha = n->arg(2);
-    if (!((alpha.kind == ArgKind::Int && alpha.value.toInt() == 1) || (alpha.kind == ArgKind::Float && alpha.value.toDouble() == 1.0)))
-      continue;
+    if (!n->arg(2).is_number(1.0)) continue;  // alpha
     for (size_t side : {size_t(1), size_t(0)}) {
       Value* prod = n->input(side);
       Value* other = n->input(1 - side);

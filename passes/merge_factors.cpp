@@ -49,8 +49,7 @@ std::optional<Scaled> scaled(const Node* n, const std::unordered_set<const Value
     if (dep.count(a) && !dep.count(b)) return Scaled{a, b};
     if (dep.count(b) && !dep.count(a)) return Scaled{b, a};
   }
-  if (n->op() == "aten::mul.Scalar" && (n->arg(1).kind == ArgKind::Float || n->arg(1).kind == ArgKind::Int) &&
-      dep.count(n->input(0)))
+  if (n->op() == "aten::mul.Scalar" && n->arg(1).number() && dep.count(n->input(0)))
     return Scaled{n->input(0), nullptr, BArg::of_arg(n->arg(1), n)};
   return std::nullopt;
 }
@@ -95,7 +94,7 @@ bool merge_chain(Graph& g, Builder& b, Node* n, const std::unordered_set<const V
 bool merge_sum(Graph& g, Builder& b, Node* n, const std::unordered_set<const Value*>& dep) {
   const std::string& op = n->op();
   if ((op != "aten::add.Tensor" && op != "aten::sub.Tensor") || n->inputs().size() != 2 || !dep.count(n->output()) ||
-      n->arg(2).kind != ArgKind::Int || n->arg(2).value.toInt() != 1)
+      !n->arg(2).is_number(1.0))
     return false;
   auto l = sole_scaled(n->input(0), dep), r = sole_scaled(n->input(1), dep);
   if (!l || !r || l->tangent != r->tangent || !l->factor || !r->factor) return false;

@@ -38,7 +38,7 @@ bool is_simple_view(const Node* n) {
 const Node* sole_scalar_mul(const Value* v) {
   const Node* p = v->producer();
   if (!p || p->op() != "aten::mul.Scalar" || v->uses().size() != 1) return nullptr;
-  if (p->arg(1).kind != ArgKind::Float && p->arg(1).kind != ArgKind::Int) return nullptr;
+  if (!p->arg(1).number()) return nullptr;
   return is_graph_output(v) ? nullptr : p;
 }
 

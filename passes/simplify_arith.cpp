@@ -16,23 +16,15 @@ namespace jvpc {
 
 namespace {
 
-bool is_scalar(const Arg& a, double v) {
-  if (a.kind == ArgKind::Int) return static_cast<double>(a.value.toInt()) == v;
-  if (a.kind == ArgKind::Float) return a.value.toDouble() == v;
-  return false;
-}
-
-double scalar(const Arg& a) { return a.kind == ArgKind::Int ? static_cast<double>(a.value.toInt()) : a.value.toDouble(); }
-
 Value* identity_of(const Node* n) {
   const std::string& op = n->op();
   if (n->outputs().size() != 1 || n->inputs().empty()) return nullptr;
   Value *x = n->input(0), *out = n->output();
   if (!x->meta().same_signature(out->meta())) return nullptr;
-  if ((op == "aten::mul.Scalar" || op == "aten::div.Scalar") && is_scalar(n->arg(1), 1.0)) return x;
+  if ((op == "aten::mul.Scalar" || op == "aten::div.Scalar") && n->arg(1).is_number(1.0)) return x;
   // x + 0 and x - 0 are x, except that -0.0 + 0.0 is +0.0 (1/x then changes sign): in floating
   // point only x + (-0.0) and x - (+0.0) are exact.
-  if ((op == "aten::add.Scalar" || op == "aten::sub.Scalar") && is_scalar(n->arg(1), 0.0) && is_scalar(n->arg(2), 1.0)) {
+  if ((op == "aten::add.Scalar" || op == "aten::sub.Scalar") && n->arg(1).is_number(0.0) && n->arg(2).is_number(1.0)) {
     bool negative_zero = n->arg(1).kind == ArgKind::Float && std::signbit(n->arg(1).value.toDouble());
     if (!c10::isFloatingType(x->meta().dtype) || negative_zero == (op == "aten::add.Scalar")) return x;
   }
@@ -55,8 +47,8 @@ bool simplify_arith(Graph& g) {
       Node* p = n->input(0)->producer();
       if (p && p->op() == "aten::mul.Scalar" && p->input(0)->meta().same_signature(n->output()->meta()) &&
           c10::isFloatingType(n->output()->meta().dtype) &&
-          n->arg(1).kind != ArgKind::Bool && p->arg(1).kind != ArgKind::Bool) {
-        n->set_constant_arg(1, Arg::of_float(scalar(n->arg(1)) * scalar(p->arg(1))));
+          n->arg(1).number() && p->arg(1).number()) {
+        n->set_constant_arg(1, Arg::of_float(*n->arg(1).number() * *p->arg(1).number()));
         n->replace_input(0, p->input(0));
         erase_if_dead(g, p);
         changed = true;

@@ -76,6 +76,15 @@ TEST(MergeFactors, FactorsATangentOutOfASum) {
   EXPECT_EQ(out->input(1)->producer()->op(), "aten::sub.Tensor");
 }
 
+// alpha given as the float 1.0 is alpha 1 (found by a review: only the integer 1 was merged).
+TEST(MergeFactors, TakesAFloatAlphaOfOneAsOne) {
+  Chain c({4, 8});
+  Builder bld(c.g);
+  c.g.add_output(bld.call("aten::add.Tensor", {bld.call("aten::mul.Tensor", {c.t, c.fa}), bld.call("aten::mul.Tensor", {c.gb, c.t}), 1.0}));
+  c.merge();
+  EXPECT_EQ(test::count_op(c.g, "aten::mul.Tensor"), 1) << to_text(c.g);
+}
+
 TEST(MergeFactors, LeavesChainsWhoseMergedFactorTakesMoreBytes) {
   // sin(a) is [4, 1] and the other factor the primal input b, which the graph only aliases:
   // a merged [4, 8] factor would be a new residual.

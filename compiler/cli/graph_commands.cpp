@@ -112,16 +112,7 @@ void add_cost(CLI::App& app) {
     auto g = load(o->file, c10::Device(c10::kCPU));
     GraphCost c = graph_cost(*g);
     if (o->json) {
-      nlohmann::json j = {{"nodes", c.nodes},
-                          {"matmul_flops", c.matmul_flops},
-                          {"other_flops", c.other_flops},
-                          {"transcendentals", c.transcendentals},
-                          {"bytes", c.bytes},
-                          {"residual_bytes", c.residual_bytes},
-                          {"aliased_input_bytes", c.aliased_input_bytes},
-                          {"peak_bytes", c.peak_bytes},
-                          {"ops", c.ops}};
-      std::cout << j.dump(1) << "\n";
+      std::cout << to_json(c).dump(1) << "\n";
       return;
     }
     CostTable t(o->file);

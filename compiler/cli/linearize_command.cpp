@@ -65,12 +65,6 @@ void check_dump_names(const std::vector<std::string>& names) {
       throw Error("--dump-after: no pass is named '" + n + "' (passes: " + list + "all)");
 }
 
-nlohmann::json cost_json(const GraphCost& c) {
-  return {{"nodes", c.nodes},           {"matmul_flops", c.matmul_flops},   {"other_flops", c.other_flops},
-          {"transcendentals", c.transcendentals}, {"bytes", c.bytes},   {"residual_bytes", c.residual_bytes},
-          {"aliased_input_bytes", c.aliased_input_bytes}, {"peak_bytes", c.peak_bytes}, {"ops", c.ops}};
-}
-
 // What a linearize run needs, from an example or from a graph file.
 struct Problem {
   std::string description;
@@ -210,8 +204,7 @@ void add_linearize(CLI::App& app) {
     print_cost_rows(r.passes, std::cout);
     std::string ops;
     for (const auto& [op, n] : r.tangent.ops)
-      if (op == "aten::bmm" || op == "aten::baddbmm" || op == "aten::mm" || op == "aten::addmm")
-        ops += (ops.empty() ? "" : ", ") + op + " ×" + std::to_string(n);
+      if (is_matmul(op)) ops += (ops.empty() ? "" : ", ") + op + " ×" + std::to_string(n);
     if (ops.empty()) ops = "no matmuls";
     std::string aliased;
     for (const Input& in : lin.tangent_graph->inputs())
@@ -250,14 +243,14 @@ void add_linearize(CLI::App& app) {
       rep["config"] = p.description;
       rep["passes"] = nlohmann::json::array();
       for (const auto& row : r.passes) {
-        nlohmann::json j = cost_json(row.cost);
+        nlohmann::json j = to_json(row.cost);
         j.erase("ops");
         j["name"] = row.pass;
         rep["passes"].push_back(j);
       }
-      rep["forward"] = cost_json(r.forward);
+      rep["forward"] = to_json(r.forward);
       rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
-      rep["jvp"] = cost_json(r.tangent);
+      rep["jvp"] = to_json(r.tangent);
       rep["jvp"]["tangents"] = lin.tangent_names();
       rep["check"] = {{"reference", "forward_ad"}, {"reference_dtype", p.reference_in_float32 ? "float32" : "as traced"},
                       {"max_abs_error", err.max_abs_error}, {"rel_error", err.rel_error}, {"tolerance", tol},

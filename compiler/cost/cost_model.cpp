@@ -3,6 +3,8 @@
 #include "compiler/ir/liveness.h"
 #include "compiler/ir/ops.h"
 
+#include <nlohmann/json.hpp>
+
 #include <unordered_map>
 #include <unordered_set>
 
@@ -39,6 +41,11 @@ int64_t distinct_bytes(const TensorMeta& m) {
       return m.nbytes();  // a span past int64: the tensor reads at most its elements
   }
   return std::min(numel, extent) * static_cast<int64_t>(c10::elementSize(m.dtype));
+}
+
+bool is_matmul(const std::string& op) {
+  return op == "aten::mm" || op == "aten::addmm" || op == "aten::bmm" || op == "aten::baddbmm" || op == "aten::convolution" ||
+         is_fused_attention(op);
 }
 
 int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& s,
@@ -241,6 +248,18 @@ GraphCost graph_cost(const Graph& g) {
       if (live.last_use.at(o) < 0) release(o);
   }
   return c;
+}
+
+nlohmann::json to_json(const GraphCost& c) {
+  return {{"nodes", c.nodes},
+          {"matmul_flops", c.matmul_flops},
+          {"other_flops", c.other_flops},
+          {"transcendentals", c.transcendentals},
+          {"bytes", c.bytes},
+          {"residual_bytes", c.residual_bytes},
+          {"aliased_input_bytes", c.aliased_input_bytes},
+          {"peak_bytes", c.peak_bytes},
+          {"ops", c.ops}};
 }
 
 }  // namespace jvpc

@@ -16,6 +16,8 @@
 
 #include "compiler/ir/graph.h"
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <map>
 #include <string>
 
@@ -49,8 +51,16 @@ struct GraphCost {
 
 GraphCost graph_cost(const Graph& g);
 
+/// {"nodes", "matmul_flops", "other_flops", "transcendentals", "bytes", "residual_bytes",
+///  "aliased_input_bytes", "peak_bytes", "ops"}: what `jvpc cost --json` and reports print.
+nlohmann::json to_json(const GraphCost& c);
+
 /// Bytes of one tensor as a kernel reads it: distinct elements × element size.
 int64_t distinct_bytes(const TensorMeta& m);
+
+/// Whether `op` is one whose FLOPs count as matmul FLOPs (mm, addmm, bmm, baddbmm, convolution,
+/// the fused attention kernels).
+bool is_matmul(const std::string& op);
 
 /// FlopCounterMode's matmul FLOPs for `op` given its operand shapes (an absent optional operand:
 /// empty), or -1 if not a matmul op. A convolution also needs its output's shape and whether

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -123,6 +124,13 @@ struct Arg {
   bool is_tensor_kind() const {
     return kind == ArgKind::Tensor || kind == ArgKind::TensorList || kind == ArgKind::OptTensorList;
   }
+  /// An Int or Float argument as a number (a Scalar's value), or nullopt.
+  std::optional<double> number() const {
+    if (kind == ArgKind::Int) return static_cast<double>(value.toInt());
+    if (kind == ArgKind::Float) return value.toDouble();
+    return std::nullopt;
+  }
+  bool is_number(double v) const { return number() == v; }
   static Arg none() { return Arg{}; }
   static Arg of_bool(bool b) { return Arg{ArgKind::Bool, b, {}}; }
   static Arg of_int(int64_t i) { return Arg{ArgKind::Int, i, {}}; }

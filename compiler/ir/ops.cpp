@@ -506,25 +506,32 @@ std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>
   } catch (const c10::Error& e) {
     throw Error(info.name + ": " + one_line(e));
   }
-  auto add = [&](const at::Tensor& t) {
+  for (const at::Tensor& t : unpack_returns(stack, 0, counts)) {
     TensorMeta m = TensorMeta::of(t);
     m.device = device;
     out.push_back(std::move(m));
-  };
-  for (const c10::IValue& r : stack) {
+  }
+  if (return_counts) *return_counts = std::move(counts);
+  return out;
+}
+
+std::vector<at::Tensor> unpack_returns(const std::vector<c10::IValue>& stack, size_t first, std::vector<int>& counts) {
+  std::vector<at::Tensor> results;
+  counts.clear();
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& r = stack[i];
     if (r.isTensor() && r.toTensor().defined()) {
-      add(r.toTensor());
+      results.push_back(r.toTensor());
       counts.push_back(1);
     } else if (r.isTensorList()) {
       auto l = r.toTensorVector();
-      for (const auto& t : l) add(t);
+      results.insert(results.end(), l.begin(), l.end());
       counts.push_back(static_cast<int>(l.size()));
     } else {
       counts.push_back(0);
     }
   }
-  if (return_counts) *return_counts = std::move(counts);
-  return out;
+  return results;
 }
 
 }  // namespace jvpc

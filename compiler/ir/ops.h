@@ -44,6 +44,11 @@ bool kind_matches(ArgKind k, const c10::Argument& arg);
 /// The boxed value of `a`; tensor operands are looked up with `operand(i)`.
 c10::IValue arg_to_ivalue(const Arg& a, const std::function<at::Tensor(int)>& operand);
 
+/// The tensors among an op's boxed returns, stack[first...], and how many each return holds (a
+/// tensor 1, a list its length, anything else or an undefined tensor 0): a node's outputs and
+/// return counts.
+std::vector<at::Tensor> unpack_returns(const std::vector<c10::IValue>& stack, size_t first, std::vector<int>& counts);
+
 /// Random ops are impure unless their dropout probability is zero.
 bool is_impure(const OpInfo& info, const std::vector<Arg>& args);
 

@@ -166,21 +166,8 @@ class Recorder {
       op.callBoxed(stack);
     }
 
-    const size_t nret = schema.returns().size();
-    std::vector<at::Tensor> results;
     std::vector<int> counts;
-    for (auto it = stack->end() - static_cast<std::ptrdiff_t>(nret); it != stack->end(); ++it) {
-      if (it->isTensor() && it->toTensor().defined()) {
-        results.push_back(it->toTensor());
-        counts.push_back(1);
-      } else if (it->isTensorList()) {
-        auto l = it->toTensorVector();
-        for (auto& t : l) results.push_back(t);
-        counts.push_back(static_cast<int>(l.size()));
-      } else {
-        counts.push_back(0);
-      }
-    }
+    std::vector<at::Tensor> results = unpack_returns(*stack, stack->size() - schema.returns().size(), counts);
     if (results.empty()) {  // metadata queries (no tensor results) are not part of the graph
       // ... but a scalar read from an input's data (item(), if (t), equal) would be replayed as
       // a constant: the graph would be right for these inputs only.
