@@ -81,10 +81,9 @@ class Executable {
   /// these shapes). A caller may write inputs into them and pass them to run() to skip copies.
   std::vector<at::Tensor> input_buffers();
 
+ private:
   /// Runs without CUDA-graph capture (what a capture records). `inputs` are already checked.
   std::vector<at::Tensor> run_eager(const std::vector<at::Tensor>& inputs) const;
-
- private:
   struct Step;
   struct CudaGraphState;
   std::vector<at::Tensor> checked(const std::vector<at::Tensor>& inputs) const;

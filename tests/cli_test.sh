@@ -24,7 +24,7 @@ expect() {
 }
 contains() { if grep -q -- "$2" "$DIR/$1"; then pass "  ...$1 has '$2'"; else fail "  ...$1 lacks '$2'"; fi; }
 
-expect 0 "jvpc --help" -- "$JVPC" --help
+expect 0 "jvpc --help" -- "$JVPC" --help; contains out "sdpa: at::scaled_dot_product_attention"
 expect 0 "jvpc --version" -- "$JVPC" --version; contains out "^jvpc [0-9.]* (LibTorch 2.11.0, graph schema 1, CUDA"
 for cmd in trace show run cost linearize rules; do expect 0 "jvpc $cmd --help" -- "$JVPC" "$cmd" --help; done
 expect 0 "trace --help lists the examples' flags" -- "$JVPC" trace --help; contains out "--kv-heads"
@@ -95,6 +95,10 @@ expect 2 "bad example flag" -- "$JVPC" trace sdpa --bsz 0; contains err "must be
 expect 2 "non-finite --scale" -- "$JVPC" trace sdpa --scale nan
 expect 2 "negative --seed" -- "$JVPC" run "$DIR/sdpa.json" --seed -1
 expect 2 "--tolerance inf" -- "$JVPC" linearize sdpa --device cpu --tolerance inf
+expect 0 "--disable-pass shows what a pass does" -- "$JVPC" linearize sdpa --device cpu --disable-pass scale-to-residual
+contains out "41943040  (41.943M; 14 nodes"
+expect 2 "--disable-pass of a pass linearize needs" -- "$JVPC" linearize sdpa --device cpu --disable-pass fold
+contains err "pass 'fold' cannot be disabled"
 expect 2 "unknown pass for --dump-after" -- "$JVPC" linearize sdpa --device cpu --dump-after nopass; contains err "no pass is named 'nopass'"
 expect 2 "--wrt naming nothing" -- "$JVPC" linearize sdpa --device cpu --wrt ,
 expect 2 "empty -o" -- "$JVPC" trace sdpa -o ''

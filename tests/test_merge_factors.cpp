@@ -152,6 +152,28 @@ TEST(MergeFactors, SwigluHoldsOneFactorPerTerm) {
   EXPECT_LT(test::rel_error(lin.jvp({dx}).at(0), ref), 1e-5);
 }
 
+// The numbers docs/design.md quotes: a SwiGLU block with an RMS norm after it, linearized in x,
+// with merge-factors and without it (LinearizeOptions::disabled_passes).
+TEST(MergeFactors, SwigluRmsNormBlockHoldsFewerResidualBytes) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    at::Tensor y = at::mm(at::silu(at::mm(x[0], x[1])) * at::mm(x[0], x[2]), x[3]);
+    return std::vector<at::Tensor>{y * at::rsqrt(y.pow(2).mean({-1}, true) + 1e-6) * x[4]};
+  };
+  std::vector<TraceInput> in = {{"x", at::randn({16, 32})}, {"w1", at::randn({32, 64})}, {"w2", at::randn({32, 64})},
+                                {"w3", at::randn({64, 32})}, {"g", at::randn({32})}};
+  LinearizeOptions only_x;
+  only_x.wrt = {"x"};
+  Linearized merged = linearize(fn, in, only_x);
+  only_x.disabled_passes = {"merge-factors"};
+  Linearized unmerged = linearize(fn, in, only_x);
+  EXPECT_EQ(unmerged.tangent_graph->nodes().size(), 14u) << to_text(*unmerged.tangent_graph);
+  EXPECT_EQ(unmerged.report.tangent.residual_bytes, 16512);  // 16.1 KiB
+  EXPECT_EQ(merged.tangent_graph->nodes().size(), 12u) << to_text(*merged.tangent_graph);
+  EXPECT_EQ(merged.report.tangent.residual_bytes, 12352);  // 12.1 KiB
+  at::Tensor dx = at::randn({16, 32});
+  EXPECT_LT(test::rel_error(merged.jvp({dx}).at(0), unmerged.jvp({dx}).at(0)), 1e-5);
+}
+
 TEST(SelectMasks, KeepsAMaskAsBooleans) {
   Graph g;
   Value* x = g.add_input("x", f32({4, 8}), Role::Primal, true);

@@ -4,6 +4,8 @@
 #include "compiler/ir/verifier.h"
 #include "passes/passes.h"
 
+#include <algorithm>
+
 namespace jvpc {
 
 std::vector<std::string> Linearized::tangent_names() const {
@@ -13,28 +15,39 @@ std::vector<std::string> Linearized::tangent_names() const {
 }
 
 void add_linearize_passes(Pipeline& p, const std::vector<std::string>& wrt, size_t primal_outputs,
-                          std::shared_ptr<std::unordered_map<int, at::Tensor>> known) {
+                          std::shared_ptr<std::unordered_map<int, at::Tensor>> known, const std::set<std::string>& disabled) {
+  static const std::vector<std::string> optional = {"simplify-views", "simplify-arith", "cse", "scale-to-residual",
+                                                    "merge-factors", "select-masks", "group-bmm", "fuse-matmul-add"};
+  for (const std::string& name : disabled)
+    if (std::find(optional.begin(), optional.end(), name) == optional.end()) {
+      std::string list;
+      for (const std::string& o : optional) list += (list.empty() ? "" : ", ") + o;
+      throw Error("pass '" + name + "' cannot be disabled (these can: " + list + ")");
+    }
+  auto add = [&](std::string name, std::function<bool(Graph&)> fn) {
+    if (!disabled.count(name)) p.add(make_pass(std::move(name), std::move(fn)));
+  };
   // The order matters: simplifications that move work onto primal values run before fold, so
   // that fold computes that work once; dce after fold drops the whole forward.
-  p.add(make_pass("jvp", [wrt](Graph& g) { return jvp(g, wrt); }))
-      .add(make_pass("drop-primal-outputs", [primal_outputs](Graph& g) {
-        // linearize returns f(x) from the tracing run; the graph keeps only tangent outputs.
-        for (size_t i = 0; i < primal_outputs; ++i) g.erase_output(0);
-        return primal_outputs > 0;
-      }))
-      .add(make_pass("dce", [](Graph& g) { return dce(g); }))
-      .add(make_pass("simplify-views", simplify_views))
-      .add(make_pass("simplify-arith", simplify_arith))
-      .add(make_pass("cse", cse))
-      .add(make_pass("scale-to-residual", scale_to_residual))
-      .add(make_pass("merge-factors", merge_factors))
-      .add(make_pass("select-masks", select_masks))
-      .add(make_pass("group-bmm", group_bmm))
-      .add(make_pass("fold", [known](Graph& g) { return fold(g, *known); }))
-      .add(make_pass("dce", [](Graph& g) { return dce(g, /*prune_primal_inputs=*/true); }))
-      .add(make_pass("simplify-views", simplify_views))
-      .add(make_pass("fuse-matmul-add", fuse_matmul_add))
-      .add(make_pass("cse", cse));
+  add("jvp", [wrt](Graph& g) { return jvp(g, wrt); });
+  add("drop-primal-outputs", [primal_outputs](Graph& g) {
+    // linearize returns f(x) from the tracing run; the graph keeps only tangent outputs.
+    for (size_t i = 0; i < primal_outputs; ++i) g.erase_output(0);
+    return primal_outputs > 0;
+  });
+  add("dce", [](Graph& g) { return dce(g); });
+  add("simplify-views", simplify_views);
+  add("simplify-arith", simplify_arith);
+  add("cse", cse);
+  add("scale-to-residual", scale_to_residual);
+  add("merge-factors", merge_factors);
+  add("select-masks", select_masks);
+  add("group-bmm", group_bmm);
+  add("fold", [known](Graph& g) { return fold(g, *known); });
+  add("dce", [](Graph& g) { return dce(g, /*prune_primal_inputs=*/true); });
+  add("simplify-views", simplify_views);
+  add("fuse-matmul-add", fuse_matmul_add);
+  add("cse", cse);
 }
 
 namespace {
@@ -45,7 +58,7 @@ Linearized compile(Trace&& t, const LinearizeOptions& options, const KernelWatch
   lin.report.forward = graph_cost(*t.graph);
   auto known = std::make_shared<std::unordered_map<int, at::Tensor>>(std::move(t.values));
   Pipeline p;
-  add_linearize_passes(p, options.wrt, t.graph->outputs().size(), known);
+  add_linearize_passes(p, options.wrt, t.graph->outputs().size(), known, options.disabled_passes);
   CostTable table("trace");
   p.observe(&table);
   for (PassObserver* o : options.observers) p.observe(o);
@@ -61,6 +74,11 @@ Linearized compile(Trace&& t, const LinearizeOptions& options, const KernelWatch
   return lin;
 }
 
+void reject_random_ops(const Graph& g) {
+  for (const Node* n : g.nodes())
+    if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
+}
+
 }  // namespace
 
 Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals, const LinearizeOptions& options) {
@@ -68,8 +86,7 @@ Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals,
   TraceOptions at_these_primals;
   at_these_primals.specialize_on_scalars = true;  // the linear map is for these primals
   Trace t = trace(fn, primals, at_these_primals);
-  for (const Node* n : t.graph->nodes())
-    if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
+  reject_random_ops(*t.graph);
   Linearized lin = compile(std::move(t), options, watch);
   return lin;
 }
@@ -95,8 +112,7 @@ Linearized linearize(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>
                   (v.defined() ? TensorMeta::of(v).str() : std::string("an undefined tensor")));
     t.values[primals[i]->value->id()] = v;
   }
-  for (const Node* n : graph->nodes())
-    if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
+  reject_random_ops(*graph);
   // The forward, evaluated once; fold reuses every value, as it does a tracing run's.
   for (const Input& in : graph->inputs())
     if (in.role == Role::Constant) t.values[in.value->id()] = in.data;

@@ -17,6 +17,7 @@
 #include "runtime/executable.h"
 
 #include <map>
+#include <set>
 #include <memory>
 
 namespace jvpc {
@@ -25,6 +26,10 @@ struct LinearizeOptions {
   /// Primal inputs to differentiate, in the order jvp() takes their tangents; empty: those
   /// marked differentiable, in graph order.
   std::vector<std::string> wrt;
+  /// Optimizations to leave out, to see what each one does: simplify-views, simplify-arith, cse,
+  /// scale-to-residual, merge-factors, select-masks, group-bmm, fuse-matmul-add (not jvp, fold
+  /// or dce, which linearize needs). The tangent graph is as correct, and larger.
+  std::set<std::string> disabled_passes;
   /// Extra observers of the pass pipeline (IR dumps, ...).
   std::vector<PassObserver*> observers;
   ExecutableOptions runtime;
@@ -62,10 +67,11 @@ Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals,
 Linearized linearize(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values,
                      const LinearizeOptions& options = {});
 
-/// The passes linearize runs on a traced graph, `jvp` first, in order. `known` (values by id)
-/// feeds fold.
+/// The passes linearize runs on a traced graph, `jvp` first, in order, less the `disabled` ones.
+/// `known` (values by id) feeds fold.
 void add_linearize_passes(Pipeline& p, const std::vector<std::string>& wrt, size_t primal_outputs,
-                          std::shared_ptr<std::unordered_map<int, at::Tensor>> known);
+                          std::shared_ptr<std::unordered_map<int, at::Tensor>> known,
+                          const std::set<std::string>& disabled = {});
 
 struct JvpResult {
   std::vector<at::Tensor> outputs;

@@ -28,7 +28,7 @@ namespace {
 
 struct Opts {
   std::string target, report, out, dump_format = "text", device, wrt, inputs;
-  std::vector<std::string> dump_after;
+  std::vector<std::string> dump_after, disabled;
   uint64_t seed = 0;
   std::optional<double> tolerance;
 };
@@ -137,6 +137,9 @@ void add_linearize(CLI::App& app) {
   cmd->add_option("--report", o->report, "write the compile report and the check as JSON")->check(examples::kFileName);
   cmd->add_option("--dump-after", o->dump_after,
                   "print the IR after this pass (repeatable; 'trace' for the traced graph, 'all' for every pass)");
+  cmd->add_option("--disable-pass", o->disabled,
+                  "leave this optimization out (repeatable), to see what it does: simplify-views, simplify-arith, cse, "
+                  "scale-to-residual, merge-factors, select-masks, group-bmm, fuse-matmul-add");
   cmd->add_option("--dump-format", o->dump_format,
                   "text, or json: one line per dump, {\"after\": PASS, \"position\": N, \"graph\": ...}, among the "
                   "table's lines (constants are not included)")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
@@ -162,6 +165,9 @@ void add_linearize(CLI::App& app) {
 
     LinearizeOptions opts;
     if (cmd->count("--wrt")) opts.wrt = split_names(o->wrt);
+    opts.disabled_passes = std::set<std::string>(o->disabled.begin(), o->disabled.end());
+    Pipeline check_disabled;  // before tracing: a bad name fails fast
+    add_linearize_passes(check_disabled, {}, 0, nullptr, opts.disabled_passes);
     check_dump_names(o->dump_after);
     std::set<std::string> dumps(o->dump_after.begin(), o->dump_after.end());
     IrDump dump(dumps, o->dump_format, std::cout, "trace");

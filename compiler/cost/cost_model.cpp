@@ -77,7 +77,10 @@ int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<in
 
 namespace {
 
-enum class Kind { View, Copy, Elementwise, Reduction, Softmax, SoftmaxBackward, LayerNorm, Factory };
+// How an op's FLOPs scale: none (copies, factories), per output element (elementwise), per input
+// element (reductions, softmax and its backward), per input element plus one rsqrt per row
+// (normalizations).
+enum class Kind { Copy, Elementwise, Reduction, Normalization };
 
 struct Rule {
   Kind kind;
@@ -99,7 +102,7 @@ const std::unordered_map<std::string, Rule>& rules() {
     for (const char* op : {"aten::ones", "aten::zeros", "aten::empty.memory_format", "aten::full", "aten::scalar_tensor",
                            "aten::empty_strided", "aten::arange", "aten::arange.start", "aten::ones_like", "aten::zeros_like",
                            "aten::empty_like", "aten::full_like", "aten::rand", "aten::randn"})
-      m[op] = {Kind::Factory, 0, 0};
+      m[op] = {Kind::Copy, 0, 0};
     for (const char* op : {"aten::exp", "aten::log", "aten::tanh", "aten::sigmoid", "aten::erf", "aten::sqrt", "aten::rsqrt",
                            "aten::sin", "aten::cos", "aten::log1p", "aten::expm1", "aten::reciprocal", "aten::sinh",
                            "aten::cosh", "aten::atan", "aten::log2", "aten::log10", "aten::pow.Tensor_Scalar",
@@ -112,12 +115,12 @@ const std::unordered_map<std::string, Rule>& rules() {
                            "aten::max", "aten::min", "aten::var.correction", "aten::std.correction", "aten::norm.Scalar",
                            "aten::linalg_vector_norm", "aten::prod", "aten::prod.dim_int", "aten::cumsum", "aten::cumprod"})
       m[op] = {Kind::Reduction, 1, 0};
-    m["aten::logsumexp"] = {Kind::Reduction, 3, 1};  // max, subtract, sum; exp
+    for (const char* op : {"aten::logsumexp", "aten::logcumsumexp"}) m[op] = {Kind::Reduction, 3, 1};  // max, subtract, sum; exp
     for (const char* op : {"aten::_softmax", "aten::_safe_softmax", "aten::_log_softmax"})
-      m[op] = {Kind::Softmax, 4, 1};                        // max, subtract, sum, divide; exp
-    m["aten::_softmax_backward_data"] = {Kind::SoftmaxBackward, 4, 0};  // y·(g − Σ g·y)
+      m[op] = {Kind::Reduction, 4, 1};                        // max, subtract, sum, divide; exp
+    m["aten::_softmax_backward_data"] = {Kind::Reduction, 4, 0};  // y·(g − Σ g·y)
     for (const char* op : {"aten::native_layer_norm", "aten::native_group_norm", "aten::native_batch_norm"})
-      m[op] = {Kind::LayerNorm, 8, 0};
+      m[op] = {Kind::Normalization, 8, 0};
     // Matrix-vector and dot products: FlopCounterMode has no rule for them, so they count as
     // reductions of their first operand, 2 per multiply-add as for the matmuls.
     m["aten::mv"] = m["aten::dot"] = {Kind::Reduction, 2, 0};
@@ -164,20 +167,16 @@ NodeCost cost_of(const Node& n) {
   auto it = rules().find(n.op());
   Rule r = it == rules().end() ? Rule{Kind::Elementwise, 1, 0} : it->second;
   switch (r.kind) {
-    case Kind::View:
-    case Kind::Copy:
-    case Kind::Factory: break;
+    case Kind::Copy: break;
     case Kind::Elementwise:
       c.other_flops = product({r.other, out_elems});
       c.transcendentals = product({r.trans, out_elems});
       break;
     case Kind::Reduction:
-    case Kind::Softmax:
-    case Kind::SoftmaxBackward:
       c.other_flops = product({r.other, in_elems});
       c.transcendentals = product({r.trans, in_elems});
       break;
-    case Kind::LayerNorm: {
+    case Kind::Normalization: {
       c.other_flops = product({r.other, in_elems});
       c.transcendentals = n.outputs().size() > 2 ? n.output(2)->meta().numel() : 0;  // one rsqrt per row
       break;
