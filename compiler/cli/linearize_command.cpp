@@ -124,6 +124,103 @@ Problem from_graph(const Opts& o) {
   return p;
 }
 
+// The linear map on random tangents against LibTorch's forward AD on the same ones.
+struct Check {
+  ErrorStats err;
+  double tolerance;
+  bool passed;
+};
+
+Check check(const Problem& p, const Linearized& lin, const std::vector<at::Tensor>& primal_values, uint64_t seed,
+            std::optional<double> tolerance) {
+  at::Generator gen = at::detail::createCPUGenerator(seed + 1);
+  std::vector<at::Tensor> tangents;
+  std::vector<std::optional<at::Tensor>> ref_tangents(p.primals.size());
+  for (const Input* in : lin.jvp_fn->arguments()) {
+    const TensorMeta& m = in->value->meta();
+    at::Tensor t = at::randn(m.sizes, gen, at::TensorOptions().dtype(at::kDouble)).to(m.device, m.dtype);
+    tangents.push_back(t);
+    for (size_t i = 0; i < p.primals.size(); ++i)
+      if (p.primals[i].name == in->tangent_of) ref_tangents[i] = t;
+  }
+  std::vector<at::Tensor> got = lin.jvp(tangents);
+  auto ref_dtype = [&](const at::Tensor& t) {
+    return p.reference_in_float32 && c10::isReducedFloatingType(t.scalar_type()) ? t.to(at::kFloat) : t;
+  };
+  std::vector<at::Tensor> ref_primals;
+  for (const auto& v : primal_values) ref_primals.push_back(ref_dtype(v));
+  for (auto& t : ref_tangents)
+    if (t) t = ref_dtype(*t);
+  std::vector<at::Tensor> ref;
+  try {
+    ref = forward_ad_jvp(p.reference, ref_primals, ref_tangents);
+  } catch (const std::exception& e) {
+    throw Error(std::string("cannot check against LibTorch's forward AD: ") + one_line(e));
+  }
+  Check c{compare(got, ref), tolerance ? *tolerance : tolerance_for(got), false};
+  c.passed = c.err.rel_error <= c.tolerance;
+  return c;
+}
+
+template <typename... A>
+std::string format(const char* f, A... a) {
+  char line[512];
+  std::snprintf(line, sizeof line, f, a...);
+  return line;
+}
+
+void print_summary(const Problem& p, const Linearized& lin, const Check& c, bool is_graph) {
+  const CompileReport& r = lin.report;
+  std::cout << "jvpc linearize " << p.description << "\n\n";
+  print_cost_rows(r.passes, std::cout);
+  std::string ops;
+  for (const auto& [op, n] : r.tangent.ops)
+    if (is_matmul(op)) ops += (ops.empty() ? "" : ", ") + op + " ×" + std::to_string(n);
+  if (ops.empty()) ops = "no matmuls";
+  std::string aliased;
+  for (const Input& in : lin.tangent_graph->inputs())
+    if (!in.aliases.empty() && aliased.find(in.aliases) == std::string::npos) aliased += (aliased.empty() ? "" : ", ") + in.aliases;
+  auto flops = [](int64_t f) { return format("%14lld  (%s", static_cast<long long>(f), human_count(f).c_str()); };
+  std::cout << "\nforward    matmul FLOPs " << flops(r.forward.matmul_flops) << "; cost model of the traced graph)\n"
+            << "linearize  matmul FLOPs " << flops(r.linearize_matmul_flops) << "; measured: kernels run while tracing and folding)\n"
+            << "jvp call   matmul FLOPs " << flops(r.tangent.matmul_flops) << "; " << r.tangent.nodes << " nodes: " << ops << ")\n";
+  std::cout << "residuals  " << human_bytes(r.tangent.residual_bytes) << " held by the tangent graph";
+  if (r.tangent.aliased_input_bytes)
+    std::cout << ", plus " << human_bytes(r.tangent.aliased_input_bytes) << " aliasing the inputs (" << aliased << ")";
+  std::cout << "; peak " << human_bytes(r.tangent.peak_bytes) << " per call\n";
+  std::string reference = is_graph ? "LibTorch forward AD of the graph (attention on the math path" : "LibTorch forward AD (math backend";
+  reference += p.reference_in_float32 ? ", in float32)" : ")";
+  std::cout << format("check      vs %s: rel_error %.3e, max_abs_error %.3e, tolerance %.1e: %s\n", reference.c_str(),
+                      c.err.rel_error, c.err.max_abs_error, c.tolerance, c.passed ? "PASS" : "FAIL");
+  if (c.err.nonfinite_got || c.err.nonfinite_reference)
+    std::cout << "           non-finite values: " << c.err.nonfinite_got << " in jvpc's tangents, " << c.err.nonfinite_reference
+              << " in the reference's (does the primal overflow its dtype?)\n";
+}
+
+void write_report(const std::string& path, const Problem& p, const Linearized& lin, const Check& c) {
+  const CompileReport& r = lin.report;
+  nlohmann::json rep;
+  rep["config"] = p.description;
+  rep["passes"] = nlohmann::json::array();
+  for (const auto& row : r.passes) {
+    nlohmann::json j = to_json(row.cost);
+    j.erase("ops");
+    j["name"] = row.pass;
+    rep["passes"].push_back(j);
+  }
+  rep["forward"] = to_json(r.forward);
+  rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
+  rep["jvp"] = to_json(r.tangent);
+  rep["jvp"]["tangents"] = lin.tangent_names();
+  rep["check"] = {{"reference", "forward_ad"}, {"reference_dtype", p.reference_in_float32 ? "float32" : "as traced"},
+                  {"max_abs_error", c.err.max_abs_error}, {"rel_error", c.err.rel_error}, {"tolerance", c.tolerance},
+                  {"nonfinite", {{"jvpc", c.err.nonfinite_got}, {"reference", c.err.nonfinite_reference}}},
+                  {"passed", c.passed}};
+  std::ofstream f(path);
+  if (!f) throw Error("cannot write '" + path + "'");
+  f << rep.dump(1) << "\n";
+}
+
 }  // namespace
 
 void add_linearize(CLI::App& app) {
@@ -176,97 +273,14 @@ void add_linearize(CLI::App& app) {
     for (const auto& in : p.primals) primal_values.push_back(in.value);
     Linearized lin = p.graph ? linearize(std::move(p.graph), primal_values, opts) : linearize(p.fn, p.primals, opts);
 
-    // Random tangents for the differentiated inputs; the reference gets the same ones.
-    at::Generator gen = at::detail::createCPUGenerator(o->seed + 1);
-    std::vector<at::Tensor> tangents;
-    std::vector<std::optional<at::Tensor>> ref_tangents(p.primals.size());
-    for (const Input* in : lin.jvp_fn->arguments()) {
-      const TensorMeta& m = in->value->meta();
-      at::Tensor t = at::randn(m.sizes, gen, at::TensorOptions().dtype(at::kDouble)).to(m.device, m.dtype);
-      tangents.push_back(t);
-      for (size_t i = 0; i < p.primals.size(); ++i)
-        if (p.primals[i].name == in->tangent_of) ref_tangents[i] = t;
-    }
-    std::vector<at::Tensor> got = lin.jvp(tangents);
-    auto ref_dtype = [&](const at::Tensor& t) {
-      return p.reference_in_float32 && c10::isReducedFloatingType(t.scalar_type()) ? t.to(at::kFloat) : t;
-    };
-    std::vector<at::Tensor> ref_primals;
-    for (const auto& v : primal_values) ref_primals.push_back(ref_dtype(v));
-    for (auto& t : ref_tangents)
-      if (t) t = ref_dtype(*t);
-    std::vector<at::Tensor> ref;
-    try {
-      ref = forward_ad_jvp(p.reference, ref_primals, ref_tangents);
-    } catch (const std::exception& e) {
-      throw Error(std::string("cannot check against LibTorch's forward AD: ") + one_line(e));
-    }
-    ErrorStats err = compare(got, ref);
-    double tol = o->tolerance ? *o->tolerance : tolerance_for(got);
-    bool passed = err.rel_error <= tol;
-
-    const CompileReport& r = lin.report;
-    std::cout << "jvpc linearize " << p.description << "\n\n";
-    print_cost_rows(r.passes, std::cout);
-    std::string ops;
-    for (const auto& [op, n] : r.tangent.ops)
-      if (is_matmul(op)) ops += (ops.empty() ? "" : ", ") + op + " ×" + std::to_string(n);
-    if (ops.empty()) ops = "no matmuls";
-    std::string aliased;
-    for (const Input& in : lin.tangent_graph->inputs())
-      if (!in.aliases.empty() && aliased.find(in.aliases) == std::string::npos) aliased += (aliased.empty() ? "" : ", ") + in.aliases;
-    char line[512];
-    std::printf("\n");
-    std::snprintf(line, sizeof line, "forward    matmul FLOPs %14lld  (%s; cost model of the traced graph)\n",
-                  static_cast<long long>(r.forward.matmul_flops), human_count(r.forward.matmul_flops).c_str());
-    std::cout << line;
-    std::snprintf(line, sizeof line, "linearize  matmul FLOPs %14lld  (%s; measured: kernels run while tracing and folding)\n",
-                  static_cast<long long>(r.linearize_matmul_flops), human_count(r.linearize_matmul_flops).c_str());
-    std::cout << line;
-    std::snprintf(line, sizeof line, "jvp call   matmul FLOPs %14lld  (%s; %lld nodes: %s)\n",
-                  static_cast<long long>(r.tangent.matmul_flops), human_count(r.tangent.matmul_flops).c_str(),
-                  static_cast<long long>(r.tangent.nodes), ops.c_str());
-    std::cout << line;
-    std::cout << "residuals  " << human_bytes(r.tangent.residual_bytes) << " held by the tangent graph";
-    if (r.tangent.aliased_input_bytes)
-      std::cout << ", plus " << human_bytes(r.tangent.aliased_input_bytes) << " aliasing the inputs (" << aliased << ")";
-    std::cout << "; peak " << human_bytes(r.tangent.peak_bytes) << " per call\n";
-    std::string reference = is_graph ? "LibTorch forward AD of the graph (attention on the math path" : "LibTorch forward AD (math backend";
-    reference += p.reference_in_float32 ? ", in float32)" : ")";
-    std::snprintf(line, sizeof line, "check      vs %s: rel_error %.3e, max_abs_error %.3e, tolerance %.1e: %s\n",
-                  reference.c_str(), err.rel_error, err.max_abs_error, tol, passed ? "PASS" : "FAIL");
-    std::cout << line;
-    if (err.nonfinite_got || err.nonfinite_reference)
-      std::cout << "           non-finite values: " << err.nonfinite_got << " in jvpc's tangents, " << err.nonfinite_reference
-                << " in the reference's (does the primal overflow its dtype?)\n";
-
+    Check c = check(p, lin, primal_values, o->seed, o->tolerance);
+    print_summary(p, lin, c, is_graph);
     if (!o->out.empty()) {
       save(*lin.tangent_graph, o->out);
       std::cout << "tangent graph -> " << o->out << "\n";
     }
-    if (!o->report.empty()) {
-      nlohmann::json rep;
-      rep["config"] = p.description;
-      rep["passes"] = nlohmann::json::array();
-      for (const auto& row : r.passes) {
-        nlohmann::json j = to_json(row.cost);
-        j.erase("ops");
-        j["name"] = row.pass;
-        rep["passes"].push_back(j);
-      }
-      rep["forward"] = to_json(r.forward);
-      rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
-      rep["jvp"] = to_json(r.tangent);
-      rep["jvp"]["tangents"] = lin.tangent_names();
-      rep["check"] = {{"reference", "forward_ad"}, {"reference_dtype", p.reference_in_float32 ? "float32" : "as traced"},
-                      {"max_abs_error", err.max_abs_error}, {"rel_error", err.rel_error}, {"tolerance", tol},
-                      {"nonfinite", {{"jvpc", err.nonfinite_got}, {"reference", err.nonfinite_reference}}},
-                      {"passed", passed}};
-      std::ofstream f(o->report);
-      if (!f) throw Error("cannot write '" + o->report + "'");
-      f << rep.dump(1) << "\n";
-    }
-    exit_code = passed ? 0 : 1;
+    if (!o->report.empty()) write_report(o->report, p, lin, c);
+    exit_code = c.passed ? 0 : 1;
   });
 }
 

@@ -95,77 +95,18 @@ class Recorder {
     const size_t nargs = schema.arguments().size();
     if (stack->size() < nargs) throw Error(info.name + ": boxed stack is shorter than the schema");
     auto first = stack->end() - static_cast<std::ptrdiff_t>(nargs);
-
     // Fused attention kernels: ask for the logsumexp, which their JVP rule needs.
     for (size_t i = 0; i < nargs; ++i)
       if (schema.arguments()[i].name() == "compute_log_sumexp" && first[i].isBool()) first[i] = true;
 
-    const OpInfo* rec = &info;
-    std::vector<c10::IValue> args(first, stack->end());
-    std::vector<size_t> arg_index(nargs);  // recorded argument i <- boxed argument arg_index[i]
-    for (size_t i = 0; i < nargs; ++i) arg_index[i] = i;
-    std::vector<at::Tensor> running_stats;  // batch norm's, which it updates in place
-    at::Tensor written;      // the tensor an in-place op writes
-    at::Tensor restrided;    // the tensor an in-place view op (t_, unsqueeze_, ...) gives new metadata
-    if (info.mutates) {
-      if (!args.at(0).isTensor())
-        throw Error(info.name + " writes in place to a list of tensors; jvpc records in-place ops on one tensor");
-      if (info.name.rfind("aten::resize_", 0) == 0 || info.name.rfind("aten::set_", 0) == 0)
-        throw Error(info.name + " changes a tensor's storage; jvpc cannot record it (make a new tensor instead)");
-      rec = &functional_form(info);
-      if (rec->is_view) {
-        restrided = args[0].toTensor();
-      } else {
-        written = args[0].toTensor();
-        if (protected_storages_.count(storage_of(written)))
-          throw Error(info.name + " writes in place to an input or captured constant; only intermediates may be "
-                      "written");
-        if (!value_of_.count(written.unsafeGetTensorImpl()))
-          throw Error(info.name + " writes in place to a tensor the callable captured (not an input, not computed "
-                      "while tracing); clone it first");
-      }
-    } else if (info.name == "aten::_reshape_alias" || info.name == "aten::_unsafe_view") {
-      rec = &op_info("aten::view");
-      arg_index = {0, 1};
-    } else if (updates_running_stats(info.name) && args.at(5).isBool() && args[5].toBool()) {
-      // Batch norm in training mode updates its running statistics in place, which its schema
-      // does not declare; its results do not depend on them. The tracing run updates them once,
-      // as eager execution would, and the graph records the op without them: replaying it
-      // changes nobody's tensors. Traced values in them are kept as they were, and reading them
-      // afterwards is an error (the graph cannot say what they became).
-      for (size_t i : {size_t{3}, size_t{4}})
-        if (args[i].isTensor() && args[i].toTensor().defined()) running_stats.push_back(args[i].toTensor());
-      args[3] = c10::IValue();
-      args[4] = c10::IValue();
-    }
-
+    Call call = recorded_form(info, std::vector<c10::IValue>(first, stack->end()));
     std::vector<Value*> operands;
-    std::vector<Arg> rec_args;
-    for (size_t i = 0; i < rec->schema().arguments().size(); ++i) {
-      const auto& sarg = rec->schema().arguments()[i];
-      Arg a = arg_from_ivalue(sarg, args[arg_index[i]], [&](const at::Tensor& t) {
-        // a view reads no data (it may be taken of an allocation its op is about to fill)
-        operands.push_back(value_for(t, info.name, !(i == 0 && (ignores_self_data(rec->name) || rec->is_view))));
-        return static_cast<int>(operands.size() - 1);
-      });
-      if (!kind_matches(a.kind, sarg))
-        throw Error(info.name + ": argument '" + sarg.name() + "' cannot be recorded as " + arg_kind_name(a.kind));
-      rec_args.push_back(std::move(a));
-    }
-    // Before the write (and after the operands were resolved: one may have been taken again
-    // from its base just now), the values living in the storage are kept as they are.
-    if (written.defined()) keep_values_before_write(written);
-    if (restrided.defined()) keep_metadata_before_restride(restrided);  // (a constant captured just now, too)
-    for (const at::Tensor& stats : running_stats)  // written by batch norm, unrecorded
-      if (value_of_.count(stats.unsafeGetTensorImpl())) {
-        keep_values_before_write(stats);
-        mark_stale(stats);
-      }
+    std::vector<Arg> args = recorded_args(call, info.name, operands);
+    keep_what_the_call_overwrites(call);
     {
       c10::impl::ExcludeDispatchKeyGuard guard(kTraceKey);
       op.callBoxed(stack);
     }
-
     std::vector<int> counts;
     std::vector<at::Tensor> results = unpack_returns(*stack, stack->size() - schema.returns().size(), counts);
     if (results.empty()) {  // metadata queries (no tensor results) are not part of the graph
@@ -181,39 +122,122 @@ class Recorder {
     }
     std::vector<TensorMeta> metas;
     for (const auto& t : results) metas.push_back(TensorMeta::of(t));
-    bool impure = is_impure(*rec, rec_args);
-    Node* n = g_.create(rec->name, std::move(rec_args), std::move(operands), std::move(metas), std::move(counts),
-                        impure);
+    bool impure = is_impure(*call.op, args);
+    Node* n = g_.create(call.op->name, std::move(args), std::move(operands), std::move(metas), std::move(counts), impure);
+    track(call, n, results);
+  }
+
+  /// What record() makes of one boxed call: the op it records (in-place ops by their functional
+  /// form, _reshape_alias as view, training batch norm without its running statistics) and
+  /// that op's arguments, arg_index[i] being the boxed argument of its argument i.
+  struct Call {
+    const OpInfo* op;
+    std::vector<c10::IValue> args;
+    std::vector<size_t> arg_index;
+    std::vector<at::Tensor> running_stats;  // batch norm's, which it updates in place, unrecorded
+    at::Tensor written;                     // the tensor an in-place op writes
+    at::Tensor restrided;                   // the tensor an in-place view op (t_, unsqueeze_) restrides
+  };
+
+  Call recorded_form(const OpInfo& info, std::vector<c10::IValue> args) {
+    Call c{&info, std::move(args), {}, {}, {}, {}};
+    for (size_t i = 0; i < c.args.size(); ++i) c.arg_index.push_back(i);
+    if (info.mutates) {
+      if (!c.args.at(0).isTensor())
+        throw Error(info.name + " writes in place to a list of tensors; jvpc records in-place ops on one tensor");
+      if (info.name.rfind("aten::resize_", 0) == 0 || info.name.rfind("aten::set_", 0) == 0)
+        throw Error(info.name + " changes a tensor's storage; jvpc cannot record it (make a new tensor instead)");
+      c.op = &functional_form(info);
+      if (c.op->is_view) {
+        c.restrided = c.args[0].toTensor();
+      } else {
+        c.written = c.args[0].toTensor();
+        if (protected_storages_.count(storage_of(c.written)))
+          throw Error(info.name + " writes in place to an input or captured constant; only intermediates may be "
+                      "written");
+        if (!value_of_.count(c.written.unsafeGetTensorImpl()))
+          throw Error(info.name + " writes in place to a tensor the callable captured (not an input, not computed "
+                      "while tracing); clone it first");
+      }
+    } else if (info.name == "aten::_reshape_alias" || info.name == "aten::_unsafe_view") {
+      c.op = &op_info("aten::view");
+      c.arg_index = {0, 1};
+    } else if (updates_running_stats(info.name) && c.args.at(5).isBool() && c.args[5].toBool()) {
+      // Batch norm in training mode updates its running statistics in place, which its schema
+      // does not declare; its results do not depend on them. The tracing run updates them once,
+      // as eager execution would, and the graph records the op without them: replaying it
+      // changes nobody's tensors. Traced values in them are kept as they were, and reading them
+      // afterwards is an error (the graph cannot say what they became).
+      for (size_t i : {size_t{3}, size_t{4}})
+        if (c.args[i].isTensor() && c.args[i].toTensor().defined()) c.running_stats.push_back(c.args[i].toTensor());
+      c.args[3] = c10::IValue();
+      c.args[4] = c10::IValue();
+    }
+    return c;
+  }
+
+  /// The recorded op's arguments, with each tensor resolved to its graph value (in `operands`).
+  std::vector<Arg> recorded_args(const Call& c, const std::string& reader, std::vector<Value*>& operands) {
+    std::vector<Arg> out;
+    for (size_t i = 0; i < c.op->schema().arguments().size(); ++i) {
+      const auto& sarg = c.op->schema().arguments()[i];
+      Arg a = arg_from_ivalue(sarg, c.args[c.arg_index[i]], [&](const at::Tensor& t) {
+        // a view reads no data (it may be taken of an allocation its op is about to fill)
+        operands.push_back(value_for(t, reader, !(i == 0 && (ignores_self_data(c.op->name) || c.op->is_view))));
+        return static_cast<int>(operands.size() - 1);
+      });
+      if (!kind_matches(a.kind, sarg))
+        throw Error(reader + ": argument '" + sarg.name() + "' cannot be recorded as " + arg_kind_name(a.kind));
+      out.push_back(std::move(a));
+    }
+    return out;
+  }
+
+  /// Before the call (and after the operands were resolved: one may have been taken again from
+  /// its base just now), the values living in the storage it writes are kept as they are.
+  void keep_what_the_call_overwrites(const Call& c) {
+    if (c.written.defined()) keep_values_before_write(c.written);
+    if (c.restrided.defined()) keep_metadata_before_restride(c.restrided);  // (a constant captured just now, too)
+    for (const at::Tensor& stats : c.running_stats)
+      if (value_of_.count(stats.unsafeGetTensorImpl())) {
+        keep_values_before_write(stats);
+        mark_stale(stats);
+      }
+  }
+
+  /// After the call: binds its results to node n's outputs, and updates what the tracer knows
+  /// about them (computed from the inputs, uninitialized, taken from a base, stale).
+  void track(const Call& c, Node* n, const std::vector<at::Tensor>& results) {
     for (const Value* o : n->inputs())
       if (from_inputs_.count(o)) from_inputs_.insert(n->outputs().begin(), n->outputs().end());
-    if (allocates_uninitialized(rec->name))
+    if (allocates_uninitialized(c.op->name))
       for (Value* v : n->outputs()) {
         uninitialized_.insert(v);
         if (!decomposing_.empty()) allocated_inside_[v] = decomposing_.back();
       }
-    if (rec->is_view && !n->inputs().empty() && uninitialized_.count(n->input(0)))  // at::tensor({...}).view(...)
+    if (c.op->is_view && !n->inputs().empty() && uninitialized_.count(n->input(0)))  // at::tensor({...}).view(...)
       for (Value* v : n->outputs()) {
         uninitialized_.insert(v);
         auto inside = allocated_inside_.find(n->input(0));
         if (inside != allocated_inside_.end()) allocated_inside_[v] = inside->second;
       }
     for (size_t i = 0; i < results.size(); ++i) {
-      if (written.defined() && results[i].unsafeGetTensorImpl() == written.unsafeGetTensorImpl())
-        mark_stale(written);  // all but the new value, bound here
+      if (c.written.defined() && results[i].unsafeGetTensorImpl() == c.written.unsafeGetTensorImpl())
+        mark_stale(c.written);  // all but the new value, bound here
       bind(results[i], n->output(i));
     }
-    if (restrided.defined()) {
+    if (c.restrided.defined()) {
       // New metadata, the same data: nothing is stale. How the tensor was taken from a base, and
       // how views were taken from it, no longer describe it; they are forgotten (a view read
       // after a later write is then an error, never taken again wrongly).
-      const c10::TensorImpl* impl = restrided.unsafeGetTensorImpl();
+      const c10::TensorImpl* impl = c.restrided.unsafeGetTensorImpl();
       view_links_.erase(impl);
       for (auto it = view_links_.begin(); it != view_links_.end();)
         it = it->second.base.unsafeGetTensorImpl() == impl ? view_links_.erase(it) : std::next(it);
-    } else if (!written.defined() && results.size() == 1 && invertible_view(rec->name) && args.at(0).isTensor()) {
-      view_links_[results[0].unsafeGetTensorImpl()] = ViewLink{args[0].toTensor(), rec->name, n->args()};
+    } else if (!c.written.defined() && results.size() == 1 && invertible_view(c.op->name) && c.args.at(0).isTensor()) {
+      view_links_[results[0].unsafeGetTensorImpl()] = ViewLink{c.args[0].toTensor(), c.op->name, n->args()};
     }
-    if (written.defined()) write_through(written);
+    if (c.written.defined()) write_through(c.written);
   }
 
   /// Before an in-place view op (t_, unsqueeze_) gives `t` new metadata: the values kept for
