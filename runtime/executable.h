@@ -46,6 +46,19 @@ struct ExecutableOptions {
   /// Run a node in place (add_, baddbmm_, ...) when its first operand is an intermediate that
   /// dies there, reusing its buffer.
   bool reuse_buffers = true;
+
+  /// No CUDA graph: every call runs node by node (in-place reuse of dying buffers stays).
+  static ExecutableOptions eager() {
+    ExecutableOptions o;
+    o.cuda_graph = false;
+    return o;
+  }
+  /// Each node by itself, as written: no CUDA graph, no buffer reuse (a reference run).
+  static ExecutableOptions plain() {
+    ExecutableOptions o = eager();
+    o.reuse_buffers = false;
+    return o;
+  }
 };
 
 class Executable {

@@ -163,7 +163,7 @@ TEST_P(CostMatchesExecution, PredictedMatmulFlopsRun) {
     if (n->op() == "aten::bmm" || n->op() == "aten::mm" || n->op() == "aten::addmm" || n->op() == "aten::baddbmm")
       predicted_plain += node_cost(*n).matmul_flops;
   }
-  Executable exe(std::move(t.graph), ExecutableOptions{false, false, false});
+  Executable exe(std::move(t.graph), ExecutableOptions::plain());
   auto inputs = test::values_of(ex.inputs);
   {
     KernelWatch watch;

@@ -206,7 +206,7 @@ TEST_P(FusedEmulated, LinearizesTheSameFromAGraphFile) {
   const Case& c = GetParam();
   std::vector<TraceInput> in = inputs(c);
   std::string path = test::temp_path("graph.json");
-  save(*trace(fused(c), in, TraceOptions{false}).graph, path);
+  save(*trace(fused(c), in, TraceOptions::graph_only()).graph, path);
   Linearized from_file = linearize(load(path), test::values_of(in));
   Linearized direct = linearize(fused(c), in);
   EXPECT_EQ(from_file.report.tangent.matmul_flops, direct.report.tangent.matmul_flops);
@@ -221,7 +221,7 @@ TEST(FusedEmulated, AResultThatContradictsTheGraphFileIsAnError) {
   Case c;
   c.kernel = "efficient";
   std::vector<TraceInput> in = inputs(c);
-  nlohmann::json j = to_json(*trace(fused(c), in, TraceOptions{false}).graph);
+  nlohmann::json j = to_json(*trace(fused(c), in, TraceOptions::graph_only()).graph);
   bool edited = false;
   for (auto& n : j["nodes"])
     if (n["op"] == "aten::_scaled_dot_product_efficient_attention") {

@@ -227,7 +227,7 @@ TEST(Linearize, WrtChoosesTheDifferentiatedInputs) {
 
 TEST(Linearize, FromAGraphFileGivesTheSameTangentGraph) {
   auto ex = test::make_example({"sdpa"});
-  Trace t = trace(ex.fn(), ex.inputs, TraceOptions{false});
+  Trace t = trace(ex.fn(), ex.inputs, TraceOptions::graph_only());
   std::string path = test::temp_path("graph.json");
   save(*t.graph, path);
   Linearized from_file = linearize(load(path), test::values_of(ex.inputs));
@@ -376,7 +376,7 @@ TEST(Linearize, CudaConvolutionsAndBatchNormMatchForwardAd) {
     EXPECT_LT(test::rel_error(lin.jvp(tangents).at(0), want), 1e-4) << "training " << training;
     bool cudnn = false;
     for (const Node* n : lin.tangent_graph->nodes()) cudnn |= n->op() == "aten::cudnn_batch_norm";
-    Trace t = trace(fn, in, TraceOptions{false});
+    Trace t = trace(fn, in, TraceOptions::graph_only());
     for (const Node* n : t.graph->nodes()) cudnn |= n->op() == "aten::cudnn_batch_norm";
     EXPECT_TRUE(cudnn) << "LibTorch did not choose cuDNN's batch norm";
   }
@@ -394,7 +394,7 @@ TEST(Linearize, CudaFusedKernelsMatchMathPathForwardAd) {
       examples::Instance ex = examples::make("sdpa", flags);
       bool fused = false;
       try {
-        Trace t = trace(ex.fn(), ex.inputs, TraceOptions{false});
+        Trace t = trace(ex.fn(), ex.inputs, TraceOptions::graph_only());
         for (const Node* n : t.graph->nodes()) fused |= n->op().find("_scaled_dot_product_") != std::string::npos;
       } catch (const std::exception&) {  // LibTorch has no such kernel for these inputs on this GPU
       }
@@ -425,7 +425,7 @@ TEST(Reference, MathAttentionComputesWhatTheFusedKernelDoes) {
            {"block", "--backend", "flash", "--causal", "--seq-len", "16"}}) {
     SCOPED_TRACE(test::config_name(cfg));
     auto ex = test::make_example(cfg, {"--dtype", "float64"});
-    std::unique_ptr<Graph> g = trace(ex.fn(), ex.inputs, TraceOptions{false}).graph;
+    std::unique_ptr<Graph> g = trace(ex.fn(), ex.inputs, TraceOptions::graph_only()).graph;
     std::unique_ptr<Graph> math = with_math_attention(*g);
     for (const Node* n : math->nodes()) EXPECT_EQ(n->op().find("_scaled_dot_product_flash"), std::string::npos);
     auto x = test::values_of(ex.inputs);

@@ -172,7 +172,7 @@ TEST(Runtime, CudaGraphReplaysTheSeedTangentGraph) {
   LinearizeOptions opt;
   auto lin = linearize(ex.fn(), ex.inputs, opt);
   ASSERT_TRUE(lin.jvp_fn->cuda_graph_enabled());
-  Executable plain(lin.tangent_graph, ExecutableOptions{false, false});
+  Executable plain(lin.tangent_graph, ExecutableOptions::eager());
   std::vector<at::Tensor> tangents;
   for (const Input* in : lin.jvp_fn->arguments())
     tangents.push_back(at::randn(in->value->meta().sizes, at::device(at::kCUDA).dtype(in->value->meta().dtype)));

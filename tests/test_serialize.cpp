@@ -26,7 +26,7 @@ class RoundTrip : public ::testing::TestWithParam<std::vector<std::string>> {};
 
 TEST_P(RoundTrip, JsonAndFilesGiveTheSameGraph) {
   auto ex = test::make_example(GetParam());
-  Trace t = trace(ex.fn(), ex.inputs, TraceOptions{false});
+  Trace t = trace(ex.fn(), ex.inputs, TraceOptions::graph_only());
   json j = to_json(*t.graph);
   auto back = from_json(j);
   EXPECT_EQ(to_json(*back), j);
@@ -310,7 +310,7 @@ TEST(Serialize, StridedConstantsAloneInTheirStorageRoundTrip) {
   auto fn = [=](const std::vector<at::Tensor>& x) {
     return std::vector<at::Tensor>{x[0] * cols, steps * 2, x[0] + repeated};
   };
-  Trace t = trace(fn, {{"x", at::ones({4, 3})}}, TraceOptions{false});
+  Trace t = trace(fn, {{"x", at::ones({4, 3})}}, TraceOptions::graph_only());
   std::string path = temp_path("strided.json");
   save(*t.graph, path);
   auto g = load(path);
@@ -363,7 +363,7 @@ namespace {
 // statistics are bfloat16 on CPU and float32 on CUDA (the meta device follows CUDA here).
 TEST(Serialize, RetargetRederivesDeviceDependentMetadata) {
   auto ex = test::make_example({"block", "--seq-len", "8"}, {"--dtype", "bfloat16"});
-  std::unique_ptr<Graph> g = trace(ex.fn(), ex.inputs, TraceOptions{false}).graph;
+  std::unique_ptr<Graph> g = trace(ex.fn(), ex.inputs, TraceOptions::graph_only()).graph;
   auto stats_dtypes = [&] {
     std::set<c10::ScalarType> d;
     for (const Node* n : g->nodes())
@@ -384,7 +384,7 @@ TEST(Serialize, RetargetRederivesDeviceDependentMetadata) {
 TEST(Serialize, RetypeFloatingMakesEveryFloatingValueFloat64) {
   auto ex = test::make_example({"sdpa", "--seq-len", "8", "--model-dim", "16", "--head-dim", "8", "--mask", "bool"},
                                {"--dtype", "bfloat16"});
-  std::unique_ptr<Graph> g = trace(ex.fn(), ex.inputs, TraceOptions{false}).graph;
+  std::unique_ptr<Graph> g = trace(ex.fn(), ex.inputs, TraceOptions::graph_only()).graph;
   retype_floating(*g, c10::kDouble);
   verify(*g);
   std::set<c10::ScalarType> dtypes;

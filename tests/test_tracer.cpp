@@ -81,7 +81,7 @@ TEST_P(TracerMatchesProfiler, SameKernelsInTheSameOrder) {
   Callable c = callables()[GetParam()];
   std::vector<TraceInput> inputs;
   for (size_t i = 0; i < c.shapes.size(); ++i) inputs.push_back({"x" + std::to_string(i), at::randn(c.shapes[i])});
-  Trace t = trace(c.fn, inputs, TraceOptions{false});
+  Trace t = trace(c.fn, inputs, TraceOptions::graph_only());
   auto profiled = test::profile_kernels([&] { c.fn(test::values_of(inputs)); });
   std::vector<std::string> expected;
   for (const auto& k : profiled) expected.push_back(k.op);
@@ -173,7 +173,7 @@ TEST(Tracer, WritesThroughViewsReachTheirBase) {
   for (const auto& [name, fn] : cases) {
     SCOPED_TRACE(name);
     at::Tensor x = at::randn({3, 3}, at::kDouble), t = at::randn({3, 3}, at::kDouble);
-    Trace tr = trace(fn, {{"x", x}}, TraceOptions{false});
+    Trace tr = trace(fn, {{"x", x}}, TraceOptions::graph_only());
     std::vector<at::Tensor> want = fn({x}), got = Executable(std::move(tr.graph)).run({x});
     for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i].allclose(want[i])) << i;
     Linearized lin = linearize(fn, {{"x", x}});
@@ -251,7 +251,7 @@ TEST(Tracer, InPlaceViewsAndRetakenViewsKeepTheirValues) {
   for (const auto& [name, fn] : cases) {
     SCOPED_TRACE(name);
     at::Tensor x = at::randn({4, 4}, at::kDouble), t = at::randn({4, 4}, at::kDouble), x2 = at::randn({4, 4}, at::kDouble);
-    Trace tr = trace(fn, {{"x", x}}, TraceOptions{false});
+    Trace tr = trace(fn, {{"x", x}}, TraceOptions::graph_only());
     Executable exe(std::move(tr.graph));
     for (const at::Tensor& in : {x, x2}) {  // the traced inputs, and others
       std::vector<at::Tensor> want = fn({in}), got = exe.run({in});
@@ -272,7 +272,7 @@ TEST(Tracer, AConstantCapturedByAnInPlaceViewOpKeepsItsMetadata) {
     c.t_();
     return std::vector<at::Tensor>{at::mm(x[0], c)};
   };
-  Trace tr = trace(fn, {{"x", at::randn({4, 3}, at::kDouble)}}, TraceOptions{false});
+  Trace tr = trace(fn, {{"x", at::randn({4, 3}, at::kDouble)}}, TraceOptions::graph_only());
   at::Tensor x2 = at::randn({4, 3}, at::kDouble);
   EXPECT_TRUE(Executable(std::move(tr.graph)).run({x2})[0].allclose(fn({x2})[0]));
 }
@@ -396,7 +396,7 @@ TEST(Tracer, ValuesWrittenOutsideTheDispatcherAreCaptured) {
     return std::vector<at::Tensor>{x[0].index_select(0, i) + ones, x[0].index({at::tensor({1, 2}, at::kLong)})};
   };
   at::Tensor x = at::randn({4, 4});
-  Trace t = trace(fn, {{"x", x}}, TraceOptions{false});
+  Trace t = trace(fn, {{"x", x}}, TraceOptions::graph_only());
   EXPECT_EQ(nodes_of(*t.graph, "aten::empty.memory_format").size(), 1u) << to_text(*t.graph);
   EXPECT_EQ(nodes_of(*t.graph, "aten::fill.Scalar").size(), 1u);
   Executable exe(std::move(t.graph));
@@ -472,7 +472,7 @@ TEST(Tracer, BatchNormInTrainingModeRecordsNoRunningStatistics) {
     return std::vector<at::Tensor>{at::batch_norm(x[0], {}, {}, x[1], x[2], true, 0.5, 1e-5, false)};
   };
   at::Tensor x = at::randn({4, 3}), mean = at::zeros({3}), var = at::ones({3});
-  Trace t = trace(fn, {{"x", x}, {"mean", mean, false}, {"var", var, false}}, TraceOptions{false});
+  Trace t = trace(fn, {{"x", x}, {"mean", mean, false}, {"var", var, false}}, TraceOptions::graph_only());
   at::Tensor once = mean.clone();
   EXPECT_FALSE(once.equal(at::zeros({3})));  // the tracing run updated them, as eager does
   const Node* bn = nodes_of(*t.graph, "aten::native_batch_norm").at(0);

@@ -35,7 +35,7 @@ void add_trace(CLI::App& app) {
   cmd->footer(examples_help());
   cmd->callback([o, cmd] {
     examples::Instance ex = examples::make(o->example, leftover(*cmd));
-    Trace t = trace(ex.fn(), ex.inputs, TraceOptions{false});
+    Trace t = trace(ex.fn(), ex.inputs, TraceOptions::graph_only());
     GraphCost c = graph_cost(*t.graph);
     if (o->out.empty()) {
       std::cout << (o->format == "json" ? to_json(*t.graph).dump(1) + "\n" : to_text(*t.graph));
@@ -85,7 +85,7 @@ void add_run(CLI::App& app) {
     std::optional<c10::Device> dev;
     if (!o->device.empty()) dev = c10::Device(o->device);
     std::shared_ptr<const Graph> g(load(o->file, dev));
-    Executable exe(g, ExecutableOptions{!o->no_cuda_graph, false});
+    Executable exe(g, o->no_cuda_graph ? ExecutableOptions::eager() : ExecutableOptions{});
     std::vector<at::Tensor> inputs = o->inputs.empty() ? random_inputs(*g, o->seed) : inputs_from_file(*g, o->inputs);
     auto outs = exe.run(inputs);
     for (size_t i = 0; i < outs.size(); ++i) {

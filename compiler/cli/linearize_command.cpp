@@ -115,7 +115,7 @@ Problem from_graph(const Opts& o) {
   try {
     std::unique_ptr<Graph> ref = with_math_attention(*p.graph);
     if (p.reference_in_float32) retype_floating(*ref, c10::kFloat);
-    auto exe = std::make_shared<Executable>(std::move(ref), ExecutableOptions{false, false, false});
+    auto exe = std::make_shared<Executable>(std::move(ref), ExecutableOptions::plain());
     p.reference = [exe](const std::vector<at::Tensor>& x) { return exe->run(x); };
   } catch (const Error& e) {
     std::string why = e.what();

@@ -49,6 +49,13 @@ struct TraceOptions {
   /// result is for these primals, and LibTorch's forward AD treats such values as constants
   /// too); a graph traced for replay on other inputs does not.
   bool specialize_on_scalars = false;
+
+  /// The graph alone, no values kept (for saving, showing or replaying it).
+  static TraceOptions graph_only() {
+    TraceOptions o;
+    o.keep_values = false;
+    return o;
+  }
 };
 
 struct Trace {

@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
     // memory are therefore measured on an eager executable of the same tangent graph: a call
     // executes each kernel once either way (the first call runs eagerly, then captures).
     bool graphed = lin.jvp_fn->cuda_graph_enabled();
-    jvpc::Executable eager(lin.tangent_graph, jvpc::ExecutableOptions{false, false, true});
+    jvpc::Executable eager(lin.tangent_graph, jvpc::ExecutableOptions::eager());
     auto eager_call = [&] { eager.run(tangents); };
     // The first call of a fresh linearization (it captures a CUDA graph on a GPU): FLOPs of one,
     // time as the median of `fresh` others, as the Python side does.
