@@ -157,6 +157,10 @@ TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
       {"aten::convolution", {meta({2, 4, 5}, f32), meta({4, 3, 3}, f32)},
        [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, std::vector<int64_t>{2}, std::vector<int64_t>{1},
                                               std::vector<int64_t>{1}, true, std::vector<int64_t>{1}, 2}; }},
+      {"aten::linalg_solve_triangular", {meta({3, 3}, f32), meta({2, 3, 4}, f32)},
+       [](auto& v) { return std::vector<BArg>{v[0], v[1], true, true, false}; }},
+      {"aten::linalg_solve_triangular", {meta({2, 1, 3, 3}, f32), meta({4, 3}, f32)},
+       [](auto& v) { return std::vector<BArg>{v[0], v[1], false, false, true}; }},
       // grid_sampler_2d_backward(grad, input, grid, mode, padding, align_corners, output_mask)
       {"aten::grid_sampler_2d_backward", {meta({2, 3, 4, 5}, f32), meta({2, 3, 6, 7}, f32), meta({2, 4, 5, 2}, f32)},
        [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2], 0, 0, false, c10::List<bool>({true, true})}; }},
@@ -177,6 +181,7 @@ TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
     for (size_t i = 0; i < out.size(); ++i) {
       EXPECT_EQ(got[i].sizes().vec(), out[i]->meta().sizes) << to_text(g);
       EXPECT_EQ(got[i].scalar_type(), out[i]->meta().dtype) << to_text(g);
+      EXPECT_EQ(got[i].strides().vec(), out[i]->meta().strides) << to_text(g);
     }
   }
 }

@@ -45,6 +45,9 @@ Fn sdpa(examples::Backend b, bool causal, bool mask, bool float_mask = false) {
   };
 }
 
+at::Tensor eye(const at::Tensor& like) {  // the identity, broadcasting against `like`'s last two dims
+  return at::eye(like.size(-1), like.options());
+}
 Fn cdist(double p) {
   return one([p](auto& x) { return at::cdist(x[0], x[1], p); });
 }
@@ -130,6 +133,42 @@ std::vector<RuleCase> cases() {
       {"aten::_cdist_forward", {{4, 3}, {5, 3}}, cdist(0.5), distances(0.5)},
       {"aten::_euclidean_dist", {{30, 3}, {26, 3}}, cdist(2.0), distances(2.0)},  // over 25 rows
       {"aten::_euclidean_dist", {{2, 30, 3}, {26, 3}}, cdist(2.0), distances(2.0)},
+      // solves and factorizations, on matrices kept well conditioned (+ 3I) or positive definite
+      {"aten::linalg_inv_ex", {{3, 3}}, one([](auto& x) { return at::linalg_inv(x[0] + 3 * eye(x[0])); })},
+      {"aten::linalg_inv_ex", {{2, 3, 3}}, one([](auto& x) { return at::linalg_inv(x[0] + 3 * eye(x[0])); })},
+      {"aten::_linalg_solve_ex", {{3, 3}, {3, 2}}, one([](auto& x) { return at::linalg_solve(x[0] + 3 * eye(x[0]), x[1]); })},
+      {"aten::_linalg_solve_ex", {{2, 3, 3}, {3}}, one([](auto& x) { return at::linalg_solve(x[0] + 3 * eye(x[0]), x[1]); })},
+      {"aten::_linalg_solve_ex", {{3, 3}, {2, 3}}, one([](auto& x) {  // X·A = B
+         return at::linalg_solve(x[0] + 3 * eye(x[0]), x[1], /*left=*/false);
+       })},
+      {"aten::_linalg_solve_ex", {{3, 3}, {3, 4}}, one([](auto& x) { return at::linalg_solve(x[0].detach() + 3 * eye(x[0]), x[1]); }),
+       nullptr, false, 99, false},  // A not differentiated (differences see through detach)
+      {"aten::_linalg_det", {{3, 3}}, one([](auto& x) { return at::linalg_det(x[0].mT()); })},  // factored as it is
+      {"aten::linalg_solve_triangular", {{3, 3}, {3, 2}}, one([](auto& x) { return at::linalg_solve_triangular(x[0] + 3 * eye(x[0]), x[1], true); })},
+      {"aten::linalg_solve_triangular", {{3, 3}, {2, 3}}, one([](auto& x) {
+         return at::linalg_solve_triangular(x[0] + 3 * eye(x[0]), x[1], /*upper=*/false, /*left=*/false);
+       })},
+      {"aten::linalg_solve_triangular", {{2, 3, 3}, {2, 3, 2}}, one([](auto& x) {
+         return at::linalg_solve_triangular(x[0], x[1], /*upper=*/false, /*left=*/true, /*unitriangular=*/true);
+       })},
+      {"aten::_linalg_det", {{3, 3}}, one([](auto& x) { return at::linalg_det(x[0]); })},
+      {"aten::_linalg_det", {{2, 4, 4}}, one([](auto& x) { return at::linalg_det(x[0]); })},
+      {"aten::_linalg_det", {{3, 3}}, one([](auto& x) {  // singular: the cofactors' tangent, not NaN
+         at::Tensor s = at::tensor({1., 2., 3., 2., 4., 6., 0., 1., 1.}, at::kDouble).view({3, 3});
+         return at::linalg_det(s + (x[0] - x[0].detach()));
+       })},
+      {"aten::_linalg_slogdet", {{3, 3}}, one([](auto& x) { return std::get<1>(at::linalg_slogdet(x[0])); })},
+      {"aten::_linalg_slogdet", {{3, 3}}, one([](auto& x) { return std::get<1>(at::linalg_slogdet(x[0].mT())); })},
+      {"aten::_linalg_slogdet", {{2, 3, 3}}, one([](auto& x) { return at::logdet(x[0].matmul(x[0].mT()) + eye(x[0])); })},
+      {"aten::linalg_cholesky_ex", {{3, 3}}, one([](auto& x) { return at::linalg_cholesky(x[0].matmul(x[0].mT()) + 3 * eye(x[0])); })},
+      {"aten::linalg_cholesky_ex", {{2, 3, 3}}, one([](auto& x) {
+         return at::linalg_cholesky(x[0].matmul(x[0].mT()) + 3 * eye(x[0]), /*upper=*/true);
+       })},
+      {"aten::_linalg_eigh", {{4, 4}}, [](auto& x) {
+         auto r = at::linalg_eigh(x[0] + x[0].mT());
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r) * std::get<1>(r).select(-2, 0).sign().unsqueeze(-2)};
+       }},
+      {"aten::_linalg_eigh", {{2, 3, 3}}, one([](auto& x) { return at::linalg_eigvalsh(x[0] + x[0].mT(), "U"); })},
       {"aten::dot", {{5}, {5}}, one([](auto& x) { return at::dot(x[0], x[1]); })},
       {"aten::mv", {{3, 5}, {5}}, one([](auto& x) { return at::mv(x[0], x[1]); })},
       {"aten::convolution", {{2, 3, 6, 6}, {4, 3, 3, 3}, {4}}, one([](auto& x) { return at::conv2d(x[0], x[1], x[2], 1, 1); })},
@@ -293,7 +332,8 @@ std::vector<RuleCase> cases() {
          return (x[0] - x[0].detach() * m).cumprod(1);
        }), nullptr, false, 99, false},
       {"aten::logcumsumexp", {{3, 5}}, one([](auto& x) { return x[0].logcumsumexp(1); })},
-      {"aten::logcumsumexp", {{4, 2}}, one([](auto& x) { return (x[0] * 30).logcumsumexp(0); })},
+      {"aten::logcumsumexp", {{4, 2}}, one([](auto& x) { return (x[0] * 30).logcumsumexp(0); }),
+       nullptr, false, /*ad_outputs=*/0},  // (LibTorch's forward AD gets the first row wrong here: differences only)
       {"aten::logsumexp", {{3, 4}}, one([](auto& x) { return x[0].logsumexp({1}); })},
       {"aten::logsumexp", {{3, 4, 2}}, one([](auto& x) { return at::logsumexp(x[0], std::vector<int64_t>{0, -1}, true); })},
       {"aten::var.correction", {{3, 4}}, one([](auto& x) { return x[0].var({1}); })},

@@ -2,8 +2,6 @@
 // zero tangent drops its term, so a product with one differentiated operand costs one matmul.
 #include "passes/jvp_rules/rules.h"
 
-#include <ATen/ExpandUtils.h>
-
 namespace jvpc::jvp_rules {
 
 namespace {
@@ -29,25 +27,6 @@ Rule add_product(Product product) {
   };
 }
 
-/// a·b over the last two dims, batch dims broadcast (as at::matmul, but in kernels the cost model
-/// counts: mm, or bmm over the flattened batch).
-Value* matmul(Ctx& c, Value* a, Value* b) {
-  const auto &sa = a->meta().sizes, &sb = b->meta().sizes;
-  if (sa.size() == 2 && sb.size() == 2) return c.call("aten::mm", {a, b});
-  std::vector<int64_t> batch = at::infer_size(c10::IntArrayRef(sa).slice(0, sa.size() - 2), c10::IntArrayRef(sb).slice(0, sb.size() - 2));
-  int64_t n = 1;
-  for (int64_t d : batch) n *= d;
-  auto flat = [&](Value* v, int64_t rows, int64_t cols) {
-    std::vector<int64_t> full = batch;
-    full.insert(full.end(), {rows, cols});
-    return reshape(c, c.call("aten::expand", {v, full}), {n, rows, cols});
-  };
-  int64_t p = sa.end()[-2], k = sa.back(), r = sb.back();
-  std::vector<int64_t> out = batch;
-  out.insert(out.end(), {p, r});
-  return c.call("aten::view", {c.call("aten::bmm", {flat(a, p, k), flat(b, k, r)}), out});
-}
-
 // Euclidean distances d_ij = ‖x_i − y_j‖ between the rows of x [.., P, M] and y [.., R, M]:
 // d(d_ij) = (x_i − y_j)·(dx_i − dy_j) / d_ij = (x_i·dx_i − dx_i·y_j − x_i·dy_j + y_j·dy_j) / d_ij,
 // two matmuls per call and no [P, R, M] residual; 0 where d_ij is 0.
@@ -56,11 +35,10 @@ Value* euclidean_distance_tangent(Ctx& c) {
   auto rows_dot = [&](Value* a, Value* t, int64_t dim) {  // Σ_k a_ik t_ik, as a column or a row
     return c.call("aten::unsqueeze", {c.call("aten::sum.dim_IntList", {c.mul(t, a), std::vector<int64_t>{-1}}), dim});
   };
-  auto mT = [&](Value* v) { return c.call("aten::transpose.int", {v, -2, -1}); };
   Value* num = nullptr;
-  if (tx) num = c.call("aten::sub.Tensor", {rows_dot(x, tx, -1), matmul(c, tx, mT(y))});
+  if (tx) num = c.call("aten::sub.Tensor", {rows_dot(x, tx, -1), matmul(c, tx, mT(c, y))});
   if (ty) {
-    Value* from_y = c.call("aten::sub.Tensor", {rows_dot(y, ty, -2), matmul(c, x, mT(ty))});
+    Value* from_y = c.call("aten::sub.Tensor", {rows_dot(y, ty, -2), matmul(c, x, mT(c, ty))});
     num = c.add(num, from_y);
   }
   if (!num) return nullptr;

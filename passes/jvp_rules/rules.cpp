@@ -1,6 +1,7 @@
 // The rule table and the rule makers shared by the family files.
 #include "passes/jvp_rules/rules.h"
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
 #include <c10/core/WrapDimMinimal.h>
@@ -68,6 +69,7 @@ const Registry& registry() {
     register_views(reg);
     register_normalization(reg);
     register_attention(reg);
+    register_solvers(reg);
     return reg;
   }();
   return r;
@@ -140,6 +142,25 @@ Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes) {
     v = c.call("aten::clone", {v, c10::MemoryFormat::Contiguous});
   return c.call("aten::view", {v, sizes});
 }
+
+Value* matmul(Ctx& c, Value* a, Value* b) {
+  const auto &sa = a->meta().sizes, &sb = b->meta().sizes;
+  if (sa.size() == 2 && sb.size() == 2) return c.call("aten::mm", {a, b});
+  std::vector<int64_t> batch = at::infer_size(c10::IntArrayRef(sa).slice(0, sa.size() - 2), c10::IntArrayRef(sb).slice(0, sb.size() - 2));
+  int64_t n = 1;
+  for (int64_t d : batch) n *= d;
+  auto flat = [&](Value* v, int64_t rows, int64_t cols) {
+    std::vector<int64_t> full = batch;
+    full.insert(full.end(), {rows, cols});
+    return reshape(c, c.call("aten::expand", {v, full}), {n, rows, cols});
+  };
+  int64_t p = sa.end()[-2], k = sa.back(), r = sb.back();
+  std::vector<int64_t> out = batch;
+  out.insert(out.end(), {p, r});
+  return c.call("aten::view", {c.call("aten::bmm", {flat(a, p, k), flat(b, k, r)}), out});
+}
+
+Value* mT(Ctx& c, Value* v) { return c.call("aten::transpose.int", {v, -2, -1}); }
 
 Value* per_channel(Ctx& c, Value* v, size_t rank) {
   std::vector<int64_t> sizes = {v->meta().numel()};

@@ -92,6 +92,11 @@ double scalar(const c10::IValue& v, double if_none = 0.0);
 /// v viewed as `sizes`; copied first where its layout cannot be viewed so (a tangent may be laid
 /// out unlike its primal: a tangent input is contiguous, a primal may be a transposed weight).
 Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes);
+/// a·b over the last two dims, batch dims broadcast (as at::matmul does, but in the kernels the
+/// cost model counts: mm, or bmm over the flattened batch).
+Value* matmul(Ctx& c, Value* a, Value* b);
+/// v with its last two dims swapped (a view).
+Value* mT(Ctx& c, Value* v);
 /// A per-channel vector [C] viewed as [C, 1, ...], to broadcast against [N, C, ...] of `rank`
 /// (a bias or a normalization's weight).
 Value* per_channel(Ctx& c, Value* v, size_t rank);
@@ -119,5 +124,6 @@ void register_linalg(Registry& r);
 void register_views(Registry& r);
 void register_normalization(Registry& r);
 void register_attention(Registry& r);
+void register_solvers(Registry& r);
 
 }  // namespace jvpc::jvp_rules
