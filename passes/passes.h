@@ -41,7 +41,8 @@ bool simplify_arith(Graph& g);
 
 /// scale_to_residual.cpp: sinks scalar multiplications of tangent values through views into
 /// the matmul that reads them, and moves the scale onto the matmul's tangent-independent
-/// operand, where fold precomputes it once.
+/// operand, where fold precomputes it once; a scaling after products with primal operands
+/// (hand-written attention's scores) goes onto those operands, where they take no more bytes.
 bool scale_to_residual(Graph& g);
 
 /// merge_factors.cpp: (t·a)·b -> t·(a·b) and t·a ± t·b -> t·(a ± b) for a tangent t and

@@ -11,8 +11,16 @@
 //
 // Step 1 sinks a tangent-dependent mul.Scalar below each view that is its only reader. Step 2
 // moves a mul.Scalar feeding one operand of mm/bmm onto the other operand, when that operand
-// is tangent-independent (so fold computes the product once). Both steps erase the nodes they
-// replace.
+// is tangent-independent (so fold computes the product once). Step 3 moves a scaling of a
+// tangent made by products with primal operands (mm, bmm, mul), sums of such and views of them
+// onto those primal operands. Attention written by hand scales the scores after q·kᵀ:
+//
+//   %s = aten::div.Scalar(aten::view(aten::add.Tensor(aten::bmm(%dq, %kT), aten::bmm(%q, %dkT))), 8.)
+//   =>   aten::view(aten::add.Tensor(aten::bmm(%dq, %kT'), aten::bmm(%q', %dkT)))   %kT' = %kT / 8 ...
+//
+// It trades one elementwise pass per call for residuals, so only where the scaled primal
+// operands take no more bytes than the scaled tangent (in attention: sequence ≥ 2 · head dim).
+// All steps erase the nodes they replace.
 #include "passes/passes.h"
 
 #include "compiler/ir/builder.h"
@@ -43,6 +51,27 @@ const Node* sole_scalar_mul(const Value* v) {
 }
 
 BArg scalar_of(const Node* mul) { return BArg::of_arg(mul->arg(1), mul); }
+
+// The (product, primal operand) pairs a scaling of the tangent-dependent `v` would move onto:
+// v and every value between it and those products read once, each a product with one primal
+// operand of v's dtype, a sum of such (alpha 1) or a simple view of one. False if any is not.
+bool scaled_operands(const Value* v, const std::unordered_set<const Value*>& dep, std::vector<std::pair<Node*, size_t>>& out) {
+  if (!dep.count(v) || v->uses().size() != 1 || is_graph_output(v) || !v->producer()) return false;
+  Node* p = v->producer();
+  const std::string& op = p->op();
+  if ((op == "aten::mm" || op == "aten::bmm" || op == "aten::mul.Tensor") && p->inputs().size() == 2) {
+    for (size_t side = 0; side < 2; ++side) {
+      const Value* primal = p->input(side);
+      if (dep.count(primal) || !dep.count(p->input(1 - side)) || primal->meta().dtype != v->meta().dtype) continue;
+      out.emplace_back(p, side);
+      return true;
+    }
+    return false;
+  }
+  if ((op == "aten::add.Tensor" || op == "aten::sub.Tensor") && p->inputs().size() == 2 && p->arg(2).is_number(1.0))
+    return scaled_operands(p->input(0), dep, out) && scaled_operands(p->input(1), dep, out);
+  return is_simple_view(p) && scaled_operands(p->input(0), dep, out);
+}
 
 }  // namespace
 
@@ -91,6 +120,25 @@ bool scale_to_residual(Graph& g) {
       changed = true;
       break;
     }
+  }
+  // Step 3: scale(products with primal operands, summed and viewed) -> the same with the primal
+  // operands scaled.
+  dep = tangent_dependent(g);
+  for (Node* n : g.nodes()) {
+    if ((n->op() != "aten::mul.Scalar" && n->op() != "aten::div.Scalar") || !n->arg(1).number()) continue;
+    const TensorMeta &in = n->input(0)->meta(), &out = n->output()->meta();
+    if (!c10::isFloatingType(out.dtype) || !in.same_signature(out) || in.strides != out.strides) continue;
+    std::vector<std::pair<Node*, size_t>> targets;
+    if (!scaled_operands(n->input(0), dep, targets)) continue;
+    int64_t bytes = 0;
+    for (const auto& [p, side] : targets) bytes += p->input(side)->meta().nbytes();
+    if (bytes > n->output()->meta().nbytes()) continue;
+    for (const auto& [p, side] : targets) {
+      g.set_insertion_point(p);
+      p->replace_input(side, b.call(n->op(), {p->input(side), scalar_of(n)}));
+    }
+    replace_output(g, n, n->input(0));
+    changed = true;
   }
   g.set_insertion_point(nullptr);
   return changed;
