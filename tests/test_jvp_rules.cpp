@@ -153,10 +153,6 @@ std::vector<RuleCase> cases() {
        })},
       {"aten::_linalg_det", {{3, 3}}, one([](auto& x) { return at::linalg_det(x[0]); })},
       {"aten::_linalg_det", {{2, 4, 4}}, one([](auto& x) { return at::linalg_det(x[0]); })},
-      {"aten::_linalg_det", {{3, 3}}, one([](auto& x) {  // singular: the cofactors' tangent, not NaN
-         at::Tensor s = at::tensor({1., 2., 3., 2., 4., 6., 0., 1., 1.}, at::kDouble).view({3, 3});
-         return at::linalg_det(s + (x[0] - x[0].detach()));
-       })},
       {"aten::_linalg_slogdet", {{3, 3}}, one([](auto& x) { return std::get<1>(at::linalg_slogdet(x[0])); })},
       {"aten::_linalg_slogdet", {{3, 3}}, one([](auto& x) { return std::get<1>(at::linalg_slogdet(x[0].mT())); })},
       {"aten::_linalg_slogdet", {{2, 3, 3}}, one([](auto& x) { return at::logdet(x[0].matmul(x[0].mT()) + eye(x[0])); })},
@@ -164,11 +160,24 @@ std::vector<RuleCase> cases() {
       {"aten::linalg_cholesky_ex", {{2, 3, 3}}, one([](auto& x) {
          return at::linalg_cholesky(x[0].matmul(x[0].mT()) + 3 * eye(x[0]), /*upper=*/true);
        })},
+      {"aten::cholesky", {{3, 3}}, one([](auto& x) { return at::cholesky(x[0].matmul(x[0].mT()) + 3 * eye(x[0])); }),
+       one([](auto& x) { return at::linalg_cholesky(x[0].matmul(x[0].mT()) + 3 * eye(x[0])); })},  // (no forward AD for the legacy op)
+      {"aten::cholesky_solve", {{3, 2}, {3, 3}}, one([](auto& x) {
+         return at::cholesky_solve(x[0], at::linalg_cholesky(x[1].matmul(x[1].mT()) + 3 * eye(x[1])));
+       })},
+      {"aten::cholesky_solve", {{2, 3, 2}, {3, 3}}, one([](auto& x) {  // upper, a triangle the op reads alone
+         return at::cholesky_solve(x[0], x[1].triu(1) + 3 * eye(x[1]) + x[1].tril(-1) * 5, /*upper=*/true);
+       }), one([](auto& x) {  // (LibTorch's forward AD takes the whole matrix's tangent: the reference masks it)
+         return at::cholesky_solve(x[0], x[1].triu(1) + 3 * eye(x[1]), /*upper=*/true);
+       })},
       {"aten::_linalg_eigh", {{4, 4}}, [](auto& x) {
          auto r = at::linalg_eigh(x[0] + x[0].mT());
          return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r) * std::get<1>(r).select(-2, 0).sign().unsqueeze(-2)};
        }},
       {"aten::_linalg_eigh", {{2, 3, 3}}, one([](auto& x) { return at::linalg_eigvalsh(x[0] + x[0].mT(), "U"); })},
+      {"aten::linalg_cross", {{4, 3}, {4, 3}}, one([](auto& x) { return at::linalg_cross(x[0], x[1]); })},
+      {"aten::_euclidean_dist", {{30, 3}}, one([](auto& x) { return at::cdist(x[0], x[0]).clamp_min(1e-3); }),  // one set: one matmul
+       one([](auto& x) { return at::linalg_vector_norm(x[0].unsqueeze(-2) - x[0].unsqueeze(-3), 2, {-1}).clamp_min(1e-3); })},
       {"aten::dot", {{5}, {5}}, one([](auto& x) { return at::dot(x[0], x[1]); })},
       {"aten::mv", {{3, 5}, {5}}, one([](auto& x) { return at::mv(x[0], x[1]); })},
       {"aten::convolution", {{2, 3, 6, 6}, {4, 3, 3, 3}, {4}}, one([](auto& x) { return at::conv2d(x[0], x[1], x[2], 1, 1); })},
@@ -487,6 +496,8 @@ std::vector<RuleCase> cases() {
       {"aten::_embedding_bag", {{10, 3}}, one([](auto& x) {  // what embedding_bag calls for a weight that requires grad
          return std::get<0>(at::_embedding_bag(x[0], at::tensor({1, 2, 4, 5, 4}, at::kLong), at::tensor({0, 2}, at::kLong), false, 1));
        }), bags(at::tensor({1, 2, 4, 5, 4}, at::kLong), {0, 2}, 1)},
+      {"aten::diag_embed", {{2, 3}}, one([](auto& x) { return at::diag_embed(x[0], 1); })},
+      {"aten::affine_grid_generator", {{2, 2, 3}}, one([](auto& x) { return at::affine_grid_generator(x[0], {2, 3, 4, 5}, false); })},
       {"aten::masked_select", {{3, 4}}, one([](auto& x) { return x[0].masked_select(x[0] > 0); })},
       {"aten::index_add", {{5, 4}, {3, 4}}, one([](auto& x) { return x[0].index_add(0, at::tensor({4, 0, 4}, at::kLong), x[1], 0.5); })},
       {"aten::index_add", {{5, 4}}, one([](auto& x) { return x[0].index_add(0, at::tensor({4, 0, 4}, at::kLong), at::ones({3, 4}, at::kDouble)); })},
@@ -576,18 +587,58 @@ INSTANTIATE_TEST_SUITE_P(Rules, JvpRule, ::testing::Range<size_t>(0, cases().siz
 
 // Every rule in the registry has a case above, except the CUDA kernels, which need a GPU: the
 // fused attention kernels (Linearize.CudaFusedKernelsMatchMathPathForwardAd; also checked on
-// CPU kernels that emulate them, test_fused_emulated.cpp) and cuDNN's batch norm, whose rule is
-// native_batch_norm's (Linearize.CudaConvolutionsAndBatchNormMatchForwardAd).
+// CPU kernels that emulate them, test_fused_emulated.cpp), cuDNN's batch norm, whose rule is
+// native_batch_norm's (Linearize.CudaConvolutionsAndBatchNormMatchForwardAd), and cuDNN's grid
+// sampler, whose rule is grid_sampler_2d's (Linearize.CudaCudnnGridSamplerMatchesTheNativeKernel).
 TEST(JvpRules, EveryRegisteredRuleHasACase) {
   std::set<std::string> covered = {"aten::_scaled_dot_product_flash_attention",
                                    "aten::_scaled_dot_product_efficient_attention",
-                                   "aten::_scaled_dot_product_cudnn_attention", "aten::cudnn_batch_norm"};
+                                   "aten::_scaled_dot_product_cudnn_attention", "aten::cudnn_batch_norm",
+                                   "aten::cudnn_grid_sampler"};
   for (const RuleCase& rc : cases()) covered.insert(rc.op);
   for (const std::string& op : jvp_rules::registry().ops()) EXPECT_TRUE(covered.count(op)) << op << " has no case";
 }
 
 // A norm asked for in float32 of float16 values: computed in float32, where the norm does not
 // overflow (found by a review: the factor was cast down to float16, inf, and the tangent 0).
+// det at a singular matrix: the tangent is Σ cof(A) ⊙ dA, which central differences confirm
+// (LibTorch's forward AD gives 0 there: det times an inverse that does not exist).
+TEST(SolverRules, DetOfASingularMatrixHasItsCofactorsAsTangent) {
+  at::Tensor s = at::tensor({1., 2., 3., 2., 4., 6., 0., 1., 1.}, at::kDouble).view({3, 3});  // rank 2
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::linalg_det(x[0])}; };
+  for (const at::Tensor& a : {s, s.mT()}) {  // factored as Aᵀ and as A
+    at::Tensor t = at::randn({3, 3}, at::kDouble);
+    at::Tensor got = linearize(fn, {{"A", a}}).jvp({t})[0];
+    at::Tensor fd = central_differences_jvp(fn, {a}, {t})[0];
+    EXPECT_LT(test::rel_error(got, fd), 1e-6);
+    EXPECT_GT(got.abs().item<double>(), 1e-3);
+  }
+}
+
+// det and slogdet factor Aᵀ when A is contiguous as LibTorch counts it, ignoring the strides of
+// size-1 dims (found by a probe: [1, 3, 3] with strides (3, 3, 1) flipped the adjoint, 159% off).
+TEST(SolverRules, ContiguityIsLibTorchsForDetAndSlogdet) {
+  at::Tensor a = at::randn({3, 1, 3}, at::kDouble).transpose(0, 1), t = at::randn({1, 3, 3}, at::kDouble);
+  ASSERT_TRUE(a.is_contiguous());
+  for (bool log : {false, true}) {
+    TensorFn fn = [log](const std::vector<at::Tensor>& x) {
+      return std::vector<at::Tensor>{log ? std::get<1>(at::linalg_slogdet(x[0])) : at::linalg_det(x[0])};
+    };
+    at::Tensor got = linearize(fn, {{"A", a}}).jvp({t})[0];
+    EXPECT_LT(test::rel_error(got, forward_ad_jvp(fn, {a}, {t})[0]), 1e-10) << (log ? "slogdet" : "det");
+  }
+}
+
+// logcumsumexp where a prefix's exponentials underflow or are exp(−inf): 0 there, as in LibTorch,
+// not NaN (found by a probe).
+TEST(ScanRules, LogcumsumexpIsFiniteWherePrefixesUnderflow) {
+  at::Tensor x = at::tensor({-INFINITY, -1000., 0., 1.}, at::kDouble), t = at::randn({4}, at::kDouble);
+  TensorFn fn = [](const std::vector<at::Tensor>& v) { return std::vector<at::Tensor>{v[0].logcumsumexp(0)}; };
+  at::Tensor got = linearize(fn, {{"x", x}}).jvp({t})[0];
+  EXPECT_TRUE(got.isfinite().all().item<bool>()) << got;
+  EXPECT_LT(test::rel_error(got.slice(0, 2), forward_ad_jvp(fn, {x}, {t})[0].slice(0, 2)), 1e-12);
+}
+
 TEST(NormRule, WidensToTheResultsDtype) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) {
     return std::vector<at::Tensor>{at::linalg_vector_norm(x[0], 2, std::nullopt, false, at::kFloat)};

@@ -382,6 +382,27 @@ TEST(Linearize, CudaConvolutionsAndBatchNormMatchForwardAd) {
   }
 }
 
+// cuDNN's grid sampler (bilinear, zero padding, aligned corners on CUDA) has the rule of
+// grid_sampler_2d, which the CPU tests check; LibTorch has no forward AD for either, so the
+// reference is jvpc's own tangent with cuDNN off.
+TEST(Linearize, CudaCudnnGridSamplerMatchesTheNativeKernel) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::grid_sampler(x[0], x[1].tanh(), 0, 0, true)}; };
+  std::vector<TraceInput> in = {{"x", at::randn({2, 3, 5, 5}, opts)}, {"grid", at::randn({2, 4, 4, 2}, opts)}};
+  std::vector<at::Tensor> tangents = {at::randn({2, 3, 5, 5}, opts), at::randn({2, 4, 4, 2}, opts)};
+  Linearized with = linearize(fn, in);
+  bool cudnn = false;
+  for (const Node* n : trace(fn, in, TraceOptions::graph_only()).graph->nodes()) cudnn |= n->op() == "aten::cudnn_grid_sampler";
+  auto& ctx = at::globalContext();
+  bool enabled = ctx.userEnabledCuDNN();
+  ctx.setUserEnabledCuDNN(false);
+  Linearized without = linearize(fn, in);
+  ctx.setUserEnabledCuDNN(enabled);
+  EXPECT_TRUE(cudnn) << "LibTorch did not choose cuDNN's grid sampler";
+  EXPECT_LT(test::rel_error(with.jvp(tangents).at(0), without.jvp(tangents).at(0)), 1e-5);
+}
+
 TEST(Linearize, CudaFusedKernelsMatchMathPathForwardAd) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   // Each fused backend, where the GPU supports it, against forward AD of the math path.

@@ -36,10 +36,13 @@ Value* euclidean_distance_tangent(Ctx& c) {
     return c.call("aten::unsqueeze", {c.call("aten::sum.dim_IntList", {c.mul(t, a), std::vector<int64_t>{-1}}), dim});
   };
   Value* num = nullptr;
-  if (tx) num = c.call("aten::sub.Tensor", {rows_dot(x, tx, -1), matmul(c, tx, mT(c, y))});
-  if (ty) {
-    Value* from_y = c.call("aten::sub.Tensor", {rows_dot(y, ty, -2), matmul(c, x, mT(c, ty))});
-    num = c.add(num, from_y);
+  if (x == y && tx == ty && tx) {  // distances within one set: x·dxᵀ is the transpose of dx·xᵀ
+    Value* m = matmul(c, tx, mT(c, x));
+    Value* dots = c.call("aten::add.Tensor", {rows_dot(x, tx, -1), rows_dot(x, tx, -2)});
+    num = c.call("aten::sub.Tensor", {dots, c.call("aten::add.Tensor", {m, mT(c, m)})});
+  } else {
+    if (tx) num = c.call("aten::sub.Tensor", {rows_dot(x, tx, -1), matmul(c, tx, mT(c, y))});
+    if (ty) num = c.add(num, c.call("aten::sub.Tensor", {rows_dot(y, ty, -2), matmul(c, x, mT(c, ty))}));
   }
   if (!num) return nullptr;
   Value* d = c.out();
@@ -93,6 +96,7 @@ void register_linalg(Registry& r) {
   r.add("aten::bmm", bilinear());
   r.add("aten::dot", bilinear());
   r.add("aten::mv", bilinear());
+  r.add("aten::linalg_cross", bilinear());
   r.add("aten::addmm", add_product(op("aten::mm")));
   r.add("aten::baddbmm", add_product(op("aten::bmm")));
   r.add("aten::addmv", add_product(op("aten::mv")));

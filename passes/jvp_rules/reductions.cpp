@@ -119,13 +119,15 @@ void register_reductions(Registry& r) {
     return {c.add(no_zero, c.mul(tz, f))};
   });
   // d logcumsumexp(x)_i = Σ_{j≤i} t_j·exp(x_j − y_i) = cumsum(t·e)_i / cumsum(e)_i with
-  // e = exp(x − max x) along the dim, as LibTorch's forward AD computes it.
+  // e = exp(x − max x) along the dim, as LibTorch's forward AD computes it; 0 where cumsum(e)
+  // is (a prefix of −inf, or one exp underflows for: far below the row's max), as there.
   r.add("aten::logcumsumexp", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     if (c.x(0)->meta().sizes.empty()) return {c.t(0)};
     int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);
     Value* e = c.call("aten::exp", {c.call("aten::sub.Tensor", {c.x(0), c.call("aten::amax", {c.x(0), std::vector<int64_t>{dim}, true})})});
-    Value* f = c.call("aten::reciprocal", {c.call("aten::cumsum", {e, dim})});
+    Value* sums = c.call("aten::cumsum", {e, dim});
+    Value* f = c.call("aten::masked_fill.Scalar", {c.call("aten::reciprocal", {sums}), c.call("aten::eq.Scalar", {sums, 0}), 0.0});
     return {c.mul(c.call("aten::cumsum", {c.mul(c.t(0), e), dim}), f)};
   });
   // var and std, and var_mean and std_mean, which also return the mean (linear).

@@ -4,13 +4,14 @@
 //
 //   X = A⁻¹B (solve)      dX = A⁻¹(dB − dA·X)             lu_solve with the primal's LU
 //   A⁻¹ (inv)             d(A⁻¹) = −A⁻¹·dA·A⁻¹
-//   det A                 d det = det·tr(A⁻¹dA) = Σ (det·A⁻ᵀ) ⊙ dA
+//   det A                 d det = det·tr(A⁻¹dA) = Σ cof(A) ⊙ dA, cof(A) = det·A⁻ᵀ
 //   log|det A|            d = Σ A⁻ᵀ ⊙ dA
 //   L = chol(A)           dL = L·Φ(L⁻¹·dA·L⁻ᵀ), Φ: the lower triangle, diagonal halved
 //   A = V·diag(λ)·Vᵀ      dλ = diag(Vᵀ·dA·V), dV = V·(E ⊙ Vᵀ·dA·V), E_ij = 1/(λ_j − λ_i)
 //
-// as LibTorch's forward AD computes them (det perturbs zero pivots by the dtype's epsilon, so
-// that a singular matrix gets its cofactors' tangent, not NaN). Ops that read one triangle of
+// as LibTorch's forward AD computes them, except at a singular matrix, where det's tangent is
+// the cofactors' (LibTorch's is 0; central differences agree with jvpc). Eigenvectors of
+// repeated eigenvalues have no tangent (NaN, as in LibTorch). Ops that read one triangle of
 // A see the tangent of that triangle only: triangular solves the triangle itself, cholesky and
 // eigh the symmetric matrix it stands for.
 #include "passes/jvp_rules/rules.h"
@@ -49,20 +50,37 @@ Value* symmetric_from(Ctx& c, Value* tA, const std::string& uplo) {
   return c.add(triangle(c, tA, upper), mT(c, strict));
 }
 
-/// A⁻ᵀ from the LU factorization det and slogdet return, with zero pivots replaced by epsilon
-/// when `perturb` (det). Of a contiguous A they factor Aᵀ (LibTorch saves a copy that way).
-Value* inverse_transposed(Ctx& c, Value* lu, Value* pivots, bool perturb) {
-  bool of_transpose = c.x(0)->meta().is_contiguous();
+/// Whether LibTorch's det and slogdet factored Aᵀ rather than A: they do for an A that is
+/// contiguous as at::Tensor::is_contiguous() says (strides of size-1 dims do not count), which
+/// saves a copy.
+bool factored_transpose(const Value* a) {
+  const TensorMeta& m = a->meta();
+  return at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(c10::kMeta)).is_contiguous();
+}
+
+/// A⁻ᵀ from the LU factorization det and slogdet return.
+Value* inverse_transposed(Ctx& c, Value* lu, Value* pivots) {
   const TensorMeta& m = lu->meta();
-  if (perturb) {
-    double eps = m.dtype == c10::kDouble ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
-    Value* zero = c.call("aten::eq.Scalar", {c.call("aten::diagonal", {lu, 0, -2, -1}), 0});
-    Value* shift = c.call("aten::mul.Scalar", {c.call("aten::_to_copy", {zero, m.dtype}), eps});
-    lu = c.call("aten::add.Tensor", {lu, c.call("aten::diag_embed", {shift, 0, -2, -1})});
-  }
+  Value* eye = c.call("aten::expand", {c.call("aten::eye", {m.sizes.back(), m.dtype, std::nullopt, m.device}), m.sizes});
+  return c.call("aten::linalg_lu_solve", {lu, pivots, eye, true, /*adjoint=*/!factored_transpose(c.x(0))});
+}
+
+/// The cofactor matrix of A, det(A)·A⁻ᵀ, from its LU factorization: zero pivots are replaced
+/// by epsilon, and det is that of the perturbed factors, so a singular A gets (up to O(eps)) its
+/// cofactors, the limit, rather than 0·inf.
+Value* cofactors(Ctx& c, Value* lu, Value* pivots) {
+  const TensorMeta& m = lu->meta();
+  double eps = m.dtype == c10::kDouble ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
+  Value* diagonal = c.call("aten::diagonal", {lu, 0, -2, -1});
+  diagonal = c.call("aten::masked_fill.Scalar", {diagonal, c.call("aten::eq.Scalar", {diagonal, 0}), eps});
+  Value* perturbed = c.call("aten::diagonal_scatter", {lu, diagonal, 0, -2, -1});
+  // det = Π diag(U) · (−1)^(rows swapped); pivots are 1-based row numbers
   int64_t n = m.sizes.back();
-  Value* eye = c.call("aten::expand", {c.call("aten::eye", {n, m.dtype, std::nullopt, m.device}), m.sizes});
-  return c.call("aten::linalg_lu_solve", {lu, pivots, eye, true, /*adjoint=*/!of_transpose});
+  Value* rows = c.call("aten::arange.start", {1, n + 1, pivots->meta().dtype, std::nullopt, m.device});
+  Value* swapped = c.call("aten::ne.Tensor", {pivots, rows});
+  Value* sign = c.call("aten::rsub.Scalar", {c.call("aten::mul.Scalar", {c.call("aten::_to_copy", {swapped, m.dtype}), 2}), 1});
+  Value* det = c.call("aten::mul.Tensor", {c.call("aten::prod.dim_int", {diagonal, -1, true}), c.call("aten::prod.dim_int", {sign, -1, true})});
+  return c.call("aten::mul.Tensor", {inverse_transposed(c, perturbed, pivots), c.call("aten::unsqueeze", {det, -1})});
 }
 
 /// Σ over the last two dims of t ⊙ f.
@@ -103,6 +121,20 @@ std::vector<Value*> cholesky(Ctx& c) {
   return {upper ? mT(c, dL) : dL};
 }
 
+// cholesky_solve(B, L, upper) -> X = A⁻¹B with A = L·Lᵀ (upper: Uᵀ·U), from the triangle of L
+// the op reads: dA = dL·Lᵀ + L·dLᵀ, and dX = A⁻¹(dB − dA·X), another cholesky_solve.
+std::vector<Value*> cholesky_solve(Ctx& c) {
+  if (!c.t(0) && !c.t(1)) return {};
+  bool upper = c.c(2).toBool();
+  Value* dA = nullptr;
+  if (Value* dL = triangle(c, c.t(1), upper)) {
+    Value* L = triangle(c, c.x(1), upper);  // primal: folded
+    Value* half = upper ? matmul(c, mT(c, dL), L) : matmul(c, dL, mT(c, L));  // dL·Lᵀ (upper: dUᵀ·U)
+    dA = c.call("aten::add.Tensor", {half, mT(c, half)});
+  }
+  return c.reapply(0, residual_rhs(c, dA, c.t(0), c.out(), /*left=*/true));
+}
+
 // _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors)
 std::vector<Value*> eigh(Ctx& c) {
   if (!c.t(0)) return {};
@@ -132,14 +164,15 @@ void register_solvers(Registry& r) {
   });
   r.add("aten::_linalg_det", [](Ctx& c) -> std::vector<Value*> {  // -> (det, LU, pivots)
     if (!c.t(0)) return {};
-    Value* det = c.call("aten::unsqueeze", {c.call("aten::unsqueeze", {c.out(0), -1}), -1});
-    return {frobenius(c, c.t(0), c.call("aten::mul.Tensor", {inverse_transposed(c, c.out(1), c.out(2), true), det}))};
+    return {frobenius(c, c.t(0), cofactors(c, c.out(1), c.out(2)))};
   });
   r.add("aten::_linalg_slogdet", [](Ctx& c) -> std::vector<Value*> {  // -> (sign, logabsdet, LU, pivots)
     if (!c.t(0)) return {};
-    return {nullptr, frobenius(c, c.t(0), inverse_transposed(c, c.out(2), c.out(3), false))};
+    return {nullptr, frobenius(c, c.t(0), inverse_transposed(c, c.out(2), c.out(3)))};
   });
   r.add("aten::linalg_cholesky_ex", cholesky);
+  r.add("aten::cholesky", cholesky);  // the legacy form: (A, upper) -> L
+  r.add("aten::cholesky_solve", cholesky_solve);
   r.add("aten::_linalg_eigh", eigh);
 }
 

@@ -29,9 +29,12 @@ bool adds(const Ctx&) { return true; }
 // partials summed over channels; with the channels folded into the batch (x as [N·C, 1, ...],
 // the grid repeated per channel) it gives each channel's own, a primal expression that fold
 // evaluates once. Nearest sampling is piecewise constant in the positions: no tangent there.
+// cuDNN's grid sampler (what LibTorch picks on CUDA for bilinear sampling, zero padding and
+// aligned corners) is the same function: its partials come from grid_sampler_2d_backward.
 std::vector<Value*> grid_sampler(Ctx& c) {
   Value* t = c.t(0) ? c.reapply(0, c.t(0)).at(0) : nullptr;
-  if (!c.t(1) || c.c(2).toInt() == 1) return {t};
+  bool cudnn = c.n.op() == "aten::cudnn_grid_sampler";
+  if (!c.t(1) || (!cudnn && c.c(2).toInt() == 1)) return {t};
   const auto &xs = c.x(0)->meta().sizes, &gs = c.x(1)->meta().sizes;  // [N, C, in...], [N, out..., k]
   int64_t n = xs[0], ch = xs[1];
   std::vector<int64_t> x_flat = {n * ch, 1}, per_channel = {n, ch}, ones = {n * ch, 1};
@@ -44,8 +47,10 @@ std::vector<Value*> grid_sampler(Ctx& c) {
   Value* grid = reshape(c, c.call("aten::expand", {c.call("aten::unsqueeze", {c.x(1), 1}), per_channel}), grid_flat);
   const TensorMeta& m = c.out()->meta();
   Value* g = c.call("aten::ones", {ones, m.dtype, std::nullopt, m.device});
-  Value* partials = c.b.emit(c.n.op() + "_backward", {g, reshape(c, c.x(0), x_flat), grid, c.a(2), c.a(3), c.a(4),
-                                                      c10::List<bool>({true, true})}).at(1);
+  std::vector<BArg> how = {0, 0, true};  // cuDNN's: bilinear, zeros, align_corners
+  if (!cudnn) how = {c.a(2), c.a(3), c.a(4)};
+  Value* partials = c.b.emit(cudnn ? std::string("aten::grid_sampler_2d_backward") : c.n.op() + "_backward",
+                             {g, reshape(c, c.x(0), x_flat), grid, how[0], how[1], how[2], c10::List<bool>({true, true})}).at(1);
   Value* f = c.call("aten::view", {partials, per_channel});
   Value* tg = c.call("aten::unsqueeze", {c.t(1), 1});
   return {c.add(t, c.call("aten::sum.dim_IntList", {c.mul(tg, f), std::vector<int64_t>{-1}}))};
@@ -89,7 +94,7 @@ void register_views(Registry& r) {
                          "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", "aten::pixel_shuffle",
                          "aten::pixel_unshuffle", "aten::channel_shuffle", "aten::trace", "aten::_upsample_bilinear2d_aa",
                          "aten::_upsample_bicubic2d_aa", "aten::im2col", "aten::col2im", "aten::narrow_copy",
-                         "aten::masked_select"})
+                         "aten::masked_select", "aten::diag_embed", "aten::affine_grid_generator"})
     r.add(op, linear_in(0));
   // Max pooling picks elements: the tangent at the indices it returns, which index each
   // channel's flattened spatial dims (the last 2 or 3).
@@ -144,6 +149,7 @@ void register_views(Registry& r) {
   });
   r.add("aten::grid_sampler_2d", grid_sampler);
   r.add("aten::grid_sampler_3d", grid_sampler);
+  r.add("aten::cudnn_grid_sampler", grid_sampler);
   r.add("aten::_embedding_bag", embedding_bag);
   r.add("aten::_embedding_bag_forward_only", embedding_bag);
   r.add("aten::view", [](Ctx& c) -> std::vector<Value*> {
