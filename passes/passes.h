@@ -54,6 +54,11 @@ bool merge_factors(Graph& g);
 /// that the residual is the boolean mask (1 byte per element) rather than a float copy of it.
 bool select_masks(Graph& g);
 
+/// zero_blocks.cpp: a bmm reading cat([zeros, t]) through views (a KV cache's tangent) skips
+/// the zero block: bmm(slice(a), t) along the contracted dim, cat([zeros, bmm(a, t)]) along
+/// another.
+bool zero_blocks(Graph& g);
+
 /// group_bmm.cpp: a bmm whose right operand repeats each key/value head (grouped-query
 /// attention) reads the unrepeated tensor, with the left operand's matrices stacked per group.
 bool group_bmm(Graph& g);

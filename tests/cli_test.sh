@@ -71,9 +71,9 @@ if grep '^{' "$DIR/out" | python3 -c '
 import json, sys
 d = [json.loads(l) for l in sys.stdin]
 assert d[0]["after"] == "trace" and d[0]["position"] == 0, d[0]["after"]
-assert [x["position"] for x in d] == list(range(len(d))) and len(d) == 16, len(d)
+assert [x["position"] for x in d] == list(range(len(d))) and len(d) == 17, len(d)
 assert [x["after"] for x in d].count("dce") == 2 and all("nodes" in x["graph"] for x in d)'; then
-  pass "  ...16 dumps, trace first, positions in order"; else fail "  ...the JSON dumps"; fi
+  pass "  ...17 dumps, trace first, positions in order"; else fail "  ...the JSON dumps"; fi
 expect 1 "a failed check exits 1" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --tolerance 0; contains out "FAIL"
 expect 0 "linearize mlp" -- "$JVPC" linearize mlp --device cpu --seq-len 16
 expect 0 "linearize block" -- "$JVPC" linearize block --device cpu --seq-len 16 --causal

@@ -17,7 +17,8 @@ std::vector<std::string> Linearized::tangent_names() const {
 void add_linearize_passes(Pipeline& p, const std::vector<std::string>& wrt, size_t primal_outputs,
                           std::shared_ptr<std::unordered_map<int, at::Tensor>> known, const std::set<std::string>& disabled) {
   static const std::vector<std::string> optional = {"simplify-views", "simplify-arith", "cse", "scale-to-residual",
-                                                    "merge-factors", "select-masks", "group-bmm", "fuse-matmul-add"};
+                                                    "merge-factors", "select-masks", "group-bmm", "zero-blocks",
+                                                    "fuse-matmul-add"};
   for (const std::string& name : disabled)
     if (std::find(optional.begin(), optional.end(), name) == optional.end()) {
       std::string list;
@@ -43,6 +44,7 @@ void add_linearize_passes(Pipeline& p, const std::vector<std::string>& wrt, size
   add("merge-factors", merge_factors);
   add("select-masks", select_masks);
   add("group-bmm", group_bmm);
+  add("zero-blocks", zero_blocks);
   add("fold", [known](Graph& g) { return fold(g, *known); });
   add("dce", [](Graph& g) { return dce(g, /*prune_primal_inputs=*/true); });
   add("simplify-views", simplify_views);

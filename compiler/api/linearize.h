@@ -27,7 +27,7 @@ struct LinearizeOptions {
   /// marked differentiable, in graph order.
   std::vector<std::string> wrt;
   /// Optimizations to leave out, to see what each one does: simplify-views, simplify-arith, cse,
-  /// scale-to-residual, merge-factors, select-masks, group-bmm, fuse-matmul-add (not jvp, fold
+  /// scale-to-residual, merge-factors, select-masks, group-bmm, zero-blocks, fuse-matmul-add (not jvp, fold
   /// or dce, which linearize needs). The tangent graph is as correct, and larger.
   std::set<std::string> disabled_passes;
   /// Extra observers of the pass pipeline (IR dumps, ...).

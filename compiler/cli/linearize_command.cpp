@@ -236,7 +236,7 @@ void add_linearize(CLI::App& app) {
                   "print the IR after this pass (repeatable; 'trace' for the traced graph, 'all' for every pass)");
   cmd->add_option("--disable-pass", o->disabled,
                   "leave this optimization out (repeatable), to see what it does: simplify-views, simplify-arith, cse, "
-                  "scale-to-residual, merge-factors, select-masks, group-bmm, fuse-matmul-add");
+                  "scale-to-residual, merge-factors, select-masks, group-bmm, zero-blocks, fuse-matmul-add");
   cmd->add_option("--dump-format", o->dump_format,
                   "text, or json: one line per dump, {\"after\": PASS, \"position\": N, \"graph\": ...}, among the "
                   "table's lines (constants are not included)")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
