@@ -160,6 +160,8 @@ std::vector<RuleCase> cases() {
       {"aten::linalg_cholesky_ex", {{2, 3, 3}}, one([](auto& x) {
          return at::linalg_cholesky(x[0].matmul(x[0].mT()) + 3 * eye(x[0]), /*upper=*/true);
        })},
+      {"aten::linalg_matrix_exp", {{3, 3}}, one([](auto& x) { return at::linalg_matrix_exp(x[0] * 0.5); })},
+      {"aten::linalg_matrix_exp", {{2, 4, 4}}, one([](auto& x) { return at::matrix_exp(x[0].mT()); })},
       {"aten::cholesky", {{3, 3}}, one([](auto& x) { return at::cholesky(x[0].matmul(x[0].mT()) + 3 * eye(x[0])); }),
        one([](auto& x) { return at::linalg_cholesky(x[0].matmul(x[0].mT()) + 3 * eye(x[0])); })},  // (no forward AD for the legacy op)
       {"aten::cholesky_solve", {{3, 2}, {3, 3}}, one([](auto& x) {

@@ -431,7 +431,7 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       return std::vector<TensorMeta>{preserving_layout(operand_meta(a, 0, in))};
     });
   // ... and some that allocate their result contiguous whatever the operand's layout.
-  for (const char* op : {"aten::smooth_l1_loss_backward", "aten::huber_loss_backward"})
+  for (const char* op : {"aten::smooth_l1_loss_backward", "aten::huber_loss_backward", "aten::linalg_matrix_exp"})
     rules.emplace(op, [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
       const auto& x = operand_meta(a, 0, in);
       return std::vector<TensorMeta>{like(x, x.sizes, x.dtype)};

@@ -8,6 +8,8 @@
 //   log|det A|            d = Σ A⁻ᵀ ⊙ dA
 //   L = chol(A)           dL = L·Φ(L⁻¹·dA·L⁻ᵀ), Φ: the lower triangle, diagonal halved
 //   A = V·diag(λ)·Vᵀ      dλ = diag(Vᵀ·dA·V), dV = V·(E ⊙ Vᵀ·dA·V), E_ij = 1/(λ_j − λ_i)
+//   exp(A)                the top right block of exp([[A, dA], [0, A]]) (no factorization to
+//                         reuse: one exponential of twice the size per call)
 //
 // as LibTorch's forward AD computes them, except at a singular matrix, where det's tangent is
 // the cofactors' (LibTorch's is 0; central differences agree with jvpc). Eigenvectors of
@@ -174,6 +176,15 @@ void register_solvers(Registry& r) {
   r.add("aten::cholesky", cholesky);  // the legacy form: (A, upper) -> L
   r.add("aten::cholesky_solve", cholesky_solve);
   r.add("aten::_linalg_eigh", eigh);
+  r.add("aten::linalg_matrix_exp", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    Value* A = c.x(0);
+    int64_t n = A->meta().sizes.back();
+    Value* top = c.call("aten::cat", {std::vector<Value*>{A, c.t(0)}, -1});
+    Value* bottom = c.call("aten::cat", {std::vector<Value*>{c.zeros_like(A), A}, -1});
+    Value* e = c.call("aten::linalg_matrix_exp", {c.call("aten::cat", {std::vector<Value*>{top, bottom}, -2})});
+    return {c.call("aten::slice.Tensor", {c.call("aten::slice.Tensor", {e, -2, 0, n}), -1, n, 2 * n})};
+  });
 }
 
 }  // namespace jvpc::jvp_rules
