@@ -28,14 +28,16 @@ struct Chain {
     return bld.call("aten::mul.Tensor", {bld.call("aten::mul.Tensor", {t, fa}), gb});
   }
   /// Runs merge-factors, which must change the graph; it still verifies, and computes what it
-  /// did before on random inputs.
+  /// did before on random inputs, up to float32 rounding (a norm-wise check: elementwise,
+  /// t·a − t·b against t·(a − b) differs by an ulp of the terms where they cancel, which failed
+  /// now and then in CI).
   void merge() {
     std::unique_ptr<Graph> before = g.clone();
     EXPECT_TRUE(merge_factors(g));
     verify(g);
     std::vector<at::Tensor> in;
     for (const Input& i : g.inputs()) in.push_back(at::randn(i.value->meta().sizes));
-    EXPECT_TRUE(Executable(std::move(before)).run(in)[0].allclose(Executable(g.clone()).run(in)[0]));
+    EXPECT_LT(test::rel_error(Executable(g.clone()).run(in)[0], Executable(std::move(before)).run(in)[0]), 1e-6);
   }
 };
 
