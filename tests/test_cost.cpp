@@ -110,6 +110,13 @@ TEST(Cost, OtherFlopsFollowTheConvention) {
   EXPECT_EQ(node_cost(*mv->producer()).matmul_flops, 0);
   EXPECT_EQ(node_cost(*dot->producer()).other_flops, 2 * 16);
   EXPECT_EQ(node_cost(*flip->producer()).other_flops, 0);
+  // Solves with a factored matrix: n²·k per substitution, for an n×n matrix and n×k right-hand side.
+  Value* a = g.add_input("a", f32({2, 16, 16}), Role::Primal);
+  Value* rhs = g.add_input("rhs", f32({2, 16, 3}), Role::Primal);
+  Value* tri = b.call("aten::linalg_solve_triangular", {a, rhs, true});
+  Value* chol = b.call("aten::cholesky_solve", {rhs, a});
+  EXPECT_EQ(node_cost(*tri->producer()).other_flops, 2 * 16 * 16 * 3);
+  EXPECT_EQ(node_cost(*chol->producer()).other_flops, 2 * 2 * 16 * 16 * 3);
 }
 
 // Counts past 2^63 are an error naming the op, never a wrapped number (found by review:

@@ -6,6 +6,7 @@
 #include "compiler/api/reference.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/printer.h"
+#include "compiler/ir/serialize.h"
 #include "compiler/ir/verifier.h"
 #include "passes/passes.h"
 #include "passes/jvp_rules/rules.h"
@@ -586,6 +587,30 @@ INSTANTIATE_TEST_SUITE_P(Rules, JvpRule, ::testing::Range<size_t>(0, cases().siz
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return name;
 });
+
+// Every case's traced graph loads back from JSON: the loader re-derives each node's outputs, so
+// every op a case traces has a Meta kernel or a shape rule (cholesky_solve had neither).
+TEST(JvpRules, EveryCasesTraceLoadsBackFromJson) {
+  for (const RuleCase& rc : cases()) {
+    std::vector<TraceInput> primals;
+    for (size_t i = 0; i < rc.shapes.size(); ++i) primals.push_back({"x" + std::to_string(i), at::rand(rc.shapes[i], at::kDouble) + 0.5});
+    Trace t = trace(rc.fn, primals, TraceOptions::graph_only());
+    std::unique_ptr<Graph> back;
+    try {
+      back = from_json(nlohmann::json::parse(to_json(*t.graph).dump()));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << rc.op << ": " << e.what();
+      continue;
+    }
+    auto ops = [](const Graph& g) {
+      std::vector<std::string> out;
+      for (const Node* n : g.nodes())
+        for (const Value* o : n->outputs()) out.push_back(n->op() + " -> " + o->meta().str());
+      return out;
+    };
+    EXPECT_EQ(ops(*back), ops(*t.graph)) << rc.op;
+  }
+}
 
 // Every rule in the registry has a case above, except the CUDA kernels, which need a GPU: the
 // fused attention kernels (Linearize.CudaFusedKernelsMatchMathPathForwardAd; also checked on

@@ -79,8 +79,9 @@ namespace {
 
 // How an op's FLOPs scale: none (copies, factories), per output element (elementwise), per input
 // element (reductions, softmax and its backward), per input element plus one rsqrt per row
-// (normalizations).
-enum class Kind { Copy, Elementwise, Reduction, Normalization };
+// (normalizations), per output element times the order n of the matrix solved with (a solve
+// with a factored matrix: n²·k per substitution for an n×k right-hand side).
+enum class Kind { Copy, Elementwise, Reduction, Normalization, Solve };
 
 struct Rule {
   Kind kind;
@@ -124,6 +125,9 @@ const std::unordered_map<std::string, Rule>& rules() {
     // Matrix-vector and dot products: FlopCounterMode has no rule for them, so they count as
     // reductions of their first operand, 2 per multiply-add as for the matmuls.
     m["aten::mv"] = m["aten::dot"] = {Kind::Reduction, 2, 0};
+    // Solves with a factored matrix: one substitution (triangular), two (LU, Cholesky).
+    m["aten::linalg_solve_triangular"] = {Kind::Solve, 1, 0};
+    m["aten::linalg_lu_solve"] = m["aten::cholesky_solve"] = {Kind::Solve, 2, 0};
     return m;
   }();
   return r;
@@ -176,6 +180,11 @@ NodeCost cost_of(const Node& n) {
       c.other_flops = product({r.other, in_elems});
       c.transcendentals = product({r.trans, in_elems});
       break;
+    case Kind::Solve: {  // the matrix: operand 0, except cholesky_solve(B, L)
+      const Value* matrix = n.op() == "aten::cholesky_solve" ? n.input(1) : n.input(0);
+      c.other_flops = product({r.other, matrix->meta().sizes.back(), out_elems});
+      break;
+    }
     case Kind::Normalization: {
       c.other_flops = product({r.other, in_elems});
       c.transcendentals = n.outputs().size() > 2 ? n.output(2)->meta().numel() : 0;  // one rsqrt per row

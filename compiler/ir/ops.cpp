@@ -436,16 +436,17 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       const auto& x = operand_meta(a, 0, in);
       return std::vector<TensorMeta>{like(x, x.sizes, x.dtype)};
     });
-  // linalg_solve_triangular(A, B, ...): B's matrix shape over the broadcast batch, each matrix
-  // column-major (as LAPACK writes it).
-  rules.emplace("aten::linalg_solve_triangular", [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
-    const auto &A = operand_meta(a, 0, in), &B = operand_meta(a, 1, in);
-    if (A.sizes.size() < 2 || B.sizes.size() < 2) throw Error("linalg_solve_triangular: A and B must be matrices or batches of them");
-    auto batch = at::infer_size(c10::IntArrayRef(A.sizes).slice(0, A.sizes.size() - 2), c10::IntArrayRef(B.sizes).slice(0, B.sizes.size() - 2));
-    std::vector<int64_t> transposed = batch;
-    transposed.insert(transposed.end(), {B.sizes.end()[-1], B.sizes.end()[-2]});
-    return std::vector<TensorMeta>{on_device_of(at::empty(transposed, on_meta(B).options()).mT(), B)};
-  });
+  // linalg_solve_triangular(A, B, ...), cholesky_solve(B, L, upper): B's matrix shape over the
+  // broadcast batch, each matrix column-major (as LAPACK writes it).
+  for (auto [op, matrix] : {std::pair{"aten::linalg_solve_triangular", 0}, std::pair{"aten::cholesky_solve", 1}})
+    rules.emplace(op, [matrix = static_cast<size_t>(matrix)](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+      const auto &A = operand_meta(a, matrix, in), &B = operand_meta(a, 1 - matrix, in);
+      if (A.sizes.size() < 2 || B.sizes.size() < 2) throw Error("the matrix and the right-hand side must be matrices or batches of them");
+      auto batch = at::infer_size(c10::IntArrayRef(A.sizes).slice(0, A.sizes.size() - 2), c10::IntArrayRef(B.sizes).slice(0, B.sizes.size() - 2));
+      std::vector<int64_t> transposed = batch;
+      transposed.insert(transposed.end(), {B.sizes.end()[-1], B.sizes.end()[-2]});
+      return std::vector<TensorMeta>{on_device_of(at::empty(transposed, on_meta(B).options()).mT(), B)};
+    });
   // grid_sampler_{2,3}d_backward(grad, input, grid, ..., output_mask): gradients of input and grid,
   // contiguous.
   for (const char* op : {"aten::grid_sampler_2d_backward", "aten::grid_sampler_3d_backward"})
