@@ -8,6 +8,8 @@
 // primal inputs too when asked (a tangent graph after folding reads none).
 #include "passes/passes.h"
 
+#include <ATen/TensorUtils.h>
+
 #include <algorithm>
 
 #include <unordered_set>
@@ -75,6 +77,10 @@ bool replace_output_if_same_layout(Graph& g, Node* n, Value* v) {
   }
   replace_output(g, n, v);
   return true;
+}
+
+bool viewable(const Value* v, const std::vector<int64_t>& shape) {
+  return at::detail::computeStride(v->meta().sizes, v->meta().strides, shape).has_value();
 }
 
 bool is_graph_output(const Value* v) {

@@ -23,8 +23,6 @@
 
 #include "compiler/ir/builder.h"
 
-#include <ATen/TensorUtils.h>
-
 namespace jvpc {
 
 namespace {
@@ -75,10 +73,6 @@ std::optional<Repeat> repeated(Value* x) {
   const auto& base = u->input(0)->meta().sizes;
   if (e.size() != 5 || e[2] <= 1 || e[0] != base[0] || e[1] != base[1] || e[3] != base[2] || e[4] != base[3]) return std::nullopt;
   return Repeat{u->input(0), e[2], std::move(steps)};
-}
-
-bool viewable(const Value* v, const std::vector<int64_t>& shape) {
-  return at::detail::computeStride(v->meta().sizes, v->meta().strides, shape).has_value();
 }
 
 }  // namespace

@@ -82,6 +82,9 @@ bool replace_output_if_same_layout(Graph& g, Node* n, Value* v);
 /// Whether the graph returns `v`.
 bool is_graph_output(const Value* v);
 
+/// Whether `v`'s layout can be viewed as `shape` (aten::view would take it without a copy).
+bool viewable(const Value* v, const std::vector<int64_t>& shape);
+
 /// A Pass that calls a function.
 std::unique_ptr<Pass> make_pass(std::string name, std::function<bool(Graph&)> fn);
 

@@ -17,6 +17,7 @@
 #include "compiler/ir/builder.h"
 
 #include <c10/core/WrapDimMinimal.h>
+#include <c10/util/accumulate.h>
 
 namespace jvpc {
 
@@ -33,12 +34,6 @@ struct Blocks {
   std::vector<int64_t> sizes;
   int64_t dim;
 };
-
-int64_t product(const std::vector<int64_t>& s, size_t from, size_t to) {
-  int64_t p = 1;
-  for (size_t i = from; i < to; ++i) p *= s[i];
-  return p;
-}
 
 // `x` as the blocks of a cat with a zero block, through the views between them, each replayed on
 // the non-zero blocks; every value on the way read only once. The nodes it builds are in `made`.
@@ -72,18 +67,16 @@ std::optional<Blocks> blocks_of(Builder& b, Value* x, std::vector<Node*>& made) 
   const auto &from = n->input(0)->meta().sizes, &to = x->meta().sizes;
   size_t d = static_cast<size_t>(in->dim), tail = from.size() - d;
   if (to.size() < tail || !std::equal(from.begin() + static_cast<std::ptrdiff_t>(d), from.end(), to.end() - static_cast<std::ptrdiff_t>(tail)) ||
-      product(from, 0, d) != product(to, 0, to.size() - tail))
+      c10::multiply_integers(from.begin(), from.begin() + static_cast<std::ptrdiff_t>(d)) !=
+          c10::multiply_integers(to.begin(), to.end() - static_cast<std::ptrdiff_t>(tail)))
     return std::nullopt;
   out.dim = static_cast<int64_t>(to.size() - tail);
   for (size_t i = 0; i < out.parts.size(); ++i) {
     if (!out.parts[i]) continue;
     std::vector<int64_t> sizes = to;
     sizes[static_cast<size_t>(out.dim)] = out.sizes[i];
-    try {
-      made.push_back((out.parts[i] = b.call("aten::view", {out.parts[i], sizes}))->producer());
-    } catch (const Error&) {  // a block laid out so that it cannot be viewed so
-      return std::nullopt;
-    }
+    if (!viewable(out.parts[i], sizes)) return std::nullopt;  // a block whose layout cannot take it
+    made.push_back((out.parts[i] = b.call("aten::view", {out.parts[i], sizes}))->producer());
   }
   return out;
 }

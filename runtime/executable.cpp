@@ -129,7 +129,7 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
     int s = slot_of(in.value);
     if (in.role == Role::Constant) {
       constants_.emplace_back(s, in.data.defined() ? in.data.to(in.value->meta().device) : at::Tensor());
-      constant_names_.push_back(in.name);
+      constant_inputs_.push_back(&in);
       alias_versions_.push_back(version_of_alias(in, constants_.back().second));
     } else {
       arguments_.push_back(&in);
@@ -208,9 +208,10 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
 Executable::~Executable() = default;
 
 void Executable::bind(const std::string& name, const at::Tensor& value) {
-  for (size_t i = 0; i < constant_names_.size(); ++i) {
-    if (constant_names_[i] != name) continue;
-    const Value* v = graph_->find_input(name)->value;
+  for (size_t i = 0; i < constant_inputs_.size(); ++i) {
+    const Input& in = *constant_inputs_[i];
+    if (in.name != name) continue;
+    const Value* v = in.value;
     if (!value.defined()) throw Error("constant '" + name + "': undefined tensor");
     if (value.sizes().vec() != v->meta().sizes || value.scalar_type() != v->meta().dtype)
       throw Error("constant '" + name + "': expected " + v->meta().str() + " but got " + meta_of(value));
@@ -223,7 +224,7 @@ void Executable::bind(const std::string& name, const at::Tensor& value) {
       throw Error("constant '" + name + "': " + one_line(e));
     }
     constants_[i].second = bound;
-    alias_versions_[i] = version_of_alias(*graph_->find_input(name), bound);
+    alias_versions_[i] = version_of_alias(in, bound);
     std::lock_guard<std::mutex> lock(mu_);
     cuda_ = std::make_unique<CudaGraphState>();  // a captured graph read the old tensor
     return;
@@ -254,9 +255,10 @@ std::vector<at::Tensor> Executable::checked(const std::vector<at::Tensor>& input
   }
   for (size_t i = 0; i < constants_.size(); ++i) {
     const at::Tensor& c = constants_[i].second;
-    if (!c.defined()) throw Error("constant '" + constant_names_[i] + "' is not bound");
+    const Input& in = *constant_inputs_[i];
+    if (!c.defined()) throw Error("constant '" + in.name + "' is not bound");
     if (alias_versions_[i] && c._version() != *alias_versions_[i])
-      throw Error("constant '" + constant_names_[i] + "' aliases the input '" + graph_->find_input(constant_names_[i])->aliases +
+      throw Error("constant '" + in.name + "' aliases the input '" + in.aliases +
                   "', which was written in place after the graph was compiled; the graph's other constants hold values "
                   "computed from the old one. Compile (linearize) again, or bind the constant anew");
   }

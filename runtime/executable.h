@@ -106,7 +106,7 @@ class Executable {
   std::vector<const Input*> arguments_;
   std::vector<int> argument_slots_;
   std::vector<std::pair<int, at::Tensor>> constants_;  // slot, tensor
-  std::vector<std::string> constant_names_;
+  std::vector<const Input*> constant_inputs_;  // per constant: its graph input (name, aliases)
   std::vector<std::optional<int64_t>> alias_versions_;  // per constant: the version bound, if it aliases an input
   std::vector<Step> steps_;
   std::vector<int> output_slots_;

@@ -132,7 +132,9 @@ TEST(ZeroBlocks, ADecodingStepSkipsTheCachesZeroTangent) {
   EXPECT_EQ(dense.report.tangent.matmul_flops, 8320);
   EXPECT_EQ(lin.report.tangent.matmul_flops, 4224) << to_text(*lin.tangent_graph);
   for (const Node* n : lin.tangent_graph->nodes())
-    if (n->op() == "aten::zeros") EXPECT_LE(n->output()->meta().numel(), 2 * 64) << "a cache-sized zero block";
+    if (n->op() == "aten::zeros") {
+      EXPECT_LE(n->output()->meta().numel(), 2 * 64) << "a cache-sized zero block";
+    }
   std::vector<at::Tensor> ref = forward_ad_jvp(fn, {in[0].value, in[1].value, in[2].value}, {t[0], t[1], t[2]});
   EXPECT_LT(test::rel_error(lin.jvp(t)[0], ref[0]), 1e-12);
 }

@@ -51,10 +51,11 @@ std::vector<std::string> split_names(const std::string& s) {
   return out;
 }
 
-// --dump-after takes "trace" (the traced graph), the pipeline's pass names, or "all".
-void check_dump_names(const std::vector<std::string>& names) {
+// --disable-pass takes the optional passes; --dump-after "trace" (the traced graph), the names of
+// the passes that run, or "all".
+void check_pass_names(const std::vector<std::string>& names, const std::set<std::string>& disabled) {
   Pipeline p;
-  add_linearize_passes(p, {}, 0, nullptr);
+  add_linearize_passes(p, {}, 0, nullptr, disabled);  // throws for a pass that cannot be disabled
   std::vector<std::string> known = {"trace"};  // in pipeline order, each once (dce runs twice)
   for (const std::string& k : p.pass_names())
     if (std::find(known.begin(), known.end(), k) == known.end()) known.push_back(k);
@@ -263,9 +264,7 @@ void add_linearize(CLI::App& app) {
     LinearizeOptions opts;
     if (cmd->count("--wrt")) opts.wrt = split_names(o->wrt);
     opts.disabled_passes = std::set<std::string>(o->disabled.begin(), o->disabled.end());
-    Pipeline check_disabled;  // before tracing: a bad name fails fast
-    add_linearize_passes(check_disabled, {}, 0, nullptr, opts.disabled_passes);
-    check_dump_names(o->dump_after);
+    check_pass_names(o->dump_after, opts.disabled_passes);  // before tracing: a bad name fails fast
     std::set<std::string> dumps(o->dump_after.begin(), o->dump_after.end());
     IrDump dump(dumps, o->dump_format, std::cout, "trace");
     if (!dumps.empty()) opts.observers.push_back(&dump);

@@ -261,11 +261,6 @@ TensorMeta like(const TensorMeta& m, std::vector<int64_t> sizes, c10::ScalarType
   return TensorMeta::contiguous(std::move(sizes), dtype, m.device);
 }
 
-/// A tensor on the Meta device (no data) with `m`'s sizes, strides and dtype.
-at::Tensor on_meta(const TensorMeta& m) {
-  return at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(c10::kMeta));
-}
-
 /// The metadata of a Meta tensor a shape rule made, on the device of `like`.
 TensorMeta on_device_of(const at::Tensor& meta, const TensorMeta& like) {
   TensorMeta m = TensorMeta::of(meta);
@@ -543,6 +538,10 @@ std::vector<at::Tensor> unpack_returns(const std::vector<c10::IValue>& stack, si
     }
   }
   return results;
+}
+
+at::Tensor on_meta(const TensorMeta& m) {
+  return at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(c10::kMeta));
 }
 
 }  // namespace jvpc

@@ -49,6 +49,10 @@ c10::IValue arg_to_ivalue(const Arg& a, const std::function<at::Tensor(int)>& op
 /// return counts.
 std::vector<at::Tensor> unpack_returns(const std::vector<c10::IValue>& stack, size_t first, std::vector<int>& counts);
 
+/// A tensor on the Meta device (no data) with `m`'s sizes, strides and dtype: to ask ATen about a
+/// layout (is_contiguous, memory formats) or run a Meta kernel.
+at::Tensor on_meta(const TensorMeta& m);
+
 /// Random ops are impure unless their dropout probability is zero.
 bool is_impure(const OpInfo& info, const std::vector<Arg>& args);
 

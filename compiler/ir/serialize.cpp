@@ -697,8 +697,7 @@ std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> 
                     TensorMeta::contiguous(m.sizes, m.dtype, c10::kCPU).str());
       at::Tensor t = it->second;
       if (!m.is_contiguous()) {
-        at::Tensor probe = at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(c10::kMeta));
-        if (!probe.is_non_overlapping_and_dense())
+        if (!on_meta(m).is_non_overlapping_and_dense())
           throw Error(path + ": constant '" + name + "' declares overlapping strides");
         t = at::empty_strided(m.sizes, m.strides, t.options()).copy_(t);
       }

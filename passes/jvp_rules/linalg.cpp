@@ -1,5 +1,6 @@
-// JVP rules of matrix products, distances and convolutions. Products are bilinear: d(x·y) = dx·y + x·dy, and a
-// zero tangent drops its term, so a product with one differentiated operand costs one matmul.
+// JVP rules of matrix products, distances and convolutions. Products are bilinear:
+// d(x·y) = dx·y + x·dy, and a zero tangent drops its term, so a product with one differentiated
+// operand costs one matmul.
 #include "passes/jvp_rules/rules.h"
 
 namespace jvpc::jvp_rules {
@@ -32,17 +33,19 @@ Rule add_product(Product product) {
 // two matmuls per call and no [P, R, M] residual; 0 where d_ij is 0.
 Value* euclidean_distance_tangent(Ctx& c) {
   Value *x = c.x(0), *y = c.x(1), *tx = c.t(0), *ty = c.t(1);
-  auto rows_dot = [&](Value* a, Value* t, int64_t dim) {  // Σ_k a_ik t_ik, as a column or a row
-    return c.call("aten::unsqueeze", {c.call("aten::sum.dim_IntList", {c.mul(t, a), std::vector<int64_t>{-1}}), dim});
+  auto rows_dot = [&](Value* a, Value* t) {  // Σ_k a_ik t_ik
+    return c.call("aten::sum.dim_IntList", {c.mul(t, a), std::vector<int64_t>{-1}});
   };
+  auto column = [&](Value* r) { return c.call("aten::unsqueeze", {r, -1}); };
+  auto row = [&](Value* r) { return c.call("aten::unsqueeze", {r, -2}); };
   Value* num = nullptr;
   if (x == y && tx == ty && tx) {  // distances within one set: x·dxᵀ is the transpose of dx·xᵀ
     Value* m = matmul(c, tx, mT(c, x));
-    Value* dots = c.call("aten::add.Tensor", {rows_dot(x, tx, -1), rows_dot(x, tx, -2)});
-    num = c.call("aten::sub.Tensor", {dots, c.call("aten::add.Tensor", {m, mT(c, m)})});
+    Value* r = rows_dot(x, tx);
+    num = c.call("aten::sub.Tensor", {c.call("aten::add.Tensor", {column(r), row(r)}), c.call("aten::add.Tensor", {m, mT(c, m)})});
   } else {
-    if (tx) num = c.call("aten::sub.Tensor", {rows_dot(x, tx, -1), matmul(c, tx, mT(c, y))});
-    if (ty) num = c.add(num, c.call("aten::sub.Tensor", {rows_dot(y, ty, -2), matmul(c, x, mT(c, ty))}));
+    if (tx) num = c.call("aten::sub.Tensor", {column(rows_dot(x, tx)), matmul(c, tx, mT(c, y))});
+    if (ty) num = c.add(num, c.call("aten::sub.Tensor", {row(rows_dot(y, ty)), matmul(c, x, mT(c, ty))}));
   }
   if (!num) return nullptr;
   Value* d = c.out();

@@ -120,7 +120,8 @@ void register_reductions(Registry& r) {
   });
   // d logcumsumexp(x)_i = Σ_{j≤i} t_j·exp(x_j − y_i) = cumsum(t·e)_i / cumsum(e)_i with
   // e = exp(x − max x) along the dim, as LibTorch's forward AD computes it; 0 where cumsum(e)
-  // is (a prefix of −inf, or one exp underflows for: far below the row's max), as there.
+  // is 0 (a prefix of −inf, or of values so far below the row's max that exp underflows), as
+  // LibTorch's is.
   r.add("aten::logcumsumexp", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     if (c.x(0)->meta().sizes.empty()) return {c.t(0)};

@@ -55,10 +55,7 @@ Value* symmetric_from(Ctx& c, Value* tA, const std::string& uplo) {
 /// Whether LibTorch's det and slogdet factored Aᵀ rather than A: they do for an A that is
 /// contiguous as at::Tensor::is_contiguous() says (strides of size-1 dims do not count), which
 /// saves a copy.
-bool factored_transpose(const Value* a) {
-  const TensorMeta& m = a->meta();
-  return at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(c10::kMeta)).is_contiguous();
-}
+bool factored_transpose(const Value* a) { return on_meta(a->meta()).is_contiguous(); }
 
 /// A⁻ᵀ from the LU factorization det and slogdet return.
 Value* inverse_transposed(Ctx& c, Value* lu, Value* pivots) {
