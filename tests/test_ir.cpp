@@ -163,6 +163,15 @@ TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
        [](auto& v) { return std::vector<BArg>{v[0], v[1], true, true, false}; }},
       {"aten::linalg_solve_triangular", {meta({2, 1, 3, 3}, f32), meta({4, 3}, f32)},
        [](auto& v) { return std::vector<BArg>{v[0], v[1], false, false, true}; }},
+      {"aten::linalg_pinv.atol_rtol_tensor", {meta({2, 5, 3}, f32)},
+       [](auto& v) { return std::vector<BArg>{v[0], std::nullopt, std::nullopt, false}; }},
+      // linalg_lstsq(A, B, rcond, driver): solutions column-major in max(m, n) rows; residuals
+      // for m > n except with gelsy; singular values with gelsd and gelss
+      {"aten::linalg_lstsq", {meta({5, 3}, f32), meta({5, 2}, f32)}, [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, std::nullopt}; }},
+      {"aten::linalg_lstsq", {meta({2, 5, 3}, f32), meta({1, 5, 2}, f32)}, [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, "gelsd"}; }},
+      {"aten::linalg_lstsq", {meta({2, 5, 3}, f32), meta({2, 5}, f32)}, [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, "gelss"}; }},
+      {"aten::linalg_lstsq", {meta({3, 5}, f32), meta({3}, f32)}, [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, "gelsd"}; }},
+      {"aten::linalg_lstsq", {meta({5, 3}, f32), meta({5, 2}, f32)}, [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, "gels"}; }},
       // grid_sampler_2d_backward(grad, input, grid, mode, padding, align_corners, output_mask)
       {"aten::grid_sampler_2d_backward", {meta({2, 3, 4, 5}, f32), meta({2, 3, 6, 7}, f32), meta({2, 4, 5, 2}, f32)},
        [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2], 0, 0, false, c10::List<bool>({true, true})}; }},

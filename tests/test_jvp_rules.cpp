@@ -55,6 +55,18 @@ Fn cdist(double p) {
 Fn distances(double p) {  // cdist as a vector norm of all pairs' differences
   return one([p](auto& x) { return at::linalg_vector_norm(x[0].unsqueeze(-2) - x[1].unsqueeze(-3), p, {-1}); });
 }
+/// linalg_svd's U, S and Vh, each pair of singular vectors signed so that U's first row is positive.
+Fn svd(bool full_matrices) {
+  return [=](const std::vector<at::Tensor>& x) {
+    auto [U, S, Vh] = at::linalg_svd(x[0], full_matrices);
+    at::Tensor sign = U.select(-2, 0).sign();  // [.., m or k]
+    int64_t k = S.size(-1);
+    at::Tensor s_k = sign.narrow(-1, 0, k);
+    at::Tensor u_sign = full_matrices ? sign : s_k, vh_sign = s_k.unsqueeze(-1);
+    if (full_matrices && Vh.size(-2) > k) vh_sign = at::cat({vh_sign, at::ones_like(Vh.select(-1, 0).narrow(-1, k, Vh.size(-2) - k)).unsqueeze(-1)}, -2);
+    return std::vector<at::Tensor>{U * u_sign.unsqueeze(-2), S, Vh * vh_sign};
+  };
+}
 /// embedding_bag's sum or mean of each bag's rows (per-sample weighted) by index_select.
 Fn bags(at::Tensor indices, std::vector<int64_t> offsets, int64_t mode, bool weighted = false) {
   return one([=](auto& x) {
@@ -173,11 +185,51 @@ std::vector<RuleCase> cases() {
        }), one([](auto& x) {  // (LibTorch's forward AD takes the whole matrix's tangent: the reference masks it)
          return at::cholesky_solve(x[0], x[1].triu(1) + 3 * eye(x[1]), /*upper=*/true);
        })},
+      {"aten::cholesky_solve", {{2, 2}, {2, 2, 2}}, one([](auto& x) {  // b broadcast against a batch of factors:
+         return at::cholesky_solve(x[0], x[1].tril() + 3 * eye(x[1]));  // LibTorch's forward AD is wrong here
+       }), nullptr, false, /*ad_outputs=*/0},                             // (pytorch#196694)
+      {"aten::linalg_lstsq", {{2, 5, 3}, {1, 5, 2}}, [](auto& x) {  // broadcast batch, gelss
+         auto r = at::linalg_lstsq(x[0], x[1], std::nullopt, "gelss");
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r)};
+       }},
       {"aten::_linalg_eigh", {{4, 4}}, [](auto& x) {
          auto r = at::linalg_eigh(x[0] + x[0].mT());
          return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r) * std::get<1>(r).select(-2, 0).sign().unsqueeze(-2)};
        }},
       {"aten::_linalg_eigh", {{2, 3, 3}}, one([](auto& x) { return at::linalg_eigvalsh(x[0] + x[0].mT(), "U"); })},
+      // singular vectors up to sign: the references fix each pair's sign by U's first row
+      {"aten::_linalg_svd", {{4, 3}}, svd(false)},
+      {"aten::_linalg_svd", {{3, 5}}, svd(false)},
+      {"aten::_linalg_svd", {{2, 3, 3}}, svd(true)},
+      {"aten::_linalg_svd", {{4, 3}}, svd(true), nullptr, false, 99, /*central_differences=*/false},  // U's extra column:
+      {"aten::_linalg_svd", {{3, 5}}, svd(true), nullptr, false, 99, false},                          // 0, as in LibTorch
+      {"aten::_linalg_svd", {{4, 3}}, one([](auto& x) { return at::linalg_svdvals(x[0]); })},  // no vectors computed
+      {"aten::_linalg_svd", {{2, 3, 5}}, one([](auto& x) { return at::linalg_matrix_norm(x[0], "nuc"); })},
+      {"aten::linalg_pinv.atol_rtol_tensor", {{4, 3}}, one([](auto& x) { return at::linalg_pinv(x[0]); })},
+      {"aten::linalg_pinv.atol_rtol_tensor", {{2, 3, 5}}, one([](auto& x) { return at::linalg_pinv(x[0]); })},
+      {"aten::linalg_qr", {{4, 3}}, [](auto& x) { auto [q, r] = at::linalg_qr(x[0]); return std::vector<at::Tensor>{q, r}; }},
+      {"aten::linalg_qr", {{2, 3, 5}}, [](auto& x) { auto [q, r] = at::linalg_qr(x[0]); return std::vector<at::Tensor>{q, r}; }},
+      {"aten::linalg_qr", {{3, 3}}, [](auto& x) { auto [q, r] = at::linalg_qr(x[0], "complete"); return std::vector<at::Tensor>{q, r}; }},
+      {"aten::linalg_qr", {{5, 3}}, one([](auto& x) { return std::get<1>(at::linalg_qr(x[0], "r")); }),  // (LibTorch refuses mode 'r')
+       nullptr, false, /*ad_outputs=*/0},
+      {"aten::linalg_lu_factor_ex", {{3, 3}}, one([](auto& x) { return std::get<0>(at::linalg_lu_factor(x[0])); })},
+      {"aten::linalg_lu_factor_ex", {{2, 4, 4}}, one([](auto& x) { return std::get<0>(at::linalg_lu_factor(x[0])); })},
+      {"aten::linalg_lu_factor_ex", {{5, 3}}, one([](auto& x) { return std::get<0>(at::linalg_lu_factor(x[0])); })},
+      {"aten::linalg_lu_factor_ex", {{2, 3, 5}}, one([](auto& x) { return std::get<0>(at::linalg_lu_factor(x[0])); })},
+      {"aten::linalg_lu", {{5, 3}}, [](auto& x) { auto [p, l, u] = at::linalg_lu(x[0]); return std::vector<at::Tensor>{l, u}; }},
+      {"aten::linalg_lu", {{2, 3, 5}}, [](auto& x) { auto [p, l, u] = at::linalg_lu(x[0]); return std::vector<at::Tensor>{l, u}; }},
+      {"aten::linalg_lstsq", {{5, 3}, {5, 2}}, one([](auto& x) { return std::get<0>(at::linalg_lstsq(x[0], x[1])); })},
+      {"aten::linalg_lstsq", {{2, 5, 3}, {2, 5}}, one([](auto& x) { return std::get<0>(at::linalg_lstsq(x[0], x[1])); })},  // vector b
+      {"aten::linalg_lstsq", {{5, 3}, {5, 2}}, [](auto& x) {  // gelsd: residuals and singular values too
+         auto r = at::linalg_lstsq(x[0], x[1], std::nullopt, "gelsd");
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<3>(r)};
+       }, nullptr, false, /*ad_outputs=*/2},  // (LibTorch's singular values have no tangent)
+      // (LibTorch's forward AD of cholesky_inverse is wrong, pytorch#196682: the references invert L·Lᵀ)
+      {"aten::cholesky_inverse", {{3, 3}}, one([](auto& x) { return at::cholesky_inverse(x[0].tril() + 3 * eye(x[0])); }),
+       one([](auto& x) { at::Tensor l = x[0].tril() + 3 * eye(x[0]); return at::linalg_inv(l.matmul(l.mT())); })},
+      {"aten::cholesky_inverse", {{2, 3, 3}}, one([](auto& x) {  // upper, a triangle the op reads alone
+         return at::cholesky_inverse(x[0] + 3 * eye(x[0]), /*upper=*/true);
+       }), one([](auto& x) { at::Tensor u = x[0].triu() + 3 * eye(x[0]); return at::linalg_inv(u.mT().matmul(u)); })},
       {"aten::linalg_cross", {{4, 3}, {4, 3}}, one([](auto& x) { return at::linalg_cross(x[0], x[1]); })},
       {"aten::_euclidean_dist", {{30, 3}}, one([](auto& x) { return at::cdist(x[0], x[0]).clamp_min(1e-3); }),  // one set: one matmul
        one([](auto& x) { return at::linalg_vector_norm(x[0].unsqueeze(-2) - x[0].unsqueeze(-3), 2, {-1}).clamp_min(1e-3); })},
@@ -654,6 +706,43 @@ TEST(SolverRules, ContiguityIsLibTorchsForDetAndSlogdet) {
     at::Tensor got = linearize(fn, {{"A", a}}).jvp({t})[0];
     EXPECT_LT(test::rel_error(got, forward_ad_jvp(fn, {a}, {t})[0]), 1e-10) << (log ? "slogdet" : "det");
   }
+}
+
+// A tangent graph reuses the primal's factorization, held as a residual: it runs no
+// factorization, and svdvals and eigvalsh (whose tangents need the vectors the primal op did not
+// compute) cost one matmul per call.
+TEST(SolverRules, TangentGraphsRunNoFactorization) {
+  const std::set<std::string> factorizations = {
+      "aten::_linalg_svd", "aten::linalg_qr", "aten::linalg_lu_factor_ex", "aten::linalg_lu", "aten::lu_unpack",
+      "aten::_linalg_eigh", "aten::linalg_pinv.atol_rtol_tensor", "aten::linalg_lstsq", "aten::_linalg_solve_ex",
+      "aten::linalg_inv_ex", "aten::linalg_cholesky_ex", "aten::_linalg_det", "aten::_linalg_slogdet"};
+  auto two = [](std::function<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&)> f) -> TensorFn {
+    return [f](const std::vector<at::Tensor>& x) { auto [a, b] = f(x[0]); return std::vector<at::Tensor>{a, b}; };
+  };
+  std::vector<std::pair<std::string, TensorFn>> fns = {
+      {"svd", [](auto& x) { auto [u, s, vh] = at::linalg_svd(x[0], false); return std::vector<at::Tensor>{u, s, vh}; }},
+      {"svdvals", [](auto& x) { return std::vector<at::Tensor>{at::linalg_svdvals(x[0])}; }},
+      {"eigvalsh", [](auto& x) { return std::vector<at::Tensor>{at::linalg_eigvalsh(x[0].narrow(0, 0, 3))}; }},
+      {"qr", two([](auto& a) { return at::linalg_qr(a); })},
+      {"qr r", two([](auto& a) { return at::linalg_qr(a, "r"); })},
+      {"lu_factor", two([](auto& a) { return at::linalg_lu_factor(a); })},
+      {"pinv", [](auto& x) { return std::vector<at::Tensor>{at::linalg_pinv(x[0])}; }},
+      {"lstsq", [](auto& x) { return std::vector<at::Tensor>{std::get<0>(at::linalg_lstsq(x[0], x[0].sum(-1, true)))}; }},
+      {"slogdet", [](auto& x) { return std::vector<at::Tensor>{std::get<1>(at::linalg_slogdet(x[0].narrow(0, 0, 3)))}; }},
+  };
+  for (const auto& [name, fn] : fns) {
+    Linearized lin = linearize(fn, {{"A", at::randn({4, 3}, at::kDouble)}});
+    for (const Node* n : lin.tangent_graph->nodes()) EXPECT_FALSE(factorizations.count(n->op())) << name << ": " << n->op();
+    if (name == "svdvals" || name == "eigvalsh") {
+      EXPECT_EQ(lin.report.tangent.ops.count("aten::mm") ? lin.report.tangent.ops.at("aten::mm") : 0, 1) << name;
+    }
+  }
+}
+
+// Q of a complete QR with more rows than columns is not determined by A: an error naming the op.
+TEST(SolverRules, CompleteQrOfATallMatrixIsAnError) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{std::get<0>(at::linalg_qr(x[0], "complete"))}; };
+  test::expect_error([&] { linearize(fn, {{"A", at::randn({5, 3}, at::kDouble)}}); }, "JVP rule of aten::linalg_qr: Q of a complete QR");
 }
 
 // logcumsumexp where a prefix's exponentials underflow or are exp(−inf): 0 there, as in LibTorch,

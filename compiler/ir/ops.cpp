@@ -442,6 +442,42 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       transposed.insert(transposed.end(), {B.sizes.end()[-1], B.sizes.end()[-2]});
       return std::vector<TensorMeta>{on_device_of(at::empty(transposed, on_meta(B).options()).mT(), B)};
     });
+  // linalg_pinv(A, atol, rtol, hermitian): [.., n, m], contiguous (in C++ the Meta path is missing).
+  rules.emplace("aten::linalg_pinv.atol_rtol_tensor", [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+    const auto& A = operand_meta(a, 0, in);
+    if (A.sizes.size() < 2) throw Error("the input must be a matrix or a batch of them");
+    std::vector<int64_t> sizes = A.sizes;
+    std::swap(sizes.end()[-1], sizes.end()[-2]);
+    return std::vector<TensorMeta>{like(A, sizes, A.dtype)};
+  });
+  // linalg_lstsq(A, B, rcond, driver) -> (solution, residuals, rank, singular_values), as LAPACK
+  // leaves them: each solution column-major in a buffer of max(m, n) rows, narrowed to n.
+  // Residuals exist for m > n with a driver other than gelsy, and A of full rank, which jvpc
+  // assumes (a rank-deficient trace then fails to load, naming lstsq, rather than run wrong).
+  rules.emplace("aten::linalg_lstsq", [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+    const auto &A = operand_meta(a, 0, in), &B = operand_meta(a, 1, in);
+    if (A.sizes.size() < 2) throw Error("the input must be a matrix or a batch of them");
+    bool vector = B.sizes.size() + 1 == A.sizes.size();
+    if (B.sizes.size() < (vector ? 1 : 2)) throw Error("the right-hand side must be a vector, a matrix or a batch of them");
+    int64_t m = A.sizes.end()[-2], n = A.sizes.back(), k = vector ? 1 : B.sizes.back();
+    if ((vector ? B.sizes.back() : B.sizes.end()[-2]) != m) throw Error("A and B must have the same number of rows");
+    auto batch = at::infer_size(c10::IntArrayRef(A.sizes).slice(0, A.sizes.size() - 2),
+                                c10::IntArrayRef(B.sizes).slice(0, B.sizes.size() - (vector ? 1 : 2)));
+    auto with = [&](std::vector<int64_t> tail) {
+      std::vector<int64_t> s = batch;
+      s.insert(s.end(), tail.begin(), tail.end());
+      return s;
+    };
+    auto options = on_meta(A).options();
+    at::Tensor X = vector ? at::empty(with({std::max(m, n)}), options).narrow(-1, 0, n)
+                          : at::empty(with({k, std::max(m, n)}), options).mT().narrow(-2, 0, n);
+    std::string driver = a.at(3).kind == ArgKind::None ? (A.device.is_cpu() ? "gelsy" : "gels") : a.at(3).value.toStringRef();
+    bool residuals = m > n && driver != "gelsy", singular = driver == "gelsd" || driver == "gelss";
+    std::vector<TensorMeta> out = {on_device_of(X, A), like(A, residuals ? with({k}) : std::vector<int64_t>{0}, A.dtype),
+                                   like(A, driver == "gels" ? std::vector<int64_t>{0} : batch, c10::kLong),
+                                   like(A, singular ? with({std::min(m, n)}) : std::vector<int64_t>{0}, A.dtype)};
+    return out;
+  });
   // grid_sampler_{2,3}d_backward(grad, input, grid, ..., output_mask): gradients of input and grid,
   // contiguous.
   for (const char* op : {"aten::grid_sampler_2d_backward", "aten::grid_sampler_3d_backward"})

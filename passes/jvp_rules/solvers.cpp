@@ -10,14 +10,24 @@
 //   A = V·diag(λ)·Vᵀ      dλ = diag(Vᵀ·dA·V), dV = V·(E ⊙ Vᵀ·dA·V), E_ij = 1/(λ_j − λ_i)
 //   exp(A)                the top right block of exp([[A, dA], [0, A]]) (no factorization to
 //                         reuse: one exponential of twice the size per call)
+//   A = U·diag(s)·Vᵀ      dP = Uᵀ·dA·V, ds = diag(dP), dU = U·(F ⊙ (dP·S + S·dPᵀ)),
+//                         dVᵀ = −(F ⊙ (S·dP + dPᵀ·S))·Vᵀ, F_jk = 1/(s_k² − s_j²), plus the
+//                         parts outside U's (m > n) or V's (m < n) span
+//   A = Q·R (m ≥ n)       dR = syminv(sym(Qᵀ·dA·R⁻¹))·R, dQ = dA·R⁻¹ − Q·dR·R⁻¹
+//   A = P·L·U             L⁻¹·Pᵀ·dA·U⁻¹ = L⁻¹dL + dU·U⁻¹, split into its strict lower and upper parts
+//   A⁺ (pinv)             dA⁺ = −A⁺·dA·A⁺ + A⁺A⁺ᵀ·dAᵀ·(I − AA⁺) + (I − A⁺A)·dAᵀ·A⁺ᵀA⁺; lstsq's
+//                         solution A⁺B has tangent dA⁺·B + A⁺·dB
 //
 // as LibTorch's forward AD computes them, except at a singular matrix, where det's tangent is
-// the cofactors' (LibTorch's is 0; central differences agree with jvpc). Eigenvectors of
-// repeated eigenvalues have no tangent (NaN, as in LibTorch). Ops that read one triangle of
+// the cofactors' (LibTorch's is 0; central differences agree with jvpc), and where LibTorch
+// refuses: qr in mode 'r' and svdvals get Q, U and V from the op run again (fold runs it once).
+// Eigenvectors of repeated eigenvalues and singular vectors of repeated singular values have no
+// tangent (NaN, as in LibTorch); pinv and lstsq hold at constant rank. Ops that read one triangle of
 // A see the tangent of that triangle only: triangular solves the triangle itself, cholesky and
 // eigh the symmetric matrix it stands for.
 #include "passes/jvp_rules/rules.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace jvpc::jvp_rules {
@@ -43,6 +53,16 @@ Value* residual_rhs(Ctx& c, Value* tA, Value* tB, Value* X, bool left) {
 Value* triangle(Ctx& c, Value* tA, bool upper, bool unit = false) {
   if (!tA) return nullptr;
   return upper ? c.call("aten::triu", {tA, unit ? 1 : 0}) : c.call("aten::tril", {tA, unit ? -1 : 0});
+}
+
+/// The tangent of A = L·Lᵀ (upper: Uᵀ·U) from argument `arg`'s triangle L, the one the op
+/// reads: dL·Lᵀ + L·dLᵀ; nullptr for zero.
+Value* gram_tangent(Ctx& c, size_t arg, bool upper) {
+  Value* dL = triangle(c, c.t(arg), upper);
+  if (!dL) return nullptr;
+  Value* L = triangle(c, c.x(arg), upper);  // primal: folded
+  Value* half = upper ? matmul(c, mT(c, dL), L) : matmul(c, dL, mT(c, L));
+  return c.call("aten::add.Tensor", {half, mT(c, half)});
 }
 
 /// A symmetric matrix from the triangle `uplo` names ('L' or 'U'): what eigh decomposes.
@@ -80,6 +100,25 @@ Value* cofactors(Ctx& c, Value* lu, Value* pivots) {
   Value* sign = c.call("aten::rsub.Scalar", {c.call("aten::mul.Scalar", {c.call("aten::_to_copy", {swapped, m.dtype}), 2}), 1});
   Value* det = c.call("aten::mul.Tensor", {c.call("aten::prod.dim_int", {diagonal, -1, true}), c.call("aten::prod.dim_int", {sign, -1, true})});
   return c.call("aten::mul.Tensor", {inverse_transposed(c, perturbed, pivots), c.call("aten::unsqueeze", {det, -1})});
+}
+
+/// The matrix of 1/(w_k − w_j) at [j, k] off the diagonal, 0 on it (eigh's and svd's gaps).
+Value* inverse_gaps(Ctx& c, Value* w) {
+  Value* E = c.call("aten::reciprocal", {c.call("aten::sub.Tensor", {c.call("aten::unsqueeze", {w, -2}), c.call("aten::unsqueeze", {w, -1})})});
+  Value* eye = c.call("aten::eye", {w->meta().sizes.back(), c10::kBool, std::nullopt, w->meta().device});
+  return c.call("aten::masked_fill.Scalar", {E, eye, 0.0});
+}
+
+Value* narrow(Ctx& c, Value* v, int64_t dim, int64_t start, int64_t length) {
+  return c.call("aten::narrow", {v, dim, start, length});
+}
+Value* diagonal(Ctx& c, Value* v) { return c.call("aten::diagonal", {v, 0, -2, -1}); }
+Value* sub(Ctx& c, Value* a, Value* b) { return c.call("aten::sub.Tensor", {a, b}); }
+Value* product(Ctx& c, Value* a, Value* b) { return c.call("aten::mul.Tensor", {a, b}); }
+/// I − a·b for primal a [.., m, k] and b [.., k, m] (a projection's complement).
+Value* complement(Ctx& c, Value* a, Value* b) {
+  const TensorMeta& m = a->meta();
+  return sub(c, c.call("aten::eye", {m.sizes.end()[-2], m.dtype, std::nullopt, m.device}), matmul(c, a, b));
 }
 
 /// Σ over the last two dims of t ⊙ f.
@@ -124,14 +163,16 @@ std::vector<Value*> cholesky(Ctx& c) {
 // the op reads: dA = dL·Lᵀ + L·dLᵀ, and dX = A⁻¹(dB − dA·X), another cholesky_solve.
 std::vector<Value*> cholesky_solve(Ctx& c) {
   if (!c.t(0) && !c.t(1)) return {};
-  bool upper = c.c(2).toBool();
-  Value* dA = nullptr;
-  if (Value* dL = triangle(c, c.t(1), upper)) {
-    Value* L = triangle(c, c.x(1), upper);  // primal: folded
-    Value* half = upper ? matmul(c, mT(c, dL), L) : matmul(c, dL, mT(c, L));  // dL·Lᵀ (upper: dUᵀ·U)
-    dA = c.call("aten::add.Tensor", {half, mT(c, half)});
-  }
-  return c.reapply(0, residual_rhs(c, dA, c.t(0), c.out(), /*left=*/true));
+  return c.reapply(0, residual_rhs(c, gram_tangent(c, 1, c.c(2).toBool()), c.t(0), c.out(), /*left=*/true));
+}
+
+/// diag(Xᵀ·dA·Y) for primal X [.., m, k] and Y [.., n, k], in one matmul: Σᵢ X ⊙ (dA·Y) over
+/// rows, or Σ (Xᵀ·dA) ⊙ Yᵀ over columns where n > m (eigenvalues', singular values' tangents).
+Value* diag_of_product(Ctx& c, Value* X, Value* dA, Value* Y) {
+  const std::vector<int64_t>& sizes = dA->meta().sizes;
+  if (sizes.back() > sizes.end()[-2])
+    return c.call("aten::sum.dim_IntList", {c.mul(matmul(c, mT(c, X), dA), mT(c, Y)), std::vector<int64_t>{-1}});
+  return c.call("aten::sum.dim_IntList", {c.mul(matmul(c, dA, Y), X), std::vector<int64_t>{-2}});
 }
 
 // _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors)
@@ -139,16 +180,138 @@ std::vector<Value*> eigh(Ctx& c) {
   if (!c.t(0)) return {};
   bool vectors = c.c(2).toBool();
   Value *w = c.out(0), *V = vectors ? c.out(1) : c.b.emit("aten::_linalg_eigh", {c.x(0), c.a(1), true}).at(1);
-  Value* M = matmul(c, matmul(c, mT(c, V), symmetric_from(c, c.t(0), c.c(1).toStringRef())), V);
-  Value* dw = c.call("aten::diagonal", {M, 0, -2, -1});
-  if (!vectors) return {dw};
-  // E_ij = 1/(λ_j − λ_i) off the diagonal, 0 on it
-  Value* gaps = c.call("aten::sub.Tensor", {c.call("aten::unsqueeze", {w, -2}), c.call("aten::unsqueeze", {w, -1})});
-  Value* E = c.call("aten::reciprocal", {gaps});
-  int64_t n = w->meta().sizes.back();
-  Value* eye = c.call("aten::eye", {n, c10::kBool, std::nullopt, w->meta().device});
-  E = c.call("aten::masked_fill.Scalar", {E, eye, 0.0});
-  return {dw, matmul(c, V, c.mul(M, E))};
+  Value* dA = symmetric_from(c, c.t(0), c.c(1).toStringRef());
+  if (!vectors) return {diag_of_product(c, V, dA, V)};
+  Value* M = matmul(c, mT(c, V), matmul(c, dA, V));
+  return {diagonal(c, M), matmul(c, V, c.mul(M, inverse_gaps(c, w)))};
+}
+
+// _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S, Vh), A [.., m, n], k = min(m, n).
+// With dP = Uᵀ·dA·V and G = F ⊙ S (G_jk = s_k / (s_k² − s_j²), 0 on the diagonal):
+//   dS = diag(dP), dU = U·(G ⊙ dP − (G ⊙ dP)ᵀ), dVᵀ = (Gᵀ ⊙ dP − (Gᵀ ⊙ dP)ᵀ)·Vᵀ,
+// plus (I − U·Uᵀ)·dA·V·S⁻¹ for m > n, whose U·Uᵀ·dA·V is U·dP (no extra product), and
+// S⁻¹·Uᵀ·dA·(I − V·Vᵀ) for m < n.
+std::vector<Value*> svd(Ctx& c) {
+  if (!c.t(0)) return {};
+  bool full = c.c(1).toBool(), vectors = c.c(2).toBool();
+  const std::vector<int64_t>& sizes = c.x(0)->meta().sizes;
+  int64_t m = sizes.end()[-2], n = sizes.back(), k = std::min(m, n);
+  Value *U = c.out(0), *S = c.out(1), *Vh = c.out(2);
+  if (!vectors) {  // svdvals: the vectors from the op run again (folded)
+    std::vector<Value*> usv = c.b.emit("aten::_linalg_svd", {c.x(0), false, true, c.a(3)});
+    return {nullptr, diag_of_product(c, usv[0], c.t(0), mT(c, usv[2]))};
+  }
+  if (full) U = narrow(c, U, -1, 0, k), Vh = narrow(c, Vh, -2, 0, k);
+  Value *dA = c.t(0), *V = mT(c, Vh), *Ut = mT(c, U);
+  Value* inv_s = c.call("aten::reciprocal", {S});
+  // dA·V (m ≥ n) or Uᵀ·dA (m < n): the smaller, and the one the part outside the span needs
+  Value* half = m >= n ? matmul(c, dA, V) : matmul(c, Ut, dA);
+  Value* dP = m >= n ? matmul(c, Ut, half) : matmul(c, half, V);
+  Value* G = product(c, inverse_gaps(c, product(c, S, S)), c.call("aten::unsqueeze", {S, -2}));
+  Value* GdP = c.mul(dP, G);
+  Value* GtdP = c.mul(dP, mT(c, G));
+  Value* dU_core = sub(c, GdP, mT(c, GdP));
+  Value* dVh_core = sub(c, GtdP, mT(c, GtdP));
+  Value *dU, *dVh;
+  if (m > n) {  // dU = dA·V·S⁻¹ + U·(core − dP·S⁻¹)
+    Value* scaled = c.call("aten::unsqueeze", {inv_s, -2});
+    dU = c.add(c.mul(half, scaled), matmul(c, U, sub(c, dU_core, c.mul(dP, scaled))));
+    if (full) dU = c.call("aten::cat", {std::vector<Value*>{dU, c.zeros_like(narrow(c, c.out(0), -1, k, m - k))}, -1});
+  } else {
+    dU = matmul(c, U, dU_core);
+  }
+  if (m < n) {  // dVᵀ = S⁻¹·Uᵀ·dA + (core − S⁻¹·dP)·Vᵀ
+    Value* scaled = c.call("aten::unsqueeze", {inv_s, -1});
+    dVh = c.add(c.mul(half, scaled), matmul(c, sub(c, dVh_core, c.mul(dP, scaled)), Vh));
+    if (full) dVh = c.call("aten::cat", {std::vector<Value*>{dVh, c.zeros_like(narrow(c, c.out(2), -2, k, n - k))}, -2});
+  } else {
+    dVh = matmul(c, dVh_core, Vh);
+  }
+  return {dU, diagonal(c, dP), dVh};
+}
+
+// linalg_qr(A, mode) -> (Q, R)
+std::vector<Value*> qr(Ctx& c) {
+  if (!c.t(0)) return {};
+  const std::string& mode = c.c(1).toStringRef();
+  const std::vector<int64_t>& sizes = c.x(0)->meta().sizes;
+  int64_t m = sizes.end()[-2], n = sizes.back();
+  if (mode == "complete" && m > n) throw Error("Q of a complete QR of a matrix with more rows than columns has no tangent (use mode='reduced')");
+  Value *Q = c.out(0), *R = c.out(1), *dA = c.t(0);
+  if (mode == "r") Q = c.b.emit("aten::linalg_qr", {c.x(0), std::string("reduced")}).at(0);  // folded
+  if (m >= n) {
+    // M = Qᵀ·dA·R⁻¹ = Qᵀ·dQ + dR·R⁻¹, skew plus upper triangular: dR·R⁻¹ = triu(M) + triu(Mᵀ, 1)
+    Value* dA_Rinv = c.call("aten::linalg_solve_triangular", {R, dA, true, false, false});
+    Value* M = matmul(c, mT(c, Q), dA_Rinv);
+    Value* dR_Rinv = c.call("aten::add.Tensor", {c.call("aten::triu", {M, 0}), c.call("aten::triu", {mT(c, M), 1})});
+    Value* dQ = sub(c, dA_Rinv, matmul(c, Q, dR_Rinv));
+    return {mode == "r" ? nullptr : dQ, matmul(c, dR_Rinv, R)};
+  }
+  // m < n: Qᵀ·dQ is the skew matrix whose strict lower triangle is that of Qᵀ·dA₁·R₁⁻¹ (the
+  // first m columns), and dR = Qᵀ·dA − Qᵀ·dQ·R
+  Value* QtdA = matmul(c, mT(c, Q), dA);
+  Value* X = c.call("aten::linalg_solve_triangular", {narrow(c, R, -1, 0, m), narrow(c, QtdA, -1, 0, m), true, false, false});
+  Value* lower = c.call("aten::tril", {X, -1});
+  Value* QtdQ = sub(c, lower, mT(c, lower));
+  return {mode == "r" ? nullptr : matmul(c, Q, QtdQ), sub(c, QtdA, matmul(c, QtdQ, R))};
+}
+
+/// The tangents of L [.., m, k] and U [.., k, n] of A = P·L·U, L unit lower triangular, U upper
+/// (LibTorch's lu_factor_ex_jvp): the leading k × k block of L⁻¹·Pᵀ·dA·U⁻¹ gives dL's and dU's
+/// leading blocks; the rest of the taller (or wider) factor follows from A's other rows (columns).
+std::pair<Value*, Value*> lu_tangents(Ctx& c, Value* P, Value* L, Value* U, Value* dA) {
+  const std::vector<int64_t>& sizes = dA->meta().sizes;
+  int64_t m = sizes.end()[-2], n = sizes.back(), k = std::min(m, n);
+  Value* PtdA = matmul(c, mT(c, P), dA);
+  Value *L1 = m > k ? narrow(c, L, -2, 0, k) : L, *U1 = n > k ? narrow(c, U, -1, 0, k) : U;
+  Value* X = c.call("aten::linalg_solve_triangular", {L1, m > k ? narrow(c, PtdA, -2, 0, k) : PtdA, false, true, true});
+  if (n > k) X = narrow(c, X, -1, 0, k);
+  X = c.call("aten::linalg_solve_triangular", {U1, X, true, false, false});
+  Value* dL1 = matmul(c, L1, c.call("aten::tril", {X, -1}));
+  Value* dU1 = matmul(c, c.call("aten::triu", {X, 0}), U1);
+  Value *dL = dL1, *dU = dU1;
+  if (m > k) {  // dL₂ = (Pᵀ·dA)₂·U⁻¹ − L₂·dU·U⁻¹
+    Value* rest = sub(c, narrow(c, PtdA, -2, k, m - k), matmul(c, narrow(c, L, -2, k, m - k), dU1));
+    dL = c.call("aten::cat", {std::vector<Value*>{dL1, c.call("aten::linalg_solve_triangular", {U1, rest, true, false, false})}, -2});
+  } else if (n > k) {  // dU₂ = L⁻¹·((Pᵀ·dA)₂ − dL·U₂)
+    Value* rest = sub(c, narrow(c, PtdA, -1, k, n - k), matmul(c, dL1, narrow(c, U, -1, k, n - k)));
+    dU = c.call("aten::cat", {std::vector<Value*>{dU1, c.call("aten::linalg_solve_triangular", {L1, rest, false, true, true})}, -1});
+  }
+  return {dL, dU};
+}
+
+/// dA⁺·B for A [.., m, n] and its pseudoinverse P [.., n, m], with B primal (nullptr: the
+/// identity, dA⁺ itself): −P·dA·(P·B) + P·Pᵀ·dAᵀ·((I − A·P)·B) + (I − P·A)·dAᵀ·(Pᵀ·P·B).
+Value* pinv_tangent(Ctx& c, Value* A, Value* P, Value* dA, Value* B) {
+  auto times_b = [&](Value* f) { return B ? matmul(c, f, B) : f; };
+  Value* Pt = mT(c, P), *dAt = mT(c, dA);
+  Value* t1 = matmul(c, c.call("aten::neg", {P}), matmul(c, dA, times_b(P)));
+  Value* t2 = matmul(c, matmul(c, P, Pt), matmul(c, dAt, times_b(complement(c, A, P))));
+  Value* t3 = matmul(c, complement(c, P, A), matmul(c, dAt, times_b(matmul(c, Pt, P))));
+  return c.add(c.add(t1, t2), t3);
+}
+
+// linalg_lstsq(A, B, rcond, driver) -> (solution, residuals, rank, singular_values); residuals
+// and singular values are empty unless the driver computes them.
+std::vector<Value*> lstsq(Ctx& c) {
+  if (!c.t(0) && !c.t(1)) return {};
+  Value *A = c.x(0), *dA = c.t(0);
+  bool vector = c.x(1)->meta().sizes.size() + 1 == A->meta().sizes.size();
+  Value *B = as_matrix(c, c.x(1), vector, true), *dB = as_matrix(c, c.t(1), vector, true);
+  Value* P = c.call("aten::linalg_pinv.atol_rtol_tensor", {A, std::nullopt, std::nullopt, false});  // folded
+  Value* dX = c.add(dA ? pinv_tangent(c, A, P, dA, B) : nullptr, dB ? matmul(c, P, dB) : nullptr);
+  std::vector<Value*> out = {as_vector(c, dX, vector, true), nullptr, nullptr, nullptr};
+  if (c.out(1)->meta().numel() > 0) {  // Σ‖A·X − B‖² per column: 2·Σ r ⊙ (dA·X − dB), as r ⟂ A's columns
+    Value* X = as_matrix(c, c.out(0), vector, true);
+    Value* r = c.call("aten::mul.Scalar", {sub(c, matmul(c, A, X), B), 2});
+    Value* dr = c.add(dA ? matmul(c, dA, X) : nullptr, dB ? c.call("aten::neg", {dB}) : nullptr);
+    out[1] = c.call("aten::sum.dim_IntList", {c.mul(dr, r), std::vector<int64_t>{-2}});
+  }
+  if (c.out(3)->meta().numel() > 0 && dA) {  // A's singular values
+    std::vector<Value*> usv = c.b.emit("aten::_linalg_svd", {A, false, true, std::nullopt});
+    out[3] = diag_of_product(c, usv[0], dA, mT(c, usv[2]));
+  }
+  return out;
 }
 
 }  // namespace
@@ -173,6 +336,34 @@ void register_solvers(Registry& r) {
   r.add("aten::cholesky", cholesky);  // the legacy form: (A, upper) -> L
   r.add("aten::cholesky_solve", cholesky_solve);
   r.add("aten::_linalg_eigh", eigh);
+  r.add("aten::_linalg_svd", svd);
+  r.add("aten::linalg_qr", qr);
+  r.add("aten::linalg_lu_factor_ex", [](Ctx& c) -> std::vector<Value*> {  // -> (LU, pivots, info)
+    if (!c.t(0)) return {};
+    std::vector<Value*> plu = c.b.emit("aten::lu_unpack", {c.out(0), c.out(1), true, true});  // folded
+    auto [dL, dU] = lu_tangents(c, plu[0], plu[1], plu[2], c.t(0));
+    // packed as LU is: dL is strictly lower (L's diagonal is 1), dU upper; the smaller padded
+    const std::vector<int64_t>& sizes = c.out(0)->meta().sizes;
+    int64_t m = sizes.end()[-2], n = sizes.back(), k = std::min(m, n);
+    if (m > k) dU = c.call("aten::cat", {std::vector<Value*>{dU, c.zeros_like(narrow(c, c.out(0), -2, k, m - k))}, -2});
+    if (n > k) dL = c.call("aten::cat", {std::vector<Value*>{dL, c.zeros_like(narrow(c, c.out(0), -1, k, n - k))}, -1});
+    return {c.call("aten::add.Tensor", {dL, dU})};
+  });
+  r.add("aten::linalg_lu", [](Ctx& c) -> std::vector<Value*> {  // (A, pivot) -> (P, L, U)
+    if (!c.t(0)) return {};
+    auto [dL, dU] = lu_tangents(c, c.out(0), c.out(1), c.out(2), c.t(0));
+    return {nullptr, dL, dU};
+  });
+  r.add("aten::linalg_pinv.atol_rtol_tensor", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    return {pinv_tangent(c, c.x(0), c.out(), c.t(0), nullptr)};
+  });
+  r.add("aten::linalg_lstsq", lstsq);
+  r.add("aten::cholesky_inverse", [](Ctx& c) -> std::vector<Value*> {  // (L, upper) -> (L·Lᵀ)⁻¹ (upper: (Uᵀ·U)⁻¹)
+    if (!c.t(0)) return {};
+    Value* inv = c.out();
+    return {matmul(c, matmul(c, c.call("aten::neg", {inv}), gram_tangent(c, 0, c.c(1).toBool())), inv)};
+  });
   r.add("aten::linalg_matrix_exp", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     Value* A = c.x(0);
