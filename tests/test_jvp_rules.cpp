@@ -765,6 +765,24 @@ TEST(NormRule, WidensToTheResultsDtype) {
   EXPECT_LT(test::rel_error(got, want), 1e-3) << got << want;
 }
 
+// Attention written by hand fills masked scores with −inf: the softmax's output is exactly 0
+// there, so its tangent ignores the tangent of the fill, and the tangent graph does not mask it
+// (one pass over the scores per call, and the mask as a residual). A finite fill keeps the mask.
+TEST(SoftmaxRules, AMaskFilledWithMinusInfinityIsNotAppliedToTheTangent) {
+  at::Tensor causal = at::ones({6, 6}, at::kBool).tril();
+  for (double fill : {-std::numeric_limits<double>::infinity(), -1e4}) {
+    TensorFn fn = [&](const std::vector<at::Tensor>& x) {
+      at::Tensor s = at::matmul(x[0], x[1].mT()).masked_fill(causal.logical_not(), fill);
+      return std::vector<at::Tensor>{at::matmul(at::softmax(s, -1), x[2])};
+    };
+    std::vector<at::Tensor> x, t;
+    for (int i = 0; i < 3; ++i) x.push_back(at::randn({2, 6, 4}, at::kDouble)), t.push_back(at::randn({2, 6, 4}, at::kDouble));
+    Linearized lin = linearize(fn, {{"q", x[0]}, {"k", x[1]}, {"v", x[2]}});
+    EXPECT_EQ(lin.report.tangent.ops.count("aten::masked_fill.Scalar"), std::isinf(fill) ? 0u : 1u) << fill;
+    EXPECT_LT(test::rel_error(lin.jvp(t)[0], forward_ad_jvp(fn, x, {t[0], t[1], t[2]})[0]), 1e-10) << fill;
+  }
+}
+
 // Without weight and bias, a normalization's output is x̂: the rule reads it rather than a
 // recomputed copy, so a matmul reading that output too keeps one residual (found by a probe).
 TEST(NormalizationRules, AnOutputWithoutAffineIsItsOwnNormalizedInput) {
