@@ -12,7 +12,9 @@
 //                                                         %7 = aten::add.Tensor(%5, %6, 1)
 //                                                         return (%2, %7)
 //
-// Errors: an op with no rule (named), a random op, and wrt names that are not primal inputs.
+// Errors: an op with no rule (named), or whose rule is not marked as holding for the complex
+// tensors it meets (passes/jvp_rules/complex.cpp), a random op, and wrt names that are not
+// primal inputs.
 #include "passes/passes.h"
 
 #include "passes/jvp_rules/rules.h"
@@ -26,8 +28,15 @@ namespace {
 
 bool floating(c10::ScalarType t) { return c10::isFloatingType(t) || c10::isComplexType(t); }
 
-// Makes a rule's tangent match its primal output: broadcast to the output's shape, cast to its dtype.
+bool complex_valued(const std::vector<Value*>& vs) {
+  return std::any_of(vs.begin(), vs.end(), [](const Value* v) { return c10::isComplexType(v->meta().dtype); });
+}
+
+// Makes a rule's tangent match its primal output: broadcast to the output's shape, cast to its
+// dtype (never from complex to real, which would drop the imaginary part: a rule's error).
 Value* conform(Builder& b, Value* t, const Value* out) {
+  if (c10::isComplexType(t->meta().dtype) && !c10::isComplexType(out->meta().dtype))
+    throw Error("a complex tangent for the real output %" + std::to_string(out->id()));
   if (t->meta().sizes != out->meta().sizes) t = b.call("aten::expand", {t, out->meta().sizes});
   if (t->meta().dtype != out->meta().dtype) t = b.call("aten::_to_copy", {t, out->meta().dtype});
   return t;
@@ -81,6 +90,8 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
     if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
     const jvp_rules::Rule* rule = rules.find(n->op());
     if (!rule) throw Error("no JVP rule for " + n->op());
+    if ((complex_valued(n->inputs()) || complex_valued(n->outputs())) && !rules.holds_for_complex(n->op()))
+      throw Error("no JVP rule for " + n->op() + " of complex tensors (its rule is for real ones)");
     g.set_insertion_point(g.next(n));
     jvp_rules::Ctx ctx(b, *n, std::move(in_t));
     std::vector<Value*> outs;
@@ -90,8 +101,12 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
       throw Error("JVP rule of " + n->op() + ": " + one_line(e));
     }
     if (outs.size() > n->outputs().size()) throw Error("JVP rule of " + n->op() + " returned too many tangents");
-    for (size_t i = 0; i < outs.size(); ++i)
-      if (outs[i] && floating(n->output(i)->meta().dtype)) tangent[n->output(i)] = conform(b, outs[i], n->output(i));
+    try {
+      for (size_t i = 0; i < outs.size(); ++i)
+        if (outs[i] && floating(n->output(i)->meta().dtype)) tangent[n->output(i)] = conform(b, outs[i], n->output(i));
+    } catch (const std::exception& e) {
+      throw Error("JVP rule of " + n->op() + ": " + one_line(e));
+    }
   }
   g.set_insertion_point(nullptr);
   size_t n_out = g.outputs().size();

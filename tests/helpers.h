@@ -1,6 +1,7 @@
 // Shared test helpers.
 #pragma once
 
+#include "compiler/api/reference.h"
 #include "compiler/ir/graph.h"
 #include "examples/examples.h"
 
@@ -78,7 +79,7 @@ inline void expect_error(const std::function<void()>& f, const std::string& frag
 
 /// ‖a − b‖ / ‖b‖ in float64.
 inline double rel_error(const at::Tensor& a, const at::Tensor& b) {
-  at::Tensor x = a.to(at::kDouble), y = b.to(at::kDouble);
+  at::Tensor x = real_pairs(a), y = real_pairs(b);
   double den = y.norm().item<double>();
   double num = (x - y).norm().item<double>();
   return den > 0 ? num / den : num;

@@ -163,6 +163,9 @@ TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
        [](auto& v) { return std::vector<BArg>{v[0], v[1], true, true, false}; }},
       {"aten::linalg_solve_triangular", {meta({2, 1, 3, 3}, f32), meta({4, 3}, f32)},
        [](auto& v) { return std::vector<BArg>{v[0], v[1], false, false, true}; }},
+      // abs of complex values is real; conj_physical keeps the dtype
+      {"aten::abs", {meta({3, 4}, c10::kComplexFloat)}, [](auto& v) { return std::vector<BArg>{v[0]}; }},
+      {"aten::_conj_physical", {meta({3, 4}, c10::kComplexFloat)}, [](auto& v) { return std::vector<BArg>{v[0]}; }},
       {"aten::linalg_pinv.atol_rtol_tensor", {meta({2, 5, 3}, f32)},
        [](auto& v) { return std::vector<BArg>{v[0], std::nullopt, std::nullopt, false}; }},
       // linalg_lstsq(A, B, rcond, driver): solutions column-major in max(m, n) rows; residuals

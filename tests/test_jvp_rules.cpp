@@ -594,6 +594,77 @@ std::vector<RuleCase> cases() {
   return c;
 }
 
+// Complex rules (complex.cpp) and the rules marked as holding for complex tensors: inputs whose
+// shape is listed in `complex` are complex128, the others float64.
+struct ComplexCase {
+  std::string op;
+  Shapes shapes;
+  std::vector<bool> complex;
+  Fn fn;
+};
+
+const std::vector<ComplexCase>& complex_cases() {
+  static const std::vector<ComplexCase> c = {
+      {"aten::_fft_r2c", {{3, 8}}, {false}, one([](auto& x) { return at::fft_rfft(x[0]); })},
+      {"aten::_fft_c2r", {{3, 5}}, {true}, one([](auto& x) { return at::fft_irfft(x[0], 8); })},
+      {"aten::_fft_c2c", {{2, 4, 4}}, {true}, one([](auto& x) { return at::fft_fft2(x[0], std::nullopt, {-2, -1}, "ortho"); })},
+      {"aten::view_as_real", {{3, 4}}, {true}, one([](auto& x) { return at::view_as_real(x[0]) * 2; })},
+      {"aten::view_as_complex", {{3, 4, 2}}, {false}, one([](auto& x) { return at::view_as_complex(x[0]).exp(); })},
+      {"aten::view_as_complex", {{4, 3, 2}}, {false}, one([](auto& x) { return at::view_as_complex((x[0] * 2).transpose(0, 1).contiguous()); })},
+      {"aten::_conj", {{4}}, {true}, one([](auto& x) { return x[0] * x[0].conj(); })},
+      {"aten::_conj_physical", {{4}}, {true}, one([](auto& x) { return at::conj_physical(x[0]) * x[0]; })},
+      {"aten::_neg_view", {{4}}, {true}, one([](auto& x) { return at::imag(x[0].conj()).resolve_neg() * 3; })},
+      {"aten::abs", {{5}}, {true}, one([](auto& x) { return x[0].abs(); })},
+      {"aten::angle", {{5}}, {true}, one([](auto& x) { return x[0].angle(); })},
+      {"aten::angle", {{5}}, {false}, one([](auto& x) { return x[0].angle() + x[0]; })},  // real: 0 (and x's own tangent)
+      {"aten::exp", {{5}}, {true}, one([](auto& x) { return (x[0].sin() + x[0].cos() * x[0].tanh()).exp() / x[0].sigmoid(); })},
+      {"aten::sqrt", {{5}}, {true}, one([](auto& x) { return x[0].sqrt() + x[0].rsqrt() + x[0].log() + x[0].reciprocal() + x[0].pow(3); })},
+      {"aten::bmm", {{2, 3, 4}, {2, 4, 5}}, {true, false}, one([](auto& x) { return at::bmm(x[0], x[1].to(at::kComplexDouble)); })},
+      // a Fourier neural operator's spectral convolution: rfft, complex weights on the lowest modes, irfft
+      {"aten::_fft_c2r", {{2, 3, 16}, {3, 4, 5}}, {false, true}, one([](auto& x) {
+         at::Tensor f = at::fft_rfft(x[0]);
+         at::Tensor g = at::einsum("bcm,com->bom", {f.narrow(-1, 0, 5), x[1]});
+         return at::fft_irfft(at::constant_pad_nd(g, {0, f.size(-1) - 5}), x[0].size(-1));
+       })},
+  };
+  return c;
+}
+
+class ComplexRule : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(ComplexRule, MatchesForwardAdAndCentralDifferences) {
+  const ComplexCase& cc = complex_cases()[GetParam()];
+  at::manual_seed(static_cast<uint64_t>(GetParam()));
+  std::vector<TraceInput> primals;
+  std::vector<at::Tensor> values, tangents;
+  std::vector<std::optional<at::Tensor>> ref_tangents;
+  for (size_t i = 0; i < cc.shapes.size(); ++i) {
+    auto dtype = cc.complex[i] ? at::kComplexDouble : at::kDouble;
+    at::Tensor v = at::randn(cc.shapes[i], dtype) + 0.5, t = at::randn(cc.shapes[i], dtype);
+    primals.push_back({"x" + std::to_string(i), v});
+    values.push_back(v), tangents.push_back(t), ref_tangents.push_back(t);
+  }
+  Linearized lin = linearize(cc.fn, primals);
+  Trace tr = trace(cc.fn, primals, TraceOptions::graph_only());
+  bool seen = false;
+  for (const Node* n : tr.graph->nodes()) seen |= n->op() == cc.op;
+  ASSERT_TRUE(seen) << cc.op << " does not appear in the trace";
+  std::vector<at::Tensor> got = lin.jvp(tangents), ad = forward_ad_jvp(cc.fn, values, ref_tangents),
+                          fd = central_differences_jvp(cc.fn, values, ref_tangents);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].scalar_type(), ad[i].scalar_type()) << cc.op;
+    EXPECT_LT(test::rel_error(got[i], ad[i]), 1e-10) << cc.op << " vs forward AD";
+    EXPECT_LT(test::rel_error(got[i], fd[i]), 1e-6) << cc.op << " vs central differences";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, ComplexRule, ::testing::Range<size_t>(0, complex_cases().size()), [](const auto& info) {
+  std::string name = complex_cases()[info.param].op.substr(6) + "_" + std::to_string(info.param);
+  for (char& ch : name)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+});
+
 class JvpRule : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(JvpRule, MatchesForwardAdAndCentralDifferencesInFloat64) {
@@ -675,7 +746,16 @@ TEST(JvpRules, EveryRegisteredRuleHasACase) {
                                    "aten::_scaled_dot_product_cudnn_attention", "aten::cudnn_batch_norm",
                                    "aten::cudnn_grid_sampler"};
   for (const RuleCase& rc : cases()) covered.insert(rc.op);
+  for (const ComplexCase& cc : complex_cases()) covered.insert(cc.op);
   for (const std::string& op : jvp_rules::registry().ops()) EXPECT_TRUE(covered.count(op)) << op << " has no case";
+  for (const std::string& op : jvp_rules::registry().complex_ops()) EXPECT_TRUE(jvp_rules::registry().find(op)) << op;
+}
+
+// A rule not marked as holding for complex tensors is an error there, not a silent real formula.
+TEST(JvpRules, ARealRuleOnComplexTensorsIsAnError) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::atan(x[0])}; };
+  test::expect_error([&] { linearize(fn, {{"z", at::randn({3}, at::kComplexDouble)}}); },
+                     "no JVP rule for aten::atan of complex tensors");
 }
 
 // A norm asked for in float32 of float16 values: computed in float32, where the norm does not

@@ -100,17 +100,27 @@ std::unique_ptr<Graph> with_math_attention(const Graph& src) {
 std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::vector<at::Tensor>& primals,
                                                 const std::vector<std::optional<at::Tensor>>& tangents, double h) {
   if (primals.size() != tangents.size()) throw Error("central_differences_jvp: one tangent (or none) per primal");
-  auto f64 = [](const at::Tensor& t) { return c10::isFloatingType(t.scalar_type()) ? t.to(at::kDouble) : t; };
+  auto f64 = [](const at::Tensor& t) {
+    if (c10::isComplexType(t.scalar_type())) return t.to(at::kComplexDouble);
+    return c10::isFloatingType(t.scalar_type()) ? t.to(at::kDouble) : t;
+  };
+  auto differentiable = [](const at::Tensor& t) { return c10::isFloatingType(t.scalar_type()) || c10::isComplexType(t.scalar_type()); };
   std::vector<at::Tensor> plus, minus;
   for (size_t i = 0; i < primals.size(); ++i) {
     at::Tensor x = f64(primals[i]);
-    plus.push_back(tangents[i] ? x + h * tangents[i]->to(x.device(), at::kDouble) : x);
-    minus.push_back(tangents[i] ? x - h * tangents[i]->to(x.device(), at::kDouble) : x);
+    plus.push_back(tangents[i] ? x + h * tangents[i]->to(x.device(), x.scalar_type()) : x);
+    minus.push_back(tangents[i] ? x - h * tangents[i]->to(x.device(), x.scalar_type()) : x);
   }
   std::vector<at::Tensor> fp = fn(plus), fm = fn(minus), result;
   for (size_t i = 0; i < fp.size(); ++i)
-    result.push_back(c10::isFloatingType(fp[i].scalar_type()) ? (fp[i] - fm[i]) / (2 * h) : at::zeros_like(fp[i], at::kDouble));
+    result.push_back(differentiable(fp[i]) ? (fp[i] - fm[i]) / (2 * h) : at::zeros_like(fp[i], at::kDouble));
   return result;
+}
+
+at::Tensor real_pairs(const at::Tensor& t) {
+  at::Tensor c = t.detach().to(at::kCPU);
+  if (c10::isComplexType(c.scalar_type())) return at::view_as_real(c.to(at::kComplexDouble).resolve_conj());
+  return c.to(at::kDouble);
 }
 
 ErrorStats compare(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& reference) {
@@ -119,7 +129,7 @@ ErrorStats compare(const std::vector<at::Tensor>& got, const std::vector<at::Ten
   ErrorStats s;
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i].sizes() != reference[i].sizes()) throw Error("compare: tensor " + std::to_string(i) + " has a different shape");
-    at::Tensor a = got[i].detach().to(at::kCPU, at::kDouble), b = reference[i].detach().to(at::kCPU, at::kDouble);
+    at::Tensor a = real_pairs(got[i]), b = real_pairs(reference[i]);
     s.nonfinite_got += a.numel() - a.isfinite().sum().item<int64_t>();
     s.nonfinite_reference += b.numel() - b.isfinite().sum().item<int64_t>();
     at::Tensor d = a - b;
@@ -144,7 +154,8 @@ double tolerance_for(c10::ScalarType dtype) {
 double tolerance_for(const std::vector<at::Tensor>& outputs) {
   double tol = 0;
   for (const at::Tensor& t : outputs)
-    if (c10::isFloatingType(t.scalar_type())) tol = std::max(tol, tolerance_for(t.scalar_type()));
+    if (c10::isFloatingType(t.scalar_type()) || c10::isComplexType(t.scalar_type()))
+      tol = std::max(tol, tolerance_for(c10::toRealValueType(t.scalar_type())));
   return tol > 0 ? tol : tolerance_for(c10::kFloat);
 }
 

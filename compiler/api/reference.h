@@ -35,6 +35,8 @@ struct ErrorStats {
   int64_t nonfinite_got = 0, nonfinite_reference = 0;
 };
 ErrorStats compare(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& reference);
+/// t on the CPU in float64, a complex t as its (re, im) pairs (view_as_real), for comparisons.
+at::Tensor real_pairs(const at::Tensor& t);
 
 /// The tolerance on rel_error for a dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2.
 double tolerance_for(c10::ScalarType dtype);

@@ -420,10 +420,13 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
   // Elementwise kernels of one operand's shape and dtype (the backward kernels read a gradient
   // of the operand's shape): the result is laid out like operand 0, as TensorIterator does it
   // for a dense operand.
+  // abs of a complex operand is real.
   for (const char* op : {"aten::relu", "aten::abs", "aten::hardtanh_backward", "aten::hardswish_backward",
-                         "aten::log_sigmoid_backward", "aten::binary_cross_entropy_backward"})
-    rules.emplace(op, [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
-      return std::vector<TensorMeta>{preserving_layout(operand_meta(a, 0, in))};
+                         "aten::log_sigmoid_backward", "aten::binary_cross_entropy_backward", "aten::_conj_physical"})
+    rules.emplace(op, [abs = std::string(op) == "aten::abs"](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+      TensorMeta out = preserving_layout(operand_meta(a, 0, in));
+      if (abs) out.dtype = c10::toRealValueType(out.dtype);
+      return std::vector<TensorMeta>{out};
     });
   // ... and some that allocate their result contiguous whatever the operand's layout.
   for (const char* op : {"aten::smooth_l1_loss_backward", "aten::huber_loss_backward", "aten::linalg_matrix_exp"})

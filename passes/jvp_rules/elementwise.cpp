@@ -57,7 +57,7 @@ void register_elementwise(Registry& r) {
   }));
   r.add("aten::sin", unary([](Ctx& c) { return c.call("aten::cos", {c.x(0)}); }));
   r.add("aten::cos", unary([](Ctx& c) { return c.call("aten::neg", {c.call("aten::sin", {c.x(0)})}); }));
-  r.add("aten::abs", unary([](Ctx& c) { return c.call("aten::sgn", {c.x(0)}); }));
+  r.add("aten::abs", [](Ctx& c) -> std::vector<Value*> { return {abs_tangent(c)}; });
   r.add("aten::sinh", unary([](Ctx& c) { return c.call("aten::cosh", {c.x(0)}); }));
   r.add("aten::cosh", unary([](Ctx& c) { return c.call("aten::sinh", {c.x(0)}); }));
   r.add("aten::atan", unary([](Ctx& c) {  // 1 / (1 + x^2)

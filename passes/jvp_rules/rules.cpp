@@ -52,6 +52,14 @@ const Rule* Registry::find(const std::string& op) const {
   return it == rules_.end() ? nullptr : &it->second;
 }
 
+void Registry::allow_complex(const std::string& op) { complex_.insert(op); }
+
+std::vector<std::string> Registry::complex_ops() const {
+  std::vector<std::string> out(complex_.begin(), complex_.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<std::string> Registry::ops() const {
   std::vector<std::string> out;
   for (const auto& [k, v] : rules_) out.push_back(k);
@@ -71,6 +79,7 @@ const Registry& registry() {
     register_normalization(reg);
     register_attention(reg);
     register_solvers(reg);
+    register_complex(reg);
     return reg;
   }();
   return r;

@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace jvpc::jvp_rules {
 
@@ -63,9 +64,14 @@ class Registry {
   void add(const std::string& op, Rule r);
   const Rule* find(const std::string& op) const;
   std::vector<std::string> ops() const;
+  /// Marks op's rule as holding for complex operands and results too (complex.cpp says which).
+  void allow_complex(const std::string& op);
+  bool holds_for_complex(const std::string& op) const { return complex_.count(op) > 0; }
+  std::vector<std::string> complex_ops() const;
 
  private:
   std::unordered_map<std::string, Rule> rules_;
+  std::unordered_set<std::string> complex_;
 };
 
 /// All rules, built once.
@@ -125,5 +131,9 @@ void register_views(Registry& r);
 void register_normalization(Registry& r);
 void register_attention(Registry& r);
 void register_solvers(Registry& r);
+void register_complex(Registry& r);
+
+/// abs's tangent, real and complex (complex.cpp).
+Value* abs_tangent(Ctx& c);
 
 }  // namespace jvpc::jvp_rules
