@@ -104,10 +104,10 @@ void check_result(const std::string& where, const Value* v, const at::Tensor& t)
                 (t.defined() ? meta_of(t) : std::string("an undefined tensor")) + " where the graph declares " + m.str());
 }
 
-/// The version counter of a constant that aliases a caller's input, to notice writes into it
-/// (none for other constants, and for inference tensors, which keep no counter).
-std::optional<int64_t> version_of_alias(const Input& in, const at::Tensor& t) {
-  if (in.aliases.empty() || !t.defined() || t.is_inference()) return std::nullopt;
+/// A bound constant's version counter, to notice writes into it by whoever else holds it (an
+/// input a residual aliases, a captured tensor); none for inference tensors, which keep none.
+std::optional<int64_t> version_of(const at::Tensor& t) {
+  if (!t.defined() || t.is_inference()) return std::nullopt;
   return t._version();
 }
 
@@ -116,6 +116,10 @@ std::optional<int64_t> version_of_alias(const Input& in, const at::Tensor& t) {
 Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options)
     : graph_(std::move(graph)), options_(options), cuda_(std::make_unique<CudaGraphState>()) {
   if (!graph_) throw Error("Executable: null graph");
+  if (!at::hasCUDA())
+    for (const Input& in : graph_->inputs())
+      if (in.value->meta().device.is_cuda())
+        throw Error("input '" + in.name + "' is on " + in.value->meta().device.str() + ", and CUDA is not available on this machine");
   VerifyOptions schemas_only;
   schemas_only.check_shapes = false;  // checked on the first call, against the real results
   verify(*graph_, schemas_only);
@@ -128,9 +132,10 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
   for (const Input& in : graph_->inputs()) {
     int s = slot_of(in.value);
     if (in.role == Role::Constant) {
+      in.check_unwritten();  // since the graph was compiled (or loaded)
       constants_.emplace_back(s, in.data.defined() ? in.data.to(in.value->meta().device) : at::Tensor());
       constant_inputs_.push_back(&in);
-      alias_versions_.push_back(version_of_alias(in, constants_.back().second));
+      versions_.push_back(version_of(constants_.back().second));
     } else {
       arguments_.push_back(&in);
       argument_slots_.push_back(s);
@@ -224,7 +229,7 @@ void Executable::bind(const std::string& name, const at::Tensor& value) {
       throw Error("constant '" + name + "': " + one_line(e));
     }
     constants_[i].second = bound;
-    alias_versions_[i] = version_of_alias(in, bound);
+    versions_[i] = version_of(bound);
     std::lock_guard<std::mutex> lock(mu_);
     cuda_ = std::make_unique<CudaGraphState>();  // a captured graph read the old tensor
     return;
@@ -257,10 +262,7 @@ std::vector<at::Tensor> Executable::checked(const std::vector<at::Tensor>& input
     const at::Tensor& c = constants_[i].second;
     const Input& in = *constant_inputs_[i];
     if (!c.defined()) throw Error("constant '" + in.name + "' is not bound");
-    if (alias_versions_[i] && c._version() != *alias_versions_[i])
-      throw Error("constant '" + in.name + "' aliases the input '" + in.aliases +
-                  "', which was written in place after the graph was compiled; the graph's other constants hold values "
-                  "computed from the old one. Compile (linearize) again, or bind the constant anew");
+    if (versions_[i] && c._version() != *versions_[i]) throw Error(in.written_error());
   }
   return out;
 }

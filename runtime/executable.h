@@ -71,11 +71,12 @@ class Executable {
   Executable& operator=(const Executable&) = delete;
 
   /// Binds (or rebinds) the tensor of a constant input, moved to the graph's device (and made
-  /// contiguous where the graph declares it so). The tensor itself is held, not a copy: writing
-  /// into it later changes what the graph computes. Except for a constant that aliases a
-  /// caller's input (Input::aliases: a residual fold kept as a view of a primal input): the
-  /// graph's other residuals were computed from that input's values, so run() refuses to go on
-  /// once it has been written in place (its version counter moved), until it is bound again.
+  /// contiguous where the graph declares it so). The tensor itself is held, not a copy. A graph's
+  /// constants hold values computed together (a residual that aliases a caller's input, others
+  /// computed from it), so run() refuses to go on once any constant has been written in place
+  /// since it was bound or compiled (its version counter moved), naming it: compile again then.
+  /// The constructor refuses the same for the graph's constants. Inference tensors keep no
+  /// version counter: writes into them (possible only inside InferenceMode) go unseen.
   void bind(const std::string& constant_name, const at::Tensor& value);
 
   /// Runs the graph. `inputs` holds one tensor per non-constant graph input, in graph order.
@@ -107,7 +108,7 @@ class Executable {
   std::vector<int> argument_slots_;
   std::vector<std::pair<int, at::Tensor>> constants_;  // slot, tensor
   std::vector<const Input*> constant_inputs_;  // per constant: its graph input (name, aliases)
-  std::vector<std::optional<int64_t>> alias_versions_;  // per constant: the version bound, if it aliases an input
+  std::vector<std::optional<int64_t>> versions_;  // per constant: its version when bound (none: inference tensor)
   std::vector<Step> steps_;
   std::vector<int> output_slots_;
   std::vector<bool> copied_outputs_;  // outputs that repeat an earlier one, returned as copies

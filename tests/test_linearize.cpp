@@ -328,6 +328,32 @@ TEST(Linearize, WritingAnAliasedInputAfterLinearizeIsAnError) {
   expect_error([&] { lin.jvp({dx, dw}); }, "aliases the input 'W', which was written in place after the graph was compiled");
 }
 
+// The same hazard through the other ways a caller shares a residual: a tensor the function
+// captured (weights in a closure), and the graph saved or compiled again after the write (all
+// found by a probe: results matched neither the old point nor the new one, silently).
+TEST(Linearize, WritingACapturedTensorAfterLinearizeIsAnError) {
+  at::Tensor w = at::randn({4, 4}, at::kDouble), x = at::randn({3, 4}, at::kDouble), dx = at::randn({3, 4}, at::kDouble);
+  TensorFn fn = [w](const std::vector<at::Tensor>& a) { return std::vector<at::Tensor>{at::mm(at::tanh(at::mm(a[0], w)), w)}; };
+  Linearized lin = linearize(fn, {{"x", x}});
+  lin.jvp({dx});
+  w.add_(0.5);  // an optimizer step
+  expect_error([&] { lin.jvp({dx}); }, "was written in place after the graph was compiled (it is a tensor the traced function captured");
+  expect_error([&] { save(*lin.tangent_graph, test::temp_path("t.json")); }, "was written in place after the graph was compiled");
+  expect_error([&] { Executable again(lin.tangent_graph); }, "was written in place after the graph was compiled");
+}
+
+// A primal output that is a residual (exp's output is its derivative) goes to the caller as a
+// copy: writing into one's result does not change later jvp calls (found by a probe: 9× off).
+TEST(Linearize, WritingAPrimalOutputLeavesTheJvpAlone) {
+  TensorFn fn = [](const std::vector<at::Tensor>& a) { return std::vector<at::Tensor>{a[0].exp(), a[0].softmax(-1)}; };
+  at::Tensor x = at::randn({3, 4}, at::kDouble), dx = at::randn({3, 4}, at::kDouble);
+  Linearized lin = linearize(fn, {{"x", x}});
+  std::vector<at::Tensor> before = lin.jvp({dx});
+  for (at::Tensor& out : lin.primal_outputs) out.mul_(10);
+  std::vector<at::Tensor> after = lin.jvp({dx});
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(after[i].equal(before[i])) << i;
+}
+
 TEST(Linearize, OneShotJvp) {
   auto ex = test::make_example({"mlp", "--seq-len", "8"});
   std::vector<at::Tensor> tangents;

@@ -2,6 +2,7 @@
 #include "compiler/api/linearize.h"
 #include "compiler/cost/kernel_watch.h"
 #include "compiler/ir/builder.h"
+#include "compiler/ir/serialize.h"
 #include "compiler/trace/tracer.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"
@@ -62,6 +63,21 @@ TEST(Runtime, ConstantsCanBeRebound) {
   at::Tensor wt = at::randn({2, 3}).t();
   exe.bind("w", wt);
   EXPECT_TRUE(exe.run({x})[0].allclose(at::mm(x.exp(), wt)));
+}
+
+// Without a GPU, a CUDA graph is a one-line jvpc::Error from the library, and a failed move
+// leaves the graph as it was (found by a probe: a raw multi-line c10::Error, a half-moved graph).
+TEST(Runtime, CudaGraphsWithoutAGpuAreOneLineErrors) {
+  if (at::hasCUDA()) GTEST_SKIP() << "a CUDA device is present";
+  auto g = std::make_shared<Graph>();
+  Value* x = g->add_input("x", TensorMeta::contiguous({4}, c10::kFloat, c10::kCUDA), Role::Primal);
+  Builder b(*g);
+  g->add_output(b.call("aten::exp", {x}));
+  expect_error([&] { Executable exe{std::shared_ptr<const Graph>(g)}; }, "input 'x' is on cuda, and CUDA is not available on this machine");
+  auto h = small_graph();
+  expect_error([&] { retarget(*h, c10::Device(c10::kCUDA)); }, "device cuda: CUDA is not available on this machine");
+  EXPECT_TRUE(h->inputs()[1].data.is_cpu());
+  EXPECT_TRUE(h->inputs()[0].value->meta().device.is_cpu());
 }
 
 TEST(Runtime, KernelErrorsNameTheNode) {

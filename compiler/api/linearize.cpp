@@ -5,6 +5,7 @@
 #include "passes/passes.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace jvpc {
 
@@ -73,6 +74,14 @@ Linearized compile(Trace&& t, const LinearizeOptions& options, const KernelWatch
   lin.report.linearize_matmul_by_op = watch.matmul_flops_by_op();
   lin.tangent_graph = g;
   lin.jvp_fn = std::make_shared<Executable>(std::shared_ptr<const Graph>(g), options.runtime);
+  // A primal output that is (in) a residual's storage goes to the caller as a copy: writing into
+  // one's result is ordinary, and would change later jvp calls (exp's output is its derivative).
+  std::unordered_set<const void*> residual_storages;
+  for (const Input& in : g->inputs())
+    if (in.role == Role::Constant && in.data.defined() && in.data.has_storage())
+      residual_storages.insert(in.data.storage().unsafeGetStorageImpl());
+  for (at::Tensor& out : lin.primal_outputs)
+    if (out.defined() && out.has_storage() && residual_storages.count(out.storage().unsafeGetStorageImpl())) out = out.clone();
   return lin;
 }
 

@@ -153,9 +153,27 @@ Value* Graph::add_input(std::string name, TensorMeta meta, Role role, bool diffe
   return v;
 }
 
+void Input::bind(at::Tensor t) {
+  data = std::move(t);
+  data_version = data.defined() && !data.is_inference() ? std::optional<int64_t>(data._version()) : std::nullopt;
+}
+
+void Input::check_unwritten() const {
+  if (data_version && data.defined() && data._version() != *data_version) throw Error(written_error());
+}
+
+std::string Input::written_error() const {
+  if (!aliases.empty())
+    return "constant '" + name + "' aliases the input '" + aliases +
+           "', which was written in place after the graph was compiled; the graph's other constants hold values "
+           "computed from the old one: compile (linearize) again";
+  return "constant '" + name + "' was written in place after the graph was compiled (it is a tensor the traced "
+         "function captured, or one a caller holds): compile (linearize) again";
+}
+
 Value* Graph::add_constant(std::string name, at::Tensor data, std::string aliases) {
   Value* v = add_input(std::move(name), TensorMeta::of(data), Role::Constant);
-  inputs_.back().data = std::move(data);
+  inputs_.back().bind(std::move(data));
   inputs_.back().aliases = std::move(aliases);
   return v;
 }
@@ -261,6 +279,7 @@ std::unique_ptr<Graph> Graph::clone(std::unordered_map<const Value*, Value*>* ma
   for (const Input& in : inputs_) {
     Value* v = g->add_input(in.name, in.value->meta(), in.role, in.differentiable);
     g->inputs_.back().data = in.data;
+    g->inputs_.back().data_version = in.data_version;  // the same tensor: writes since still show
     g->inputs_.back().aliases = in.aliases;
     g->inputs_.back().tangent_of = in.tangent_of;
     m[in.value] = v;

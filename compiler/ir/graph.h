@@ -193,6 +193,17 @@ struct Input {
   std::string aliases;
   /// Tangent inputs: the name of the primal input this is the tangent of ("q" for "dq").
   std::string tangent_of;
+  /// Constant inputs: data's version counter when it was bound (none for an inference tensor,
+  /// which keeps none). A later version means the tensor was written in place since: by a
+  /// caller, into an input a residual aliases or a tensor the traced function captured.
+  std::optional<int64_t> data_version;
+
+  /// Sets `data` and notes its version.
+  void bind(at::Tensor t);
+  /// Throws jvpc::Error, naming this constant, if `data` was written in place since bound.
+  void check_unwritten() const;
+  /// The error for a constant written in place after the graph was compiled.
+  std::string written_error() const;
 };
 
 class Graph {

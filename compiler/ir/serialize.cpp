@@ -605,6 +605,7 @@ void save(const Graph& g, const std::string& path) {
   std::unordered_map<const void*, size_t> group_of;
   for (const Input& in : g.inputs()) {
     if (in.role != Role::Constant || !in.data.defined()) continue;
+    in.check_unwritten();  // its bytes would not match the other constants'
     const at::Tensor& t = in.data;
     if (in.name == "__metadata__") throw Error("a constant may not be named '__metadata__' (safetensors reserves it)");
     bool shareable = t.has_storage() && t.strides() == c10::IntArrayRef(in.value->meta().strides);
@@ -686,7 +687,7 @@ std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> 
       const TensorMeta& m = in->value->meta();
       in->aliases.clear();  // the graph now holds its own copy, not a view of the caller's input
       if (jin.contains("view_of")) {
-        in->data = view_of_entry(m, jin["view_of"], tensors, constants_file, name);
+        in->bind(view_of_entry(m, jin["view_of"], tensors, constants_file, name));
         continue;
       }
       auto it = tensors.find(name);
@@ -701,16 +702,14 @@ std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> 
           throw Error(path + ": constant '" + name + "' declares overlapping strides");
         t = at::empty_strided(m.sizes, m.strides, t.options()).copy_(t);
       }
-      in->data = t;
+      in->bind(t);
     }
   }
   c10::Device target = device ? *device : c10::Device(c10::kCPU);
   if (!device)
     for (const Input& in : g->inputs()) target = in.value->meta().device;  // the graph's own device
-  if (target.is_cuda() && !at::hasCUDA()) {
-    if (device) throw Error("--device " + target.str() + ": CUDA is not available on this machine");
-    throw Error(path + ": the graph is on " + target.str() + " but CUDA is not available (use --device cpu)");
-  }
+  if (!device && target.is_cuda() && !at::hasCUDA())
+    throw Error(path + ": the graph is on " + target.str() + " but CUDA is not available (load it for the CPU)");
   retarget(*g, target);
   return g;
 }
@@ -742,12 +741,28 @@ void rederive_outputs(Graph& g, const std::function<void(TensorMeta&)>& fallback
 }  // namespace
 
 void retarget(Graph& g, c10::Device device) {
+  if (device.is_cuda() && !at::hasCUDA()) throw Error("device " + device.str() + ": CUDA is not available on this machine");
+  // The constants first, so that a failure (out of memory) leaves the graph as it was.
+  std::vector<at::Tensor> moved;
+  for (const Input& in : g.inputs()) {
+    at::Tensor t = in.data;
+    if (t.defined() && t.device() != device) {
+      in.check_unwritten();
+      try {
+        t = t.to(device);
+      } catch (const c10::Error& e) {
+        throw Error("constant '" + in.name + "' cannot move to " + device.str() + ": " + one_line(e));
+      }
+    }
+    moved.push_back(t);
+  }
   auto move = [&](TensorMeta& m) { m.device = device; };
-  for (Input& in : g.inputs()) {
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    Input& in = g.inputs()[i];
     TensorMeta m = in.value->meta();
     move(m);
     in.value->set_meta(std::move(m));
-    if (in.data.defined() && in.data.device() != device) in.data = in.data.to(device);
+    if (moved[i].defined() && !moved[i].is_same(in.data)) in.bind(moved[i]);
   }
   for (Node* n : g.nodes())
     for (size_t i = 0; i < n->args().size(); ++i)
@@ -763,7 +778,10 @@ void retype_floating(Graph& g, c10::ScalarType dtype) {
     TensorMeta m = in.value->meta();
     retype(m);
     in.value->set_meta(std::move(m));
-    if (in.data.defined() && c10::isFloatingType(in.data.scalar_type())) in.data = in.data.to(dtype);
+    if (in.data.defined() && c10::isFloatingType(in.data.scalar_type())) {
+      in.check_unwritten();
+      in.bind(in.data.to(dtype));
+    }
   }
   for (Node* n : g.nodes())
     for (size_t i = 0; i < n->args().size(); ++i)

@@ -232,6 +232,8 @@ class Recorder {
       // after a later write is then an error, never taken again wrongly).
       const c10::TensorImpl* impl = c.restrided.unsafeGetTensorImpl();
       view_links_.erase(impl);
+      for (Input& in : g_.inputs())  // the op moved the version counter of the constants it shares
+        if (in.data.defined() && in.data.is_alias_of(c.restrided)) in.bind(in.data);
       for (auto it = view_links_.begin(); it != view_links_.end();)
         it = it->second.base.unsafeGetTensorImpl() == impl ? view_links_.erase(it) : std::next(it);
     } else if (!c.written.defined() && results.size() == 1 && invertible_view(c.op->name) && c.args.at(0).isTensor()) {
@@ -247,7 +249,7 @@ class Recorder {
     for (auto& [id, kept] : values_)
       if (kept.is_same(t)) kept = t.alias();
     for (Input& in : g_.inputs())
-      if (in.data.defined() && in.data.is_same(t)) in.data = t.alias();
+      if (in.data.defined() && in.data.is_same(t)) in.data = t.alias();  // same version counter
   }
 
   /// Every value living in `t`'s storage, which was just written, is out of date.

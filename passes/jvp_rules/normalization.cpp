@@ -15,26 +15,12 @@
 // tangent to its primal's dtype at the end.
 #include "passes/jvp_rules/rules.h"
 
-#include <cmath>
-
 namespace jvpc::jvp_rules {
 
 namespace {
 
-/// The softmax input's tangent without a mask the softmax ignores: where its input was filled
-/// with −inf (attention written by hand: scores.masked_fill(~causal, -inf)), the output is
-/// exactly 0, and so is out · (t − Σ out·t) whatever t holds there; the tangent of the fill,
-/// t masked with zeros, is then one pass over the scores that changes nothing.
-Value* without_ignored_mask(Ctx& c, Value* t) {
-  const Node *fill = c.x(0)->producer(), *t_fill = t->producer();
-  auto is_fill = [](const Node* n) { return n && n->op() == "aten::masked_fill.Scalar"; };
-  if (!is_fill(fill) || !is_fill(t_fill) || fill->tensor_arg(1) != t_fill->tensor_arg(1)) return t;
-  double value = scalar(fill->arg(2).value), t_value = scalar(t_fill->arg(2).value);
-  return std::isinf(value) && value < 0 && t_value == 0 ? t_fill->tensor_arg(0) : t;
-}
-
 Value* softmax_jvp(Ctx& c, int64_t dim) {
-  Value* t = without_ignored_mask(c, c.t(0));
+  Value* t = c.t(0);
   c10::ScalarType dt = c.out()->meta().dtype;
   if (t->meta().dtype != dt) t = c.call("aten::_to_copy", {t, dt});
   return c.call("aten::_softmax_backward_data", {t, c.out(), dim, dt});
