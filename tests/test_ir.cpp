@@ -158,6 +158,8 @@ TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
        [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, std::vector<int64_t>{2}, std::vector<int64_t>{1},
                                               std::vector<int64_t>{1}, true, std::vector<int64_t>{1}, 2}; }},
       {"aten::linalg_matrix_exp", {meta({2, 4, 4}, f32)}, [](auto& v) { return std::vector<BArg>{v[0]}; }},
+      {"aten::index_add", {meta({4, 3}, f32), meta({0}, c10::kLong), meta({0, 3}, f32)},
+       [](auto& v) { return std::vector<BArg>{v[0], 0, v[1], v[2], 1.0}; }},
       {"aten::cholesky_solve", {meta({2, 3, 4}, f32), meta({3, 3}, f32)}, [](auto& v) { return std::vector<BArg>{v[0], v[1], false}; }},
       {"aten::linalg_solve_triangular", {meta({3, 3}, f32), meta({2, 3, 4}, f32)},
        [](auto& v) { return std::vector<BArg>{v[0], v[1], true, true, false}; }},

@@ -147,6 +147,15 @@ TEST(Serialize, RejectsDirectories) {
   test::expect_error([] { load(::testing::TempDir()); }, "is a directory");
 }
 
+// A constants file that is a device or pipe (/dev/zero would be read until memory ran out:
+// found by a probe) is refused before anything is read.
+TEST(Serialize, RejectsAConstantsFileThatIsNotARegularFile) {
+  Saved s = save_small("devzero");
+  s.j["constants_file"] = "/dev/zero";
+  std::ofstream(s.path) << s.j.dump();
+  test::expect_error([&] { load(s.path); }, "constants file '/dev/zero' is not a regular file");
+}
+
 TEST(Serialize, RejectsWrongArgumentCount) {
   json j = save_small("argcount").j;
   j["nodes"][0]["args"].push_back({{"int", 1}});

@@ -113,6 +113,32 @@ TEST(Tracer, InPlaceOpsOnIntermediatesBecomeFunctional) {
   EXPECT_TRUE(exe.run({x})[0].allclose(fn({x})[0]));
 }
 
+// pow_'s functional forms have other overload names: pow_.Scalar is pow.Tensor_Scalar (pow.Scalar
+// is Scalar ** Tensor), pow_.Tensor is pow.Tensor_Tensor (found by a probe).
+TEST(Tracer, InPlacePowersBecomeTheirFunctionalForms) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    at::Tensor a = x[0] * 2, b = x[0] + 1;
+    a.pow_(3);
+    b.pow_(x[1]);
+    return std::vector<at::Tensor>{a + b};
+  };
+  std::vector<at::Tensor> x = {at::rand({4}, at::kDouble) + 0.5, at::rand({4}, at::kDouble)};
+  std::vector<at::Tensor> t = {at::randn({4}, at::kDouble), at::randn({4}, at::kDouble)};
+  Linearized lin = linearize(fn, {{"x", x[0]}, {"y", x[1]}});
+  EXPECT_LT(test::rel_error(lin.jvp(t)[0], forward_ad_jvp(fn, x, {t[0], t[1]})[0]), 1e-12);
+}
+
+// index_add with an empty index (a graph without edges): LibTorch's C++ Meta kernel fails there,
+// so its shape rule is jvpc's (found by a probe).
+TEST(Tracer, IndexAddWithAnEmptyIndexLinearizes) {
+  at::Tensor e = at::empty({0}, at::kLong);
+  TensorFn fn = [e](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::zeros_like(x[0]).index_add(0, e, x[0].index_select(0, e) * 2) + x[0]};
+  };
+  at::Tensor x = at::randn({3, 2}, at::kDouble), t = at::randn({3, 2}, at::kDouble);
+  EXPECT_TRUE(linearize(fn, {{"x", x}}).jvp({t})[0].equal(t));
+}
+
 TEST(Tracer, MaskedSdpaRecordsTheOutOfPlaceAdd) {
   auto ex = test::make_example({"sdpa", "--mask", "bool"});
   Trace t = trace(ex.fn(), ex.inputs);

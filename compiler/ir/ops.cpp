@@ -428,8 +428,9 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       if (abs) out.dtype = c10::toRealValueType(out.dtype);
       return std::vector<TensorMeta>{out};
     });
-  // ... and some that allocate their result contiguous whatever the operand's layout.
-  for (const char* op : {"aten::smooth_l1_loss_backward", "aten::huber_loss_backward", "aten::linalg_matrix_exp"})
+  // ... and some that allocate their result contiguous whatever the operand's layout (index_add's
+  // C++ Meta kernel also fails on an empty index: found by a probe).
+  for (const char* op : {"aten::smooth_l1_loss_backward", "aten::huber_loss_backward", "aten::linalg_matrix_exp", "aten::index_add"})
     rules.emplace(op, [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
       const auto& x = operand_meta(a, 0, in);
       return std::vector<TensorMeta>{like(x, x.sizes, x.dtype)};

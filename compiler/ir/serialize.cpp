@@ -447,10 +447,15 @@ std::unique_ptr<Graph> parse_graph(const std::string& text) { return checked_fro
 
 namespace {
 
-// Reads a whole file, refusing directories and anything past `limit` bytes (/dev/zero).
-std::string read_file(const std::string& path, const char* what, int64_t limit) {
+// Reads a whole file, refusing directories and anything past `limit` bytes (/dev/zero), and,
+// with `regular_only`, anything but a regular file (devices and pipes have no size to check).
+std::string read_file(const std::string& path, const char* what, int64_t limit, bool regular_only = false) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw Error(std::string(what) + " '" + path + "' is a directory");
+  if (regular_only && std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw Error(std::string(what) + " '" + path + "' is not a regular file");
+  if (std::filesystem::is_regular_file(path, ec) && static_cast<int64_t>(std::filesystem::file_size(path, ec)) > limit)
+    throw Error(std::string(what) + " '" + path + "' is larger than " + std::to_string(limit) + " bytes");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(std::string("cannot read ") + what + " '" + path + "'");
   std::string out;
@@ -532,7 +537,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
 }
 
 std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path, const std::string& what) {
-  std::string bytes = read_file(path, what.c_str(), int64_t{1} << 38);
+  std::string bytes = read_file(path, what.c_str(), int64_t{1} << 38, /*regular_only=*/true);
   auto bad = [&](const std::string& why) { return Error(what + " '" + path + "': " + why); };
   if (bytes.size() < 8) throw bad("too short");
   uint64_t n = 0;

@@ -420,6 +420,8 @@ class Recorder {
     static const std::unordered_map<std::string, std::string> renamed = {
         {"aten::bernoulli_.float", "aten::bernoulli.p"},
         {"aten::transpose_", "aten::transpose.int"},
+        {"aten::pow_.Scalar", "aten::pow.Tensor_Scalar"},  // pow.Scalar is (Scalar self, Tensor exponent)
+        {"aten::pow_.Tensor", "aten::pow.Tensor_Tensor"},
     };
     auto [name, overload] = split_op_name(info.name);
     if (name.empty() || name.back() != '_') throw Error(info.name + " mutates its input and has no functional form");
