@@ -275,6 +275,11 @@ std::vector<RuleCase> cases() {
       {"aten::squeeze", {{3, 1, 4, 1}}, one([](auto& x) { return x[0].squeeze(); })},
       {"aten::squeeze.dims", {{3, 1, 4, 1}}, one([](auto& x) { return x[0].squeeze({1, 3}); })},
       {"aten::split_with_sizes", {{6, 4}}, [](auto& x) { auto p = x[0].split_with_sizes({2, 4}, 0); return std::vector<at::Tensor>(p.begin(), p.end()); }},
+      {"aten::unsafe_split.Tensor", {{4, 6}}, [](auto& x) { auto p = x[0].unsafe_chunk(3, 1); return std::vector<at::Tensor>(p.begin(), p.end()); }},
+      {"aten::unsafe_split_with_sizes", {{6, 4}}, [](auto& x) {
+         auto p = at::unsafe_split_with_sizes(x[0], {1, 5}, 0);
+         return std::vector<at::Tensor>(p.begin(), p.end());
+       }},
       {"aten::unfold", {{7, 3}}, one([](auto& x) { return x[0].unfold(0, 3, 2); })},
       {"aten::repeat", {{2, 3}}, one([](auto& x) { return x[0].repeat({2, 1, 2}); })},
       {"aten::flip", {{3, 4}}, one([](auto& x) { return x[0].flip({0, 1}); })},

@@ -238,6 +238,8 @@ class Recorder {
         it = it->second.base.unsafeGetTensorImpl() == impl ? view_links_.erase(it) : std::next(it);
     } else if (!c.written.defined() && results.size() == 1 && invertible_view(c.op->name) && c.args.at(0).isTensor()) {
       view_links_[results[0].unsafeGetTensorImpl()] = ViewLink{c.args[0].toTensor(), c.op->name, n->args()};
+    } else if (!c.written.defined() && results.size() > 1) {
+      link_parts(c, results);
     }
     if (c.written.defined()) write_through(c.written);
   }
@@ -354,6 +356,32 @@ class Recorder {
     bind(t, c);
     if (value.is_same(t)) protected_storages_.insert(storage_of(t));  // a copy may be written on
     return c;
+  }
+
+  /// The results of split, unsafe_split, split_with_sizes and unbind, linked to their base as
+  /// slices (selects), so that an in-place write into one reaches the base and the others are
+  /// taken again from it (ATen's LSTM and GRU cells: gates.unsafe_chunk(4, 1), then
+  /// chunk[0].sigmoid_(): found by a probe).
+  void link_parts(const Call& c, const std::vector<at::Tensor>& results) {
+    const std::string& op = c.op->name;
+    bool unbind = op == "aten::unbind.int";
+    if (!unbind && op != "aten::split.Tensor" && op != "aten::unsafe_split.Tensor" && op != "aten::split_with_sizes" &&
+        op != "aten::unsafe_split_with_sizes")
+      return;
+    const at::Tensor& base = c.args.at(0).toTensor();
+    int64_t dim = c10::maybe_wrap_dim(c.args.at(unbind ? 1 : 2).toInt(), base.dim());
+    int64_t start = 0;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const c10::TensorImpl* part = results[i].unsafeGetTensorImpl();
+      if (unbind) {
+        view_links_[part] = ViewLink{base, "aten::select.int", {Arg::tensor(0), Arg::of_int(dim), Arg::of_int(static_cast<int64_t>(i))}};
+      } else {
+        int64_t end = start + results[i].size(dim);
+        view_links_[part] = ViewLink{base, "aten::slice.Tensor",
+                                     {Arg::tensor(0), Arg::of_int(dim), Arg::of_int(start), Arg::of_int(end), Arg::of_int(1)}};
+        start = end;
+      }
+    }
   }
 
   // Views that jvpc can take again from a base, and write back into it.

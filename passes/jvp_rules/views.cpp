@@ -78,7 +78,8 @@ std::vector<Value*> embedding_bag(Ctx& c) {
 void register_views(Registry& r) {
   for (const char* op : {"aten::expand", "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze",
                          "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor",
-                         "aten::split.Tensor", "aten::split_with_sizes", "aten::unbind.int", "aten::alias",
+                         "aten::split.Tensor", "aten::split_with_sizes", "aten::unsafe_split.Tensor",
+                         "aten::unsafe_split_with_sizes", "aten::unbind.int", "aten::alias",
                          "aten::diagonal", "aten::unfold", "aten::index_select", "aten::gather",
                          "aten::repeat", "aten::flip", "aten::roll", "aten::index.Tensor", "aten::embedding",
                          // the copying forms of views (diag() is diagonal_copy)
