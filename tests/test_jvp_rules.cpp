@@ -55,6 +55,14 @@ Fn cdist(double p) {
 Fn distances(double p) {  // cdist as a vector norm of all pairs' differences
   return one([p](auto& x) { return at::linalg_vector_norm(x[0].unsqueeze(-2) - x[1].unsqueeze(-3), p, {-1}); });
 }
+/// scatter_reduce of src [5, 4] into self [3, 4] along dim 0, rows 0 and 2 receiving two each
+/// and row 1 one.
+Fn scatter_reduce(std::string reduce, bool include_self) {
+  return one([=](auto& x) {
+    at::Tensor index = at::tensor({0, 2, 0, 1, 2}, at::kLong).unsqueeze(1).expand({5, 4});
+    return x[0].scatter_reduce(0, index, x[1], reduce, include_self);
+  });
+}
 /// linalg_svd's U, S and Vh, each pair of singular vectors signed so that U's first row is positive.
 Fn svd(bool full_matrices) {
   return [=](const std::vector<at::Tensor>& x) {
@@ -113,6 +121,23 @@ std::vector<RuleCase> cases() {
       {"aten::rsqrt", {{6}}, one([](auto& x) { return x[0].rsqrt(); }), nullptr, true},
       {"aten::erf", {{6}}, one([](auto& x) { return x[0].erf(); })},
       {"aten::sin", {{6}}, one([](auto& x) { return x[0].sin(); })},
+      {"aten::erfc", {{6}}, one([](auto& x) { return x[0].erfc(); })},
+      {"aten::erfinv", {{6}}, one([](auto& x) { return (x[0].tanh() * 0.9).erfinv(); })},
+      {"aten::lgamma", {{6}}, one([](auto& x) { return x[0].lgamma(); }), nullptr, true},
+      {"aten::digamma", {{6}}, one([](auto& x) { return x[0].digamma(); }), nullptr, true},
+      {"aten::polygamma", {{6}}, one([](auto& x) { return at::polygamma(2, x[0]); }), nullptr, true},
+      {"aten::special_log_ndtr", {{6}}, one([](auto& x) { return at::special_log_ndtr(x[0] * 3); })},
+      {"aten::special_ndtri", {{6}}, one([](auto& x) { return at::special_ndtri(x[0].sigmoid()); })},
+      {"aten::exp2", {{6}}, one([](auto& x) { return x[0].exp2(); })},
+      {"aten::logaddexp", {{6}, {6}}, one([](auto& x) { return at::logaddexp(x[0], x[1]); })},
+      {"aten::logaddexp2", {{6}, {6}}, one([](auto& x) { return at::logaddexp2(x[0], x[1]); })},
+      {"aten::nan_to_num", {{8}}, one([](auto& x) { return at::nan_to_num(x[0].log(), 0.0, 1.0, -1.0); })},  // NaN where x < 0
+      {"aten::nansum", {{2, 8}}, one([](auto& x) { return at::nansum(x[0].log(), {1}); })},
+      {"aten::remainder.Tensor", {{6}, {6}}, one([](auto& x) { return at::remainder(x[0] * 3, x[1]); }), nullptr, true},
+      {"aten::fmod.Tensor", {{6}, {6}}, one([](auto& x) { return at::fmod(x[0] * 3, x[1]); }), nullptr, true},
+      {"aten::div.Tensor_mode", {{6}, {6}}, one([](auto& x) { return at::div(x[0] * 3, x[1], "floor") + x[0]; }), nullptr, true},
+      {"aten::special_xlog1py", {{6}, {6}}, one([](auto& x) { return at::special_xlog1py(x[0], x[1]); }), nullptr, true},
+      {"aten::sgn", {{6}}, one([](auto& x) { return x[0].sgn() + x[0]; })},
       {"aten::cos", {{6}}, one([](auto& x) { return x[0].cos(); })},
       {"aten::abs", {{6}}, one([](auto& x) { return x[0].abs(); })},
       {"aten::pow.Tensor_Scalar", {{6}}, one([](auto& x) { return x[0].pow(3); })},
@@ -230,6 +255,12 @@ std::vector<RuleCase> cases() {
       {"aten::cholesky_inverse", {{2, 3, 3}}, one([](auto& x) {  // upper, a triangle the op reads alone
          return at::cholesky_inverse(x[0] + 3 * eye(x[0]), /*upper=*/true);
        }), one([](auto& x) { at::Tensor u = x[0].triu() + 3 * eye(x[0]); return at::linalg_inv(u.mT().matmul(u)); })},
+      // scatter_reduce: sums and means linear; amax and amin the tangents of the extremes
+      {"aten::scatter_reduce.two", {{3, 4}, {5, 4}}, scatter_reduce("sum", false)},
+      {"aten::scatter_reduce.two", {{3, 4}, {5, 4}}, scatter_reduce("mean", true)},
+      {"aten::scatter_reduce.two", {{3, 4}, {5, 4}}, scatter_reduce("amax", true)},
+      {"aten::scatter_reduce.two", {{3, 4}, {5, 4}}, scatter_reduce("amin", false)},
+      {"aten::index_fill.int_Scalar", {{4, 3}}, one([](auto& x) { return x[0].index_fill(0, at::tensor({0, 2}, at::kLong), 2.0); })},
       {"aten::linalg_cross", {{4, 3}, {4, 3}}, one([](auto& x) { return at::linalg_cross(x[0], x[1]); })},
       {"aten::_euclidean_dist", {{30, 3}}, one([](auto& x) { return at::cdist(x[0], x[0]).clamp_min(1e-3); }),  // one set: one matmul
        one([](auto& x) { return at::linalg_vector_norm(x[0].unsqueeze(-2) - x[0].unsqueeze(-3), 2, {-1}).clamp_min(1e-3); })},

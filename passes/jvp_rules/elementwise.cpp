@@ -55,6 +55,42 @@ void register_elementwise(Registry& r) {
     Value* e = c.call("aten::exp", {c.call("aten::neg", {c.call("aten::mul.Tensor", {c.x(0), c.x(0)})})});
     return c.call("aten::mul.Scalar", {e, 2.0 / std::sqrt(M_PI)});
   }));
+  r.add("aten::erfc", unary([](Ctx& c) {  // −2/sqrt(pi) exp(−x²)
+    Value* e = c.call("aten::exp", {c.call("aten::neg", {c.call("aten::mul.Tensor", {c.x(0), c.x(0)})})});
+    return c.call("aten::mul.Scalar", {e, -2.0 / std::sqrt(M_PI)});
+  }));
+  r.add("aten::erfinv", unary([](Ctx& c) {  // sqrt(pi)/2 exp(out²)
+    return c.call("aten::mul.Scalar", {c.call("aten::exp", {c.call("aten::mul.Tensor", {c.out(), c.out()})}), std::sqrt(M_PI) / 2});
+  }));
+  // Special functions: lgamma' = digamma, digamma' = polygamma(1), polygamma(n)' = polygamma(n + 1).
+  r.add("aten::lgamma", unary([](Ctx& c) { return c.call("aten::digamma", {c.x(0)}); }));
+  r.add("aten::digamma", unary([](Ctx& c) { return c.call("aten::polygamma", {1, c.x(0)}); }));
+  r.add("aten::polygamma", [](Ctx& c) -> std::vector<Value*> {  // (n, x)
+    if (!c.t(1)) return {};
+    return {c.mul(c.t(1), c.call("aten::polygamma", {c.c(0).toInt() + 1, c.x(1)}))};
+  });
+  r.add("aten::special_log_ndtr", unary([](Ctx& c) {  // φ(x)/Φ(x) = exp(−x²/2 − log Φ(x)) / sqrt(2π)
+    Value* half_square = c.call("aten::mul.Scalar", {c.call("aten::mul.Tensor", {c.x(0), c.x(0)}), 0.5});
+    Value* e = c.call("aten::exp", {c.call("aten::neg", {c.call("aten::add.Tensor", {half_square, c.out()})})});
+    return c.call("aten::mul.Scalar", {e, 1.0 / std::sqrt(2 * M_PI)});
+  }));
+  r.add("aten::special_ndtri", unary([](Ctx& c) {  // sqrt(2π) exp(out²/2)
+    Value* half_square = c.call("aten::mul.Scalar", {c.call("aten::mul.Tensor", {c.out(), c.out()}), 0.5});
+    return c.call("aten::mul.Scalar", {c.call("aten::exp", {half_square}), std::sqrt(2 * M_PI)});
+  }));
+  r.add("aten::exp2", unary([](Ctx& c) { return c.call("aten::mul.Scalar", {c.out(), std::log(2.0)}); }));
+  // log(eᵃ + eᵇ): ta·e^(a − out) + tb·e^(b − out); base 2 likewise.
+  for (auto [op, base] : {std::pair{"aten::logaddexp", 0.0}, std::pair{"aten::logaddexp2", 2.0}})
+    r.add(op, [base = base](Ctx& c) -> std::vector<Value*> {
+      auto share = [&](size_t i) {
+        Value* d = c.call("aten::sub.Tensor", {c.x(i), c.out()});
+        return base == 0.0 ? c.call("aten::exp", {d}) : c.call("aten::exp2", {d});
+      };
+      return {c.add(c.t(0) ? c.mul(c.t(0), share(0)) : nullptr, c.t(1) ? c.mul(c.t(1), share(1)) : nullptr)};
+    });
+  r.add("aten::nan_to_num", masked([](Ctx& c) {  // finite: x − x == 0 (isfinite has no kernel of its own)
+    return c.call("aten::eq.Scalar", {c.call("aten::sub.Tensor", {c.x(0), c.x(0)}), 0});
+  }));
   r.add("aten::sin", unary([](Ctx& c) { return c.call("aten::cos", {c.x(0)}); }));
   r.add("aten::cos", unary([](Ctx& c) { return c.call("aten::neg", {c.call("aten::sin", {c.x(0)})}); }));
   r.add("aten::abs", [](Ctx& c) -> std::vector<Value*> { return {abs_tangent(c)}; });
@@ -80,11 +116,33 @@ void register_elementwise(Registry& r) {
     r.add(op, unary([base = base](Ctx& c) {  // 1 / (x ln b)
       return c.call("aten::reciprocal", {c.call("aten::mul.Scalar", {c.x(0), std::log(base)})});
     }));
-  // x - y·round(x/y) and the like: the derivative in x is 1 almost everywhere.
+  // x - y·round(x/y) and the like: the derivative in x is 1 almost everywhere, in y −round(x/y).
   for (const char* op : {"aten::remainder.Scalar", "aten::fmod.Scalar", "aten::frac"})
     r.add(op, [](Ctx& c) -> std::vector<Value*> { return {c.t(0)}; });
+  for (auto [op, rounding] : {std::pair{"aten::remainder.Tensor", "floor"}, std::pair{"aten::fmod.Tensor", "trunc"}})
+    r.add(op, [rounding = std::string(rounding)](Ctx& c) -> std::vector<Value*> {
+      if (!c.t(1)) return {c.t(0)};
+      Value* q = c.call("aten::div.Tensor_mode", {c.x(0), c.x(1), rounding});
+      return {c.add(c.t(0), c.mul(c.t(1), c.call("aten::neg", {q})))};
+    });
+  r.add("aten::div.Tensor_mode", [](Ctx& c) -> std::vector<Value*> {  // rounded: piecewise constant
+    if (!c.c(2).isNone()) return {};
+    Value* a = c.t(0) ? c.call("aten::div.Tensor", {c.t(0), c.x(1)}) : nullptr;
+    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::neg", {c.call("aten::div.Tensor", {c.out(), c.x(1)})})) : nullptr;
+    return {c.add(a, b)};
+  });
+  // x·log1p(y), 0 where x = 0: tx·log1p(y) (0 where x = 0 and y <= −1) + ty·x/(1 + y)
+  r.add("aten::special_xlog1py", [](Ctx& c) -> std::vector<Value*> {
+    Value* a = nullptr;
+    if (c.t(0)) {
+      Value* undefined = c.call("aten::bitwise_and.Tensor", {c.call("aten::eq.Scalar", {c.x(0), 0}), c.call("aten::le.Scalar", {c.x(1), -1})});
+      a = c.mul(c.t(0), c.call("aten::where.ScalarSelf", {undefined, 0.0, c.call("aten::log1p", {c.x(1)})}));
+    }
+    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::div.Tensor", {c.x(0), c.call("aten::add.Scalar", {c.x(1), 1})})) : nullptr;
+    return {c.add(a, b)};
+  });
   // Piecewise constant: the derivative is 0 almost everywhere.
-  for (const char* op : {"aten::sign", "aten::floor", "aten::ceil", "aten::round", "aten::trunc"}) r.add(op, zero());
+  for (const char* op : {"aten::sign", "aten::sgn", "aten::floor", "aten::ceil", "aten::round", "aten::trunc"}) r.add(op, zero());
   r.add("aten::pow.Tensor_Scalar", [](Ctx& c) -> std::vector<Value*> {
     double p = scalar(c.c(1));
     if (!c.t(0) || p == 0.0) return {};

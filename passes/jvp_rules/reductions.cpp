@@ -84,6 +84,11 @@ Value* norm_tangent(Ctx& c, Value* x, Value* t, double p, const std::vector<int6
 void register_reductions(Registry& r) {
   for (const char* op : {"aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::cumsum"})
     r.add(op, linear_in(0));
+  r.add("aten::nansum", [](Ctx& c) -> std::vector<Value*> {  // the sum of the tangent where x is a number
+    if (!c.t(0)) return {};
+    Value* nan = c.call("aten::ne.Tensor", {c.x(0), c.x(0)});  // (isnan has no kernel of its own)
+    return c.reapply(0, c.call("aten::masked_fill.Scalar", {c.t(0), nan, 0.0}));
+  });
   for (const char* op : {"aten::nll_loss_forward", "aten::nll_loss2d_forward"})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
       if (!c.t(0)) return {};

@@ -24,6 +24,31 @@ Rule linear_in_self_and(size_t source, bool (*adds)(const Ctx&) = nullptr) {
 
 bool adds(const Ctx&) { return true; }
 
+// scatter_reduce.two(self, dim, index, src, reduce, include_self): sums and means are linear in
+// (self, src) jointly, include_self=False included (scattered positions drop self); amax and amin
+// take the tangents of the elements equal to the result, averaged over ties: with hits h,
+//   t_out = (t_self·h_self + scatter_add(t_src·h_src)) / (h_self + scatter_add(h_src)),
+// h_self excluding the scattered positions when include_self is False.
+std::vector<Value*> scatter_reduce(Ctx& c) {
+  const std::string& reduce = c.c(4).toStringRef();
+  if (reduce == "sum" || reduce == "mean") return linear_in_self_and(3)(c);
+  if (reduce != "amax" && reduce != "amin") throw Error("no tangent for reduce='" + reduce + "' (sum, mean, amax and amin have one)");
+  Value *self = c.x(0), *index = c.x(2), *out = c.out();
+  auto as_float = [&](Value* mask) { return c.call("aten::_to_copy", {mask, out->meta().dtype}); };
+  Value* h_self = as_float(c.call("aten::eq.Tensor", {self, out}));
+  if (!c.c(5).toBool()) {
+    Value* scattered = c.call("aten::scatter.value", {c.call("aten::zeros_like", {h_self}), c.a(1), index, 1.0});
+    h_self = c.call("aten::mul.Tensor", {h_self, c.call("aten::rsub.Scalar", {scattered, 1})});
+  }
+  Value* h_src = as_float(c.call("aten::eq.Tensor", {c.x(3), c.call("aten::gather", {out, c.a(1), index})}));
+  Value* count = c.call("aten::scatter_add", {h_self, c.a(1), index, h_src});
+  Value* self_share = c.call("aten::div.Tensor", {h_self, count});
+  Value* src_share = c.call("aten::div.Tensor", {h_src, c.call("aten::gather", {count, c.a(1), index})});
+  Value* from_src = nullptr;
+  if (c.t(3)) from_src = c.call("aten::scatter_add", {c.zeros_like(out), c.a(1), index, c.mul(c.t(3), src_share)});
+  return {c.add(c.mul(c.t(0), self_share), from_src)};
+}
+
 // grid_sampler_{2,3}d(x, grid, mode, padding, align_corners): linear in x; in the sampling
 // positions, Σ_k tgrid[.., k]·∂out/∂grid[.., k] per channel. The op's backward kernel gives those
 // partials summed over channels; with the channels folded into the batch (x as [N·C, 1, ...],
@@ -128,6 +153,11 @@ void register_views(Registry& r) {
   r.add("aten::diagonal_scatter", linear_in_self_and(1));
   r.add("aten::masked_scatter", linear_in_self_and(2));
   r.add("aten::index_put", linear_in_self_and(2, [](const Ctx& c) { return c.c(3).toBool(); }));  // accumulate
+  r.add("aten::scatter_reduce.two", scatter_reduce);
+  r.add("aten::index_fill.int_Scalar", [](Ctx& c) -> std::vector<Value*> {  // the filled value is constant
+    if (!c.t(0)) return {};
+    return {c.call("aten::index_fill.int_Scalar", {c.t(0), c.a(1), c.x(2), 0.0})};
+  });
   r.add("aten::scatter.value", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     return {c.call("aten::scatter.value", {c.t(0), c.a(1), c.x(2), 0.0})};
