@@ -4,6 +4,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <filesystem>
+#include <unistd.h>
 #include <limits>
 
 namespace jvpc::examples {
@@ -70,6 +72,9 @@ CLI::Validator real_number(bool non_negative) {
         double v = 0;
         try {
           v = std::stod(s, &used);
+        } catch (const std::out_of_range&) {  // underflow (1e-320) is a number; overflow is not finite
+          v = std::strtod(s.c_str(), nullptr);
+          used = s.size();
         } catch (const std::exception&) {
           used = std::string::npos;
         }
@@ -86,7 +91,17 @@ const CLI::Validator kSeed = whole_number(0, 4294967295LL);
 const CLI::Validator kFinite = real_number(false);
 const CLI::Validator kNonNegative = real_number(true);
 const CLI::Validator kFileName(
-    [](std::string& s) -> std::string { return s.empty() ? "expects a file name, not ''" : ""; }, "FILE");
+    [](std::string& s) -> std::string {
+      if (s.empty()) return "expects a file name, not ''";
+      // Checked before any work: a file that cannot be written fails now, not after the run.
+      std::filesystem::path dir = std::filesystem::path(s).parent_path();
+      if (dir.empty()) dir = ".";
+      std::error_code ec;
+      if (!std::filesystem::is_directory(dir, ec)) return "cannot write '" + s + "': no directory '" + dir.string() + "'";
+      if (access(dir.c_str(), W_OK) != 0) return "cannot write '" + s + "': directory '" + dir.string() + "' is not writable";
+      return "";
+    },
+    "FILE");
 
 void add_common_flags(CLI::App& app, Common& c, bool attention) {
   app.add_option("--bsz", c.bsz, "batch size")->capture_default_str()->check(kPositive);
@@ -97,7 +112,7 @@ void add_common_flags(CLI::App& app, Common& c, bool attention) {
   app.add_option("--device", c.device, "cpu|cuda (default: cuda when present)")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--seed", c.seed, "seed of the random inputs")->capture_default_str()->check(kSeed);
   if (attention)
-    app.add_option("--backend", c.backend, "SDPA kernels allowed: math|flash|efficient|cudnn|auto")
+    app.add_option("--backend", c.backend, "SDPA kernels allowed: math|flash|efficient|cudnn|auto (efficient and cudnn: CUDA only)")
         ->capture_default_str()
         ->check(CLI::IsMember({"math", "flash", "efficient", "cudnn", "auto"}));
 }
@@ -118,6 +133,8 @@ void resolve(const Common& c, Instance& inst) {
   std::string dtype = c.dtype.empty() ? (device == "cuda" ? "float16" : "float32") : c.dtype;
   inst.dtype = dtype == "float16" ? c10::kHalf : dtype == "bfloat16" ? c10::kBFloat16 : dtype == "float64" ? c10::kDouble : c10::kFloat;
   inst.backend = parse_backend(c.backend);
+  if (device == "cpu" && (inst.backend == Backend::Efficient || inst.backend == Backend::CuDNN))
+    throw Error("--backend " + c.backend + ": that SDPA kernel runs on CUDA only (on the CPU: math, flash or auto)");
   inst.description += " " + dtype + " " + device;
 }
 

@@ -22,7 +22,8 @@ extern const CLI::Validator kSeed;
 extern const CLI::Validator kFinite;
 /// A finite real number, 0 or more.
 extern const CLI::Validator kNonNegative;
-/// A file name: not empty.
+/// A file name to write: not empty, in a directory that exists and is writable (checked when the
+/// flags are read, before any work).
 extern const CLI::Validator kFileName;
 
 }  // namespace jvpc::examples

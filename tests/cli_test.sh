@@ -102,6 +102,14 @@ contains err "pass 'fold' cannot be disabled"
 expect 2 "unknown pass for --dump-after" -- "$JVPC" linearize sdpa --device cpu --dump-after nopass; contains err "no pass is named 'nopass'"
 expect 2 "--wrt naming nothing" -- "$JVPC" linearize sdpa --device cpu --wrt ,
 expect 2 "empty -o" -- "$JVPC" trace sdpa -o ''
+expect 2 "--disable-pass of no pass" -- "$JVPC" linearize sdpa --device cpu --disable-pass nope
+contains err "no optional pass is named 'nope'"
+expect 2 "-o into a missing directory fails before the work" -- "$JVPC" linearize sdpa --device cpu -o "$DIR/no/t.json"
+contains err "no directory"
+if [ -s "$DIR/out" ]; then fail "  ...printed a summary before failing"; else pass "  ...nothing printed"; fi
+expect 2 "a CUDA-only SDPA kernel on the CPU" -- "$JVPC" trace sdpa --device cpu --backend efficient
+contains err "that SDPA kernel runs on CUDA only"
+expect 0 "a --scale that underflows to a denormal is a number" -- "$JVPC" trace sdpa --device cpu --seq-len 8 --scale 1e-320
 expect 2 "an option before the command" -- "$JVPC" --bogus
 expect 2 "a directory as the graph" -- "$JVPC" show "$DIR"; contains err "is a directory"
 JVPC_MAX_INPUT_BYTES=1e9 expect 2 "a malformed JVPC_MAX_INPUT_BYTES" -- "$JVPC" run "$DIR/sdpa.json"

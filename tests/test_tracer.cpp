@@ -538,6 +538,9 @@ TEST(Tracer, ScalarsReadFromTracedValuesAreAnError) {
 // Found by a probe: a captured tensor written in place changed the constant the graph replays;
 // LibTorch's own errors inside the callable came out as many lines; sparse inputs were taken.
 TEST(Tracer, BadCallablesAndInputsAreOneLineErrors) {
+  // A name the loader would refuse (found by a probe: such a graph saved but did not load back).
+  test::expect_error([] { trace([](const std::vector<at::Tensor>& x) { return x; }, {{"a\nb", at::ones({2})}}); },
+                     "input name contains a control character");
   at::Tensor c = at::ones({3});
   auto writes_captured = [c](const std::vector<at::Tensor>& x) {
     at::Tensor cc = c;

@@ -24,7 +24,9 @@ void add_linearize_passes(Pipeline& p, const std::vector<std::string>& wrt, size
     if (std::find(optional.begin(), optional.end(), name) == optional.end()) {
       std::string list;
       for (const std::string& o : optional) list += (list.empty() ? "" : ", ") + o;
-      throw Error("pass '" + name + "' cannot be disabled (these can: " + list + ")");
+      bool required = name == "jvp" || name == "fold" || name == "dce" || name == "drop-primal-outputs";
+      throw Error(required ? "pass '" + name + "' cannot be disabled (these can: " + list + ")"
+                           : "no optional pass is named '" + name + "' (these can be disabled: " + list + ")");
     }
   auto add = [&](std::string name, std::function<bool(Graph&)> fn) {
     if (!disabled.count(name)) p.add(make_pass(std::move(name), std::move(fn)));

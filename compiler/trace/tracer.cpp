@@ -30,6 +30,8 @@ class Recorder {
       : g_(g), keep_values_(options.keep_values), specialize_on_scalars_(options.specialize_on_scalars) {}
 
   Value* bind_input(const TraceInput& in) {
+    if (std::any_of(in.name.begin(), in.name.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20; }))
+      throw Error("input name contains a control character (a saved graph could not be read back)");
     if (!in.value.defined()) throw Error("input '" + in.name + "' is an undefined tensor");
     if (in.value.layout() != c10::kStrided)
       throw Error("input '" + in.name + "' is a " + (std::ostringstream() << in.value.layout()).str() +

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 
 int main(int argc, char** argv) {
@@ -15,14 +16,23 @@ int main(int argc, char** argv) {
     std::cerr << "usage: embed tangent.json [calls]\n";
     return 2;
   }
+  int calls = 10;
+  if (argc > 2) {
+    char* end = nullptr;
+    long n = std::strtol(argv[2], &end, 10);
+    if (*argv[2] == '\0' || *end != '\0' || n < 1 || n > 1000000) {
+      std::cerr << "embed: error: calls must be a whole number from 1 to 1000000, not '" << argv[2] << "'\n";
+      return 2;
+    }
+    calls = static_cast<int>(n);
+  }
   try {
-    int calls = argc > 2 ? std::stoi(argv[2]) : 10;
     jvpc::Executable jvp_fn(jvpc::load(argv[1]));  // residuals come from tangent.safetensors
     std::vector<at::Tensor> tangents;
     for (const jvpc::Input* in : jvp_fn.arguments()) {
       const jvpc::TensorMeta& m = in->value->meta();
       tangents.push_back(at::randn(m.sizes, at::TensorOptions().dtype(m.dtype).device(m.device)));
-      std::cout << "tangent " << in->name << " : " << m.str() << "\n";
+      std::cout << "input " << in->name << " : " << m.str() << "\n";
     }
     std::vector<at::Tensor> out = jvp_fn(tangents);
     auto start = std::chrono::steady_clock::now();
