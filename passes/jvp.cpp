@@ -28,14 +28,6 @@ namespace {
 
 bool floating(c10::ScalarType t) { return c10::isFloatingType(t) || c10::isComplexType(t); }
 
-// What to do instead, for ops without a rule that have a traceable alternative.
-std::string hint_for(const std::string& op) {
-  if (op == "aten::mkldnn_rnn_layer")
-    return " (oneDNN's fused LSTM layer, which at::lstm runs in float32 on the CPU; the unfused path traces: "
-           "at::globalContext().setUserEnabledMkldnn(false) while linearizing, or float64)";
-  return "";
-}
-
 bool complex_valued(const std::vector<Value*>& vs) {
   return std::any_of(vs.begin(), vs.end(), [](const Value* v) { return c10::isComplexType(v->meta().dtype); });
 }
@@ -97,7 +89,7 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
     if (!any || !float_out) continue;
     if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
     const jvp_rules::Rule* rule = rules.find(n->op());
-    if (!rule) throw Error("no JVP rule for " + n->op() + hint_for(n->op()));
+    if (!rule) throw Error("no JVP rule for " + n->op());
     if ((complex_valued(n->inputs()) || complex_valued(n->outputs())) && !rules.holds_for_complex(n->op()))
       throw Error("no JVP rule for " + n->op() + " of complex tensors (its rule is for real ones)");
     g.set_insertion_point(g.next(n));

@@ -356,8 +356,8 @@ TEST(Linearize, WritingAPrimalOutputLeavesTheJvpAlone) {
 
 // ATen's recurrent cells and layers: the cells chunk their gates (unsafe_chunk) and apply the
 // activations in place, which the tracer writes through to the gates (found by a probe: every
-// LSTM and GRU was refused). In float32 on the CPU, at::lstm runs oneDNN's fused layer, which
-// has no rule; the error says how to take the unfused path.
+// LSTM and GRU was refused). In float32 on the CPU, at::lstm runs oneDNN's fused layer
+// (mkldnn_rnn_layer), whose rule is checked against forward AD of the unfused path.
 TEST(Linearize, RecurrentCellsAndLayersFromATen) {
   auto o = at::TensorOptions().dtype(at::kDouble);
   at::Tensor seq = at::randn({5, 3, 4}, o), h = at::randn({3, 5}, o), c = at::randn({3, 5}, o);
@@ -382,17 +382,43 @@ TEST(Linearize, RecurrentCellsAndLayersFromATen) {
     std::vector<at::Tensor> got = linearize(fn, {{"x", x[0]}, {"h", x[1]}, {"w", x[2]}}).jvp(t), want = forward_ad_jvp(fn, x, ref);
     for (size_t i = 0; i < got.size(); ++i) EXPECT_LT(test::rel_error(got[i], want[i]), 1e-12) << name << " output " << i;
   }
-  if (at::hasMKLDNN() && at::globalContext().userEnabledMkldnn()) {
-    TensorFn lstm32 = [](const std::vector<at::Tensor>& a) {
-      auto r = at::lstm(a[0], {a[1], a[1]}, {a[2], a[3], a[4], a[4]}, true, 1, 0.0, false, false, false);
-      return std::vector<at::Tensor>{std::get<0>(r)};
+}
+
+TEST(Linearize, OneDnnLstmLayersMatchForwardAdOfTheUnfusedPath) {
+  if (!at::hasMKLDNN() || !at::globalContext().userEnabledMkldnn()) GTEST_SKIP() << "no oneDNN";
+  auto f32 = [](std::vector<int64_t> s) { return at::randn(s, at::kFloat); };
+  // two layers, both directions, batch first; the weights of the first layer's forward direction differentiated
+  std::vector<at::Tensor> w = {f32({20, 4}), f32({20, 5}), f32({20}), f32({20}), f32({20, 4}), f32({20, 5}), f32({20}), f32({20}),
+                               f32({20, 10}), f32({20, 5}), f32({20}), f32({20}), f32({20, 10}), f32({20, 5}), f32({20}), f32({20})};
+  for (bool biases : {true, false}) {
+    TensorFn fn = [&](const std::vector<at::Tensor>& a) {
+      std::vector<at::Tensor> params = {a[3], a[4], w[2], a[5]};
+      for (size_t i = 4; i < w.size(); ++i) params.push_back(w[i]);
+      if (!biases)
+        params = {a[3], a[4], w[4], w[5], w[8], w[9], w[12], w[13]};
+      auto r = at::lstm(a[0], {a[1], a[2]}, params, biases, 2, 0.0, false, true, true);
+      return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
     };
-    std::vector<TraceInput> in = {{"x", seq.to(at::kFloat)}, {"h", h.unsqueeze(0).to(at::kFloat)}, {"w", w4.to(at::kFloat)},
-                                  {"u", u4.to(at::kFloat)}, {"b", b4.to(at::kFloat)}};
-    expect_error([&] { linearize(lstm32, in); }, "at::globalContext().setUserEnabledMkldnn(false) while linearizing");
+    std::vector<at::Tensor> x = {f32({3, 6, 4}), f32({4, 3, 5}), f32({4, 3, 5}), w[0].clone(), w[1].clone(), w[3].clone()}, t;
+    std::vector<std::optional<at::Tensor>> ref;
+    std::vector<TraceInput> in;
+    for (size_t i = 0; i < x.size(); ++i) {
+      t.push_back(at::randn_like(x[i]));
+      ref.push_back(t.back());
+      in.push_back({"x" + std::to_string(i), x[i]});
+    }
+    Linearized lin = linearize(fn, in);
+    bool fused = false;
+    for (const std::string& k : trace(fn, in, TraceOptions::graph_only()).kernels) fused |= k == "aten::mkldnn_rnn_layer";
+    ASSERT_TRUE(fused) << "the trace does not run oneDNN's layer";
+    std::vector<at::Tensor> got = lin.jvp(t);
     at::globalContext().setUserEnabledMkldnn(false);
-    EXPECT_NO_THROW(linearize(lstm32, in));
+    std::vector<at::Tensor> want = forward_ad_jvp(fn, x, ref);
     at::globalContext().setUserEnabledMkldnn(true);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_LT(test::rel_error(got[i], want[i]), 1e-5) << "biases " << biases << " output " << i;
+      EXPECT_GT(want[i].abs().max().item<double>(), 1e-3) << "a tangent that is all zero tests nothing";
+    }
   }
 }
 

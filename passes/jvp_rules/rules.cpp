@@ -80,6 +80,7 @@ const Registry& registry() {
     register_attention(reg);
     register_solvers(reg);
     register_complex(reg);
+    register_recurrent(reg);
     return reg;
   }();
   return r;

@@ -132,6 +132,7 @@ void register_normalization(Registry& r);
 void register_attention(Registry& r);
 void register_solvers(Registry& r);
 void register_complex(Registry& r);
+void register_recurrent(Registry& r);
 
 /// abs's tangent, real and complex (complex.cpp).
 Value* abs_tangent(Ctx& c);

@@ -1,0 +1,93 @@
+// JVP rule of oneDNN's fused LSTM layer, which at::lstm runs in float32 on the CPU (one layer,
+// one direction per call). ATen's other recurrent paths trace through their cells.
+//
+// With gates G_t = x_t·W_ihᵀ + h_{t−1}·W_hhᵀ + b_ih + b_hh split into i, f, g, o (σ, σ, tanh, σ),
+// c_t = f·c_{t−1} + i·g and h_t = o·tanh(c_t), the tangent runs the same recurrence:
+//   dG_t = [dx_t·W_ihᵀ + x_t·dW_ihᵀ + h_{t−1}·dW_hhᵀ + db]  +  dh_{t−1}·W_hhᵀ
+//           (all steps at once, before the loop)               (per step)
+//   dc_t = di·g + df·c_{t−1} + dg·i + f·dc_{t−1},   dh_t = do·tanh(c_t) + o·tanh'(c_t)·dc_t
+// The layer returns only h (its output) and the last c, so the primal states and gates are
+// computed again from them, as primal expressions: fold evaluates them once, and a call costs
+// one matmul and a few elementwise ops per step.
+#include "passes/jvp_rules/rules.h"
+
+namespace jvpc::jvp_rules {
+
+namespace {
+
+Value* slice(Ctx& c, Value* v, int64_t dim, int64_t start, int64_t length) {
+  return c.call("aten::narrow", {v, dim, start, length});
+}
+
+// mkldnn_rnn_layer(input [T, B, I], W_ih, W_hh, b_ih, b_hh, hx [B, H], cx [B, H], reverse,
+//   batch_sizes, mode, hidden_size, num_layers, has_biases, bidirectional, batch_first, train)
+//   -> (output [T, B, H], hy, cy, workspace); the input is time-major whatever batch_first says.
+std::vector<Value*> lstm_layer(Ctx& c) {
+  if (!c.c(8).toIntVector().empty()) throw Error("packed sequences (batch_sizes) have no rule");
+  bool reverse = c.c(7).toBool(), biases = c.c(12).toBool();
+  int64_t H = c.c(10).toInt();
+  Value *x = c.x(0), *w_ih = c.x(1), *w_hh = c.x(2), *h0 = c.x(5), *c0 = c.x(6), *out = c.out(0);
+  if (w_ih->meta().sizes.at(0) != 4 * H) throw Error("only the LSTM layer has a rule");
+  int64_t T = x->meta().sizes.at(0);
+  auto step_time = [&](int64_t s) { return reverse ? T - 1 - s : s; };
+  auto at_time = [&](Value* v, int64_t t) { return c.call("aten::select.int", {v, 0, t}); };
+
+  // Primal (folded): the states before each time step, the gates, and the cell states.
+  Value* h_first = c.call("aten::unsqueeze", {h0, 0});
+  Value* h_prev = T == 1 ? h_first
+                  : reverse ? c.call("aten::cat", {std::vector<Value*>{slice(c, out, 0, 1, T - 1), h_first}, 0})
+                            : c.call("aten::cat", {std::vector<Value*>{h_first, slice(c, out, 0, 0, T - 1)}, 0});
+  Value* G = c.call("aten::add.Tensor", {matmul(c, x, mT(c, w_ih)), matmul(c, h_prev, mT(c, w_hh))});
+  if (biases) G = c.call("aten::add.Tensor", {G, c.call("aten::add.Tensor", {c.x(3), c.x(4)})});
+  Value* i = c.call("aten::sigmoid", {slice(c, G, -1, 0, H)});
+  Value* f = c.call("aten::sigmoid", {slice(c, G, -1, H, H)});
+  Value* g = c.call("aten::tanh", {slice(c, G, -1, 2 * H, H)});
+  Value* o = c.call("aten::sigmoid", {slice(c, G, -1, 3 * H, H)});
+  std::vector<Value*> cells(static_cast<size_t>(T)), cell_prev(static_cast<size_t>(T));
+  Value* cell = c0;
+  for (int64_t s = 0; s < T; ++s) {
+    int64_t t = step_time(s);
+    cell_prev[static_cast<size_t>(t)] = cell;
+    cell = c.call("aten::add.Tensor", {c.call("aten::mul.Tensor", {at_time(f, t), cell}),
+                                        c.call("aten::mul.Tensor", {at_time(i, t), at_time(g, t)})});
+    cells[static_cast<size_t>(t)] = cell;
+  }
+  Value* C = c.call("aten::stack", {cells, 0});
+  Value* tanh_c = c.call("aten::tanh", {C});
+  auto one_minus = [&](Value* v) { return c.call("aten::rsub.Scalar", {v, 1}); };
+  auto times = [&](Value* a, Value* b) { return c.call("aten::mul.Tensor", {a, b}); };
+  // dG ⊙ D gives (di·g, df·c_{t−1}, dg·i, do·tanh(c_t)) side by side
+  Value* D = c.call("aten::cat", {std::vector<Value*>{times(times(i, one_minus(i)), g),
+                                                      times(times(f, one_minus(f)), c.call("aten::stack", {cell_prev, 0})),
+                                                      times(one_minus(times(g, g)), i), times(times(o, one_minus(o)), tanh_c)},
+                                  -1});
+  Value* o_dtanh = times(o, one_minus(times(tanh_c, tanh_c)));
+
+  // Tangent: the parts of dG without the recurrence, for all steps at once.
+  Value* dG = nullptr;
+  if (c.t(0)) dG = c.add(dG, matmul(c, c.t(0), mT(c, w_ih)));
+  if (c.t(1)) dG = c.add(dG, matmul(c, x, mT(c, c.t(1))));
+  if (c.t(2)) dG = c.add(dG, matmul(c, h_prev, mT(c, c.t(2))));
+  if (biases) dG = c.add(dG, c.add(c.t(3), c.t(4)));
+  Value *dh = c.t(5), *dc = c.t(6);
+  std::vector<Value*> dout(static_cast<size_t>(T));
+  for (int64_t s = 0; s < T; ++s) {
+    int64_t t = step_time(s);
+    Value* dG_t = c.add(dG ? at_time(dG, t) : nullptr, dh ? matmul(c, dh, mT(c, w_hh)) : nullptr);
+    Value* parts = c.mul(dG_t, at_time(D, t));
+    Value* dc_new = c.mul(dc, at_time(f, t));
+    if (parts)
+      dc_new = c.add(dc_new, c.call("aten::add.Tensor", {c.call("aten::add.Tensor", {slice(c, parts, -1, 0, H), slice(c, parts, -1, H, H)}),
+                                                          slice(c, parts, -1, 2 * H, H)}));
+    dh = c.add(parts ? slice(c, parts, -1, 3 * H, H) : nullptr, c.mul(dc_new, at_time(o_dtanh, t)));
+    dc = dc_new;
+    dout[static_cast<size_t>(t)] = dh ? dh : c.zeros_like(h0);
+  }
+  return {c.call("aten::stack", {dout, 0}), dh, dc};
+}
+
+}  // namespace
+
+void register_recurrent(Registry& r) { r.add("aten::mkldnn_rnn_layer", lstm_layer); }
+
+}  // namespace jvpc::jvp_rules
