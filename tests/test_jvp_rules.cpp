@@ -75,6 +75,18 @@ Fn svd(bool full_matrices) {
     return std::vector<at::Tensor>{U * u_sign.unsqueeze(-2), S, Vh * vh_sign};
   };
 }
+/// linalg_svd(full_matrices=true): the first k singular vectors (signed as in svd()), S, and the
+/// projector onto the rest (U₂·U₂ᵀ, or V₂·V₂ᵀ for a wide matrix), which is unique.
+Fn svd_full_projector() {
+  return [](const std::vector<at::Tensor>& x) {
+    auto [U, S, Vh] = at::linalg_svd(x[0], true);
+    int64_t k = S.size(-1);
+    at::Tensor U1 = U.narrow(-1, 0, k), Vh1 = Vh.narrow(-2, 0, k), sign = U1.select(-2, 0).sign();
+    at::Tensor rest = U.size(-1) > k ? at::matmul(U.narrow(-1, k, U.size(-1) - k), U.narrow(-1, k, U.size(-1) - k).mT())
+                                     : at::matmul(Vh.narrow(-2, k, Vh.size(-2) - k).mT(), Vh.narrow(-2, k, Vh.size(-2) - k));
+    return std::vector<at::Tensor>{U1 * sign.unsqueeze(-2), S, Vh1 * sign.unsqueeze(-1), rest};
+  };
+}
 /// embedding_bag's sum or mean of each bag's rows (per-sample weighted) by index_select.
 Fn bags(at::Tensor indices, std::vector<int64_t> offsets, int64_t mode, bool weighted = false) {
   return one([=](auto& x) {
@@ -138,6 +150,13 @@ std::vector<RuleCase> cases() {
       {"aten::div.Tensor_mode", {{6}, {6}}, one([](auto& x) { return at::div(x[0] * 3, x[1], "floor") + x[0]; }), nullptr, true},
       {"aten::special_xlog1py", {{6}, {6}}, one([](auto& x) { return at::special_xlog1py(x[0], x[1]); }), nullptr, true},
       {"aten::sgn", {{6}}, one([](auto& x) { return x[0].sgn() + x[0]; })},
+      {"aten::mvlgamma", {{6}}, one([](auto& x) { return at::mvlgamma(x[0] + 2, 3); }), nullptr, true},
+      {"aten::remainder.Scalar_Tensor", {{6}}, one([](auto& x) { return at::remainder(2.5, x[0]); }), nullptr, true, 0},  // (no forward AD)
+      {"aten::special_xlog1py.self_scalar", {{6}}, one([](auto& x) { return at::special_xlog1py(1.5, x[0]); }), nullptr, true},
+      {"aten::special_xlog1py.other_scalar", {{6}}, one([](auto& x) { return at::special_xlog1py(x[0], 0.5); })},
+      {"aten::logaddexp", {{4}, {4}}, one([](auto& x) {  // +inf on one side: the other's share is 0, not NaN
+         return at::logaddexp(x[0].masked_fill(at::arange(4) == 0, INFINITY), x[1]) * (at::arange(4) != 0) + x[0];
+       }), one([](auto& x) { return at::logaddexp(x[0], x[1]) * (at::arange(4) != 0) + x[0]; })},
       {"aten::cos", {{6}}, one([](auto& x) { return x[0].cos(); })},
       {"aten::abs", {{6}}, one([](auto& x) { return x[0].abs(); })},
       {"aten::pow.Tensor_Scalar", {{6}}, one([](auto& x) { return x[0].pow(3); })},
@@ -226,8 +245,10 @@ std::vector<RuleCase> cases() {
       {"aten::_linalg_svd", {{4, 3}}, svd(false)},
       {"aten::_linalg_svd", {{3, 5}}, svd(false)},
       {"aten::_linalg_svd", {{2, 3, 3}}, svd(true)},
-      {"aten::_linalg_svd", {{4, 3}}, svd(true), nullptr, false, 99, /*central_differences=*/false},  // U's extra column:
-      {"aten::_linalg_svd", {{3, 5}}, svd(true), nullptr, false, 99, false},                          // 0, as in LibTorch
+      // full_matrices: the extra columns of U (rows of Vᵀ) keep the basis orthogonal; LibTorch gives
+      // them 0, so their projector is checked against central differences only
+      {"aten::_linalg_svd", {{4, 3}}, svd_full_projector(), nullptr, false, /*ad_outputs=*/3},
+      {"aten::_linalg_svd", {{2, 3, 5}}, svd_full_projector(), nullptr, false, /*ad_outputs=*/3},
       {"aten::_linalg_svd", {{4, 3}}, one([](auto& x) { return at::linalg_svdvals(x[0]); })},  // no vectors computed
       {"aten::_linalg_svd", {{2, 3, 5}}, one([](auto& x) { return at::linalg_matrix_norm(x[0], "nuc"); })},
       {"aten::linalg_pinv.atol_rtol_tensor", {{4, 3}}, one([](auto& x) { return at::linalg_pinv(x[0]); })},
@@ -250,6 +271,35 @@ std::vector<RuleCase> cases() {
          return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<3>(r)};
        }, nullptr, false, /*ad_outputs=*/2},  // (LibTorch's singular values have no tangent)
       // (LibTorch's forward AD of cholesky_inverse is wrong, pytorch#196682: the references invert L·Lᵀ)
+      {"aten::linalg_lu_solve", {{3, 3}, {3, 2}}, one([](auto& x) {  // through LU and B
+         auto [LU, piv] = at::linalg_lu_factor(x[0] + 3 * eye(x[0]));
+         return at::linalg_lu_solve(LU, piv, x[1]);
+       })},
+      {"aten::linalg_lu_solve", {{2, 4, 4}, {2, 3, 4}}, one([](auto& x) {  // through B alone
+         auto [LU, piv] = at::linalg_lu_factor(x[0].detach() + 3 * eye(x[0]));
+         return at::linalg_lu_solve(LU, piv, x[1], /*left=*/false, /*adjoint=*/true);
+       }), nullptr, false, 99, /*central_differences=*/false},
+      {"aten::lu_unpack", {{4, 3}}, [](auto& x) {
+         auto [LU, piv] = at::linalg_lu_factor(x[0]);
+         auto [P, L, U] = at::lu_unpack(LU, piv);
+         return std::vector<at::Tensor>{L, U};
+       }},
+      // lstsq and pinv that drop a small singular value (rcond, rtol): the tangent is that of the
+      // truncated problem (LibTorch's differentiates the full one: differences only)
+      {"aten::linalg_lstsq", {{5, 3}, {5, 2}}, one([](auto& x) {
+         at::Tensor a = x[0] * at::tensor({1.0, 1.0, 0.0}, at::kDouble) + 1e-9 * x[0];
+         return std::get<0>(at::linalg_lstsq(a, x[1], 1e-3, "gelsd"));
+       }), nullptr, false, /*ad_outputs=*/0},
+      {"aten::linalg_lstsq", {{5, 2}, {5, 2}}, one([](auto& x) {  // rank-deficient (gelsd: no residuals then)
+         return std::get<0>(at::linalg_lstsq(at::cat({x[0], x[0].narrow(1, 0, 1)}, 1), x[1], 1e-3, "gelsd"));
+       }), nullptr, false, /*ad_outputs=*/0},
+      {"aten::linalg_pinv.atol_rtol_tensor", {{4, 4}}, one([](auto& x) {  // hermitian: the lower triangle
+         return at::linalg_pinv(x[0], std::optional<at::Tensor>(), std::optional<at::Tensor>(), /*hermitian=*/true);
+       }), nullptr, false, /*ad_outputs=*/0},  // (LibTorch's forward AD takes the whole tangent)
+      {"aten::linalg_pinv.atol_rtol_tensor", {{5, 3}}, one([](auto& x) {
+         at::Tensor a = x[0] * at::tensor({1.0, 1.0, 0.0}, at::kDouble) + 1e-9 * x[0];
+         return at::linalg_pinv(a, std::nullopt, at::scalar_tensor(1e-3, at::kDouble));
+       }), nullptr, false, /*ad_outputs=*/0},
       {"aten::cholesky_inverse", {{3, 3}}, one([](auto& x) { return at::cholesky_inverse(x[0].tril() + 3 * eye(x[0])); }),
        one([](auto& x) { at::Tensor l = x[0].tril() + 3 * eye(x[0]); return at::linalg_inv(l.matmul(l.mT())); })},
       {"aten::cholesky_inverse", {{2, 3, 3}}, one([](auto& x) {  // upper, a triangle the op reads alone
@@ -260,7 +310,16 @@ std::vector<RuleCase> cases() {
       {"aten::scatter_reduce.two", {{3, 4}, {5, 4}}, scatter_reduce("mean", true)},
       {"aten::scatter_reduce.two", {{3, 4}, {5, 4}}, scatter_reduce("amax", true)},
       {"aten::scatter_reduce.two", {{3, 4}, {5, 4}}, scatter_reduce("amin", false)},
+      {"aten::scatter_reduce.two", {{3, 4}, {2, 4}}, one([](auto& x) {  // ties: each row twice into one
+         at::Tensor index = at::tensor({0, 0, 2, 2}, at::kLong).unsqueeze(1).expand({4, 4});
+         return x[0].scatter_reduce(0, index, at::cat({x[1], x[1]}), "amax", false);
+       })},
+      {"aten::scatter_reduce.two", {{3, 4}, {5, 6}}, one([](auto& x) {  // an index smaller than src
+         at::Tensor index = at::tensor({0, 2, 0, 1}, at::kLong).unsqueeze(1).expand({4, 3});
+         return x[0].scatter_reduce(0, index, x[1], "amin", true);
+       }), nullptr, false, /*ad_outputs=*/0},  // (LibTorch's forward AD fails on this shape)
       {"aten::index_fill.int_Scalar", {{4, 3}}, one([](auto& x) { return x[0].index_fill(0, at::tensor({0, 2}, at::kLong), 2.0); })},
+      {"aten::index_fill.int_Tensor", {{4, 3}, {}}, one([](auto& x) { return x[0].index_fill(0, at::tensor({0, 2}, at::kLong), x[1]); })},
       {"aten::linalg_cross", {{4, 3}, {4, 3}}, one([](auto& x) { return at::linalg_cross(x[0], x[1]); })},
       {"aten::_euclidean_dist", {{30, 3}}, one([](auto& x) { return at::cdist(x[0], x[0]).clamp_min(1e-3); }),  // one set: one matmul
        one([](auto& x) { return at::linalg_vector_norm(x[0].unsqueeze(-2) - x[0].unsqueeze(-3), 2, {-1}).clamp_min(1e-3); })},
@@ -656,6 +715,12 @@ const std::vector<ComplexCase>& complex_cases() {
       {"aten::exp", {{5}}, {true}, one([](auto& x) { return (x[0].sin() + x[0].cos() * x[0].tanh()).exp() / x[0].sigmoid(); })},
       {"aten::sqrt", {{5}}, {true}, one([](auto& x) { return x[0].sqrt() + x[0].rsqrt() + x[0].log() + x[0].reciprocal() + x[0].pow(3); })},
       {"aten::bmm", {{2, 3, 4}, {2, 4, 5}}, {true, false}, one([](auto& x) { return at::bmm(x[0], x[1].to(at::kComplexDouble)); })},
+      {"aten::baddbmm", {{2, 3, 5}, {2, 3, 4}, {2, 4, 5}}, {true, true, true}, one([](auto& x) {
+         return at::baddbmm(x[0], x[1], x[2]).cumsum(-1) / (x[0] + 3) + at::addmm(x[0][0], x[1][0], x[2][1]);
+       })},
+      {"aten::index_put", {{4, 3}, {2, 3}}, {true, true}, one([](auto& x) {
+         return at::index_put(x[0], {at::tensor({0, 2}, at::kLong)}, x[1], /*accumulate=*/true);
+       })},
       // a Fourier neural operator's spectral convolution: rfft, complex weights on the lowest modes, irfft
       {"aten::_fft_c2r", {{2, 3, 16}, {3, 4, 5}}, {false, true}, one([](auto& x) {
          at::Tensor f = at::fft_rfft(x[0]);
@@ -788,6 +853,29 @@ TEST(JvpRules, EveryRegisteredRuleHasACase) {
   for (const std::string& op : jvp_rules::registry().complex_ops()) EXPECT_TRUE(jvp_rules::registry().find(op)) << op;
 }
 
+// A complex graph stays in memory: save refuses it rather than write what load refuses.
+TEST(JvpRules, ComplexGraphsAreNotSaved) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::fft_irfft(at::fft_rfft(x[0]) * 2, 8)}; };
+  Linearized lin = linearize(fn, {{"x", at::randn({8}, at::kDouble)}});
+  test::expect_error([&] { save(*lin.tangent_graph, test::temp_path("c.json")); }, "dtype ComplexDouble cannot be saved");
+}
+
+// nansum's tangent sums the tangent where x is a number: a NaN tangent there stays NaN (forward
+// AD's answer), which a nansum of the tangent would drop (found by a review).
+TEST(JvpRules, NansumKeepsANanTangentWhereXIsANumber) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::nansum(x[0])}; };
+  at::Tensor x = at::tensor({1.0, NAN, 2.0}, at::kDouble), t = at::tensor({NAN, 5.0, 1.0}, at::kDouble);
+  EXPECT_TRUE(linearize(fn, {{"x", x}}).jvp({t})[0].isnan().item<bool>());
+  EXPECT_TRUE(forward_ad_jvp(fn, {x}, {t})[0].isnan().item<bool>());
+}
+
+// A complex number as an op's scalar argument: an error naming the op and the way around it.
+TEST(JvpRules, ComplexScalarArgumentsAreAnErrorNamingTheOp) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] * c10::complex<double>(0, 1)}; };
+  test::expect_error([&] { linearize(fn, {{"z", at::randn({3}, at::kComplexDouble)}}); },
+                     "aten::mul.Scalar: argument 'other' is a complex number");
+}
+
 // A rule not marked as holding for complex tensors is an error there, not a silent real formula.
 TEST(JvpRules, ARealRuleOnComplexTensorsIsAnError) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::atan(x[0])}; };
@@ -854,6 +942,16 @@ TEST(SolverRules, TangentGraphsRunNoFactorization) {
       EXPECT_EQ(lin.report.tangent.ops.count("aten::mm") ? lin.report.tangent.ops.at("aten::mm") : 0, 1) << name;
     }
   }
+}
+
+// lu_solve's tangent through LU exists for left=true, adjoint=false; otherwise an error naming it.
+TEST(SolverRules, LuSolveThroughLuOfATransposedSystemIsAnError) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    auto [LU, piv] = at::linalg_lu_factor(x[0]);
+    return std::vector<at::Tensor>{at::linalg_lu_solve(LU, piv, x[1], /*left=*/true, /*adjoint=*/true)};
+  };
+  test::expect_error([&] { linearize(fn, {{"A", at::randn({3, 3}, at::kDouble)}, {"B", at::randn({3, 2}, at::kDouble)}}); },
+                     "JVP rule of aten::linalg_lu_solve: no tangent through LU for left=false or adjoint=true");
 }
 
 // Q of a complete QR with more rows than columns is not determined by A: an error naming the op.

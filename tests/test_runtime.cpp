@@ -76,6 +76,9 @@ TEST(Runtime, CudaGraphsWithoutAGpuAreOneLineErrors) {
   expect_error([&] { Executable exe{std::shared_ptr<const Graph>(g)}; }, "input 'x' is on cuda, and CUDA is not available on this machine");
   auto h = small_graph();
   expect_error([&] { retarget(*h, c10::Device(c10::kCUDA)); }, "device cuda: CUDA is not available on this machine");
+  // A move that fails on the way (a constant written since it was bound) leaves the graph as it was.
+  h->inputs()[1].data.add_(1);
+  expect_error([&] { retarget(*h, c10::Device(c10::kMeta)); }, "constant 'w' was written in place");
   EXPECT_TRUE(h->inputs()[1].data.is_cpu());
   EXPECT_TRUE(h->inputs()[0].value->meta().device.is_cpu());
 }

@@ -113,6 +113,20 @@ TEST(Tracer, InPlaceOpsOnIntermediatesBecomeFunctional) {
   EXPECT_TRUE(exe.run({x})[0].allclose(fn({x})[0]));
 }
 
+// unbind of a batch of 1 (and chunk(1)): the one part is linked to its base too, so a write into it
+// reaches the base (found by a review).
+TEST(Tracer, AWriteIntoTheOnlyPartOfAnUnbindReachesTheBase) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    at::Tensor y = x[0] * 2;
+    std::vector<at::Tensor> parts = y.unbind(0), chunks = y.chunk(1, 1);
+    parts[0].mul_(x[0][0]);
+    chunks[0].add_(1);
+    return std::vector<at::Tensor>{y * y};
+  };
+  at::Tensor x = at::randn({1, 4}, at::kDouble), t = at::randn({1, 4}, at::kDouble);
+  EXPECT_LT(test::rel_error(linearize(fn, {{"x", x}}).jvp({t})[0], forward_ad_jvp(fn, {x}, {t})[0]), 1e-12);
+}
+
 // pow_'s functional forms have other overload names: pow_.Scalar is pow.Tensor_Scalar (pow.Scalar
 // is Scalar ** Tensor), pow_.Tensor is pow.Tensor_Tensor (found by a probe).
 TEST(Tracer, InPlacePowersBecomeTheirFunctionalForms) {

@@ -149,7 +149,7 @@ Value* Graph::new_value(TensorMeta meta) {
 
 Value* Graph::add_input(std::string name, TensorMeta meta, Role role, bool differentiable) {
   Value* v = new_value(std::move(meta));
-  inputs_.push_back(Input{std::move(name), v, role, differentiable, {}, "", ""});
+  inputs_.push_back(Input{std::move(name), v, role, differentiable, {}, "", "", std::nullopt});
   return v;
 }
 

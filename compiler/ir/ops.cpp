@@ -456,8 +456,8 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
   });
   // linalg_lstsq(A, B, rcond, driver) -> (solution, residuals, rank, singular_values), as LAPACK
   // leaves them: each solution column-major in a buffer of max(m, n) rows, narrowed to n.
-  // Residuals exist for m > n with a driver other than gelsy, and A of full rank, which jvpc
-  // assumes (a rank-deficient trace then fails to load, naming lstsq, rather than run wrong).
+  // Residuals exist for m > n with a driver other than gelsy, and A of full rank, which this
+  // rule assumes; the graph's declared shape is trusted there (value_dependent_shape).
   rules.emplace("aten::linalg_lstsq", [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
     const auto &A = operand_meta(a, 0, in), &B = operand_meta(a, 1, in);
     if (A.sizes.size() < 2) throw Error("the input must be a matrix or a batch of them");
@@ -498,6 +498,8 @@ const std::unordered_map<std::string, ShapeRule>& shape_rules() {
 }
 
 }  // namespace
+
+bool value_dependent_shape(const std::string& op, size_t output) { return op == "aten::linalg_lstsq" && output == 1; }
 
 bool is_fused_attention(const std::string& op) {
   return op == "aten::_scaled_dot_product_flash_attention_for_cpu" || op == "aten::_scaled_dot_product_flash_attention" ||

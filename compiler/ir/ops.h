@@ -27,6 +27,9 @@ struct OpInfo {
 
 /// The fused SDPA kernels (flash, efficient, cuDNN, CPU flash).
 bool is_fused_attention(const std::string& op);
+/// Whether an output's shape depends on the operands' values, not only their shapes (lstsq's
+/// residuals exist only for A of full rank): the graph's declared shape is trusted there.
+bool value_dependent_shape(const std::string& op, size_t output);
 
 /// The op named "aten::name.overload". Throws jvpc::Error("unknown op ...") if there is none.
 const OpInfo& op_info(const std::string& qualified_name);

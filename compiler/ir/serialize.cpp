@@ -79,6 +79,9 @@ json float_json(double d) { return std::isfinite(d) ? json(d) : json(format_doub
 // --- writing --------------------------------------------------------------------------------
 
 json meta_json(const TensorMeta& m) {
+  // What the loader refuses is not written (a graph that saves must load back).
+  if (c10::isComplexType(m.dtype) || c10::isQIntType(m.dtype))
+    throw Error(std::string("dtype ") + c10::toString(m.dtype) + " cannot be saved (jvpc's files hold real, integer and bool tensors)");
   return {{"sizes", m.sizes}, {"strides", m.strides}, {"dtype", c10::toString(m.dtype)}, {"device", m.device.str()}};
 }
 
@@ -730,7 +733,13 @@ void rederive_outputs(Graph& g, const std::function<void(TensorMeta&)>& fallback
       std::vector<int> counts;
       std::vector<TensorMeta> out = infer_outputs(*n, &counts);
       if (counts == n->return_counts() && out.size() == n->outputs().size()) {
-        for (size_t i = 0; i < out.size(); ++i) n->outputs()[i]->set_meta(out[i]);
+        for (size_t i = 0; i < out.size(); ++i) {
+          if (value_dependent_shape(n->op(), i)) {  // the declared shape, moved or retyped
+            out[i] = n->outputs()[i]->meta();
+            fallback(out[i]);
+          }
+          n->outputs()[i]->set_meta(out[i]);
+        }
         continue;
       }
     } catch (const NoShapeRule&) {

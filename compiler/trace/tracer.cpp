@@ -183,7 +183,11 @@ class Recorder {
     std::vector<Arg> out;
     for (size_t i = 0; i < c.op->schema().arguments().size(); ++i) {
       const auto& sarg = c.op->schema().arguments()[i];
-      Arg a = arg_from_ivalue(sarg, c.args[c.arg_index[i]], [&](const at::Tensor& t) {
+      const c10::IValue& value = c.args[c.arg_index[i]];
+      if (value.isComplexDouble())
+        throw Error(reader + ": argument '" + sarg.name() + "' is a complex number, which jvpc's graphs do not hold; "
+                    "use a 0-dim complex tensor (at::scalar_tensor(c10::complex<double>(0, 1), at::kComplexDouble))");
+      Arg a = arg_from_ivalue(sarg, value, [&](const at::Tensor& t) {
         // a view reads no data (it may be taken of an allocation its op is about to fill)
         operands.push_back(value_for(t, reader, !(i == 0 && (ignores_self_data(c.op->name) || c.op->is_view))));
         return static_cast<int>(operands.size() - 1);
@@ -240,8 +244,8 @@ class Recorder {
         it = it->second.base.unsafeGetTensorImpl() == impl ? view_links_.erase(it) : std::next(it);
     } else if (!c.written.defined() && results.size() == 1 && invertible_view(c.op->name) && c.args.at(0).isTensor()) {
       view_links_[results[0].unsafeGetTensorImpl()] = ViewLink{c.args[0].toTensor(), c.op->name, n->args()};
-    } else if (!c.written.defined() && results.size() > 1) {
-      link_parts(c, results);
+    } else if (!c.written.defined()) {
+      link_parts(c, results);  // split, unbind (one part too: unbind of a batch of 1, chunk(1))
     }
     if (c.written.defined()) write_through(c.written);
   }

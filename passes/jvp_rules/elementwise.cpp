@@ -79,15 +79,26 @@ void register_elementwise(Registry& r) {
     return c.call("aten::mul.Scalar", {c.call("aten::exp", {half_square}), std::sqrt(2 * M_PI)});
   }));
   r.add("aten::exp2", unary([](Ctx& c) { return c.call("aten::mul.Scalar", {c.out(), std::log(2.0)}); }));
-  // log(eᵃ + eᵇ): ta·e^(a − out) + tb·e^(b − out); base 2 likewise.
-  for (auto [op, base] : {std::pair{"aten::logaddexp", 0.0}, std::pair{"aten::logaddexp2", 2.0}})
-    r.add(op, [base = base](Ctx& c) -> std::vector<Value*> {
+  // log(eᵃ + eᵇ): ta·σ(a − b) + tb·σ(b − a), finite where a or b is +inf (e^(a − out) would be
+  // inf − inf there: found by a probe); base 2: σ((a − b)·ln 2).
+  for (auto [op, scale] : {std::pair{"aten::logaddexp", 1.0}, std::pair{"aten::logaddexp2", std::log(2.0)}})
+    r.add(op, [scale = scale](Ctx& c) -> std::vector<Value*> {
       auto share = [&](size_t i) {
-        Value* d = c.call("aten::sub.Tensor", {c.x(i), c.out()});
-        return base == 0.0 ? c.call("aten::exp", {d}) : c.call("aten::exp2", {d});
+        Value* d = c.call("aten::sub.Tensor", {c.x(i), c.x(1 - i)});
+        return c.call("aten::sigmoid", {scale == 1.0 ? d : c.call("aten::mul.Scalar", {d, scale})});
       };
       return {c.add(c.t(0) ? c.mul(c.t(0), share(0)) : nullptr, c.t(1) ? c.mul(c.t(1), share(1)) : nullptr)};
     });
+  // Σᵢ lgamma(x − i/2) (+ a constant): Σᵢ digamma(x − i/2)
+  r.add("aten::mvlgamma", unary([](Ctx& c) {
+    int64_t p = c.c(1).toInt();
+    Value* sum = nullptr;
+    for (int64_t i = 0; i < p; ++i) {
+      Value* d = c.call("aten::digamma", {c.call("aten::sub.Scalar", {c.x(0), 0.5 * static_cast<double>(i)})});
+      sum = sum ? c.call("aten::add.Tensor", {sum, d}) : d;
+    }
+    return sum;
+  }));
   r.add("aten::nan_to_num", masked([](Ctx& c) {  // finite: x − x == 0 (isfinite has no kernel of its own)
     return c.call("aten::eq.Scalar", {c.call("aten::sub.Tensor", {c.x(0), c.x(0)}), 0});
   }));
@@ -125,6 +136,13 @@ void register_elementwise(Registry& r) {
       Value* q = c.call("aten::div.Tensor_mode", {c.x(0), c.x(1), rounding});
       return {c.add(c.t(0), c.mul(c.t(1), c.call("aten::neg", {q})))};
     });
+  r.add("aten::remainder.Scalar_Tensor", [](Ctx& c) -> std::vector<Value*> {  // s − y·floor(s/y)
+    if (!c.t(1)) return {};
+    const TensorMeta& m = c.x(1)->meta();
+    Value* s = c.call("aten::scalar_tensor", {scalar(c.c(0)), m.dtype, std::nullopt, m.device, std::nullopt});
+    Value* q = c.call("aten::div.Tensor_mode", {s, c.x(1), "floor"});  // as the op rounds s/y
+    return {c.mul(c.t(1), c.call("aten::neg", {q}))};
+  });
   r.add("aten::div.Tensor_mode", [](Ctx& c) -> std::vector<Value*> {  // rounded: piecewise constant
     if (!c.c(2).isNone()) return {};
     Value* a = c.t(0) ? c.call("aten::div.Tensor", {c.t(0), c.x(1)}) : nullptr;
@@ -140,6 +158,14 @@ void register_elementwise(Registry& r) {
     }
     Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::div.Tensor", {c.x(0), c.call("aten::add.Scalar", {c.x(1), 1})})) : nullptr;
     return {c.add(a, b)};
+  });
+  r.add("aten::special_xlog1py.self_scalar", [](Ctx& c) -> std::vector<Value*> {  // s·log1p(y): ty·s/(1 + y)
+    if (!c.t(1)) return {};
+    return {c.mul(c.t(1), c.call("aten::mul.Scalar", {c.call("aten::reciprocal", {c.call("aten::add.Scalar", {c.x(1), 1})}), scalar(c.c(0))}))};
+  });
+  r.add("aten::special_xlog1py.other_scalar", [](Ctx& c) -> std::vector<Value*> {  // x·log1p(s): tx·log1p(s)
+    if (!c.t(0)) return {};
+    return {c.scale(c.t(0), std::log1p(scalar(c.c(1))))};
   });
   // Piecewise constant: the derivative is 0 almost everywhere.
   for (const char* op : {"aten::sign", "aten::sgn", "aten::floor", "aten::ceil", "aten::round", "aten::trunc"}) r.add(op, zero());

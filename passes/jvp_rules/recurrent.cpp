@@ -68,12 +68,13 @@ std::vector<Value*> lstm_layer(Ctx& c) {
   if (c.t(0)) dG = c.add(dG, matmul(c, c.t(0), mT(c, w_ih)));
   if (c.t(1)) dG = c.add(dG, matmul(c, x, mT(c, c.t(1))));
   if (c.t(2)) dG = c.add(dG, matmul(c, h_prev, mT(c, c.t(2))));
-  if (biases) dG = c.add(dG, c.add(c.t(3), c.t(4)));
+  Value* db = biases ? c.add(c.t(3), c.t(4)) : nullptr;  // [4H]: added per step (a bias alone has no [T, B, 4H])
   Value *dh = c.t(5), *dc = c.t(6);
   std::vector<Value*> dout(static_cast<size_t>(T));
   for (int64_t s = 0; s < T; ++s) {
     int64_t t = step_time(s);
-    Value* dG_t = c.add(dG ? at_time(dG, t) : nullptr, dh ? matmul(c, dh, mT(c, w_hh)) : nullptr);
+    Value* dG_t = c.add(c.add(dG ? at_time(dG, t) : nullptr, dh ? matmul(c, dh, mT(c, w_hh)) : nullptr), db);
+    if (dG_t && dG_t->meta().sizes != at_time(D, t)->meta().sizes) dG_t = c.call("aten::expand", {dG_t, at_time(D, t)->meta().sizes});
     Value* parts = c.mul(dG_t, at_time(D, t));
     Value* dc_new = c.mul(dc, at_time(f, t));
     if (parts)

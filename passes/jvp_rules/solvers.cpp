@@ -13,7 +13,8 @@
 //   A = U·diag(s)·Vᵀ      dP = Uᵀ·dA·V, ds = diag(dP), dU = U·(F ⊙ (dP·S + S·dPᵀ)),
 //                         dVᵀ = −(F ⊙ (S·dP + dPᵀ·S))·Vᵀ, F_jk = 1/(s_k² − s_j²), plus the
 //                         parts outside U's (m > n) or V's (m < n) span
-//   A = Q·R (m ≥ n)       dR = syminv(sym(Qᵀ·dA·R⁻¹))·R, dQ = dA·R⁻¹ − Q·dR·R⁻¹
+//   A = Q·R (m ≥ n)       with M = Qᵀ·dA·R⁻¹ (skew Qᵀ·dQ plus upper triangular dR·R⁻¹):
+//                         dR = (triu(M) + triu(Mᵀ, 1))·R, dQ = dA·R⁻¹ − Q·dR·R⁻¹
 //   A = P·L·U             L⁻¹·Pᵀ·dA·U⁻¹ = L⁻¹dL + dU·U⁻¹, split into its strict lower and upper parts
 //   A⁺ (pinv)             dA⁺ = −A⁺·dA·A⁺ + A⁺A⁺ᵀ·dAᵀ·(I − AA⁺) + (I − A⁺A)·dAᵀ·A⁺ᵀA⁺; lstsq's
 //                         solution A⁺B has tangent dA⁺·B + A⁺·dB
@@ -216,14 +217,21 @@ std::vector<Value*> svd(Ctx& c) {
   if (m > n) {  // dU = dA·V·S⁻¹ + U·(core − dP·S⁻¹)
     Value* scaled = c.call("aten::unsqueeze", {inv_s, -2});
     dU = c.add(c.mul(half, scaled), matmul(c, U, sub(c, dU_core, c.mul(dP, scaled))));
-    if (full) dU = c.call("aten::cat", {std::vector<Value*>{dU, c.zeros_like(narrow(c, c.out(0), -1, k, m - k))}, -1});
+    if (full) {  // U₂, a basis of the rest: dU₂ = −U₁·(dU₁ᵀ·U₂), which keeps [U₁ U₂] orthogonal and
+                 // gives the projector U₂U₂ᵀ its tangent −d(U₁U₁ᵀ) (LibTorch: 0; found by a probe)
+      Value* dU2 = c.call("aten::neg", {matmul(c, U, matmul(c, mT(c, dU), narrow(c, c.out(0), -1, k, m - k)))});
+      dU = c.call("aten::cat", {std::vector<Value*>{dU, dU2}, -1});
+    }
   } else {
     dU = matmul(c, U, dU_core);
   }
   if (m < n) {  // dVᵀ = S⁻¹·Uᵀ·dA + (core − S⁻¹·dP)·Vᵀ
     Value* scaled = c.call("aten::unsqueeze", {inv_s, -1});
     dVh = c.add(c.mul(half, scaled), matmul(c, sub(c, dVh_core, c.mul(dP, scaled)), Vh));
-    if (full) dVh = c.call("aten::cat", {std::vector<Value*>{dVh, c.zeros_like(narrow(c, c.out(2), -2, k, n - k))}, -2});
+    if (full) {  // the rows of Vᵀ past k likewise: dVᵀ₂ = −(Vᵀ₂·dVᵀ₁ᵀ)·Vᵀ₁
+      Value* dVh2 = c.call("aten::neg", {matmul(c, matmul(c, narrow(c, c.out(2), -2, k, n - k), mT(c, dVh)), Vh)});
+      dVh = c.call("aten::cat", {std::vector<Value*>{dVh, dVh2}, -2});
+    }
   } else {
     dVh = matmul(c, dVh_core, Vh);
   }
@@ -262,7 +270,7 @@ std::vector<Value*> qr(Ctx& c) {
 std::pair<Value*, Value*> lu_tangents(Ctx& c, Value* P, Value* L, Value* U, Value* dA) {
   const std::vector<int64_t>& sizes = dA->meta().sizes;
   int64_t m = sizes.end()[-2], n = sizes.back(), k = std::min(m, n);
-  Value* PtdA = matmul(c, mT(c, P), dA);
+  Value* PtdA = P->meta().numel() == 0 ? dA : matmul(c, mT(c, P), dA);  // no pivoting (CUDA): P is empty
   Value *L1 = m > k ? narrow(c, L, -2, 0, k) : L, *U1 = n > k ? narrow(c, U, -1, 0, k) : U;
   Value* X = c.call("aten::linalg_solve_triangular", {L1, m > k ? narrow(c, PtdA, -2, 0, k) : PtdA, false, true, true});
   if (n > k) X = narrow(c, X, -1, 0, k);
@@ -280,15 +288,33 @@ std::pair<Value*, Value*> lu_tangents(Ctx& c, Value* P, Value* L, Value* U, Valu
   return {dL, dU};
 }
 
-/// dA⁺·B for A [.., m, n] and its pseudoinverse P [.., n, m], with B primal (nullptr: the
-/// identity, dA⁺ itself): −P·dA·(P·B) + P·Pᵀ·dAᵀ·((I − A·P)·B) + (I − P·A)·dAᵀ·(Pᵀ·P·B).
-Value* pinv_tangent(Ctx& c, Value* A, Value* P, Value* dA, Value* B) {
+/// dA⁺·B for the pseudoinverse P [.., n, m] of A [.., m, n], with B primal (nullptr: the
+/// identity, dA⁺ itself): −P·dA·(P·B) + P·Pᵀ·dAᵀ·((I − A·P)·B) + (I − P·A)·dAᵀ·(Pᵀ·P·B). A
+/// truncated pinv (small singular values dropped) is that of the truncated A = P⁺, whose
+/// projections the complements are (with A itself they were off: found by a probe).
+Value* pinv_tangent(Ctx& c, Value* P, Value* dA, Value* B) {
   auto times_b = [&](Value* f) { return B ? matmul(c, f, B) : f; };
+  Value* A = c.call("aten::linalg_pinv.atol_rtol_tensor", {P, std::nullopt, std::nullopt, false});  // folded
   Value* Pt = mT(c, P), *dAt = mT(c, dA);
   Value* t1 = matmul(c, c.call("aten::neg", {P}), matmul(c, dA, times_b(P)));
   Value* t2 = matmul(c, matmul(c, P, Pt), matmul(c, dAt, times_b(complement(c, A, P))));
   Value* t3 = matmul(c, complement(c, P, A), matmul(c, dAt, times_b(matmul(c, Pt, P))));
   return c.add(c.add(t1, t2), t3);
+}
+
+// linalg_lu_solve(LU, pivots, B, left, adjoint) -> X = A⁻¹B for A = P·L·U: linear in B; in LU
+// (left, not adjoint), dX = −A⁻¹·P·(dL·U + L·dU)·X = −U⁻¹·(L⁻¹·dL·(U·X) + dU·X), with the
+// triangular solves reading LU's triangles as the op does.
+std::vector<Value*> lu_solve(Ctx& c) {
+  Value* dX = c.t(2) ? c.reapply(2, c.t(2)).at(0) : nullptr;
+  if (!c.t(0)) return {dX};
+  if (!c.c(3).toBool() || c.c(4).toBool()) throw Error("no tangent through LU for left=false or adjoint=true");
+  Value *LU = c.x(0), *X = c.out(), *dLU = c.t(0);
+  Value* UX = matmul(c, c.call("aten::triu", {LU, 0}), X);  // folded
+  Value* a = c.call("aten::linalg_solve_triangular", {LU, matmul(c, c.call("aten::tril", {dLU, -1}), UX), false, true, true});
+  Value* b = c.call("aten::add.Tensor", {a, matmul(c, c.call("aten::triu", {dLU, 0}), X)});
+  Value* dX_LU = c.call("aten::neg", {c.call("aten::linalg_solve_triangular", {LU, b, true, true, false})});
+  return {c.add(dX, dX_LU)};
 }
 
 // linalg_lstsq(A, B, rcond, driver) -> (solution, residuals, rank, singular_values); residuals
@@ -298,8 +324,14 @@ std::vector<Value*> lstsq(Ctx& c) {
   Value *A = c.x(0), *dA = c.t(0);
   bool vector = c.x(1)->meta().sizes.size() + 1 == A->meta().sizes.size();
   Value *B = as_matrix(c, c.x(1), vector, true), *dB = as_matrix(c, c.t(1), vector, true);
-  Value* P = c.call("aten::linalg_pinv.atol_rtol_tensor", {A, std::nullopt, std::nullopt, false});  // folded
-  Value* dX = c.add(dA ? pinv_tangent(c, A, P, dA, B) : nullptr, dB ? matmul(c, P, dB) : nullptr);
+  // A⁺ with lstsq's cut-off: singular values below rcond·s_max count as zero (the default is
+  // pinv's too, eps·max(m, n)); folded
+  BArg rtol = std::nullopt;
+  if (!c.c(2).isNone())
+    rtol = c.call("aten::scalar_tensor",
+                  {c.c(2).toDouble(), c10::toRealValueType(A->meta().dtype), std::nullopt, A->meta().device, std::nullopt});
+  Value* P = c.call("aten::linalg_pinv.atol_rtol_tensor", {A, std::nullopt, rtol, false});
+  Value* dX = c.add(dA ? pinv_tangent(c, P, dA, B) : nullptr, dB ? matmul(c, P, dB) : nullptr);
   std::vector<Value*> out = {as_vector(c, dX, vector, true), nullptr, nullptr, nullptr};
   if (c.out(1)->meta().numel() > 0) {  // Σ‖A·X − B‖² per column: 2·Σ r ⊙ (dA·X − dB), as r ⟂ A's columns
     Value* X = as_matrix(c, c.out(0), vector, true);
@@ -349,6 +381,13 @@ void register_solvers(Registry& r) {
     if (n > k) dL = c.call("aten::cat", {std::vector<Value*>{dL, c.zeros_like(narrow(c, c.out(0), -1, k, n - k))}, -1});
     return {c.call("aten::add.Tensor", {dL, dU})};
   });
+  r.add("aten::linalg_lu_solve", lu_solve);
+  r.add("aten::lu_unpack", [](Ctx& c) -> std::vector<Value*> {  // (LU, pivots, data, pivots) -> (P, L, U): linear in LU
+    if (!c.t(0) || !c.c(2).toBool()) return {};
+    const std::vector<int64_t>& sizes = c.x(0)->meta().sizes;
+    int64_t k = std::min(sizes.end()[-2], sizes.back());
+    return {nullptr, c.call("aten::tril", {narrow(c, c.t(0), -1, 0, k), -1}), c.call("aten::triu", {narrow(c, c.t(0), -2, 0, k), 0})};
+  });
   r.add("aten::linalg_lu", [](Ctx& c) -> std::vector<Value*> {  // (A, pivot) -> (P, L, U)
     if (!c.t(0)) return {};
     auto [dL, dU] = lu_tangents(c, c.out(0), c.out(1), c.out(2), c.t(0));
@@ -356,7 +395,10 @@ void register_solvers(Registry& r) {
   });
   r.add("aten::linalg_pinv.atol_rtol_tensor", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
-    return {pinv_tangent(c, c.x(0), c.out(), c.t(0), nullptr)};
+    // hermitian: the op reads A's lower triangle (as eigh does), so its tangent is the symmetric
+    // matrix that triangle stands for (LibTorch's forward AD takes the whole tangent)
+    Value* dA = c.c(3).toBool() ? symmetric_from(c, c.t(0), "L") : c.t(0);
+    return {pinv_tangent(c, c.out(), dA, nullptr)};
   });
   r.add("aten::linalg_lstsq", lstsq);
   r.add("aten::cholesky_inverse", [](Ctx& c) -> std::vector<Value*> {  // (L, upper) -> (L·Lᵀ)⁻¹ (upper: (Uᵀ·U)⁻¹)

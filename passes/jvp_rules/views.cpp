@@ -33,19 +33,26 @@ std::vector<Value*> scatter_reduce(Ctx& c) {
   const std::string& reduce = c.c(4).toStringRef();
   if (reduce == "sum" || reduce == "mean") return linear_in_self_and(3)(c);
   if (reduce != "amax" && reduce != "amin") throw Error("no tangent for reduce='" + reduce + "' (sum, mean, amax and amin have one)");
-  Value *self = c.x(0), *index = c.x(2), *out = c.out();
+  Value *self = c.x(0), *index = c.x(2), *out = c.out(), *src = c.x(3), *t_src = c.t(3);
+  // the op reads src where the index has entries: narrowed to the index's shape
+  const std::vector<int64_t>& is = index->meta().sizes;
+  for (size_t d = 0; d < is.size(); ++d)
+    if (src->meta().sizes.at(d) != is[d]) {
+      src = c.call("aten::narrow", {src, static_cast<int64_t>(d), 0, is[d]});
+      if (t_src) t_src = c.call("aten::narrow", {t_src, static_cast<int64_t>(d), 0, is[d]});
+    }
   auto as_float = [&](Value* mask) { return c.call("aten::_to_copy", {mask, out->meta().dtype}); };
   Value* h_self = as_float(c.call("aten::eq.Tensor", {self, out}));
   if (!c.c(5).toBool()) {
     Value* scattered = c.call("aten::scatter.value", {c.call("aten::zeros_like", {h_self}), c.a(1), index, 1.0});
     h_self = c.call("aten::mul.Tensor", {h_self, c.call("aten::rsub.Scalar", {scattered, 1})});
   }
-  Value* h_src = as_float(c.call("aten::eq.Tensor", {c.x(3), c.call("aten::gather", {out, c.a(1), index})}));
+  Value* h_src = as_float(c.call("aten::eq.Tensor", {src, c.call("aten::gather", {out, c.a(1), index})}));
   Value* count = c.call("aten::scatter_add", {h_self, c.a(1), index, h_src});
   Value* self_share = c.call("aten::div.Tensor", {h_self, count});
   Value* src_share = c.call("aten::div.Tensor", {h_src, c.call("aten::gather", {count, c.a(1), index})});
   Value* from_src = nullptr;
-  if (c.t(3)) from_src = c.call("aten::scatter_add", {c.zeros_like(out), c.a(1), index, c.mul(c.t(3), src_share)});
+  if (t_src) from_src = c.call("aten::scatter_add", {c.zeros_like(out), c.a(1), index, c.mul(t_src, src_share)});
   return {c.add(c.mul(c.t(0), self_share), from_src)};
 }
 
@@ -157,6 +164,10 @@ void register_views(Registry& r) {
   r.add("aten::index_fill.int_Scalar", [](Ctx& c) -> std::vector<Value*> {  // the filled value is constant
     if (!c.t(0)) return {};
     return {c.call("aten::index_fill.int_Scalar", {c.t(0), c.a(1), c.x(2), 0.0})};
+  });
+  r.add("aten::index_fill.int_Tensor", [](Ctx& c) -> std::vector<Value*> {  // value: a 0-dim tensor
+    if (!c.t(3)) return {c.t(0) ? c.call("aten::index_fill.int_Scalar", {c.t(0), c.a(1), c.x(2), 0.0}) : nullptr};
+    return {c.call("aten::index_fill.int_Tensor", {c.t(0) ? c.t(0) : c.zeros_like(c.x(0)), c.a(1), c.x(2), c.t(3)})};
   });
   r.add("aten::scatter.value", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
