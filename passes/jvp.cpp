@@ -26,8 +26,6 @@ namespace jvpc {
 
 namespace {
 
-bool floating(c10::ScalarType t) { return c10::isFloatingType(t) || c10::isComplexType(t); }
-
 bool complex_valued(const std::vector<Value*>& vs) {
   return std::any_of(vs.begin(), vs.end(), [](const Value* v) { return c10::isComplexType(v->meta().dtype); });
 }
@@ -68,7 +66,7 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
   std::unordered_map<const Value*, Value*> tangent;
   for (const Input& in : chosen) {
     const TensorMeta& m = in.value->meta();
-    if (!floating(m.dtype)) throw Error("input '" + in.name + "' has dtype " + c10::toString(m.dtype) + " and cannot be differentiated");
+    if (!differentiable_dtype(m.dtype)) throw Error("input '" + in.name + "' has dtype " + c10::toString(m.dtype) + " and cannot be differentiated");
     tangent[in.value] = g.add_input(fresh_name(g, in.name), TensorMeta::contiguous(m.sizes, m.dtype, m.device), Role::Tangent);
     g.inputs().back().tangent_of = in.name;
   }
@@ -85,7 +83,7 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
       any |= in_t.back() != nullptr;
     }
     bool float_out = false;
-    for (Value* o : n->outputs()) float_out |= floating(o->meta().dtype);
+    for (Value* o : n->outputs()) float_out |= differentiable_dtype(o->meta().dtype);
     if (!any || !float_out) continue;
     if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
     const jvp_rules::Rule* rule = rules.find(n->op());
@@ -103,7 +101,7 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
     if (outs.size() > n->outputs().size()) throw Error("JVP rule of " + n->op() + " returned too many tangents");
     try {
       for (size_t i = 0; i < outs.size(); ++i)
-        if (outs[i] && floating(n->output(i)->meta().dtype)) tangent[n->output(i)] = conform(b, outs[i], n->output(i));
+        if (outs[i] && differentiable_dtype(n->output(i)->meta().dtype)) tangent[n->output(i)] = conform(b, outs[i], n->output(i));
     } catch (const std::exception& e) {
       throw Error("JVP rule of " + n->op() + ": " + one_line(e));
     }

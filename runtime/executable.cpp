@@ -104,13 +104,6 @@ void check_result(const std::string& where, const Value* v, const at::Tensor& t)
                 (t.defined() ? meta_of(t) : std::string("an undefined tensor")) + " where the graph declares " + m.str());
 }
 
-/// A bound constant's version counter, to notice writes into it by whoever else holds it (an
-/// input a residual aliases, a captured tensor); none for inference tensors, which keep none.
-std::optional<int64_t> version_of(const at::Tensor& t) {
-  if (!t.defined() || t.is_inference()) return std::nullopt;
-  return t._version();
-}
-
 }  // namespace
 
 Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options)
@@ -135,7 +128,7 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
       in.check_unwritten();  // since the graph was compiled (or loaded)
       constants_.emplace_back(s, in.data.defined() ? in.data.to(in.value->meta().device) : at::Tensor());
       constant_inputs_.push_back(&in);
-      versions_.push_back(version_of(constants_.back().second));
+      versions_.push_back(version_counter(constants_.back().second));  // to notice writes by others holding it
     } else {
       arguments_.push_back(&in);
       argument_slots_.push_back(s);
@@ -229,7 +222,7 @@ void Executable::bind(const std::string& name, const at::Tensor& value) {
       throw Error("constant '" + name + "': " + one_line(e));
     }
     constants_[i].second = bound;
-    versions_[i] = version_of(bound);
+    versions_[i] = version_counter(bound);
     std::lock_guard<std::mutex> lock(mu_);
     cuda_ = std::make_unique<CudaGraphState>();  // a captured graph read the old tensor
     return;

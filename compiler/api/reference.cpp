@@ -104,7 +104,6 @@ std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::v
     if (c10::isComplexType(t.scalar_type())) return t.to(at::kComplexDouble);
     return c10::isFloatingType(t.scalar_type()) ? t.to(at::kDouble) : t;
   };
-  auto differentiable = [](const at::Tensor& t) { return c10::isFloatingType(t.scalar_type()) || c10::isComplexType(t.scalar_type()); };
   std::vector<at::Tensor> plus, minus;
   for (size_t i = 0; i < primals.size(); ++i) {
     at::Tensor x = f64(primals[i]);
@@ -113,7 +112,7 @@ std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::v
   }
   std::vector<at::Tensor> fp = fn(plus), fm = fn(minus), result;
   for (size_t i = 0; i < fp.size(); ++i)
-    result.push_back(differentiable(fp[i]) ? (fp[i] - fm[i]) / (2 * h) : at::zeros_like(fp[i], at::kDouble));
+    result.push_back(differentiable_dtype(fp[i].scalar_type()) ? (fp[i] - fm[i]) / (2 * h) : at::zeros_like(fp[i], at::kDouble));
   return result;
 }
 
@@ -154,7 +153,7 @@ double tolerance_for(c10::ScalarType dtype) {
 double tolerance_for(const std::vector<at::Tensor>& outputs) {
   double tol = 0;
   for (const at::Tensor& t : outputs)
-    if (c10::isFloatingType(t.scalar_type()) || c10::isComplexType(t.scalar_type()))
+    if (differentiable_dtype(t.scalar_type()))
       tol = std::max(tol, tolerance_for(c10::toRealValueType(t.scalar_type())));
   return tol > 0 ? tol : tolerance_for(c10::kFloat);
 }

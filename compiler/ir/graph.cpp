@@ -153,9 +153,14 @@ Value* Graph::add_input(std::string name, TensorMeta meta, Role role, bool diffe
   return v;
 }
 
+std::optional<int64_t> version_counter(const at::Tensor& t) {
+  if (!t.defined() || t.is_inference()) return std::nullopt;
+  return t._version();
+}
+
 void Input::bind(at::Tensor t) {
   data = std::move(t);
-  data_version = data.defined() && !data.is_inference() ? std::optional<int64_t>(data._version()) : std::nullopt;
+  data_version = version_counter(data);
 }
 
 void Input::check_unwritten() const {

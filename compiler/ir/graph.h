@@ -179,6 +179,13 @@ class Node {
   std::list<std::unique_ptr<Node>>::iterator self_;
 };
 
+/// Floating and complex dtypes: the ones that have tangents.
+inline bool differentiable_dtype(c10::ScalarType t) { return c10::isFloatingType(t) || c10::isComplexType(t); }
+
+/// A tensor's version counter, which in-place writes advance; none for an undefined tensor or an
+/// inference tensor, which keeps none.
+std::optional<int64_t> version_counter(const at::Tensor& t);
+
 /// A graph input: a named value with a role. Constants carry their tensor in `data`.
 struct Input {
   std::string name;

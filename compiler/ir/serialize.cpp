@@ -79,9 +79,11 @@ json float_json(double d) { return std::isfinite(d) ? json(d) : json(format_doub
 // --- writing --------------------------------------------------------------------------------
 
 json meta_json(const TensorMeta& m) {
-  // What the loader refuses is not written (a graph that saves must load back).
-  if (c10::isComplexType(m.dtype) || c10::isQIntType(m.dtype))
+  try {  // what the loader refuses is not written: a graph that saves must load back
+    parse_dtype(c10::toString(m.dtype));
+  } catch (const Error&) {
     throw Error(std::string("dtype ") + c10::toString(m.dtype) + " cannot be saved (jvpc's files hold real, integer and bool tensors)");
+  }
   return {{"sizes", m.sizes}, {"strides", m.strides}, {"dtype", c10::toString(m.dtype)}, {"device", m.device.str()}};
 }
 

@@ -39,7 +39,7 @@ class Recorder {
     if (value_of_.count(in.value.unsafeGetTensorImpl()))
       throw Error("input '" + in.name + "' is the same tensor as an earlier input");
     Value* v = g_.add_input(in.name, TensorMeta::of(in.value), Role::Primal,
-                            in.differentiable && (c10::isFloatingType(in.value.scalar_type()) || c10::isComplexType(in.value.scalar_type())));
+                            in.differentiable && differentiable_dtype(in.value.scalar_type()));
     bind(in.value, v);
     from_inputs_.insert(v);
     protected_storages_.insert(storage_of(in.value));

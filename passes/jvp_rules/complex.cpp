@@ -58,8 +58,7 @@ void register_complex(Registry& r) {
   r.add("aten::angle", [](Ctx& c) -> std::vector<Value*> {  // Im(conj(z)·dz)/|z|²; 0 for real x
     if (!c.t(0) || !c10::isComplexType(c.x(0)->meta().dtype)) return {};
     Value* pairs = pairs_over_abs(c, c.x(0), 2.0);  // (re, im) → (−im, re): Im(conj(z)·dz) = re·dim − im·dre
-    Value* rotated = c.call("aten::cat", {std::vector<Value*>{c.call("aten::neg", {c.call("aten::narrow", {pairs, -1, 1, 1})}),
-                                                              c.call("aten::narrow", {pairs, -1, 0, 1})}, -1});
+    Value* rotated = c.call("aten::cat", {std::vector<Value*>{c.call("aten::neg", {narrow(c, pairs, -1, 1, 1)}), narrow(c, pairs, -1, 0, 1)}, -1});
     return {pair_dot(c, c.t(0), rotated)};
   });
 

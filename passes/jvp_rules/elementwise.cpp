@@ -7,6 +7,27 @@
 
 namespace jvpc::jvp_rules {
 
+namespace {
+
+/// x·log(y) (xlogy, pole 0) and x·log(1 + y) (xlog1py, pole −1), 0 where x = 0: tx·log(..), 0
+/// where also y <= pole, as in LibTorch, plus ty·x/(y − pole).
+Rule x_times_log(const char* log_op, double pole) {
+  return [log_op = std::string(log_op), pole](Ctx& c) -> std::vector<Value*> {
+    Value* a = nullptr;
+    if (c.t(0)) {
+      Value* undefined = c.call("aten::bitwise_and.Tensor", {c.call("aten::eq.Scalar", {c.x(0), 0}), c.call("aten::le.Scalar", {c.x(1), pole})});
+      Value* log_y = c.call(log_op, {c.x(1)});
+      if (log_y->meta().dtype != c.out()->meta().dtype) log_y = c.call("aten::_to_copy", {log_y, c.out()->meta().dtype});
+      a = c.mul(c.t(0), c.call("aten::where.ScalarSelf", {undefined, 0.0, log_y}));
+    }
+    Value* shifted = pole == 0.0 ? c.x(1) : c.call("aten::sub.Scalar", {c.x(1), pole});
+    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::div.Tensor", {c.x(0), shifted})) : nullptr;
+    return {c.add(a, b)};
+  };
+}
+
+}  // namespace
+
 void register_elementwise(Registry& r) {
   // x + alpha * y, x - alpha * y
   r.add("aten::add.Tensor", [](Ctx& c) -> std::vector<Value*> {
@@ -149,16 +170,7 @@ void register_elementwise(Registry& r) {
     Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::neg", {c.call("aten::div.Tensor", {c.out(), c.x(1)})})) : nullptr;
     return {c.add(a, b)};
   });
-  // x·log1p(y), 0 where x = 0: tx·log1p(y) (0 where x = 0 and y <= −1) + ty·x/(1 + y)
-  r.add("aten::special_xlog1py", [](Ctx& c) -> std::vector<Value*> {
-    Value* a = nullptr;
-    if (c.t(0)) {
-      Value* undefined = c.call("aten::bitwise_and.Tensor", {c.call("aten::eq.Scalar", {c.x(0), 0}), c.call("aten::le.Scalar", {c.x(1), -1})});
-      a = c.mul(c.t(0), c.call("aten::where.ScalarSelf", {undefined, 0.0, c.call("aten::log1p", {c.x(1)})}));
-    }
-    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::div.Tensor", {c.x(0), c.call("aten::add.Scalar", {c.x(1), 1})})) : nullptr;
-    return {c.add(a, b)};
-  });
+  r.add("aten::special_xlog1py", x_times_log("aten::log1p", -1.0));
   r.add("aten::special_xlog1py.self_scalar", [](Ctx& c) -> std::vector<Value*> {  // s·log1p(y): ty·s/(1 + y)
     if (!c.t(1)) return {};
     return {c.mul(c.t(1), c.call("aten::mul.Scalar", {c.call("aten::reciprocal", {c.call("aten::add.Scalar", {c.x(1), 1})}), scalar(c.c(0))}))};
@@ -238,18 +250,7 @@ void register_elementwise(Registry& r) {
     Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::div.Tensor", {c.x(1), c.out()})) : nullptr;
     return {c.add(a, b)};
   });
-  // x·log(y), 0 where x = 0: tx·log(y) (0 where x = 0 and y <= 0, as in LibTorch) + ty·x/y
-  r.add("aten::xlogy.Tensor", [](Ctx& c) -> std::vector<Value*> {
-    Value* a = nullptr;
-    if (c.t(0)) {
-      Value* undefined = c.call("aten::bitwise_and.Tensor", {c.call("aten::eq.Scalar", {c.x(0), 0}), c.call("aten::le.Scalar", {c.x(1), 0})});
-      Value* log_y = c.call("aten::log", {c.x(1)});
-      if (log_y->meta().dtype != c.out()->meta().dtype) log_y = c.call("aten::_to_copy", {log_y, c.out()->meta().dtype});
-      a = c.mul(c.t(0), c.call("aten::where.ScalarSelf", {undefined, 0.0, log_y}));
-    }
-    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::div.Tensor", {c.x(0), c.x(1)})) : nullptr;
-    return {c.add(a, b)};
-  });
+  r.add("aten::xlogy.Tensor", x_times_log("aten::log", 0.0));
 
   // Copies and casts are linear; detach stops tangents; a copy takes the source's tangent.
   r.add("aten::_to_copy", linear_in(0));

@@ -15,10 +15,6 @@ namespace jvpc::jvp_rules {
 
 namespace {
 
-Value* slice(Ctx& c, Value* v, int64_t dim, int64_t start, int64_t length) {
-  return c.call("aten::narrow", {v, dim, start, length});
-}
-
 // mkldnn_rnn_layer(input [T, B, I], W_ih, W_hh, b_ih, b_hh, hx [B, H], cx [B, H], reverse,
 //   batch_sizes, mode, hidden_size, num_layers, has_biases, bidirectional, batch_first, train)
 //   -> (output [T, B, H], hy, cy, workspace); the input is time-major whatever batch_first says.
@@ -35,14 +31,14 @@ std::vector<Value*> lstm_layer(Ctx& c) {
   // Primal (folded): the states before each time step, the gates, and the cell states.
   Value* h_first = c.call("aten::unsqueeze", {h0, 0});
   Value* h_prev = T == 1 ? h_first
-                  : reverse ? c.call("aten::cat", {std::vector<Value*>{slice(c, out, 0, 1, T - 1), h_first}, 0})
-                            : c.call("aten::cat", {std::vector<Value*>{h_first, slice(c, out, 0, 0, T - 1)}, 0});
+                  : reverse ? c.call("aten::cat", {std::vector<Value*>{narrow(c, out, 0, 1, T - 1), h_first}, 0})
+                            : c.call("aten::cat", {std::vector<Value*>{h_first, narrow(c, out, 0, 0, T - 1)}, 0});
   Value* G = c.call("aten::add.Tensor", {matmul(c, x, mT(c, w_ih)), matmul(c, h_prev, mT(c, w_hh))});
   if (biases) G = c.call("aten::add.Tensor", {G, c.call("aten::add.Tensor", {c.x(3), c.x(4)})});
-  Value* i = c.call("aten::sigmoid", {slice(c, G, -1, 0, H)});
-  Value* f = c.call("aten::sigmoid", {slice(c, G, -1, H, H)});
-  Value* g = c.call("aten::tanh", {slice(c, G, -1, 2 * H, H)});
-  Value* o = c.call("aten::sigmoid", {slice(c, G, -1, 3 * H, H)});
+  Value* i = c.call("aten::sigmoid", {narrow(c, G, -1, 0, H)});
+  Value* f = c.call("aten::sigmoid", {narrow(c, G, -1, H, H)});
+  Value* g = c.call("aten::tanh", {narrow(c, G, -1, 2 * H, H)});
+  Value* o = c.call("aten::sigmoid", {narrow(c, G, -1, 3 * H, H)});
   std::vector<Value*> cells(static_cast<size_t>(T)), cell_prev(static_cast<size_t>(T));
   Value* cell = c0;
   for (int64_t s = 0; s < T; ++s) {
@@ -78,9 +74,9 @@ std::vector<Value*> lstm_layer(Ctx& c) {
     Value* parts = c.mul(dG_t, at_time(D, t));
     Value* dc_new = c.mul(dc, at_time(f, t));
     if (parts)
-      dc_new = c.add(dc_new, c.call("aten::add.Tensor", {c.call("aten::add.Tensor", {slice(c, parts, -1, 0, H), slice(c, parts, -1, H, H)}),
-                                                          slice(c, parts, -1, 2 * H, H)}));
-    dh = c.add(parts ? slice(c, parts, -1, 3 * H, H) : nullptr, c.mul(dc_new, at_time(o_dtanh, t)));
+      dc_new = c.add(dc_new, c.call("aten::add.Tensor", {c.call("aten::add.Tensor", {narrow(c, parts, -1, 0, H), narrow(c, parts, -1, H, H)}),
+                                                          narrow(c, parts, -1, 2 * H, H)}));
+    dh = c.add(parts ? narrow(c, parts, -1, 3 * H, H) : nullptr, c.mul(dc_new, at_time(o_dtanh, t)));
     dc = dc_new;
     dout[static_cast<size_t>(t)] = dh ? dh : c.zeros_like(h0);
   }

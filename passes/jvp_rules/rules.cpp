@@ -172,6 +172,10 @@ Value* matmul(Ctx& c, Value* a, Value* b) {
 
 Value* mT(Ctx& c, Value* v) { return c.call("aten::transpose.int", {v, -2, -1}); }
 
+Value* narrow(Ctx& c, Value* v, int64_t dim, int64_t start, int64_t length) {
+  return c.call("aten::narrow", {v, dim, start, length});
+}
+
 Value* per_channel(Ctx& c, Value* v, size_t rank) {
   std::vector<int64_t> sizes = {v->meta().numel()};
   sizes.resize(std::max<size_t>(rank, 2) - 1, 1);

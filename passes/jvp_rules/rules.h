@@ -103,6 +103,8 @@ Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes);
 Value* matmul(Ctx& c, Value* a, Value* b);
 /// v with its last two dims swapped (a view).
 Value* mT(Ctx& c, Value* v);
+/// `length` entries of v along `dim` from `start` (a view).
+Value* narrow(Ctx& c, Value* v, int64_t dim, int64_t start, int64_t length);
 /// A per-channel vector [C] viewed as [C, 1, ...], to broadcast against [N, C, ...] of `rank`
 /// (a bias or a normalization's weight).
 Value* per_channel(Ctx& c, Value* v, size_t rank);

@@ -110,9 +110,6 @@ Value* inverse_gaps(Ctx& c, Value* w) {
   return c.call("aten::masked_fill.Scalar", {E, eye, 0.0});
 }
 
-Value* narrow(Ctx& c, Value* v, int64_t dim, int64_t start, int64_t length) {
-  return c.call("aten::narrow", {v, dim, start, length});
-}
 Value* diagonal(Ctx& c, Value* v) { return c.call("aten::diagonal", {v, 0, -2, -1}); }
 Value* sub(Ctx& c, Value* a, Value* b) { return c.call("aten::sub.Tensor", {a, b}); }
 Value* product(Ctx& c, Value* a, Value* b) { return c.call("aten::mul.Tensor", {a, b}); }

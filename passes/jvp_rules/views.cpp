@@ -38,8 +38,8 @@ std::vector<Value*> scatter_reduce(Ctx& c) {
   const std::vector<int64_t>& is = index->meta().sizes;
   for (size_t d = 0; d < is.size(); ++d)
     if (src->meta().sizes.at(d) != is[d]) {
-      src = c.call("aten::narrow", {src, static_cast<int64_t>(d), 0, is[d]});
-      if (t_src) t_src = c.call("aten::narrow", {t_src, static_cast<int64_t>(d), 0, is[d]});
+      src = narrow(c, src, static_cast<int64_t>(d), 0, is[d]);
+      if (t_src) t_src = narrow(c, t_src, static_cast<int64_t>(d), 0, is[d]);
     }
   auto as_float = [&](Value* mask) { return c.call("aten::_to_copy", {mask, out->meta().dtype}); };
   Value* h_self = as_float(c.call("aten::eq.Tensor", {self, out}));
