@@ -10,6 +10,8 @@ PY=$(cat build/.jvpc-python 2>/dev/null || command -v python3)
 TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 BUILD=build-asan
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+# Paths under the checkout are hashed relative to it, so another clone (CI's) reuses the cache.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=1
 if [ ! -f "$BUILD/build.ninja" ]; then
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DJVPC_SANITIZE=ON -DJVPC_FUZZ=ON >"$BUILD.configure.log" 2>&1 ||

@@ -55,6 +55,8 @@ log "torch $("$PY" -c 'import torch; print(torch.__version__)') from $PY"
 
 # --- configure and build --------------------------------------------------------------------
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+# Paths under the checkout are hashed relative to it, so another clone (CI's) reuses the cache.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.ccache}
 if [ ! -f "$BUILD_DIR/build.ninja" ] || [ "$(cat "$BUILD_DIR/.jvpc-prefix" 2>/dev/null)" != "$TORCH_PREFIX" ]; then
   log "configuring $BUILD_DIR"

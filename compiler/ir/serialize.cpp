@@ -607,7 +607,8 @@ at::Tensor view_of_entry(const TensorMeta& m, const json& view, const std::unord
 
 }  // namespace
 
-void save(const Graph& g, const std::string& path) {
+void save(const Graph& g, const std::string& path, const SaveOptions& options) {
+  (void)options;
   // One safetensors entry per storage. A constant alone in its storage is stored as itself. Constants
   // that share a storage (the probabilities as [B,H,S,S] and as [B·H,S,S]) become views into one 1-D
   // entry that spans them, named after the first of them, so that loading shares the memory again.
@@ -667,6 +668,13 @@ void save(const Graph& g, const std::string& path) {
 }
 
 std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device) {
+  LoadOptions o;
+  o.device = device;
+  return load(path, o);
+}
+
+std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options) {
+  const std::optional<c10::Device>& device = options.device;
   std::string text = read_file(path, "graph file", int64_t{1} << 30);
   std::unique_ptr<Graph> g;
   std::string constants_file;

@@ -42,11 +42,27 @@ std::unique_ptr<Graph> from_json(const nlohmann::json& j);
 /// Parses text (nesting limited, errors with their byte offset) and calls from_json.
 std::unique_ptr<Graph> parse_graph(const std::string& text);
 
+/// How a graph file is read. A graph file is data from a stranger: by default it may use only
+/// the ops on jvpc's list of loadable ops, and must fit the memory limit.
+struct LoadOptions {
+  /// Move the graph there (see retarget()); by default it stays on the device the file names.
+  std::optional<c10::Device> device;
+  /// Admit ops off the list of loadable ops. For files you made yourself; never on by default.
+  bool trusted = false;
+};
+
+struct SaveOptions {
+  /// Save a graph that uses ops off the list of loadable ops (it loads back only as trusted).
+  bool trusted = false;
+};
+
 /// Writes `path` and, when the graph holds constant data, the safetensors file beside it.
-void save(const Graph& g, const std::string& path);
+void save(const Graph& g, const std::string& path, const SaveOptions& options = {});
 /// Reads a graph and its constants. The constants file must hold every stored constant with the
-/// declared shape and dtype. With `device`, the graph is moved there (see retarget()).
-std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device = std::nullopt);
+/// declared shape and dtype.
+std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options = {});
+/// load() onto `device` (none: the file's own device), with the default options otherwise.
+std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device);
 
 /// Moves a graph to another device: every value's metadata, device arguments, and constants.
 void retarget(Graph& g, c10::Device device);
