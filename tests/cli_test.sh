@@ -30,6 +30,8 @@ for cmd in trace show run cost linearize rules; do expect 0 "jvpc $cmd --help" -
 expect 0 "trace --help lists the examples' flags" -- "$JVPC" trace --help; contains out "--kv-heads"
 
 expect 0 "trace sdpa" -- "$JVPC" trace sdpa --device cpu -o "$DIR/sdpa.json"
+expect 0 "an example's flags before its name" -- "$JVPC" trace --device cpu --seq-len 16 sdpa; contains out "f32\[1,5,16,64\]"
+expect 0 "... for linearize too" -- "$JVPC" linearize --bsz 2 mlp; contains out "PASS"
 expect 0 "rules" -- "$JVPC" rules; contains out "^aten::bmm$"; contains out "ops with a JVP rule"
 expect 0 "rules --json" -- "$JVPC" rules --json; contains out '"aten::_safe_softmax"'
 expect 2 "rules with an argument" -- "$JVPC" rules sdpa
