@@ -31,7 +31,7 @@ struct Opts {
   std::vector<std::string> dump_after, disabled;
   uint64_t seed = 0;
   std::optional<double> tolerance;
-  bool trusted = false;
+  bool trusted = false, verify_each = false, timing = false;
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -56,7 +56,7 @@ std::vector<std::string> split_names(const std::string& s) {
 // the passes that run, or "all".
 void check_pass_names(const std::vector<std::string>& names, const std::set<std::string>& disabled) {
   Pipeline p;
-  add_linearize_passes(p, {}, 0, nullptr, disabled);  // throws for a pass that cannot be disabled
+  add_linearize_passes(p, {}, disabled);  // throws for a pass that cannot be disabled
   std::vector<std::string> known = {"trace"};  // in pipeline order, each once (dce runs twice)
   for (const std::string& k : p.pass_names())
     if (std::find(known.begin(), known.end(), k) == known.end()) known.push_back(k);
@@ -213,6 +213,9 @@ void write_report(const std::string& path, const Problem& p, const Linearized& l
     j["name"] = row.pass;
     rep["passes"].push_back(j);
   }
+  rep["timing_ms"] = nlohmann::json::array();
+  for (const PassTime& t : r.timings)
+    rep["timing_ms"].push_back({{"pass", t.pass}, {"run", t.run_ms}, {"verify", t.verify_ms}});
   rep["forward"] = to_json(r.forward);
   rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
   rep["jvp"] = to_json(r.tangent);
@@ -239,9 +242,9 @@ void add_linearize(CLI::App& app) {
   cmd->add_option("--report", o->report, "write the compile report and the check as JSON")->check(examples::kFileName);
   cmd->add_option("--dump-after", o->dump_after,
                   "print the IR after this pass (repeatable; 'trace' for the traced graph, 'all' for every pass)");
-  cmd->add_option("--disable-pass", o->disabled,
-                  "leave this optimization out (repeatable), to see what it does: simplify-views, simplify-arith, cse, "
-                  "scale-to-residual, merge-factors, select-masks, group-bmm, zero-blocks, fuse-matmul-add");
+  std::string optional;
+  for (const std::string& name : optional_linearize_passes()) optional += (optional.empty() ? "" : ", ") + name;
+  cmd->add_option("--disable-pass", o->disabled, "leave this optimization out (repeatable), to see what it does: " + optional);
   cmd->add_option("--dump-format", o->dump_format,
                   "text, or json: one line per dump, {\"after\": PASS, \"position\": N, \"graph\": ...}, among the "
                   "table's lines (constants are not included)")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
@@ -255,6 +258,9 @@ void add_linearize(CLI::App& app) {
       ->check(examples::kSeed);
   cmd->add_option("--device", o->device, "cpu or cuda: where a graph file runs, or the example's --device")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
+  cmd->add_flag("--verify-each", o->verify_each,
+                "verify the whole graph after every pass (by default only after passes that changed it)");
+  cmd->add_flag("--timing", o->timing, "print each pass's time and its verification's, after the cost table");
   cmd->add_option("--tolerance", o->tolerance,
                   "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2)")
       ->check(examples::kNonNegative);
@@ -269,6 +275,7 @@ void add_linearize(CLI::App& app) {
     LinearizeOptions opts;
     if (cmd->count("--wrt")) opts.wrt = split_names(o->wrt);
     opts.disabled_passes = std::set<std::string>(o->disabled.begin(), o->disabled.end());
+    if (o->verify_each) opts.verify_each = true;
     check_pass_names(o->dump_after, opts.disabled_passes);  // before tracing: a bad name fails fast
     std::set<std::string> dumps(o->dump_after.begin(), o->dump_after.end());
     IrDump dump(dumps, o->dump_format, std::cout, "trace");
@@ -279,6 +286,10 @@ void add_linearize(CLI::App& app) {
 
     Check c = check(p, lin, primal_values, o->seed, o->tolerance);
     print_summary(p, lin, c, is_graph);
+    if (o->timing) {
+      std::cout << "\n";
+      print_timings(lin.report.timings, std::cout);
+    }
     if (!o->out.empty()) {
       SaveOptions so;
       so.trusted = o->trusted;
