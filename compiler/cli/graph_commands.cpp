@@ -53,14 +53,16 @@ void add_trace(CLI::App& app) {
 void add_show(CLI::App& app) {
   struct Opts {
     std::string file, format = "text";
+    LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("show", "Print a graph file as text, JSON or Graphviz dot");
   cmd->add_option("graph", o->file, "graph JSON file")->required();
   cmd->add_option("--format", o->format, "text, json or dot (render dot with: dot -Tpng)")
       ->check(CLI::IsMember({"text", "json", "dot"}))->capture_default_str();
+  add_max_memory(cmd, o->limits);
   cmd->callback([o] {
-    auto g = load(o->file, c10::Device(c10::kCPU));
+    auto g = load(o->file, load_options(c10::Device(c10::kCPU), o->limits));
     if (o->format == "json") std::cout << to_json(*g).dump(1) << "\n";
     else if (o->format == "dot") std::cout << to_dot(*g, o->file);
     else std::cout << to_text(*g);
@@ -72,6 +74,7 @@ void add_run(CLI::App& app) {
     std::string file, device, inputs;
     uint64_t seed = 0;
     bool no_cuda_graph = false;
+    LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("run", "Run a graph on random inputs (or inputs from a file); print output shapes and checksums");
@@ -81,11 +84,17 @@ void add_run(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str()->check(examples::kSeed);
   cmd->add_option("--inputs", o->inputs, "safetensors file with a tensor per non-constant input, by name");
   cmd->add_flag("--no-cuda-graph", o->no_cuda_graph, "run node by node on CUDA instead of replaying a CUDA graph");
+  add_max_memory(cmd, o->limits);
+  add_max_flops(cmd, o->limits);
   cmd->callback([o] {
+    o->limits.check();
     std::optional<c10::Device> dev;
     if (!o->device.empty()) dev = c10::Device(o->device);
-    std::shared_ptr<const Graph> g(load(o->file, dev));
-    Executable exe(g, o->no_cuda_graph ? ExecutableOptions::eager() : ExecutableOptions{});
+    std::shared_ptr<const Graph> g(load(o->file, load_options(dev, o->limits)));
+    check_flops(*g, o->limits);
+    ExecutableOptions eo = o->no_cuda_graph ? ExecutableOptions::eager() : ExecutableOptions{};
+    eo.max_memory = o->limits.memory();
+    Executable exe(g, eo);
     std::vector<at::Tensor> inputs = o->inputs.empty() ? random_inputs(*g, o->seed) : inputs_from_file(*g, o->inputs);
     auto outs = exe.run(inputs);
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -102,14 +111,16 @@ void add_cost(CLI::App& app) {
   struct Opts {
     std::string file;
     bool json = false, nodes = false;
+    LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("cost", "FLOPs, bytes and memory of a graph (matmul FLOPs as FlopCounterMode counts them)");
   cmd->add_option("graph", o->file, "graph JSON file")->required();
   cmd->add_flag("--json", o->json, "print a JSON object");
   cmd->add_flag("--nodes", o->nodes, "also print the cost of every node");
+  add_max_memory(cmd, o->limits);
   cmd->callback([o] {
-    auto g = load(o->file, c10::Device(c10::kCPU));
+    auto g = load(o->file, load_options(c10::Device(c10::kCPU), o->limits));
     GraphCost c = graph_cost(*g);
     if (o->json) {
       std::cout << to_json(c).dump(1) << "\n";

@@ -223,10 +223,14 @@ void check_memory_limit(const MemoryNeed& need, std::optional<int64_t> limit, c1
   int64_t bound = memory_limit_or_default(limit, device);
   if (need.total() <= bound) return;
   auto bytes = [](int64_t b) { return b == kNoMemoryLimit ? std::string("more than 2^63 bytes") : describe_bytes(b); };
+  auto part = [&](int64_t b) {  // without the exact count, which the total and the limit give
+    std::string s = bytes(b);
+    return s.substr(0, s.find(" ("));
+  };
   std::string by_default = limit ? "" : ", " + std::to_string(kDefaultMemoryFractionNumerator) + "/" +
                                             std::to_string(kDefaultMemoryFractionDenominator) + " of its memory by default";
-  throw Error("graph needs " + bytes(need.total()) + " at its peak (constants " + bytes(need.constants) + ", inputs " +
-              bytes(need.inputs) + ", intermediates " + bytes(need.intermediates) + ") but the memory limit on " +
+  throw Error("graph needs " + bytes(need.total()) + " at its peak (constants " + part(need.constants) + ", inputs " +
+              part(need.inputs) + ", intermediates " + part(need.intermediates) + ") but the memory limit on " +
               device.str() + " is " + describe_bytes(bound) + by_default + " (" + setting + ")");
 }
 
