@@ -75,8 +75,8 @@ void check_input_size(const Graph& g) {
 }
 
 std::optional<int64_t> LimitFlags::memory() const {
-  if (max_memory.empty()) return std::nullopt;
-  return parse_size(max_memory, "--max-memory");
+  if (!max_memory) return std::nullopt;
+  return parse_size(*max_memory, "--max-memory");
 }
 
 void add_max_memory(CLI::App* cmd, LimitFlags& flags) {
