@@ -11,6 +11,8 @@
 
 #include <ATen/ATen.h>
 
+#include <stdlib.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -77,13 +79,19 @@ TEST(Limits, CudaDefaultIsAFractionOfTheDevicesMemory) {
   EXPECT_EQ(default_memory_limit(c10::Device(c10::kCUDA)), default_memory_limit(c10::Device(c10::kCUDA, 0)));
 }
 
+// A new empty directory (mkdtemp: no files left from an earlier run).
+std::string fresh_dir(const std::string& name) {
+  std::string pattern = temp_path(name + "_XXXXXX");
+  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
+  return pattern;
+}
+
 // A fake cgroup file system: `files` maps paths under the root to their contents.
 struct FakeCgroups {
   std::string root, proc;
   FakeCgroups(const std::string& name, const std::string& proc_self_cgroup,
               const std::vector<std::pair<std::string, std::string>>& files)
-      : root(temp_path(name)), proc(temp_path(name + ".cgroup")) {
-    std::filesystem::remove_all(root);
+      : root(fresh_dir(name)), proc(root + ".cgroup") {
     for (const auto& [path, text] : files) {
       std::filesystem::create_directories(std::filesystem::path(root + path).parent_path());
       std::ofstream(root + path) << text << "\n";
@@ -113,7 +121,8 @@ TEST(Limits, ReadsCgroupLimitsAlongThePathOfTheProcess) {
   EXPECT_EQ(cgroup_memory_limit(container.root, container.proc + ".missing"), std::optional<int64_t>(512 << 20));
   FakeCgroups garbage("garbage", "0::/\n", {{"/memory.max", "12x"}});
   EXPECT_EQ(garbage.limit(), std::nullopt);
-  EXPECT_EQ(cgroup_memory_limit(temp_path("nothing"), temp_path("nothing.cgroup")), std::nullopt);
+  std::string empty = fresh_dir("nothing");
+  EXPECT_EQ(cgroup_memory_limit(empty, empty + "/none"), std::nullopt);
 }
 
 TEST(Limits, DescribesBytesExactly) {
