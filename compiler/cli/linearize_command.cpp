@@ -32,6 +32,7 @@ struct Opts {
   uint64_t seed = 0;
   std::optional<double> tolerance;
   LimitFlags limits;
+  bool trusted = false;
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -96,7 +97,9 @@ Problem from_graph(const Opts& o) {
   std::optional<c10::Device> dev;
   if (!o.device.empty()) dev = c10::Device(o.device);
   Problem p;
-  p.graph = load(o.target, load_options(dev, o.limits));
+  LoadOptions lo = load_options(dev, o.limits);
+  lo.trusted = o.trusted;
+  p.graph = load(o.target, lo);
   check_flops(*p.graph, o.limits);  // linearize runs the forward once
   for (const Input& in : p.graph->inputs())
     if (in.role == Role::Tangent) throw Error(o.target + ": already has tangent input '" + in.name + "'; linearize takes a traced graph");
@@ -254,6 +257,7 @@ void add_linearize(CLI::App& app) {
       ->capture_default_str()
       ->check(examples::kSeed);
   cmd->add_option("--device", o->device, "cpu or cuda: where a graph file runs, or the example's --device")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   cmd->add_option("--tolerance", o->tolerance,
                   "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2)")
       ->check(examples::kNonNegative);
@@ -284,7 +288,9 @@ void add_linearize(CLI::App& app) {
     Check c = check(p, lin, primal_values, o->seed, o->tolerance);
     print_summary(p, lin, c, is_graph);
     if (!o->out.empty()) {
-      save(*lin.tangent_graph, o->out);
+      SaveOptions so;
+      so.trusted = o->trusted;
+      save(*lin.tangent_graph, o->out, so);
       std::cout << "tangent graph -> " << o->out << "\n";
     }
     if (!o->report.empty()) write_report(o->report, p, lin, c);
