@@ -31,6 +31,7 @@ struct Opts {
   std::vector<std::string> dump_after, disabled;
   uint64_t seed = 0;
   std::optional<double> tolerance;
+  LimitFlags limits;
   bool trusted = false, verify_each = false, timing = false;
 };
 
@@ -96,10 +97,10 @@ Problem from_graph(const Opts& o) {
   std::optional<c10::Device> dev;
   if (!o.device.empty()) dev = c10::Device(o.device);
   Problem p;
-  LoadOptions lo;
-  lo.device = dev;
+  LoadOptions lo = load_options(dev, o.limits);
   lo.trusted = o.trusted;
   p.graph = load(o.target, lo);
+  check_flops(*p.graph, o.limits);  // linearize runs the forward once
   for (const Input& in : p.graph->inputs())
     if (in.role == Role::Tangent) throw Error(o.target + ": already has tangent input '" + in.name + "'; linearize takes a traced graph");
   // The primals: --inputs, else the traced example's values beside the graph, else random.
@@ -120,7 +121,9 @@ Problem from_graph(const Opts& o) {
   try {
     std::unique_ptr<Graph> ref = with_math_attention(*p.graph);
     if (p.reference_in_float32) retype_floating(*ref, c10::kFloat);
-    auto exe = std::make_shared<Executable>(std::move(ref), ExecutableOptions::plain());
+    ExecutableOptions plain = ExecutableOptions::plain();
+    plain.max_memory = o.limits.memory();
+    auto exe = std::make_shared<Executable>(std::move(ref), plain);
     p.reference = [exe](const std::vector<at::Tensor>& x) { return exe->run(x); };
   } catch (const Error& e) {
     std::string why = e.what();
@@ -264,9 +267,12 @@ void add_linearize(CLI::App& app) {
   cmd->add_option("--tolerance", o->tolerance,
                   "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2)")
       ->check(examples::kNonNegative);
+  add_max_memory(cmd, o->limits);
+  add_max_flops(cmd, o->limits);
   cmd->allow_extras();
   cmd->footer(examples_help());
   cmd->callback([o, cmd] {
+    o->limits.check();
     bool is_graph = ends_with(o->target, ".json");
     Problem p = is_graph ? from_graph(*o) : from_example(*o, leftover(*cmd));
     if (is_graph && !leftover(*cmd).empty()) throw Error("unexpected arguments after a graph file: " + leftover(*cmd)[0]);
@@ -280,10 +286,12 @@ void add_linearize(CLI::App& app) {
     std::set<std::string> dumps(o->dump_after.begin(), o->dump_after.end());
     IrDump dump(dumps, o->dump_format, std::cout, "trace");
     if (!dumps.empty()) opts.observers.push_back(&dump);
+    opts.runtime.max_memory = o->limits.memory();  // the tangent graph's Executable
     std::vector<at::Tensor> primal_values;
     for (const auto& in : p.primals) primal_values.push_back(in.value);
     Linearized lin = p.graph ? linearize(std::move(p.graph), primal_values, opts) : linearize(p.fn, p.primals, opts);
 
+    check_flops(*lin.tangent_graph, o->limits, "tangent graph");  // before the check runs it
     Check c = check(p, lin, primal_values, o->seed, o->tolerance);
     print_summary(p, lin, c, is_graph);
     if (o->timing) {
