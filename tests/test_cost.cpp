@@ -121,6 +121,19 @@ TEST(Cost, OtherFlopsFollowTheConvention) {
 
 // Counts past 2^63 are an error naming the op, never a wrapped number (found by review:
 // matmul_flops read 0 for this bmm).
+// An op without a FLOP convention is counted as elementwise and named as uncosted.
+TEST(Cost, OpsWithoutAConventionAreReportedAsUncosted) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4, 3}), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::sinc", {b.call("aten::add.Tensor", {x, x, 1})}));
+  GraphCost c = graph_cost(g);
+  EXPECT_EQ(c.uncosted_ops, (std::map<std::string, int64_t>{{"aten::sinc", 1}}));
+  EXPECT_EQ(c.other_flops, 24);  // add 12, sinc 12 (the guess)
+  EXPECT_TRUE(node_cost(*g.nodes().back()).uncosted);
+  EXPECT_FALSE(node_cost(*g.nodes().front()).uncosted);
+}
+
 TEST(Cost, CountsPastInt64AreAnError) {
   Graph g;
   Value* a = g.add_input("a", f32({1, int64_t{1} << 25, int64_t{1} << 25}), Role::Primal);

@@ -574,3 +574,23 @@ TEST(Reference, ToleranceFollowsTheLeastPreciseFloatingOutput) {
 
 }  // namespace
 }  // namespace jvpc
+
+namespace jvpc {
+namespace {
+
+// The cost model has a FLOP convention for every op the examples and their SDPA variants run,
+// in the traced forward and in the tangent graph (an op without one would be reported as
+// uncosted, counted as 1 FLOP per output element).
+TEST(Cost, TheExamplesHaveNoUncostedOps) {
+  for (auto cfg : test::example_configs()) {
+    auto ex = test::make_example(cfg);
+    Linearized lin = linearize(ex.fn(), ex.inputs);
+    EXPECT_TRUE(lin.report.forward.uncosted_ops.empty())
+        << test::config_name(cfg) << ": " << ::testing::PrintToString(lin.report.forward.uncosted_ops);
+    EXPECT_TRUE(lin.report.tangent.uncosted_ops.empty())
+        << test::config_name(cfg) << ": " << ::testing::PrintToString(lin.report.tangent.uncosted_ops);
+  }
+}
+
+}  // namespace
+}  // namespace jvpc

@@ -148,6 +148,11 @@ void add_cost(CLI::App& app) {
     std::cout << "ops:";
     for (const auto& [op, n] : c.ops) std::cout << " " << op << "×" << n;
     std::cout << "\n";
+    if (!c.uncosted_ops.empty()) {
+      std::cout << "uncosted ops (no FLOP convention; counted as 1 FLOP per output element):";
+      for (const auto& [op, n] : c.uncosted_ops) std::cout << " " << op << "×" << n;
+      std::cout << "\n";
+    }
     if (o->nodes)
       for (const Node* n : g->nodes()) {
         NodeCost nc = node_cost(*n);

@@ -89,8 +89,8 @@ struct Rule {
   int trans = 0;  // transcendentals per element
 };
 
-// One row per op family; ops not listed are elementwise (1 FLOP per output element) unless
-// they are views (from their schema).
+// One row per op family. Views (from their schema) cost nothing. An op in no row has no
+// convention: it is counted as 1 FLOP per output element and reported as uncosted.
 const std::unordered_map<std::string, Rule>& rules() {
   static const std::unordered_map<std::string, Rule> r = [] {
     std::unordered_map<std::string, Rule> m;
@@ -109,6 +109,23 @@ const std::unordered_map<std::string, Rule>& rules() {
                            "aten::cosh", "aten::atan", "aten::log2", "aten::log10", "aten::pow.Tensor_Scalar",
                            "aten::pow.Tensor_Tensor", "aten::pow.Scalar"})
       m[op] = {Kind::Elementwise, 0, 1};
+    // Elementwise arithmetic, selection and comparisons: 1 FLOP per output element.
+    for (const char* op :
+         {"aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar", "aten::rsub.Tensor",
+          "aten::rsub.Scalar", "aten::mul.Tensor", "aten::mul.Scalar", "aten::div.Tensor", "aten::div.Scalar",
+          "aten::div.Tensor_mode", "aten::neg", "aten::abs", "aten::sign", "aten::sgn", "aten::relu", "aten::threshold",
+          "aten::clamp", "aten::clamp.Tensor", "aten::clamp_min", "aten::clamp_min.Tensor", "aten::clamp_max",
+          "aten::clamp_max.Tensor", "aten::maximum", "aten::minimum", "aten::where.self", "aten::where.ScalarSelf",
+          "aten::where.ScalarOther", "aten::where.Scalar", "aten::masked_fill.Tensor", "aten::eq.Scalar",
+          "aten::eq.Tensor", "aten::ne.Scalar", "aten::ne.Tensor", "aten::lt.Scalar", "aten::lt.Tensor", "aten::le.Scalar",
+          "aten::le.Tensor", "aten::gt.Scalar", "aten::gt.Tensor", "aten::ge.Scalar", "aten::ge.Tensor",
+          "aten::logical_not", "aten::logical_and", "aten::logical_or", "aten::bitwise_not", "aten::bitwise_and.Tensor",
+          "aten::bitwise_or.Tensor", "aten::floor", "aten::ceil", "aten::round", "aten::trunc", "aten::frac",
+          "aten::hardtanh", "aten::leaky_relu", "aten::remainder.Tensor", "aten::remainder.Scalar", "aten::fmod.Tensor",
+          "aten::fmod.Scalar", "aten::nan_to_num", "aten::square"})
+      m[op] = {Kind::Elementwise, 1, 0};
+    for (const char* op : {"aten::addcmul", "aten::addcdiv", "aten::lerp.Scalar", "aten::lerp.Tensor"})
+      m[op] = {Kind::Elementwise, 2, 0};
     m["aten::gelu"] = {Kind::Elementwise, 4, 1};            // x·½(1+erf(x/√2))
     m["aten::gelu_backward"] = {Kind::Elementwise, 8, 2};   // ½(1+erf) + x·φ(x), times grad
     m["aten::silu"] = {Kind::Elementwise, 2, 1};
@@ -169,7 +186,8 @@ NodeCost cost_of(const Node& n) {
     return c;
   }
   auto it = rules().find(n.op());
-  Rule r = it == rules().end() ? Rule{Kind::Elementwise, 1, 0} : it->second;
+  c.uncosted = it == rules().end();
+  Rule r = c.uncosted ? Rule{Kind::Elementwise, 1, 0} : it->second;
   switch (r.kind) {
     case Kind::Copy: break;
     case Kind::Elementwise:
@@ -221,6 +239,7 @@ GraphCost graph_cost(const Graph& g) {
       throw Error(std::string("graph total: ") + e.what());
     }
     c.ops[n->op()]++;
+    if (nc.uncosted) c.uncosted_ops[n->op()]++;
   }
   // Residuals: constants, with shared storage counted once, aliases of caller inputs apart.
   std::unordered_set<const void*> seen;
@@ -245,7 +264,8 @@ nlohmann::json to_json(const GraphCost& c) {
           {"residual_bytes", c.residual_bytes},
           {"aliased_input_bytes", c.aliased_input_bytes},
           {"peak_bytes", c.peak_bytes},
-          {"ops", c.ops}};
+          {"ops", c.ops},
+          {"uncosted_ops", c.uncosted_ops}};
 }
 
 }  // namespace jvpc

@@ -9,7 +9,8 @@
 //
 // Everything else goes in other_flops and transcendentals, by the convention in
 // docs/cost-model.md: one per output element for elementwise arithmetic, one per input element
-// for reductions, softmax 4 + 1 transcendental per element, and so on. Views and copies cost no
+// for reductions, softmax 4 + 1 transcendental per element, and so on. An op the convention
+// does not name is counted as elementwise and listed as uncosted. Views and copies cost no
 // FLOPs. bytes = bytes read + bytes written, 0 for views; a broadcast (stride-0) operand is read
 // once per distinct element.
 #pragma once
@@ -29,6 +30,9 @@ struct NodeCost {
   int64_t transcendentals = 0;
   int64_t bytes = 0;
   const char* note = nullptr;  ///< set where jvpc extends FlopCounterMode's rules
+  /// The op has no FLOP convention in docs/cost-model.md: its FLOPs (1 per output element) are
+  /// a guess.
+  bool uncosted = false;
 };
 
 NodeCost node_cost(const Node& n);
@@ -47,12 +51,14 @@ struct GraphCost {
   /// (graph inputs and constants excluded: they are held by the caller and residual_bytes).
   int64_t peak_bytes = 0;
   std::map<std::string, int64_t> ops;
+  /// Nodes per op that has no FLOP convention (NodeCost::uncosted).
+  std::map<std::string, int64_t> uncosted_ops;
 };
 
 GraphCost graph_cost(const Graph& g);
 
 /// {"nodes", "matmul_flops", "other_flops", "transcendentals", "bytes", "residual_bytes",
-///  "aliased_input_bytes", "peak_bytes", "ops"}: what `jvpc cost --json` and reports print.
+///  "aliased_input_bytes", "peak_bytes", "ops", "uncosted_ops"}: what `jvpc cost --json` and reports print.
 nlohmann::json to_json(const GraphCost& c);
 
 /// Bytes of one tensor as a kernel reads it: distinct elements × element size.
