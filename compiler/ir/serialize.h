@@ -39,8 +39,12 @@ constexpr int kSchemaVersion = 1;
 nlohmann::json to_json(const Graph& g, const std::string& constants_file = "");
 /// Builds and verifies a graph. Constant inputs are left unbound.
 std::unique_ptr<Graph> from_json(const nlohmann::json& j);
-/// Parses text (nesting limited, errors with their byte offset) and calls from_json.
+/// Parses text (parse_json) and calls from_json.
 std::unique_ptr<Graph> parse_graph(const std::string& text);
+/// Text to JSON, in time linear in its length: nesting limited to 16 arrays and objects, a key
+/// twice in one object refused, errors one line with their byte offset. With `quote` false,
+/// errors never quote the text (for files that may not be what they claim to be).
+nlohmann::json parse_json(const std::string& text, bool quote = true);
 
 /// How a graph file is read. A graph file is data from a stranger: by default it may use only
 /// the ops on jvpc's list of loadable ops, and must fit the memory limit.

@@ -5,6 +5,9 @@
 
 #include "compiler/ir/graph.h"
 
+#include <functional>
+#include <string>
+
 namespace jvpc {
 
 struct VerifyOptions {
@@ -12,6 +15,9 @@ struct VerifyOptions {
   bool check_schemas = true;
   /// Re-infer each node's output sizes and dtypes (Meta kernels) and compare.
   bool check_shapes = true;
+  /// How errors name a value: "%12" (its id) by default. The loader names values by the ids
+  /// of the file they came from.
+  std::function<std::string(const Value*)> value_name = {};
 };
 
 void verify(const Graph& g, const VerifyOptions& options = {});
