@@ -184,7 +184,8 @@ TEST(Parse, ErrorsNameTheFilesValueIds) {
   json j = json::parse(chain_graph(2));  // x = %1000, neg -> %1003, add -> %1006
   j["nodes"][1]["outputs"][0]["meta"]["sizes"] = {5};
   std::string msg = parse_error_of(j.dump());
-  EXPECT_CONTAINS(msg, "node aten::add.Tensor -> %1006: output %1006 is declared f32[5] but aten::add.Tensor produces f32[4]");
+  EXPECT_CONTAINS(msg, "node aten::add.Tensor -> %1006: output %1006 is declared f32[5] but aten::add.Tensor produces "
+                       "f32[4]");
   j = json::parse(chain_graph(2));
   j["nodes"][0]["outputs"][0]["meta"]["strides"] = {-1};
   EXPECT_CONTAINS(parse_error_of(j.dump()), "node aten::neg -> %1003 output %1003: negative stride -1");

@@ -406,7 +406,8 @@ std::unique_ptr<Graph> from_json(const json& j) {
   for (const auto& [id, v] : by_id) file_id.at(static_cast<size_t>(v->id())) = id;
   VerifyOptions options;
   options.value_name = [&](const Value* v) {
-    return "%" + std::to_string(static_cast<size_t>(v->id()) < file_id.size() ? file_id[static_cast<size_t>(v->id())] : v->id());
+    auto i = static_cast<size_t>(v->id());
+    return "%" + std::to_string(i < file_id.size() ? file_id[i] : v->id());
   };
   try {
     verify(*g, options);
@@ -472,13 +473,13 @@ class DomBuilder {
   DomBuilder(json& root, const char* begin, const char* const* read, bool quote)
       : root_(root), begin_(begin), read_(read), quote_(quote) {}
 
-  bool null() { return put(nullptr) != nullptr; }
-  bool boolean(bool b) { return put(b) != nullptr; }
-  bool number_integer(number_integer_t i) { return put(i) != nullptr; }
-  bool number_unsigned(number_unsigned_t u) { return put(u) != nullptr; }
-  bool number_float(number_float_t d, const string_t&) { return put(d) != nullptr; }
-  bool string(string_t& s) { return put(std::move(s)) != nullptr; }
-  bool binary(binary_t& b) { return put(std::move(b)) != nullptr; }  // not in JSON text
+  bool null() { return put(nullptr); }
+  bool boolean(bool b) { return put(b); }
+  bool number_integer(number_integer_t i) { return put(i); }
+  bool number_unsigned(number_unsigned_t u) { return put(u); }
+  bool number_float(number_float_t d, const string_t&) { return put(d); }
+  bool string(string_t& s) { return put(std::move(s)); }
+  bool binary(binary_t& b) { return put(std::move(b)); }  // not in JSON text
   bool start_object(std::size_t) { return open(json::value_t::object); }
   bool start_array(std::size_t) { return open(json::value_t::array); }
   bool end_object() { return close(); }
@@ -486,9 +487,8 @@ class DomBuilder {
   bool key(string_t& k) {
     auto& object = stack_.back()->get_ref<json::object_t&>();
     auto [it, fresh] = object.try_emplace(k);  // k is left as it is when the key exists
-    if (!fresh) {
+    if (!fresh)
       fail("duplicate key" + (quote_ ? " " + shown(k) : std::string()) + " (keys in an object must be unique)");
-    }
     element_ = &it->second;
     return true;
   }
@@ -502,9 +502,9 @@ class DomBuilder {
     throw Error("invalid JSON at byte " + std::to_string(*read_ - begin_) + ": " + what);
   }
   // Places a value: the root, the next element of the array being read, or the value of the key
-  // just read.
+  // just read. Returns where it is.
   template <class V>
-  json* put(V&& v) {
+  json* place(V&& v) {
     if (stack_.empty()) {
       root_ = json(std::forward<V>(v));
       return &root_;
@@ -518,9 +518,15 @@ class DomBuilder {
     *element_ = json(std::forward<V>(v));
     return element_;
   }
+  template <class V>
+  bool put(V&& v) {
+    place(std::forward<V>(v));
+    return true;
+  }
   bool open(json::value_t kind) {
-    if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth)) fail("JSON nesting deeper than " + std::to_string(kMaxJsonDepth));
-    stack_.push_back(put(kind));  // pointers stay valid: only the innermost container grows
+    if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth))
+      fail("JSON nesting deeper than " + std::to_string(kMaxJsonDepth));
+    stack_.push_back(place(kind));  // pointers stay valid: only the innermost container grows
     return true;
   }
   bool close() {
@@ -647,8 +653,8 @@ std::string safetensors_bytes(const std::vector<std::pair<std::string, at::Tenso
   std::vector<at::Tensor> blobs;
   int64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (name == "__metadata__" || header.contains(name))  // the file would not say what it holds
-      throw Error("safetensors: " + (name == "__metadata__" ? std::string("the name '__metadata__' is reserved") : "tensor '" + name + "' is given twice"));
+    if (name == "__metadata__") throw Error("safetensors: the name '__metadata__' is reserved");
+    if (header.contains(name)) throw Error("safetensors: tensor '" + name + "' is given twice");  // one would be lost
     at::Tensor c = t.to(at::kCPU).contiguous();
     int64_t nbytes = static_cast<int64_t>(c.nbytes());
     header[name] = {{"dtype", safetensors_dtype(c.scalar_type())}, {"shape", c.sizes().vec()},
@@ -742,12 +748,14 @@ std::unordered_map<std::string, at::Tensor> parse_safetensors(const std::string&
   for (const Entry* e : order) {
     if (e->begin < pos) throw bad("tensor " + shown(*e->name) + " overlaps tensor " + shown(*last->name));
     if (e->begin > pos)
-      throw bad(std::to_string(e->begin - pos) + " bytes of data before tensor " + shown(*e->name) + " belong to no tensor");
+      throw bad(std::to_string(e->begin - pos) + " bytes of data before tensor " + shown(*e->name) +
+                " belong to no tensor");
     pos = e->end;
     last = e;
   }
   if (static_cast<uint64_t>(pos) != data_size)
-    throw bad(std::to_string(data_size - static_cast<uint64_t>(pos)) + " bytes after the last tensor belong to no tensor");
+    throw bad(std::to_string(data_size - static_cast<uint64_t>(pos)) +
+              " bytes after the last tensor belong to no tensor");
 
   const char* data = bytes.data() + 8 + n;
   std::unordered_map<std::string, at::Tensor> out;
@@ -799,8 +807,8 @@ std::unordered_map<std::string, at::Tensor> read_constants(const json& j, const 
   }
   std::string bytes = read_file(file, what, size, /*regular_only=*/true);
   if (static_cast<int64_t>(bytes.size()) != size)
-    throw Error(std::string(what) + " '" + file + "' has " + std::to_string(bytes.size()) + " bytes but the graph file records " +
-                std::to_string(size) + ": the two are not from the same save");
+    throw Error(std::string(what) + " '" + file + "' has " + std::to_string(bytes.size()) +
+                " bytes but the graph file records " + std::to_string(size) + ": the two are not from the same save");
   if (sha1_hex(bytes) != sha1)
     throw Error(std::string(what) + " '" + file +
                 "' is not the one saved with the graph file (its SHA-1 differs from the one the graph file records)");
