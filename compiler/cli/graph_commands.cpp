@@ -18,6 +18,16 @@
 
 namespace jvpc::cli {
 
+namespace {
+
+LoadOptions cpu_options(bool trusted, const LimitFlags& limits) {
+  LoadOptions o = load_options(c10::Device(c10::kCPU), limits);
+  o.trusted = trusted;
+  return o;
+}
+
+}  // namespace
+
 void add_trace(CLI::App& app) {
   struct Opts {
     std::string example, out, format = "text";
@@ -53,14 +63,18 @@ void add_trace(CLI::App& app) {
 void add_show(CLI::App& app) {
   struct Opts {
     std::string file, format = "text";
+    bool trusted = false;
+    LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("show", "Print a graph file as text, JSON or Graphviz dot");
   cmd->add_option("graph", o->file, "graph JSON file")->required();
   cmd->add_option("--format", o->format, "text, json or dot (render dot with: dot -Tpng)")
       ->check(CLI::IsMember({"text", "json", "dot"}))->capture_default_str();
+  cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
+  add_max_memory(cmd, o->limits);
   cmd->callback([o] {
-    auto g = load(o->file, c10::Device(c10::kCPU));
+    auto g = load(o->file, cpu_options(o->trusted, o->limits));
     if (o->format == "json") std::cout << to_json(*g).dump(1) << "\n";
     else if (o->format == "dot") std::cout << to_dot(*g, o->file);
     else std::cout << to_text(*g);
@@ -71,7 +85,8 @@ void add_run(CLI::App& app) {
   struct Opts {
     std::string file, device, inputs;
     uint64_t seed = 0;
-    bool no_cuda_graph = false;
+    bool no_cuda_graph = false, trusted = false;
+    LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("run", "Run a graph on random inputs (or inputs from a file); print output shapes and checksums");
@@ -81,11 +96,20 @@ void add_run(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str()->check(examples::kSeed);
   cmd->add_option("--inputs", o->inputs, "safetensors file with a tensor per non-constant input, by name");
   cmd->add_flag("--no-cuda-graph", o->no_cuda_graph, "run node by node on CUDA instead of replaying a CUDA graph");
+  cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
+  add_max_memory(cmd, o->limits);
+  add_max_flops(cmd, o->limits);
   cmd->callback([o] {
+    o->limits.check();
     std::optional<c10::Device> dev;
     if (!o->device.empty()) dev = c10::Device(o->device);
-    std::shared_ptr<const Graph> g(load(o->file, dev));
-    Executable exe(g, o->no_cuda_graph ? ExecutableOptions::eager() : ExecutableOptions{});
+    LoadOptions lo = load_options(dev, o->limits);
+    lo.trusted = o->trusted;
+    std::shared_ptr<const Graph> g(load(o->file, lo));
+    check_flops(*g, o->limits);
+    ExecutableOptions eo = o->no_cuda_graph ? ExecutableOptions::eager() : ExecutableOptions{};
+    eo.max_memory = o->limits.memory();
+    Executable exe(g, eo);
     std::vector<at::Tensor> inputs = o->inputs.empty() ? random_inputs(*g, o->seed) : inputs_from_file(*g, o->inputs);
     auto outs = exe.run(inputs);
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -101,15 +125,18 @@ void add_run(CLI::App& app) {
 void add_cost(CLI::App& app) {
   struct Opts {
     std::string file;
-    bool json = false, nodes = false;
+    bool json = false, nodes = false, trusted = false;
+    LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("cost", "FLOPs, bytes and memory of a graph (matmul FLOPs as FlopCounterMode counts them)");
   cmd->add_option("graph", o->file, "graph JSON file")->required();
   cmd->add_flag("--json", o->json, "print a JSON object");
   cmd->add_flag("--nodes", o->nodes, "also print the cost of every node");
+  cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
+  add_max_memory(cmd, o->limits);
   cmd->callback([o] {
-    auto g = load(o->file, c10::Device(c10::kCPU));
+    auto g = load(o->file, cpu_options(o->trusted, o->limits));
     GraphCost c = graph_cost(*g);
     if (o->json) {
       std::cout << to_json(c).dump(1) << "\n";

@@ -2,6 +2,8 @@
 // written by hand, by other versions and by fuzzers.
 #include "compiler/ir/serialize.h"
 
+#include "compiler/ir/limits.h"
+#include "compiler/ir/loadable_ops.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
@@ -296,7 +298,7 @@ Arg read_arg(const At& a, const std::function<int(const At&)>& operand) {
 
 }  // namespace
 
-std::unique_ptr<Graph> from_json(const json& j) {
+std::unique_ptr<Graph> from_json(const json& j, bool trusted) {
   At root{j, "$"};
   if (!j.is_object()) root.fail("expected a JSON object");
   if (!root.has("schema_version")) root.fail("missing \"schema_version\" (not a jvpc graph?)");
@@ -358,6 +360,9 @@ std::unique_ptr<Graph> from_json(const json& j) {
     At jn = nodes[i];
     const std::string& op = jn["op"].name();
     const OpInfo& info = wrap(jn["op"], [&]() -> const OpInfo& { return op_info(op); });
+    if (!trusted && !is_loadable_op(op))
+      jn["op"].fail(op + " is not on the list of ops graph files may use (jvpc rules --loadable); a file you made "
+                    "yourself can be loaded as trusted (--trusted)");
     At jargs = jn["args"];
     const auto& schema = info.schema().arguments();
     if (jargs.array().size() != schema.size())
@@ -394,6 +399,8 @@ std::unique_ptr<Graph> from_json(const json& j) {
     if (total != static_cast<int64_t>(metas.size())) jn.fail("\"returns\" does not add up to the number of outputs");
     bool impure = jn.has("impure") ? jn["impure"].boolean() : false;
     Node* n = g->create(op, std::move(args), std::move(inputs), std::move(metas), std::move(counts), impure);
+    std::string written = hidden_write(*n);
+    if (!written.empty()) jn.fail(written);
     for (size_t k = 0; k < n->outputs().size(); ++k) by_id[jouts[k]["id"].id()] = n->output(k);
   }
 
@@ -404,13 +411,14 @@ std::unique_ptr<Graph> from_json(const json& j) {
   // the ids the file gives them.
   std::vector<int> file_id(by_id.size());
   for (const auto& [id, v] : by_id) file_id.at(static_cast<size_t>(v->id())) = id;
-  VerifyOptions options;
+  VerifyOptions options = trusted ? VerifyOptions{} : VerifyOptions::untrusted();
   options.value_name = [&](const Value* v) {
     auto i = static_cast<size_t>(v->id());
     return "%" + std::to_string(i < file_id.size() ? file_id[i] : v->id());
   };
   try {
     verify(*g, options);
+    check_initialized(*g);
   } catch (const Error& e) {
     throw Error(std::string("$.nodes: ") + e.what());
   }
@@ -563,9 +571,9 @@ json parse_json(const std::string& text, bool quote) {
 
 namespace {
 
-std::unique_ptr<Graph> checked_from_json(const json& j) {
+std::unique_ptr<Graph> checked_from_json(const json& j, bool trusted) {
   try {
-    return from_json(j);
+    return from_json(j, trusted);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // a check this loader lacks: still one line, never an abort
@@ -575,7 +583,9 @@ std::unique_ptr<Graph> checked_from_json(const json& j) {
 
 }  // namespace
 
-std::unique_ptr<Graph> parse_graph(const std::string& text) { return checked_from_json(parse_json(text)); }
+std::unique_ptr<Graph> parse_graph(const std::string& text, bool trusted) {
+  return checked_from_json(parse_json(text), trusted);
+}
 
 // --- files --------------------------------------------------------------------------------
 
@@ -840,10 +850,54 @@ at::Tensor view_of_entry(const TensorMeta& m, const json& view, const std::unord
   return base.as_strided(m.sizes, m.strides, offset);
 }
 
+// Refuses a graph over its memory limit before any constant is read: constants by their
+// declared sizes, those stored as views into one entry of the constants file counted once, as
+// the span of it they reach. The limit is that of the device the graph loads onto.
+void check_memory_before_loading(const Graph& g, const json& j, const LoadOptions& options) {
+  c10::Device target = options.device ? *options.device : c10::Device(c10::kCPU);
+  if (!options.device)
+    for (const Input& in : g.inputs()) target = in.value->meta().device;
+  if (target.is_cuda() && !at::hasCUDA()) return;  // refused below, before anything runs
+  MemoryNeed need = memory_needed(g);
+  need.constants = 0;
+  auto add = [&](int64_t bytes) {
+    need.constants = need.constants > kNoMemoryLimit - bytes ? kNoMemoryLimit : need.constants + bytes;
+  };
+  std::unordered_map<std::string, int64_t> entries;  // view_of tensor -> bytes its views reach
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const Input& in = g.inputs()[i];
+    if (in.role != Role::Constant) continue;
+    const TensorMeta& m = in.value->meta();
+    const json& ji = j["inputs"][i];
+    bool view = ji.contains("view_of");
+    int64_t bytes = kNoMemoryLimit;
+    try {
+      size_t n = at::detail::computeStorageNbytes(m.sizes, m.strides, c10::elementSize(m.dtype),
+                                                  view ? ji["view_of"]["offset"].get<size_t>() : 0);
+      if (n < static_cast<size_t>(kNoMemoryLimit)) bytes = static_cast<int64_t>(n);
+    } catch (const c10::Error&) {  // past size_t: over any limit
+    }
+    if (view) {
+      int64_t& e = entries[ji["view_of"]["tensor"].get<std::string>()];
+      e = std::max(e, bytes);
+    } else {
+      add(bytes);
+    }
+  }
+  for (const auto& [name, bytes] : entries) add(bytes);
+  check_memory_limit(need, options.max_memory, target, "LoadOptions::max_memory, --max-memory");
+}
+
 }  // namespace
 
 void save(const Graph& g, const std::string& path, const SaveOptions& options) {
-  (void)options;
+  // What load() refuses is not written: a graph that saves loads back.
+  if (!options.trusted) check_loadable_ops(g, "cannot save '" + path + "'");
+  try {
+    check_initialized(g);
+  } catch (const Error& e) {
+    throw Error("cannot save '" + path + "': " + e.what());
+  }
   // One safetensors entry per storage. A constant alone in its storage is stored as itself. Constants
   // that share a storage (the probabilities as [B,H,S,S] and as [B·H,S,S]) become views into one 1-D
   // entry that spans them, named after the first of them, so that loading shares the memory again.
@@ -922,7 +976,8 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
     json j;
     try {
       j = parse_json(text);
-      g = checked_from_json(j);  // also checks every "stored" flag and name read below
+      g = checked_from_json(j, options.trusted);  // also checks every "stored" flag and name read below
+      check_memory_before_loading(*g, j, options);
     } catch (const Error& e) {
       throw Error(path + ": " + e.what());
     }
@@ -962,6 +1017,11 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
       }
       in->bind(t);
     }
+  }
+  try {  // before anything runs, on the CPU: a bad index on CUDA is a device-side assert
+    check_index_constants(*g);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
   }
   c10::Device target = device ? *device : c10::Device(c10::kCPU);
   if (!device)

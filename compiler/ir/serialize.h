@@ -43,10 +43,12 @@ namespace jvpc {
 constexpr int kSchemaVersion = 1;
 
 nlohmann::json to_json(const Graph& g, const std::string& constants_file = "");
-/// Builds and verifies a graph. Constant inputs are left unbound.
-std::unique_ptr<Graph> from_json(const nlohmann::json& j);
+/// Builds and verifies a graph. Constant inputs are left unbound. Unless `trusted`, the graph
+/// may use only loadable ops (compiler/ir/loadable_ops.h) and every shape is re-derived. A node
+/// that writes what its schema does not mark, or a read of uninitialized memory, is an error.
+std::unique_ptr<Graph> from_json(const nlohmann::json& j, bool trusted = false);
 /// Parses text (parse_json) and calls from_json.
-std::unique_ptr<Graph> parse_graph(const std::string& text);
+std::unique_ptr<Graph> parse_graph(const std::string& text, bool trusted = false);
 /// Text to JSON, in time linear in its length: nesting limited to 16 arrays and objects, a key
 /// twice in one object refused, errors one line with their byte offset. With `quote` false,
 /// errors never quote the text (for files that may not be what they claim to be).
@@ -59,6 +61,11 @@ struct LoadOptions {
   std::optional<c10::Device> device;
   /// Admit ops off the list of loadable ops. For files you made yourself; never on by default.
   bool trusted = false;
+  /// Refuse a graph whose constants, inputs and peak of intermediates (memory_needed in
+  /// limits.h, from the declared sizes, before any constant is read) pass this many bytes on
+  /// the device it loads onto. None: default_memory_limit() of that device (3/4 of its
+  /// memory); kNoMemoryLimit: no limit.
+  std::optional<int64_t> max_memory;
 };
 
 struct SaveOptions {

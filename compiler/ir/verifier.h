@@ -15,9 +15,20 @@ struct VerifyOptions {
   bool check_schemas = true;
   /// Re-infer each node's output sizes and dtypes (Meta kernels) and compare.
   bool check_shapes = true;
+  /// Where an op has neither a Meta kernel nor a shape rule, take the declared shape as it is.
+  /// Off for graphs from files (untrusted()): such a node is an error, and a declared shape
+  /// that depends on values (value_dependent_shape) may not exceed the one inferred.
+  bool trust_declared_shapes = true;
   /// How errors name a value: "%12" (its id) by default. The loader names values by the ids
   /// of the file they came from.
   std::function<std::string(const Value*)> value_name = {};
+
+  /// What the loader checks of a graph file.
+  static VerifyOptions untrusted() {
+    VerifyOptions o;
+    o.trust_declared_shapes = false;
+    return o;
+  }
 };
 
 void verify(const Graph& g, const VerifyOptions& options = {});
