@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One clang-14 build with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/) that
 # serves both the JSON-loader fuzzer and the GoogleTest suite (all of it: about 20 s); then the fuzzer runs
-# for JVPC_FUZZ_SECONDS (default 60) from the examples' JSON. A crash, a sanitizer report or a
+# for JVPC_FUZZ_SECONDS (default 60) from the examples' JSON and tests/fuzz/seeds/. A crash, a sanitizer report or a
 # leak fails the script. Called by scripts/test.sh unless JVPC_SKIP_SANITIZE=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +35,7 @@ for ex in "sdpa" "sdpa --mask bool" "sdpa --causal --kv-heads 1" "sdpa --backend
   "$BUILD/jvpc" trace $ex --device cpu --seq-len 8 -o "$CORPUS/$name.json" >/dev/null
   rm -f "$CORPUS/$name.safetensors"
 done
+cp tests/fuzz/seeds/*.json "$CORPUS/"  # the hostile files the tests use (tests/fuzz/seeds/README.md)
 "$BUILD/tests/fuzz/fuzz_graph_json" -max_total_time="${JVPC_FUZZ_SECONDS:-60}" -rss_limit_mb=4096 \
   -artifact_prefix="$BUILD/" "$CORPUS" 2>&1 | tail -n 5
 echo "[sanitize] passed in $(( $(date +%s) - start )) s after the build"

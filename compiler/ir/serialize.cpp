@@ -10,13 +10,16 @@
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#include <c10/util/hash.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
@@ -404,8 +407,17 @@ std::unique_ptr<Graph> from_json(const json& j, bool trusted) {
   At outs = root["outputs"];
   for (size_t i = 0; i < outs.array().size(); ++i) g->add_output(lookup(outs[i]["id"]), outs[i]["name"].name());
 
+  // The graph numbers its values itself, in the order they were added: errors name them by
+  // the ids the file gives them.
+  std::vector<int> file_id(by_id.size());
+  for (const auto& [id, v] : by_id) file_id.at(static_cast<size_t>(v->id())) = id;
+  VerifyOptions options = trusted ? VerifyOptions{} : VerifyOptions::untrusted();
+  options.value_name = [&](const Value* v) {
+    auto i = static_cast<size_t>(v->id());
+    return "%" + std::to_string(i < file_id.size() ? file_id[i] : v->id());
+  };
   try {
-    verify(*g, trusted ? VerifyOptions{} : VerifyOptions::untrusted());
+    verify(*g, options);
     check_initialized(*g);
   } catch (const Error& e) {
     throw Error(std::string("$.nodes: ") + e.what());
@@ -422,25 +434,142 @@ std::string json_message(const json::exception& e) {
   return p == std::string::npos ? msg : msg.substr(p + 2);
 }
 
-// Text to JSON, with nesting limited and errors as one line with their byte offset.
-json parse_json(const std::string& text) {
+// A string from a file as errors show it: escaped (no control characters reach the terminal),
+// quoted, and cut short.
+std::string shown(const std::string& s) {
+  return json(s.size() > 60 ? s.substr(0, 60) + "..." : s).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// An iterator over the text that notes how far the parser has read: the byte offset of the
+// errors the handler finds (nlohmann gives offsets only to its own errors).
+struct CountingIterator {
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+  const char* p;
+  const char** read;  // where the parser has read up to
+  reference operator*() const { return *p; }
+  CountingIterator& operator++() {
+    *read = ++p;
+    return *this;
+  }
+  CountingIterator operator++(int) {
+    CountingIterator old = *this;
+    ++*this;
+    return old;
+  }
+  bool operator==(const CountingIterator& o) const { return p == o.p; }
+  bool operator!=(const CountingIterator& o) const { return p != o.p; }
+};
+
+constexpr int kMaxJsonDepth = 16;
+
+// Builds the DOM from nlohmann's SAX events, in time linear in the text (nlohmann's callback
+// parser scans the enclosing array at the end of every object, which is quadratic in an array
+// of objects). It limits nesting to kMaxJsonDepth arrays and objects, and refuses a key that
+// appears twice in one object (nlohmann's own parser keeps the last).
+class DomBuilder {
+ public:
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  DomBuilder(json& root, const char* begin, const char* const* read, bool quote)
+      : root_(root), begin_(begin), read_(read), quote_(quote) {}
+
+  bool null() { return put(nullptr); }
+  bool boolean(bool b) { return put(b); }
+  bool number_integer(number_integer_t i) { return put(i); }
+  bool number_unsigned(number_unsigned_t u) { return put(u); }
+  bool number_float(number_float_t d, const string_t&) { return put(d); }
+  bool string(string_t& s) { return put(std::move(s)); }
+  bool binary(binary_t& b) { return put(std::move(b)); }  // not in JSON text
+  bool start_object(std::size_t) { return open(json::value_t::object); }
+  bool start_array(std::size_t) { return open(json::value_t::array); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(string_t& k) {
+    auto& object = stack_.back()->get_ref<json::object_t&>();
+    auto [it, fresh] = object.try_emplace(k);  // k is left as it is when the key exists
+    if (!fresh)
+      fail("duplicate key" + (quote_ ? " " + shown(k) : std::string()) + " (keys in an object must be unique)");
+    element_ = &it->second;
+    return true;
+  }
+  template <class Exception>
+  bool parse_error(std::size_t, const std::string&, const Exception& e) {
+    throw e;  // nlohmann's own type, handled by parse_json
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error("invalid JSON at byte " + std::to_string(*read_ - begin_) + ": " + what);
+  }
+  // Places a value: the root, the next element of the array being read, or the value of the key
+  // just read. Returns where it is.
+  template <class V>
+  json* place(V&& v) {
+    if (stack_.empty()) {
+      root_ = json(std::forward<V>(v));
+      return &root_;
+    }
+    json* top = stack_.back();
+    if (top->is_array()) {
+      auto& array = top->get_ref<json::array_t&>();
+      array.emplace_back(std::forward<V>(v));
+      return &array.back();
+    }
+    *element_ = json(std::forward<V>(v));
+    return element_;
+  }
+  template <class V>
+  bool put(V&& v) {
+    place(std::forward<V>(v));
+    return true;
+  }
+  bool open(json::value_t kind) {
+    if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth))
+      fail("JSON nesting deeper than " + std::to_string(kMaxJsonDepth));
+    stack_.push_back(place(kind));  // pointers stay valid: only the innermost container grows
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+
+  json& root_;
+  const char* begin_;
+  const char* const* read_;
+  bool quote_;
+  std::vector<json*> stack_;  // the arrays and objects being read, outermost first
+  json* element_ = nullptr;   // the value of the key just read
+};
+
+}  // namespace
+
+json parse_json(const std::string& text, bool quote) {
   json j;
+  const char* read = text.data();
   try {
-    constexpr int kMaxDepth = 16;
-    j = json::parse(text, [](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxDepth) throw Error("JSON nesting deeper than " + std::to_string(kMaxDepth));
-      return true;
-    });
+    DomBuilder builder(j, text.data(), &read, quote);
+    CountingIterator first{text.data(), &read}, last{text.data() + text.size(), &read};
+    json::sax_parse(first, last, &builder);
   } catch (const json::parse_error& e) {
-    throw Error("invalid JSON at byte " + std::to_string(e.byte) + ": " + json_message(e));
+    throw Error("invalid JSON at byte " + std::to_string(e.byte) + (quote ? ": " + json_message(e) : ""));
   } catch (const json::exception& e) {  // e.g. out_of_range 406: a number past double's range
+    if (!quote) throw Error("invalid JSON: a number out of range");
     std::string msg = json_message(e);
     throw Error("invalid JSON: " + (msg.size() > 120 ? msg.substr(0, 120) + "..." : msg));
-  } catch (const Error& e) {
-    throw Error(std::string("invalid JSON: ") + e.what());
   }
   return j;
 }
+
+namespace {
 
 std::unique_ptr<Graph> checked_from_json(const json& j, bool trusted) {
   try {
@@ -513,7 +642,7 @@ c10::ScalarType from_safetensors_dtype(const std::string& s) {
   for (auto t : {c10::kDouble, c10::kFloat, c10::kHalf, c10::kBFloat16, c10::kLong, c10::kInt, c10::kShort, c10::kChar,
                  c10::kByte, c10::kBool})
     if (s == safetensors_dtype(t)) return t;
-  throw Error("unknown safetensors dtype '" + s + "'");
+  throw Error("unknown safetensors dtype " + shown(s));
 }
 
 }  // namespace
@@ -525,11 +654,17 @@ std::string constants_path_for(const std::string& graph_path) {
   return graph_path + ".safetensors";
 }
 
-void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+namespace {
+
+// A safetensors file's bytes: the header's length (8 bytes, little-endian), the header, then the
+// tensors' data, contiguous and in order, from an 8-byte-aligned start.
+std::string safetensors_bytes(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   json header = json::object();
   std::vector<at::Tensor> blobs;
   int64_t offset = 0;
   for (const auto& [name, t] : tensors) {
+    if (name == "__metadata__") throw Error("safetensors: the name '__metadata__' is reserved");
+    if (header.contains(name)) throw Error("safetensors: tensor '" + name + "' is given twice");  // one would be lost
     at::Tensor c = t.to(at::kCPU).contiguous();
     int64_t nbytes = static_cast<int64_t>(c.nbytes());
     header[name] = {{"dtype", safetensors_dtype(c.scalar_type())}, {"shape", c.sizes().vec()},
@@ -540,55 +675,155 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   header["__metadata__"] = {{"format", "pt"}, {"writer", "jvpc"}};
   std::string h = header.dump();
   while ((h.size() + 8) % 8) h += ' ';  // data starts 8-byte aligned
+  std::string out;
+  out.reserve(8 + h.size() + static_cast<size_t>(offset));
+  uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) out += static_cast<char>(static_cast<unsigned char>(n >> (8 * i)));
+  out += h;
+  for (const auto& b : blobs) out.append(static_cast<const char*>(b.data_ptr()), b.nbytes());
+  return out;
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) throw Error("cannot write '" + path + "'");
-  uint64_t n = h.size();
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  f.write(reinterpret_cast<const char*>(len), 8);
-  f.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& b : blobs) f.write(static_cast<const char*>(b.data_ptr()), static_cast<std::streamsize>(b.nbytes()));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (!f) throw Error("error writing '" + path + "'");
 }
 
-std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path, const std::string& what) {
-  std::string bytes = read_file(path, what.c_str(), int64_t{1} << 38, /*regular_only=*/true);
+// The safetensors format's own limit on the header (the reference implementation's).
+constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+
+// The tensors of a safetensors file, from its bytes. The header is checked whole, by the
+// format's rules, before any tensor is made: its length bounded and within the file, a JSON
+// object with unique names, each entry's data_offsets the size of its shape and dtype, and the
+// entries, in the order of their offsets, covering the data exactly (from 0, without gaps or
+// overlaps, to the end of the file). Errors never quote the file's bytes, only tensor names.
+std::unordered_map<std::string, at::Tensor> parse_safetensors(const std::string& bytes, const std::string& path,
+                                                              const std::string& what) {
   auto bad = [&](const std::string& why) { return Error(what + " '" + path + "': " + why); };
-  if (bytes.size() < 8) throw bad("too short");
+  if (bytes.size() < 8) throw bad("too short for a safetensors file");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[static_cast<size_t>(i)])) << (8 * i);
-  if (n > bytes.size() - 8) throw bad("header length " + std::to_string(n) + " exceeds the file");
+  if (n > kMaxSafetensorsHeader)
+    throw bad("header length exceeds the limit of " + std::to_string(kMaxSafetensorsHeader) + " bytes");
+  if (n > bytes.size() - 8) throw bad("header length exceeds the file");
   json header;
   try {
-    header = json::parse(bytes.substr(8, n));
-  } catch (const json::exception& e) {
-    throw bad("header is not JSON");
+    header = parse_json(bytes.substr(8, n), /*quote=*/false);
+  } catch (const Error& e) {
+    throw bad(std::string("header: ") + e.what());
   }
-  if (!header.is_object()) throw bad("header is not an object");
-  const char* data = bytes.data() + 8 + n;
-  uint64_t data_size = bytes.size() - 8 - n;
-  std::unordered_map<std::string, at::Tensor> out;
+  if (!header.is_object()) throw bad("header is not a JSON object");
+  const uint64_t data_size = bytes.size() - 8 - n;
+
+  struct Entry {
+    const std::string* name;
+    TensorMeta meta;
+    int64_t begin, end;
+  };
+  std::vector<Entry> entries;
   for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") continue;
-    try {
-      At e{it.value(), it.key()};
-      c10::ScalarType dtype = from_safetensors_dtype(e["dtype"].str());
-      TensorMeta m = TensorMeta::contiguous(e["shape"].ints(), dtype, c10::kCPU);
-      auto offs = e["data_offsets"].ints();
-      if (offs.size() != 2 || offs[0] < 0 || offs[1] < offs[0] || static_cast<uint64_t>(offs[1]) > data_size)
-        throw Error("data_offsets out of range");
-      if (offs[1] - offs[0] != m.nbytes()) throw Error("data_offsets do not match shape and dtype");
-      at::Tensor t = at::empty(m.sizes, at::TensorOptions().dtype(dtype));
-      if (m.nbytes()) std::memcpy(t.data_ptr(), data + offs[0], static_cast<size_t>(m.nbytes()));
-      out[it.key()] = t;
-    } catch (const Error& err) {
-      throw bad(std::string("tensor '") + it.key() + "': " + err.what());
+    At e{it.value(), "tensor " + shown(it.key())};
+    if (it.key() == "__metadata__") {  // a map of strings to strings
+      if (!e.j.is_object()) throw bad("__metadata__ is not an object");
+      for (const auto& v : e.j)
+        if (!v.is_string()) throw bad("__metadata__ holds a value that is not a string");
+      continue;
     }
+    try {
+      c10::ScalarType dtype = wrap(e, [&] { return from_safetensors_dtype(e["dtype"].str()); });
+      TensorMeta m = wrap(e, [&] { return TensorMeta::contiguous(e["shape"].ints(), dtype, c10::kCPU); });
+      int64_t nbytes = wrap(e, [&] { return m.nbytes(); });  // negative sizes, overflow
+      auto offs = e["data_offsets"].ints();
+      if (offs.size() != 2) e.fail("data_offsets must be [begin, end]");
+      if (offs[0] < 0 || offs[1] < offs[0]) e.fail("data_offsets end before they begin");
+      if (static_cast<uint64_t>(offs[1]) > data_size) e.fail("data_offsets out of range (past the end of the file)");
+      if (offs[1] - offs[0] != nbytes)
+        e.fail("data_offsets span " + std::to_string(offs[1] - offs[0]) + " bytes, but " + m.str() + " takes " +
+               std::to_string(nbytes));
+      entries.push_back({&it.key(), std::move(m), offs[0], offs[1]});
+    } catch (const Error& err) {
+      throw bad(err.what());
+    }
+  }
+  // In the order of their offsets, the tensors must tile the data.
+  std::vector<const Entry*> order;
+  for (const Entry& e : entries) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
+    return std::make_pair(a->begin, a->end) < std::make_pair(b->begin, b->end);
+  });
+  int64_t pos = 0;
+  const Entry* last = nullptr;
+  for (const Entry* e : order) {
+    if (e->begin < pos) throw bad("tensor " + shown(*e->name) + " overlaps tensor " + shown(*last->name));
+    if (e->begin > pos)
+      throw bad(std::to_string(e->begin - pos) + " bytes of data before tensor " + shown(*e->name) +
+                " belong to no tensor");
+    pos = e->end;
+    last = e;
+  }
+  if (static_cast<uint64_t>(pos) != data_size)
+    throw bad(std::to_string(data_size - static_cast<uint64_t>(pos)) +
+              " bytes after the last tensor belong to no tensor");
+
+  const char* data = bytes.data() + 8 + n;
+  std::unordered_map<std::string, at::Tensor> out;
+  for (const Entry& e : entries) {
+    at::Tensor t = at::empty(e.meta.sizes, at::TensorOptions().dtype(e.meta.dtype));
+    if (e.end > e.begin) std::memcpy(t.data_ptr(), data + e.begin, static_cast<size_t>(e.end - e.begin));
+    out.emplace(*e.name, std::move(t));
   }
   return out;
 }
 
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  write_bytes(path, safetensors_bytes(tensors));
+}
+
+std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path, const std::string& what) {
+  return parse_safetensors(read_file(path, what.c_str(), int64_t{1} << 38, /*regular_only=*/true), path, what);
+}
+
 namespace {
+
+// SHA-1 of bytes, in hex (c10::sha1 leaves the empty string's state unset).
+std::string sha1_hex(const std::string& bytes) {
+  return bytes.empty() ? "da39a3ee5e6b4b0d3255bfef95601890afd80709" : c10::sha1(bytes).str();
+}
+
+// The constants file of a graph file `j`, checked to be the one saved with it: its size (which
+// also bounds the read), then its SHA-1, over the bytes as read. A graph file written before
+// jvpc recorded them has neither, and its constants file is read unchecked.
+std::unordered_map<std::string, at::Tensor> read_constants(const json& j, const std::string& file,
+                                                           const std::string& graph_path) {
+  const char* what = "constants file";
+  bool has_size = j.contains("constants_size"), has_sha1 = j.contains("constants_sha1");
+  if (!has_size && !has_sha1) return read_safetensors(file, what);
+  int64_t size = 0;
+  std::string sha1;
+  try {
+    At root{j, "$"};
+    if (!has_size || !has_sha1) root.fail("constants_size and constants_sha1 come together");
+    size = root["constants_size"].integer();
+    if (size < 0) root["constants_size"].fail("expected a size of 0 or more");
+    sha1 = root["constants_sha1"].str();
+    if (sha1.size() != 40 || sha1.find_first_not_of("0123456789abcdef") != std::string::npos)
+      root["constants_sha1"].fail("expected 40 lowercase hex digits");
+  } catch (const Error& e) {
+    throw Error(graph_path + ": " + e.what());
+  }
+  std::string bytes = read_file(file, what, size, /*regular_only=*/true);
+  if (static_cast<int64_t>(bytes.size()) != size)
+    throw Error(std::string(what) + " '" + file + "' has " + std::to_string(bytes.size()) +
+                " bytes but the graph file records " + std::to_string(size) + ": the two are not from the same save");
+  if (sha1_hex(bytes) != sha1)
+    throw Error(std::string(what) + " '" + file +
+                "' is not the one saved with the graph file (its SHA-1 differs from the one the graph file records)");
+  return parse_safetensors(bytes, file, what);
+}
 
 /// A stored constant that is a view into a shared 1-D entry of the constants file.
 at::Tensor view_of_entry(const TensorMeta& m, const json& view, const std::unordered_map<std::string, at::Tensor>& tensors,
@@ -705,12 +940,17 @@ void save(const Graph& g, const std::string& path, const SaveOptions& options) {
     for (const Input* in : group)
       view_of[in->name] = {{"tensor", group[0]->name}, {"offset", in->data.storage_offset() - lo}};
   }
-  std::string cpath;
+  std::string cpath, constants;
   if (!entries.empty()) {
     cpath = constants_path_for(path);
-    write_safetensors(cpath, entries);
+    constants = safetensors_bytes(entries);
+    write_bytes(cpath, constants);
   }
   json j = to_json(g, cpath.empty() ? "" : basename_of(cpath));
+  if (!cpath.empty()) {  // load() takes this constants file, and no other, with this graph
+    j["constants_size"] = constants.size();
+    j["constants_sha1"] = sha1_hex(constants);
+  }
   for (json& ji : j["inputs"]) {
     auto it = view_of.find(ji["name"].get<std::string>());
     if (it != view_of.end()) ji["view_of"] = it->second;
@@ -750,13 +990,13 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
       constants_file = !named.empty() && named[0] == '/' ? named : dirname_of(path) + named;
     }
     std::unordered_map<std::string, at::Tensor> tensors;
-    if (!constants_file.empty()) tensors = read_safetensors(constants_file);
+    if (!constants_file.empty()) tensors = read_constants(j, constants_file, path);
+    std::unordered_map<std::string, Input*> by_name;
+    for (Input& x : g->inputs()) by_name[x.name] = &x;
     for (const auto& jin : j["inputs"]) {
       if (!jin.value("stored", false)) continue;
       const std::string& name = jin["name"].get_ref<const std::string&>();
-      Input* in = nullptr;
-      for (Input& x : g->inputs())
-        if (x.name == name) in = &x;
+      Input* in = by_name.at(name);
       const TensorMeta& m = in->value->meta();
       in->aliases.clear();  // the graph now holds its own copy, not a view of the caller's input
       if (jin.contains("view_of")) {

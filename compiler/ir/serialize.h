@@ -1,7 +1,8 @@
 // The JSON form of a graph, and its constants in a safetensors file beside it.
 //
 //   {"format": "jvpc-graph", "schema_version": 1,
-//    "constants_file": "tangent.safetensors",
+//    "constants_file": "tangent.safetensors", "constants_size": 655432,
+//    "constants_sha1": "3f786850e387550fdab836ed7e6dc881de23001b",
 //    "inputs":  [{"name": "q", "id": 0, "role": "primal", "differentiable": true,
 //                 "meta": {"sizes": [1,5,128,64], "strides": [...], "dtype": "Float", "device": "cpu"}}],
 //    "nodes":   [{"op": "aten::bmm", "args": [{"tensor": 3}, {"tensor": 6}],
@@ -19,6 +20,11 @@
 // 1-D tensor NAME, from element N. A loaded constant is the graph's own copy, so "aliases"
 // (the caller's input it was a view of) is dropped on loading.
 // Tangent inputs may carry "tangent_of": the primal input they are the tangent of.
+//
+// "constants_size" and "constants_sha1" (hex) are those of the constants file's bytes as saved:
+// load() refuses a constants file of another size or hash, so that a graph and a constants file
+// from two different saves never load as a pair. Graph files written before jvpc recorded them
+// have neither key, and their constants file is read unchecked (save them again to add them).
 //
 // Loading checks everything it reads and reports the first problem with its JSON path
 // ("nodes[4].args[1]: ..."); the graph it returns has passed verify().
@@ -41,8 +47,12 @@ nlohmann::json to_json(const Graph& g, const std::string& constants_file = "");
 /// may use only loadable ops (compiler/ir/loadable_ops.h) and every shape is re-derived. A node
 /// that writes what its schema does not mark, or a read of uninitialized memory, is an error.
 std::unique_ptr<Graph> from_json(const nlohmann::json& j, bool trusted = false);
-/// Parses text (nesting limited, errors with their byte offset) and calls from_json.
+/// Parses text (parse_json) and calls from_json.
 std::unique_ptr<Graph> parse_graph(const std::string& text, bool trusted = false);
+/// Text to JSON, in time linear in its length: nesting limited to 16 arrays and objects, a key
+/// twice in one object refused, errors one line with their byte offset. With `quote` false,
+/// errors never quote the text (for files that may not be what they claim to be).
+nlohmann::json parse_json(const std::string& text, bool quote = true);
 
 /// How a graph file is read. A graph file is data from a stranger: by default it may use only
 /// the ops on jvpc's list of loadable ops, and must fit the memory limit.

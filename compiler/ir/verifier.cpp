@@ -9,13 +9,15 @@
 
 namespace jvpc {
 
-std::string describe(const Node* n) {
+namespace {
+
+std::string id_name(const Value* v) { return "%" + std::to_string(v->id()); }
+
+std::string describe(const Node* n, const std::function<std::string(const Value*)>& name) {
   std::string s = n->op();
-  if (!n->outputs().empty()) s += " -> %" + std::to_string(n->output()->id());
+  if (!n->outputs().empty()) s += " -> " + name(n->output());
   return s;
 }
-
-namespace {
 
 void check_meta(const TensorMeta& m, const std::string& what) {
   if (m.strides.size() != m.sizes.size())
@@ -37,14 +39,17 @@ int max_tensors(const c10::Argument& r) {
 
 }  // namespace
 
+std::string describe(const Node* n) { return describe(n, id_name); }
+
 void verify(const Graph& g, const VerifyOptions& options) {
+  const auto& name = options.value_name ? options.value_name : std::function<std::string(const Value*)>(id_name);
   std::unordered_set<const Value*> defined;
   std::unordered_set<int> ids;
   std::unordered_set<std::string> names;
   std::map<std::pair<const Value*, std::pair<const Node*, size_t>>, int> reads;  // expected uses
 
   auto define = [&](const Value* v, const std::string& where) {
-    if (!ids.insert(v->id()).second) throw Error(where + ": value id %" + std::to_string(v->id()) + " is defined twice");
+    if (!ids.insert(v->id()).second) throw Error(where + ": value id " + name(v) + " is defined twice");
     defined.insert(v);
   };
 
@@ -52,7 +57,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
     std::string where = "input '" + in.name + "'";
     if (in.name.empty()) throw Error("an input has no name");
     if (!names.insert(in.name).second) throw Error(where + " is declared twice");
-    if (in.value->producer()) throw Error(where + ": value %" + std::to_string(in.value->id()) + " has a producer");
+    if (in.value->producer()) throw Error(where + ": value " + name(in.value) + " has a producer");
     check_meta(in.value->meta(), where);
     if (in.role == Role::Constant && in.data.defined()) {
       TensorMeta actual = TensorMeta::of(in.data);
@@ -64,12 +69,12 @@ void verify(const Graph& g, const VerifyOptions& options) {
   }
 
   for (const Node* n : g.nodes()) {
-    std::string where = "node " + describe(n);
+    std::string where = "node " + describe(n, name);
     if (n->graph() != &g) throw Error(where + " belongs to another graph");
     for (size_t i = 0; i < n->inputs().size(); ++i) {
       const Value* v = n->inputs()[i];
       if (!defined.count(v))
-        throw Error(where + ": operand " + std::to_string(i) + " (%" + std::to_string(v->id()) +
+        throw Error(where + ": operand " + std::to_string(i) + " (" + name(v) +
                     ") is not defined before use");
       reads[{v, {n, i}}]++;
     }
@@ -97,7 +102,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
     for (size_t i = 0; i < n->outputs().size(); ++i) {
       const Value* o = n->outputs()[i];
       if (o->producer() != n || o->output_index() != i) throw Error(where + ": output " + std::to_string(i) + " is not linked to it");
-      check_meta(o->meta(), where + " output %" + std::to_string(o->id()));
+      check_meta(o->meta(), where + " output " + name(o));
     }
 
     if (options.check_schemas) {
@@ -132,7 +137,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
             if (!options.trust_declared_shapes && value_dependent_shape(n->op(), i) && got.numel() > expect[i].numel())
               sizes_differ = true;  // bounded by the shape inferred
             if (sizes_differ || got.dtype != expect[i].dtype)
-              throw Error(where + ": output %" + std::to_string(n->outputs()[i]->id()) + " is declared " + got.str() +
+              throw Error(where + ": output " + name(n->outputs()[i]) + " is declared " + got.str() +
                           " but " + n->op() + " produces " + expect[i].str());
           }
         } catch (const NoShapeRule&) {
@@ -154,7 +159,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
 
   for (size_t i = 0; i < g.outputs().size(); ++i)
     if (!defined.count(g.outputs()[i]))
-      throw Error("output " + std::to_string(i) + " (%" + std::to_string(g.outputs()[i]->id()) + ") is not defined");
+      throw Error("output " + std::to_string(i) + " (" + name(g.outputs()[i]) + ") is not defined");
 }
 
 }  // namespace jvpc
