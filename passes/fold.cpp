@@ -24,16 +24,8 @@
 namespace jvpc {
 
 bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known) {
-  std::unordered_set<const Value*> primal_only;
-  for (const Input& in : g.inputs())
-    if (in.role != Role::Tangent) primal_only.insert(in.value);
-  for (const Node* n : g.nodes()) {
-    if (n->impure()) continue;
-    bool ok = true;
-    for (const Value* v : n->inputs()) ok &= primal_only.count(v) > 0;
-    if (ok)
-      for (const Value* o : n->outputs()) primal_only.insert(o);
-  }
+  const std::unordered_set<const Value*> varying = tangent_dependent(g, /*impure_too=*/true);
+  auto primal_only = [&](const Value* v) { return v && !varying.count(v); };
 
   // The residuals: primal-only values read by tangent-dependent nodes or returned. Not the
   // zeros a rule materializes (aten::zeros of a shape): made per call, they cost a fill, and held
@@ -45,12 +37,12 @@ bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known) {
   std::vector<Value*> residuals;
   std::unordered_set<const Value*> chosen;
   auto want = [&](Value* v) {
-    if (primal_only.count(v) && !made_per_call(v) && !(g.is_input(v) && g.input_of(v).role == Role::Constant) &&
+    if (primal_only(v) && !made_per_call(v) && !(g.is_input(v) && g.input_of(v).role == Role::Constant) &&
         chosen.insert(v).second)
       residuals.push_back(v);
   };
   for (Node* n : g.nodes())
-    if (!primal_only.count(n->outputs().empty() ? nullptr : n->output(0)))
+    if (!primal_only(n->outputs().empty() ? nullptr : n->output(0)))
       for (Value* v : n->inputs()) want(v);
   for (Value* v : g.outputs()) want(v);
   if (residuals.empty()) return false;

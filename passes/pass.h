@@ -11,6 +11,7 @@
 
 #include "compiler/ir/graph.h"
 
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <set>
@@ -73,6 +74,9 @@ class Pipeline {
   bool verify_each_ = verify_each_by_default();
   std::vector<PassTime> timings_;
 };
+
+/// A Pass that calls a function.
+std::unique_ptr<Pass> make_pass(std::string name, std::function<bool(Graph&)> fn);
 
 /// Prints timings as a table (--timing): per pass, its time and its verification's.
 void print_timings(const std::vector<PassTime>& timings, std::ostream& os);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "passes/pass.h"
+#include "passes/rewrite.h"
 
 #include <functional>
 #include <unordered_map>
@@ -66,29 +67,5 @@ bool group_bmm(Graph& g);
 /// fuse_matmul_add.cpp: add(x, bmm(a, b)) -> baddbmm(x, a, b) and add(x, mm(a, b)) ->
 /// addmm(x, a, b), when the product is read only by the addition.
 bool fuse_matmul_add(Graph& g);
-
-/// Erases `n` if it is pure and nothing reads its outputs, then does the same for the nodes
-/// that produced its operands. Rewrites call it on what they replace, so that every row of the
-/// cost table describes a graph without leftovers.
-void erase_if_dead(Graph& g, Node* n);
-
-/// Makes the readers of `n`'s single output read `v` instead, then erases what became dead.
-void replace_output(Graph& g, Node* n, Value* v);
-
-/// replace_output where `v` has exactly `n`'s result, layout included (its readers were built
-/// for that); otherwise erases `v`'s producer, and what only it read, and returns false.
-bool replace_output_if_same_layout(Graph& g, Node* n, Value* v);
-
-/// Whether the graph returns `v`.
-bool is_graph_output(const Value* v);
-
-/// Whether `v`'s layout can be viewed as `shape` (aten::view would take it without a copy).
-bool viewable(const Value* v, const std::vector<int64_t>& shape);
-
-/// A Pass that calls a function.
-std::unique_ptr<Pass> make_pass(std::string name, std::function<bool(Graph&)> fn);
-
-/// Values that depend on a tangent input (the rest is primal-only: fold can compute it).
-std::unordered_set<const Value*> tangent_dependent(const Graph& g);
 
 }  // namespace jvpc

@@ -30,6 +30,19 @@ std::vector<std::string> Pipeline::pass_names() const {
   return names;
 }
 
+std::unique_ptr<Pass> make_pass(std::string name, std::function<bool(Graph&)> fn) {
+  struct FnPass : Pass {
+    std::string n;
+    std::function<bool(Graph&)> f;
+    std::string name() const override { return n; }
+    bool run(Graph& g) override { return f(g); }
+  };
+  auto p = std::make_unique<FnPass>();
+  p->n = std::move(name);
+  p->f = std::move(fn);
+  return p;
+}
+
 bool verify_each_by_default() {
   const char* env = std::getenv("JVPC_VERIFY_EACH");
   return env && std::string(env) == "1";

@@ -1,0 +1,34 @@
+// Helpers every rewrite uses (passes/rewrite.cpp).
+#pragma once
+
+#include "compiler/ir/graph.h"
+
+#include <unordered_set>
+#include <vector>
+
+namespace jvpc {
+
+/// Erases `n` if it is pure and nothing reads its outputs, then does the same for the nodes
+/// that produced its operands. Rewrites call it on what they replace, so that every row of the
+/// cost table describes a graph without leftovers.
+void erase_if_dead(Graph& g, Node* n);
+
+/// Makes the readers of `n`'s single output read `v` instead, then erases what became dead.
+void replace_output(Graph& g, Node* n, Value* v);
+
+/// replace_output where `v` has exactly `n`'s result, layout included (its readers were built
+/// for that); otherwise erases `v`'s producer, and what only it read, and returns false.
+bool replace_output_if_same_layout(Graph& g, Node* n, Value* v);
+
+/// Whether the graph returns `v`.
+bool is_graph_output(const Value* v);
+
+/// Whether `v`'s layout can be viewed as `shape` (aten::view would take it without a copy).
+bool viewable(const Value* v, const std::vector<int64_t>& shape);
+
+
+/// Values that depend on a tangent input, and with `impure_too` on an impure (random) node: the
+/// rest is primal-only, which fold can compute once.
+std::unordered_set<const Value*> tangent_dependent(const Graph& g, bool impure_too = false);
+
+}  // namespace jvpc
