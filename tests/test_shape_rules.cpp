@@ -356,6 +356,7 @@ TEST(ShapeRules, BadArgumentsAreErrors) {
       {"aten::im2col", {meta({2, 3, 3, 4}), I({0, 2}), I({1, 1}), I({0, 0}), I({1, 1})}, "kernel size should be greater than zero"},
       {"aten::im2col", {meta({2, 3, 3, 4}), I({2}), I({1, 1}), I({0, 0}), I({1, 1})}, "kernel_size equals to 2"},
       {"aten::col2im", {meta({2, 12, 7}), I({3, 4}), I({2, 2}), I({1, 1}), I({0, 0}), I({1, 1})}, "aten::col2im: "},
+      {"aten::im2col", {meta({2, 3, 3, 4}), I({2, 2}), I({1, 1}), I({int64_t{1} << 62, 0}), I({1, 1})}, "padding out of range"},
       {"aten::max_pool3d_with_indices", {meta({2, 3, 4, 5, 6}), I({2}), I({1}), I({2})}, "pad should be at most half"},
       {"aten::max_pool3d_with_indices", {meta({2, 3, 4, 5, 6}), I({int64_t{1} << 33})}, "kernel_size out of range"},
       {"aten::max_pool3d_with_indices", {meta({3, 4}), I({2})}, "4D or 5D"},

@@ -392,10 +392,11 @@ Metas reflection_pad2d(const Call& c) {
   return {c.out(at::empty(sizes, x.options().memory_format(format)))};
 }
 
+/// A pair argument of im2col/col2im, each entry in int range (as the kernels' loops take them).
 std::array<int64_t, 2> pair(const Call& c, size_t i, const char* name) {
   auto v = c.ints(i);
   TORCH_CHECK(v.size() == 2, "It is expected ", name, " equals to 2, but got size ", v.size());
-  return {v[0], v[1]};
+  return {as_int(v[0], name), as_int(v[1], name)};
 }
 
 int64_t checked_mul(int64_t a, int64_t b) {
@@ -724,8 +725,12 @@ void add_shape_rules(std::unordered_map<std::string, ShapeRule>& rules) {
       {"aten::_scaled_dot_product_efficient_attention", efficient_attention},
       {"aten::_scaled_dot_product_cudnn_attention", cudnn_attention},
   };
-  for (const auto& [name, rule] : table)
-    rules.emplace(name, [rule = rule](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) { return rule(Call{a, in}); });
+  for (const auto& [name, rule] : table) {
+    bool added = rules.emplace(name, [rule = rule](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+                          return rule(Call{a, in});
+                        }).second;
+    TORCH_INTERNAL_ASSERT(added, name, " has two shape rules");
+  }
 }
 
 }  // namespace jvpc::detail
