@@ -62,14 +62,23 @@ std::vector<Value*> Builder::emit(const std::string& op, std::vector<BArg> bargs
   for (Value* v : inputs) metas.push_back(v->meta());
   std::vector<int> counts;
   std::vector<TensorMeta> outs;
-  try {
-    outs = infer_outputs(info, args, metas, &counts);
-  } catch (const NoShapeRule&) {
-    if (!shaped_like || shaped_like->op() != op || shaped_like->inputs().size() != inputs.size()) throw;
+  auto same_operands = [&] {
+    if (!shaped_like || shaped_like->op() != op || shaped_like->inputs().size() != inputs.size()) return false;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const TensorMeta &a = inputs[i]->meta(), &b = shaped_like->input(i)->meta();
-      if (a.sizes != b.sizes || a.dtype != b.dtype || a.device != b.device) throw;
+      if (a.sizes != b.sizes || a.dtype != b.dtype || a.device != b.device) return false;
     }
+    return true;
+  };
+  try {
+    outs = infer_outputs(info, args, metas, &counts);
+    // Where the shape depends on values, the shape rule gives a bound (masked_select, index with a
+    // mask): `shaped_like` has the real one.
+    if (same_operands() && counts == shaped_like->return_counts() && outs.size() == shaped_like->outputs().size())
+      for (size_t i = 0; i < outs.size(); ++i)
+        if (value_dependent_shape(op, i)) outs[i] = shaped_like->outputs()[i]->meta();
+  } catch (const NoShapeRule&) {
+    if (!same_operands()) throw;
     for (const Value* o : shaped_like->outputs()) outs.push_back(o->meta());
     counts = shaped_like->return_counts();
   }

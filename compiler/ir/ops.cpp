@@ -1,6 +1,8 @@
 // Operator lookup, Arg <-> IValue conversion and output-metadata inference.
 #include "compiler/ir/ops.h"
 
+#include "compiler/ir/shape_rules.h"
+
 #include <ATen/ExpandUtils.h>
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -489,6 +491,7 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       const auto &x = operand_meta(a, 1, in), &grid = operand_meta(a, 2, in);
       return std::vector<TensorMeta>{like(x, x.sizes, x.dtype), like(grid, grid.sizes, grid.dtype)};
     });
+  detail::add_shape_rules(rules);  // compiler/ir/shape_rules.cpp
   return rules;
 }
 
@@ -499,7 +502,22 @@ const std::unordered_map<std::string, ShapeRule>& shape_rules() {
 
 }  // namespace
 
-bool value_dependent_shape(const std::string& op, size_t output) { return op == "aten::linalg_lstsq" && output == 1; }
+bool value_dependent_shape(const std::string& op, size_t output) {
+  return (op == "aten::linalg_lstsq" && output == 1) || (op == "aten::cudnn_batch_norm" && output == 3) ||
+         ((op == "aten::masked_select" || op == "aten::index.Tensor") && output == 0);
+}
+
+bool value_dependent_shape(const Node& n, size_t output) {
+  if (n.op() != "aten::index.Tensor") return value_dependent_shape(n.op(), output);
+  // index.Tensor depends on values only with a boolean (or uint8) mask among its indices.
+  if (output != 0 || n.args().size() < 2) return false;
+  for (int o : n.arg(1).operands)
+    if (o >= 0 && static_cast<size_t>(o) < n.inputs().size()) {
+      auto t = n.input(static_cast<size_t>(o))->meta().dtype;
+      if (t == c10::kBool || t == c10::kByte) return true;
+    }
+  return false;
+}
 
 bool is_fused_attention(const std::string& op) {
   return op == "aten::_scaled_dot_product_flash_attention_for_cpu" || op == "aten::_scaled_dot_product_flash_attention" ||
@@ -544,8 +562,15 @@ std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>
     } catch (const std::exception& e) {  // inconsistent shapes (c10::Error), bad dims (std::out_of_range)
       throw Error(info.name + ": " + one_line(e));
     }
-    if (return_counts) *return_counts = std::vector<int>(out.size(), 1);
-    return out;
+    // One entry per schema return; one that gives no tensor (an int, an undefined tensor) is absent.
+    std::vector<int> rule_counts;
+    std::vector<TensorMeta> tensors;
+    for (TensorMeta& m : out) {
+      rule_counts.push_back(detail::is_absent(m) ? 0 : 1);
+      if (!detail::is_absent(m)) tensors.push_back(std::move(m));
+    }
+    if (return_counts) *return_counts = std::move(rule_counts);
+    return tensors;
   }
   try {
     info.handle.callBoxed(stack);

@@ -27,9 +27,14 @@ struct OpInfo {
 
 /// The fused SDPA kernels (flash, efficient, cuDNN, CPU flash).
 bool is_fused_attention(const std::string& op);
-/// Whether an output's shape depends on the operands' values, not only their shapes (lstsq's
-/// residuals exist only for A of full rank): the graph's declared shape is trusted there.
+/// Whether an output's shape may depend on the operands' values, not only their shapes (lstsq's
+/// residuals exist only for A of full rank; masked_select and index.Tensor with a boolean mask
+/// have as many elements as the mask has true ones; cudnn_batch_norm's reserve is sized by cuDNN):
+/// the graph's declared shape is trusted there. infer_outputs() gives an upper bound for
+/// masked_select, index.Tensor and cudnn_batch_norm (the declared numel may not exceed it).
 bool value_dependent_shape(const std::string& op, size_t output);
+/// The same for a node: index.Tensor only where an index is boolean or uint8 (a mask).
+bool value_dependent_shape(const Node& n, size_t output);
 
 /// The op named "aten::name.overload". Throws jvpc::Error("unknown op ...") if there is none.
 const OpInfo& op_info(const std::string& qualified_name);

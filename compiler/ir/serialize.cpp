@@ -36,6 +36,7 @@ c10::ScalarType parse_dtype(const std::string& s) {
   JVPC_DTYPE_CASE(_, Bool)
   JVPC_DTYPE_CASE(_, Half)
   JVPC_DTYPE_CASE(_, BFloat16)
+  JVPC_DTYPE_CASE(_, UInt64)  // flash attention's rng_state (metadata only: constants cannot be uint64)
 #undef JVPC_DTYPE_CASE
 #define JVPC_DTYPE_CASE(_, name) \
   if (s == #name) throw Error("dtype '" + s + "' is not supported (jvpc handles real, integer and bool tensors)");
@@ -1044,7 +1045,7 @@ void rederive_outputs(Graph& g, const std::function<void(TensorMeta&)>& fallback
       std::vector<TensorMeta> out = infer_outputs(*n, &counts);
       if (counts == n->return_counts() && out.size() == n->outputs().size()) {
         for (size_t i = 0; i < out.size(); ++i) {
-          if (value_dependent_shape(n->op(), i)) {  // the declared shape, moved or retyped
+          if (value_dependent_shape(*n, i)) {  // the declared shape, moved or retyped
             out[i] = n->outputs()[i]->meta();
             fallback(out[i]);
           }

@@ -133,8 +133,9 @@ void verify(const Graph& g, const VerifyOptions& options) {
           if (counts != n->return_counts()) throw Error(where + ": outputs do not match the op's returns");
           for (size_t i = 0; i < expect.size(); ++i) {
             const TensorMeta& got = n->outputs()[i]->meta();
-            bool sizes_differ = got.sizes != expect[i].sizes && !value_dependent_shape(n->op(), i);
-            if (!options.trust_declared_shapes && value_dependent_shape(n->op(), i) && got.numel() > expect[i].numel())
+            bool value_dependent = value_dependent_shape(*n, i);
+            bool sizes_differ = got.sizes != expect[i].sizes && !value_dependent;
+            if (!options.trust_declared_shapes && value_dependent && got.numel() > expect[i].numel())
               sizes_differ = true;  // bounded by the shape inferred
             if (sizes_differ || got.dtype != expect[i].dtype)
               throw Error(where + ": output " + name(n->outputs()[i]) + " is declared " + got.str() +
