@@ -31,7 +31,6 @@ const std::vector<std::string>& extra_ops() {
       // comparisons and masks (boolean results: no tangent)
       "aten::eq.Scalar", "aten::eq.Tensor", "aten::ne.Scalar", "aten::ne.Tensor", "aten::lt.Scalar", "aten::lt.Tensor",
       "aten::le.Scalar", "aten::le.Tensor", "aten::gt.Scalar", "aten::gt.Tensor", "aten::ge.Scalar", "aten::ge.Tensor",
-      "aten::where.Scalar",
       // factories sized by their arguments
       "aten::ones", "aten::full", "aten::arange", "aten::arange.start", "aten::arange.start_step", "aten::eye",
       "aten::eye.m", "aten::scalar_tensor",

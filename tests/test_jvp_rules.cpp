@@ -876,7 +876,9 @@ TEST(LoadableOps, EveryCasesGraphsSaveLoadAndRunWithoutWritingTheirOperands) {
                    m = at::where(x[0] <= 0.5, m, x[0] < 0.5);
                    at::Tensor r = at::arange(1, 5, x[0].options()) + at::arange(0, 8, 2, x[0].options()) +
                                   at::eye(3, 4, x[0].options());
-                   return at::where(m, x[0], 1.0) * r + at::where(m, 2.0, 3.0);
+                   at::Tensor filled = at::empty({3, 4}, x[0].options()).fill_(1.5) +
+                                       at::empty_strided({3, 4}, {1, 3}, x[0].options()).copy_(x[1]);
+                   return at::where(m, x[0], 1.0) * r + at::where(m, 2.0, 3.0) + filled;
                  })});
   for (size_t c = 0; c < all.size(); ++c) {
     const RuleCase& rc = all[c];
