@@ -2,6 +2,7 @@
 #include "compiler/cli/cli.h"
 
 #include "compiler/cost/cost_model.h"
+#include "compiler/ir/files.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
 #include "examples/examples.h"
@@ -34,6 +35,8 @@ void add_trace(CLI::App& app) {
   cmd->allow_extras();
   cmd->footer(examples_help());
   cmd->callback([o, cmd] {
+    if (!o->out.empty())  // every file trace writes, before the work (-o itself was checked as a flag)
+      for (const std::string& p : {constants_path_for(o->out), traced_inputs_path_for(o->out)}) check_destination(p);
     examples::Instance ex = examples::make(o->example, leftover(*cmd));
     Trace t = trace(ex.fn(), ex.inputs, TraceOptions::graph_only());
     GraphCost c = graph_cost(*t.graph);

@@ -2,6 +2,7 @@
 // written by hand, by other versions and by fuzzers.
 #include "compiler/ir/serialize.h"
 
+#include "compiler/ir/files.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
@@ -12,9 +13,7 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <functional>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -452,33 +451,6 @@ std::unique_ptr<Graph> parse_graph(const std::string& text) { return checked_fro
 
 namespace {
 
-// Reads a whole file, refusing directories and anything past `limit` bytes (/dev/zero), and,
-// with `regular_only`, anything but a regular file (devices and pipes have no size to check).
-std::string read_file(const std::string& path, const char* what, int64_t limit, bool regular_only = false) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error(std::string(what) + " '" + path + "' is a directory");
-  if (regular_only && std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    throw Error(std::string(what) + " '" + path + "' is not a regular file");
-  if (std::filesystem::is_regular_file(path, ec) && static_cast<int64_t>(std::filesystem::file_size(path, ec)) > limit)
-    throw Error(std::string(what) + " '" + path + "' is larger than " + std::to_string(limit) + " bytes");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(std::string("cannot read ") + what + " '" + path + "'");
-  std::string out;
-  std::vector<char> buf(1 << 20);
-  while (f) {
-    f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    out.append(buf.data(), static_cast<size_t>(f.gcount()));
-    if (static_cast<int64_t>(out.size()) > limit)
-      throw Error(std::string(what) + " '" + path + "' is larger than " + std::to_string(limit) + " bytes");
-  }
-  if (f.bad()) throw Error(std::string("error reading ") + what + " '" + path + "'");
-  return out;
-}
-
-std::string dirname_of(const std::string& path) {
-  auto p = path.find_last_of('/');
-  return p == std::string::npos ? "" : path.substr(0, p + 1);
-}
 std::string basename_of(const std::string& path) {
   auto p = path.find_last_of('/');
   return p == std::string::npos ? path : path.substr(p + 1);
@@ -515,7 +487,10 @@ std::string constants_path_for(const std::string& graph_path) {
   return graph_path + ".safetensors";
 }
 
-void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+namespace {
+
+// The safetensors file of `tensors`, into `f` (not committed).
+void write_safetensors_to(AtomicFile& f, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   json header = json::object();
   std::vector<at::Tensor> blobs;
   int64_t offset = 0;
@@ -530,20 +505,25 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   header["__metadata__"] = {{"format", "pt"}, {"writer", "jvpc"}};
   std::string h = header.dump();
   while ((h.size() + 8) % 8) h += ' ';  // data starts 8-byte aligned
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw Error("cannot write '" + path + "'");
   uint64_t n = h.size();
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  f.write(reinterpret_cast<const char*>(len), 8);
-  f.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& b : blobs) f.write(static_cast<const char*>(b.data_ptr()), static_cast<std::streamsize>(b.nbytes()));
-  if (!f) throw Error("error writing '" + path + "'");
+  f.write(len, 8);
+  f.write(h);
+  for (const auto& b : blobs) f.write(b.data_ptr(), b.nbytes());
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  AtomicFile f(path);
+  write_safetensors_to(f, tensors);
+  f.commit();
 }
 
 std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path, const std::string& what) {
-  std::string bytes = read_file(path, what.c_str(), int64_t{1} << 38, /*regular_only=*/true);
-  auto bad = [&](const std::string& why) { return Error(what + " '" + path + "': " + why); };
+  std::string bytes = read_regular_file(path, what, int64_t{1} << 38);
+  auto bad = [&](const std::string& why) { return Error(what + " " + quoted_path(path) + ": " + why); };
   if (bytes.size() < 8) throw bad("too short");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[static_cast<size_t>(i)])) << (8 * i);
@@ -586,7 +566,7 @@ at::Tensor view_of_entry(const TensorMeta& m, const json& view, const std::unord
   const std::string& entry = view["tensor"].get_ref<const std::string&>();
   int64_t offset = view["offset"].get<int64_t>();
   auto bad = [&](const std::string& why) {
-    return Error(file + ": constant '" + name + "' is a view of '" + entry + "' " + why);
+    return Error(printable_path(file) + ": constant '" + name + "' is a view of '" + entry + "' " + why);
   };
   auto it = tensors.find(entry);
   if (it == tensors.end()) throw bad("but that tensor is missing");
@@ -651,20 +631,26 @@ void save(const Graph& g, const std::string& path, const SaveOptions& options) {
     for (const Input* in : group)
       view_of[in->name] = {{"tensor", group[0]->name}, {"offset", in->data.storage_offset() - lo}};
   }
-  std::string cpath;
+  // Both files are written in full before either replaces its destination, the constants first:
+  // a failure leaves the previous pair as it was.
+  std::string cpath = entries.empty() ? "" : constants_path_for(path);
+  if (!cpath.empty()) check_destination(cpath);  // before the graph's temporary file is made
+  AtomicFile graph_file(path);
+  std::optional<AtomicFile> constants_file;
   if (!entries.empty()) {
-    cpath = constants_path_for(path);
-    write_safetensors(cpath, entries);
+    constants_file.emplace(cpath);
+    write_safetensors_to(*constants_file, entries);
+    constants_file->finish();
   }
   json j = to_json(g, cpath.empty() ? "" : basename_of(cpath));
   for (json& ji : j["inputs"]) {
     auto it = view_of.find(ji["name"].get<std::string>());
     if (it != view_of.end()) ji["view_of"] = it->second;
   }
-  std::ofstream f(path, std::ios::trunc);
-  if (!f) throw Error("cannot write '" + path + "'");
-  f << j.dump(1) << "\n";
-  if (!f) throw Error("error writing '" + path + "'");
+  graph_file.write(j.dump(1) + "\n");
+  graph_file.finish();
+  if (constants_file) constants_file->commit();
+  graph_file.commit();
 }
 
 std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device) {
@@ -675,7 +661,7 @@ std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> 
 
 std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options) {
   const std::optional<c10::Device>& device = options.device;
-  std::string text = read_file(path, "graph file", int64_t{1} << 30);
+  std::string text = read_regular_file(path, "graph file", int64_t{1} << 30);
   std::unique_ptr<Graph> g;
   std::string constants_file;
   {
@@ -684,15 +670,15 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
       j = parse_json(text);
       g = checked_from_json(j);  // also checks every "stored" flag and name read below
     } catch (const Error& e) {
-      throw Error(path + ": " + e.what());
+      throw Error(printable_path(path) + ": " + e.what());
     }
     for (const auto& in : j["inputs"])
       if (in.value("stored", false) && !j.contains("constants_file"))
-        throw Error(path + ": constant '" + in["name"].get<std::string>() + "' is stored but no constants_file is named");
+        throw Error(printable_path(path) + ": constant '" + in["name"].get<std::string>() + "' is stored but no constants_file is named");
     if (j.contains("constants_file")) {
-      if (!j["constants_file"].is_string()) throw Error(path + ": constants_file must be a string");
+      if (!j["constants_file"].is_string()) throw Error(printable_path(path) + ": constants_file must be a string");
       const std::string& named = j["constants_file"].get_ref<const std::string&>();
-      constants_file = !named.empty() && named[0] == '/' ? named : dirname_of(path) + named;
+      constants_file = confined_file_beside(path, named, "constants file");
     }
     std::unordered_map<std::string, at::Tensor> tensors;
     if (!constants_file.empty()) tensors = read_safetensors(constants_file);
@@ -709,15 +695,15 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
         continue;
       }
       auto it = tensors.find(name);
-      if (it == tensors.end()) throw Error(constants_file + ": constant '" + name + "' is missing");
+      if (it == tensors.end()) throw Error(printable_path(constants_file) + ": constant '" + name + "' is missing");
       TensorMeta got = TensorMeta::of(it->second);
       if (got.sizes != m.sizes || got.dtype != m.dtype)
-        throw Error(constants_file + ": constant '" + name + "' is " + got.str() + " but the graph declares " +
+        throw Error(printable_path(constants_file) + ": constant '" + name + "' is " + got.str() + " but the graph declares " +
                     TensorMeta::contiguous(m.sizes, m.dtype, c10::kCPU).str());
       at::Tensor t = it->second;
       if (!m.is_contiguous()) {
         if (!on_meta(m).is_non_overlapping_and_dense())
-          throw Error(path + ": constant '" + name + "' declares overlapping strides");
+          throw Error(printable_path(path) + ": constant '" + name + "' declares overlapping strides");
         t = at::empty_strided(m.sizes, m.strides, t.options()).copy_(t);
       }
       in->bind(t);
@@ -727,7 +713,7 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
   if (!device)
     for (const Input& in : g->inputs()) target = in.value->meta().device;  // the graph's own device
   if (!device && target.is_cuda() && !at::hasCUDA())
-    throw Error(path + ": the graph is on " + target.str() + " but CUDA is not available (load it for the CPU)");
+    throw Error(printable_path(path) + ": the graph is on " + target.str() + " but CUDA is not available (load it for the CPU)");
   retarget(*g, target);
   return g;
 }
