@@ -487,10 +487,7 @@ std::string constants_path_for(const std::string& graph_path) {
   return graph_path + ".safetensors";
 }
 
-namespace {
-
-// The safetensors file of `tensors`, into `f` (not committed).
-void write_safetensors_to(AtomicFile& f, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+void write_safetensors(AtomicFile& f, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   json header = json::object();
   std::vector<at::Tensor> blobs;
   int64_t offset = 0;
@@ -513,11 +510,9 @@ void write_safetensors_to(AtomicFile& f, const std::vector<std::pair<std::string
   for (const auto& b : blobs) f.write(b.data_ptr(), b.nbytes());
 }
 
-}  // namespace
-
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   AtomicFile f(path);
-  write_safetensors_to(f, tensors);
+  write_safetensors(f, tensors);
   f.commit();
 }
 
@@ -639,7 +634,7 @@ void save(const Graph& g, const std::string& path, const SaveOptions& options) {
   std::optional<AtomicFile> constants_file;
   if (!entries.empty()) {
     constants_file.emplace(cpath);
-    write_safetensors_to(*constants_file, entries);
+    write_safetensors(*constants_file, entries);
     constants_file->finish();
   }
   json j = to_json(g, cpath.empty() ? "" : basename_of(cpath));

@@ -34,6 +34,8 @@
 
 namespace jvpc {
 
+class AtomicFile;  // compiler/ir/files.h
+
 constexpr int kSchemaVersion = 1;
 
 nlohmann::json to_json(const Graph& g, const std::string& constants_file = "");
@@ -72,7 +74,10 @@ void retype_floating(Graph& g, c10::ScalarType dtype);
 
 /// The safetensors file that goes with a graph file: "x.json" -> "x.safetensors".
 std::string constants_path_for(const std::string& graph_path);
+/// Writes the file atomically (see AtomicFile): a failure leaves the previous file as it was.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+/// Writes the safetensors file into `f` without committing it, to replace several files together.
+void write_safetensors(AtomicFile& f, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 /// `what` names the file in errors ("constants file", "inputs file").
 std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path,
                                                              const std::string& what = "constants file");
