@@ -59,9 +59,14 @@ struct SaveOptions {
 };
 
 /// Writes `path` and, when the graph holds constant data, the safetensors file beside it.
+/// Both are written in full to temporary files before either replaces its destination (see
+/// AtomicFile in compiler/ir/files.h): a failure is an error naming the reason and leaves the
+/// previous pair as it was.
 void save(const Graph& g, const std::string& path, const SaveOptions& options = {});
 /// Reads a graph and its constants. The constants file must hold every stored constant with the
 /// declared shape and dtype.
+/// Its "constants_file" must be a plain file name in the graph file's folder (a symlink there must
+/// lead to a file in that folder), and both files must be regular files (no FIFO, device, ...).
 std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options = {});
 /// load() onto `device` (none: the file's own device), with the default options otherwise.
 std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device);
