@@ -1,6 +1,7 @@
 #include "runtime/executable.h"
 
 #include "compiler/ir/liveness.h"
+#include "compiler/ir/loadable_ops.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verifier.h"
 
@@ -9,6 +10,7 @@
 #ifdef JVPC_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -89,6 +91,14 @@ const OpInfo* inplace_form(const Graph& g, const Node* n, const Liveness& live, 
   }
 }
 
+// The allocator ATen's empty() uses on `d`: buffers from it are the only ones run in place.
+c10::Allocator* device_allocator(const c10::Device& d) {
+#ifdef JVPC_WITH_CUDA
+  if (d.is_cuda()) return c10::cuda::CUDACachingAllocator::get();
+#endif
+  return c10::GetAllocator(d.type());
+}
+
 bool device_matches(const c10::Device& declared, const c10::Device& actual) {
   return declared.type() == actual.type() && (!declared.has_index() || declared.index() == actual.index());
 }
@@ -142,6 +152,8 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node* n = nodes[i];
     impure |= n->impure();
+    std::string written = hidden_write(*n);  // it would write a constant or an input
+    if (!written.empty()) throw Error("node " + describe(n) + ": " + written);
     Step st;
     const OpInfo* inplace = options_.reuse_buffers ? inplace_form(*graph_, n, live, static_cast<int>(i), storage_users) : nullptr;
     st.info = inplace ? inplace : &op_info(n->op());
@@ -281,13 +293,16 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
         stack[la.pos] = std::move(l);
       }
     }
-    // The in-place form only where nothing else holds the operand: not another tensor on its
-    // storage, not the same tensor under another name (an op that returned its input as it is:
-    // the slot and the stack hold it, nobody else).
+    // The in-place form only on a buffer this call allocated and nothing else holds: not another
+    // tensor on its storage, not the same tensor under another name (an op that returned its
+    // input as it is: the slot and the stack hold it, nobody else), and not memory an op mapped
+    // or wrapped from elsewhere (a file, a blob): its storage must come from the device's allocator.
     const OpInfo* info = st.info;
     if (st.functional) {
       const at::Tensor& self = stack[0].toTensor();
-      if (self.storage().use_count() != 1 || self.use_count() > 2) info = st.functional;
+      if (self.storage().use_count() != 1 || self.use_count() > 2 ||
+          self.storage().allocator() != device_allocator(self.device()))
+        info = st.functional;
     }
     try {
       info->handle.callBoxed(stack);

@@ -30,9 +30,30 @@ for cmd in trace show run cost linearize rules; do expect 0 "jvpc $cmd --help" -
 expect 0 "trace --help lists the examples' flags" -- "$JVPC" trace --help; contains out "--kv-heads"
 
 expect 0 "trace sdpa" -- "$JVPC" trace sdpa --device cpu -o "$DIR/sdpa.json"
+expect 0 "an example's flags before its name" -- "$JVPC" trace --device cpu --seq-len 16 sdpa; contains out "f32\[1,5,16,64\]"
+expect 0 "... for linearize too" -- "$JVPC" linearize --bsz 2 mlp; contains out "PASS"
 expect 0 "rules" -- "$JVPC" rules; contains out "^aten::bmm$"; contains out "ops with a JVP rule"
 expect 0 "rules --json" -- "$JVPC" rules --json; contains out '"aten::_safe_softmax"'
 expect 2 "rules with an argument" -- "$JVPC" rules sdpa
+expect 0 "rules --loadable" -- "$JVPC" rules --loadable; contains out "^aten::_softmax_backward_data$"; contains out "ops graph files may use"
+
+# A graph that maps a file (aten::from_file), zeroes it and adds the input: refused by name; as
+# trusted it runs, and the runtime still never writes through the mapping.
+printf '0123456789abcdef' >"$DIR/victim"
+u8='"meta": {"sizes": [16], "strides": [1], "dtype": "Byte", "device": "cpu"}'
+cat >"$DIR/from_file.json" <<EOF
+{"format": "jvpc-graph", "schema_version": 1,
+ "inputs": [{"name": "x", "id": 0, "role": "primal", "differentiable": false, $u8}],
+ "nodes": [{"op": "aten::from_file", "args": [{"str": "$DIR/victim"}, {"bool": true}, {"int": 16}, {"scalar_type": "Byte"},
+                                              {"none": null}, {"none": null}, {"none": null}], "outputs": [{"id": 1, $u8}]},
+           {"op": "aten::mul.Scalar", "args": [{"tensor": 1}, {"int": 0}], "outputs": [{"id": 2, $u8}]},
+           {"op": "aten::add.Tensor", "args": [{"tensor": 2}, {"tensor": 0}, {"int": 1}], "outputs": [{"id": 3, $u8}]}],
+ "outputs": [{"name": "y", "id": 3}]}
+EOF
+expect 2 "a graph that reads a file" -- "$JVPC" run "$DIR/from_file.json"; contains err "aten::from_file is not on the list of ops graph files may use"
+expect 2 "... and linearize of it" -- "$JVPC" linearize "$DIR/from_file.json"; contains err "aten::from_file is not on the list"
+expect 0 "... run as --trusted" -- "$JVPC" run --trusted "$DIR/from_file.json"
+if [ "$(cat "$DIR/victim")" = 0123456789abcdef ]; then pass "  ...the mapped file is unchanged"; else fail "  ...the mapped file was written"; fi
 expect 0 "show text" -- "$JVPC" show "$DIR/sdpa.json"; contains out "aten::bmm"
 expect 0 "show dot" -- "$JVPC" show "$DIR/sdpa.json" --format dot; contains out "digraph"
 expect 0 "show json" -- "$JVPC" show "$DIR/sdpa.json" --format json; contains out '"schema_version": 1'

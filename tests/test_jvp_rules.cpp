@@ -5,11 +5,14 @@
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
 #include "compiler/ir/builder.h"
+#include "compiler/ir/loadable_ops.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
 #include "compiler/ir/verifier.h"
 #include "passes/passes.h"
 #include "passes/jvp_rules/rules.h"
+#include "passes/loadable_ops.h"
+#include "runtime/executable.h"
 #include "examples/examples.h"
 #include "tests/helpers.h"
 
@@ -834,6 +837,104 @@ TEST(JvpRules, EveryCasesTraceLoadsBackFromJson) {
     };
     EXPECT_EQ(ops(*back), ops(*t.graph)) << rc.op;
   }
+}
+
+// The loader's copy of the list is the one derived from the rule tables
+// (scripts/update-loadable-ops.sh writes it).
+TEST(LoadableOps, TheLoadersListIsTheDerivedOne) {
+  EXPECT_EQ(loadable_ops(), derive_loadable_ops()) << "run scripts/update-loadable-ops.sh";
+}
+
+// A graph's inputs and constants, copied, to show that running it wrote none of them.
+std::vector<at::Tensor> snapshot(const Graph& g, const std::vector<at::Tensor>& args) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& a : args) out.push_back(a.clone());
+  for (const Input& in : g.inputs())
+    if (in.data.defined()) out.push_back(in.data.clone());
+  return out;
+}
+void expect_unwritten(const Graph& g, const std::vector<at::Tensor>& args, const std::vector<at::Tensor>& before,
+                      const std::string& what) {
+  std::vector<at::Tensor> now = args;
+  for (const Input& in : g.inputs())
+    if (in.data.defined()) now.push_back(in.data);
+  ASSERT_EQ(now.size(), before.size());
+  for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(at::equal(now[i], before[i])) << what << ": operand " << i << " was written";
+}
+
+// Every real-valued case's traced graph and tangent graph save, load back under the list of
+// loadable ops (with every shape re-derived, none trusted), run to the same results, and leave
+// their inputs and constants as they were. Together the cases run every op on the list.
+TEST(LoadableOps, EveryCasesGraphsSaveLoadAndRunWithoutWritingTheirOperands) {
+  std::set<std::string> ran;
+  std::vector<RuleCase> all = cases();
+  // The extras of the list that no rule case traces: comparisons, masks and factories.
+  all.push_back({"aten::le.Tensor", {{3, 4}, {3, 4}}, one([](auto& x) {
+                   at::Tensor m = at::where(x[0] <= x[1], x[0] >= x[1], x[0] < x[1]);
+                   m = at::where(x[0] == x[1], m, x[0] != x[1]);
+                   m = at::where(x[0] > 0.5, m, x[0] >= 0.5);
+                   m = at::where(x[0] <= 0.5, m, x[0] < 0.5);
+                   at::Tensor r = at::arange(1, 5, x[0].options()) + at::arange(0, 8, 2, x[0].options()) +
+                                  at::eye(3, 4, x[0].options());
+                   return at::where(m, x[0], 1.0) * r + at::where(m, 2.0, 3.0);
+                 })});
+  for (size_t c = 0; c < all.size(); ++c) {
+    const RuleCase& rc = all[c];
+    at::manual_seed(c);
+    std::vector<TraceInput> primals;
+    std::vector<at::Tensor> values, tangents;
+    for (size_t i = 0; i < rc.shapes.size(); ++i) {
+      values.push_back(rc.positive ? at::rand(rc.shapes[i], at::kDouble) + 0.5 : at::randn(rc.shapes[i], at::kDouble));
+      tangents.push_back(at::randn(rc.shapes[i], at::kDouble));
+      primals.push_back({"x" + std::to_string(i), values.back()});
+    }
+    Trace t = trace(rc.fn, primals, TraceOptions::graph_only());
+    Linearized lin = linearize(rc.fn, primals);
+    std::vector<at::Tensor> want = lin.jvp(tangents);
+    for (auto [graph, args, what] : {std::tuple<const Graph*, std::vector<at::Tensor>, std::string>{t.graph.get(), values, "trace"},
+                                     {lin.tangent_graph.get(), tangents, "tangent graph"}}) {
+      std::string where = rc.op + " (case " + std::to_string(c) + "), " + what;
+      std::string path = test::temp_path(std::to_string(c) + ".json");
+      std::unique_ptr<Graph> back;
+      try {
+        save(*graph, path);
+        back = load(path);
+        verify(*back, VerifyOptions::untrusted());
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << where << ": " << e.what();
+        continue;
+      }
+      for (const Node* n : back->nodes()) ran.insert(n->op());
+      std::vector<at::Tensor> before = snapshot(*back, args);
+      std::vector<at::Tensor> got;
+      try {
+        got = Executable(std::shared_ptr<const Graph>(back.get(), [](const Graph*) {}), ExecutableOptions::eager()).run(args);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << where << ": " << e.what();
+        continue;
+      }
+      expect_unwritten(*back, args, before, where);
+      if (graph == lin.tangent_graph.get()) {
+        ASSERT_EQ(got.size(), want.size()) << where;
+        for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << where << ": output " << i;
+      }
+    }
+  }
+  // Not run here: the ops only CUDA runs (their rules are checked on a GPU, and on kernels that
+  // emulate them), oneDNN's LSTM layer (float32 only: Linearize.OneDnnLstmLayersMatchForwardAdOfTheUnfusedPath),
+  // and ops of complex tensors, which graph files cannot hold.
+  std::set<std::string> exempt = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+                                  "aten::_scaled_dot_product_cudnn_attention", "aten::cudnn_batch_norm",
+                                  "aten::cudnn_grid_sampler", "aten::mkldnn_rnn_layer"};
+  for (const ComplexCase& cc : complex_cases()) exempt.insert(cc.op);
+  std::vector<std::string> unrun;
+  for (const std::string& op : loadable_ops())
+    if (!ran.count(op) && !exempt.count(op)) unrun.push_back(op);
+  EXPECT_TRUE(unrun.empty()) << "ops on the list no case runs: " << ::testing::PrintToString(unrun);
+  std::vector<std::string> missing;
+  for (const std::string& op : ran)
+    if (!is_loadable_op(op)) missing.push_back(op);
+  EXPECT_TRUE(missing.empty()) << "ops the cases' graphs use that are off the list: " << ::testing::PrintToString(missing);
 }
 
 // Every rule in the registry has a case above, except the CUDA kernels, which need a GPU: the

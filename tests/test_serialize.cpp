@@ -56,9 +56,9 @@ Saved save_small(const std::string& name) {
   return s;
 }
 
-void expect_load_error(const std::string& text, const std::string& fragment) {
+void expect_load_error(const std::string& text, const std::string& fragment, bool trusted = false) {
   try {
-    parse_graph(text);
+    parse_graph(text, trusted);
     FAIL() << "accepted: " << text.substr(0, 200);
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
@@ -102,7 +102,8 @@ TEST(Serialize, RejectsUnknownOp) {
 TEST(Serialize, RejectsInPlaceOps) {  // they would write to the caller's inputs
   json j = save_small("inplace").j;
   j["nodes"][1]["op"] = "aten::add_.Scalar";
-  expect_load_error(j.dump(), "aten::add_.Scalar writes to an argument; jvpc graphs are functional");
+  expect_load_error(j.dump(), "$.nodes[1].op: aten::add_.Scalar is not on the list of ops graph files may use");
+  expect_load_error(j.dump(), "aten::add_.Scalar writes to an argument; jvpc graphs are functional", /*trusted=*/true);
 }
 
 TEST(Serialize, RejectsTensorsFromNonTensorReturns) {
@@ -113,7 +114,8 @@ TEST(Serialize, RejectsTensorsFromNonTensorReturns) {
                              {"outputs", json::array({{{"id", 50}, {"meta", {{"sizes", json::array()}, {"strides", json::array()},
                                                                             {"dtype", "Float"}, {"device", "cpu"}}}}})}}});
   j["outputs"] = json::array({{{"name", "out0"}, {"id", 50}}});
-  expect_load_error(j.dump(), "return 0 of aten::_local_scalar_dense is Scalar, which cannot give 1 tensor(s)");
+  expect_load_error(j.dump(), "aten::_local_scalar_dense is not on the list of ops graph files may use");
+  expect_load_error(j.dump(), "return 0 of aten::_local_scalar_dense is Scalar, which cannot give 1 tensor(s)", /*trusted=*/true);
 }
 
 TEST(Serialize, RejectsUnsupportedDtypesAndDevices) {

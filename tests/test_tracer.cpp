@@ -561,8 +561,10 @@ TEST(Tracer, BadCallablesAndInputsAreOneLineErrors) {
     cc.add_(1);
     return std::vector<at::Tensor>{x[0] * cc};
   };
-  test::expect_error([&] { trace(writes_captured, {{"x", at::randn({3})}}); }, "writes in place to a tensor the callable captured");
-  EXPECT_TRUE(c.equal(at::ones({3})));
+  test::expect_error([&] { trace(writes_captured, {{"x", at::randn({3})}}); },
+                     "aten::mul.Tensor reads a tensor the callable captured after it was written in place by aten::add_.Scalar "
+                     "(f32[3]), which the graph does not record; pass that tensor as an input instead");
+  EXPECT_TRUE(c.equal(at::full({3}, 2.0)));  // the callable ran as eager code would, up to the read
   auto fails = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0].mm(x[0])}; };
   try {
     trace(fails, {{"x", at::randn({3})}});
@@ -607,6 +609,36 @@ TEST(TracingChangesNothingOnCuda, EveryExample) {
 
 INSTANTIATE_TEST_SUITE_P(Examples, TracingChangesNothing, ::testing::ValuesIn(test::example_configs()),
                          [](const auto& info) { return "config" + std::to_string(info.index); });
+
+}  // namespace
+}  // namespace jvpc
+
+namespace jvpc {
+namespace {
+
+// A module's counter (BatchNorm's num_batches_tracked += 1) is a captured tensor written and
+// never read: written once, as eager code would, and not recorded, like the running statistics.
+TEST(Tracer, ACapturedCounterWrittenAndNeverReadIsWrittenOnceAndNotRecorded) {
+  at::Tensor count = at::zeros({}, at::kLong), mean = at::zeros({3}), var = at::ones({3});
+  auto bn = [&](const std::vector<at::Tensor>& x) {
+    count.add_(1);
+    return std::vector<at::Tensor>{at::batch_norm(x[0], {}, {}, mean, var, true, 0.1, 1e-5, false)};
+  };
+  Trace t = trace(bn, {{"x", at::randn({4, 3})}});
+  EXPECT_EQ(count.item<int64_t>(), 1);
+  for (const Node* n : t.graph->nodes()) EXPECT_NE(n->op(), "aten::add.Scalar") << to_text(*t.graph);
+  EXPECT_GT(mean.abs().sum().item<double>(), 0);  // the running statistics were updated, once
+}
+
+// Generated names never collide with the user's: an LSTM's initial cell state is naturally c0.
+TEST(Tracer, CapturedConstantsAreNamedApartFromTheInputs) {
+  at::Tensor w = at::randn({3});
+  auto fn = [w](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] * w + x[1]}; };
+  Trace t = trace(fn, {{"c0", at::randn({3})}, {"c1", at::randn({3})}});
+  std::vector<std::string> names;
+  for (const Input& in : t.graph->inputs()) names.push_back(in.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"c0", "c1", "c2"}));
+}
 
 }  // namespace
 }  // namespace jvpc

@@ -8,6 +8,11 @@
 // graph, folds every primal-only value into residuals (reusing the tracing run's values), and
 // minimises the tangent graph. The result holds the tangent graph, an Executable for it on the
 // primals' device, and the per-pass compile report.
+//
+// Threads: jvp() may be called from several threads at once on one Linearized (it runs the
+// Executable, whose guarantee runtime/executable.h states: concurrent run() calls on CPU, and
+// on CUDA without a CUDA graph; with one, calls are serialised). linearize() itself traces on
+// the calling thread only; ops the callable runs on threads of its own are not traced.
 #pragma once
 
 #include "compiler/cost/cost_model.h"

@@ -19,6 +19,11 @@ void add_cost(CLI::App& app);
 void add_linearize(CLI::App& app);
 void add_rules(CLI::App& app);
 
+/// --trusted: what it allows (docs/bad-input.md, "Graph files from strangers").
+constexpr const char* kTrustedHelp =
+    "the graph file is one you made yourself: allow ops off the list of ops graph files may use "
+    "(jvpc rules --loadable), in loading and in saving. Never use it on a file from someone else";
+
 /// The exit code of the command that ran (set by the command's callback).
 extern int exit_code;
 

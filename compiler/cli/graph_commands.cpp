@@ -19,6 +19,17 @@
 
 namespace jvpc::cli {
 
+namespace {
+
+LoadOptions cpu_options(bool trusted) {
+  LoadOptions o;
+  o.device = c10::Device(c10::kCPU);
+  o.trusted = trusted;
+  return o;
+}
+
+}  // namespace
+
 void add_trace(CLI::App& app) {
   struct Opts {
     std::string example, out, format = "text";
@@ -61,14 +72,16 @@ void add_trace(CLI::App& app) {
 void add_show(CLI::App& app) {
   struct Opts {
     std::string file, format = "text";
+    bool trusted = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("show", "Print a graph file as text, JSON or Graphviz dot");
   cmd->add_option("graph", o->file, "graph JSON file")->required();
   cmd->add_option("--format", o->format, "text, json or dot (render dot with: dot -Tpng)")
       ->check(CLI::IsMember({"text", "json", "dot"}))->capture_default_str();
+  cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   cmd->callback([o] {
-    auto g = load(o->file, c10::Device(c10::kCPU));
+    auto g = load(o->file, cpu_options(o->trusted));
     if (o->format == "json") std::cout << to_json(*g).dump(1) << "\n";
     else if (o->format == "dot") std::cout << to_dot(*g, o->file);
     else std::cout << to_text(*g);
@@ -79,7 +92,7 @@ void add_run(CLI::App& app) {
   struct Opts {
     std::string file, device, inputs;
     uint64_t seed = 0;
-    bool no_cuda_graph = false;
+    bool no_cuda_graph = false, trusted = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("run", "Run a graph on random inputs (or inputs from a file); print output shapes and checksums");
@@ -89,10 +102,12 @@ void add_run(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str()->check(examples::kSeed);
   cmd->add_option("--inputs", o->inputs, "safetensors file with a tensor per non-constant input, by name");
   cmd->add_flag("--no-cuda-graph", o->no_cuda_graph, "run node by node on CUDA instead of replaying a CUDA graph");
+  cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   cmd->callback([o] {
-    std::optional<c10::Device> dev;
-    if (!o->device.empty()) dev = c10::Device(o->device);
-    std::shared_ptr<const Graph> g(load(o->file, dev));
+    LoadOptions lo;
+    if (!o->device.empty()) lo.device = c10::Device(o->device);
+    lo.trusted = o->trusted;
+    std::shared_ptr<const Graph> g(load(o->file, lo));
     Executable exe(g, o->no_cuda_graph ? ExecutableOptions::eager() : ExecutableOptions{});
     std::vector<at::Tensor> inputs = o->inputs.empty() ? random_inputs(*g, o->seed) : inputs_from_file(*g, o->inputs);
     auto outs = exe.run(inputs);
@@ -109,15 +124,16 @@ void add_run(CLI::App& app) {
 void add_cost(CLI::App& app) {
   struct Opts {
     std::string file;
-    bool json = false, nodes = false;
+    bool json = false, nodes = false, trusted = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("cost", "FLOPs, bytes and memory of a graph (matmul FLOPs as FlopCounterMode counts them)");
   cmd->add_option("graph", o->file, "graph JSON file")->required();
   cmd->add_flag("--json", o->json, "print a JSON object");
   cmd->add_flag("--nodes", o->nodes, "also print the cost of every node");
+  cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   cmd->callback([o] {
-    auto g = load(o->file, c10::Device(c10::kCPU));
+    auto g = load(o->file, cpu_options(o->trusted));
     GraphCost c = graph_cost(*g);
     if (o->json) {
       std::cout << to_json(c).dump(1) << "\n";

@@ -31,6 +31,7 @@ struct Opts {
   std::vector<std::string> dump_after, disabled;
   uint64_t seed = 0;
   std::optional<double> tolerance;
+  bool trusted = false;
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -95,7 +96,10 @@ Problem from_graph(const Opts& o) {
   std::optional<c10::Device> dev;
   if (!o.device.empty()) dev = c10::Device(o.device);
   Problem p;
-  p.graph = load(o.target, dev);
+  LoadOptions lo;
+  lo.device = dev;
+  lo.trusted = o.trusted;
+  p.graph = load(o.target, lo);
   for (const Input& in : p.graph->inputs())
     if (in.role == Role::Tangent) throw Error(printable_path(o.target) + ": already has tangent input '" + in.name + "'; linearize takes a traced graph");
   // The primals: --inputs, else the traced example's values beside the graph, else random.
@@ -248,6 +252,7 @@ void add_linearize(CLI::App& app) {
       ->capture_default_str()
       ->check(examples::kSeed);
   cmd->add_option("--device", o->device, "cpu or cuda: where a graph file runs, or the example's --device")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   cmd->add_option("--tolerance", o->tolerance,
                   "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2)")
       ->check(examples::kNonNegative);
@@ -275,7 +280,9 @@ void add_linearize(CLI::App& app) {
     Check c = check(p, lin, primal_values, o->seed, o->tolerance);
     print_summary(p, lin, c, is_graph);
     if (!o->out.empty()) {
-      save(*lin.tangent_graph, o->out);
+      SaveOptions so;
+      so.trusted = o->trusted;
+      save(*lin.tangent_graph, o->out, so);
       std::cout << "tangent graph -> " << o->out << "\n";
     }
     if (!o->report.empty()) write_report(o->report, p, lin, c);

@@ -8,6 +8,7 @@
 #include <ATen/Context.h>
 #include <torch/headeronly/version.h>
 
+#include <algorithm>
 #include <iostream>
 
 int main(int argc, char** argv) {
@@ -43,6 +44,16 @@ int main(int argc, char** argv) {
     if (!found) {
       std::cerr << "jvpc: error: unknown command '" << jvpc::printable_path(argv[1]) << "' (commands: " << known << "; see jvpc --help)\n";
       return 2;
+    }
+  }
+  // trace and linearize take an example by name, then its flags; an example's flags may also come
+  // first (`jvpc trace --device cpu sdpa`), where CLI11 would take the flag's value for the name.
+  if (argc > 2 && (first == "trace" || first == "linearize")) {
+    auto names = jvpc::examples::names();
+    for (int i = 2; i < argc; ++i) {
+      if (std::find(names.begin(), names.end(), argv[i]) == names.end()) continue;
+      if (std::any_of(argv + 2, argv + i, [](const char* a) { return a[0] != '-'; })) std::rotate(argv + 2, argv + i, argv + i + 1);
+      break;
     }
   }
   try {

@@ -68,7 +68,7 @@ void check_input_size(const Graph& g) {
 std::vector<std::string> leftover(const CLI::App& sub) { return sub.remaining(); }
 
 std::string examples_help() {
-  std::string s = "Examples (each takes its own flags, after its name):\n";
+  std::string s = "Examples (each takes its own flags, after its name or before it):\n";
   for (const auto& name : examples::names()) {
     s += "\n" + examples::help(name);
   }

@@ -3,6 +3,7 @@
 #include "compiler/ir/serialize.h"
 
 #include "compiler/ir/files.h"
+#include "compiler/ir/loadable_ops.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
@@ -292,7 +293,7 @@ Arg read_arg(const At& a, const std::function<int(const At&)>& operand) {
 
 }  // namespace
 
-std::unique_ptr<Graph> from_json(const json& j) {
+std::unique_ptr<Graph> from_json(const json& j, bool trusted) {
   At root{j, "$"};
   if (!j.is_object()) root.fail("expected a JSON object");
   if (!root.has("schema_version")) root.fail("missing \"schema_version\" (not a jvpc graph?)");
@@ -354,6 +355,9 @@ std::unique_ptr<Graph> from_json(const json& j) {
     At jn = nodes[i];
     const std::string& op = jn["op"].name();
     const OpInfo& info = wrap(jn["op"], [&]() -> const OpInfo& { return op_info(op); });
+    if (!trusted && !is_loadable_op(op))
+      jn["op"].fail(op + " is not on the list of ops graph files may use (jvpc rules --loadable); a file you made "
+                    "yourself can be loaded as trusted (--trusted)");
     At jargs = jn["args"];
     const auto& schema = info.schema().arguments();
     if (jargs.array().size() != schema.size())
@@ -390,6 +394,8 @@ std::unique_ptr<Graph> from_json(const json& j) {
     if (total != static_cast<int64_t>(metas.size())) jn.fail("\"returns\" does not add up to the number of outputs");
     bool impure = jn.has("impure") ? jn["impure"].boolean() : false;
     Node* n = g->create(op, std::move(args), std::move(inputs), std::move(metas), std::move(counts), impure);
+    std::string written = hidden_write(*n);
+    if (!written.empty()) jn.fail(written);
     for (size_t k = 0; k < n->outputs().size(); ++k) by_id[jouts[k]["id"].id()] = n->output(k);
   }
 
@@ -397,7 +403,8 @@ std::unique_ptr<Graph> from_json(const json& j) {
   for (size_t i = 0; i < outs.array().size(); ++i) g->add_output(lookup(outs[i]["id"]), outs[i]["name"].name());
 
   try {
-    verify(*g);
+    verify(*g, trusted ? VerifyOptions{} : VerifyOptions::untrusted());
+    check_initialized(*g);
   } catch (const Error& e) {
     throw Error(std::string("$.nodes: ") + e.what());
   }
@@ -433,9 +440,9 @@ json parse_json(const std::string& text) {
   return j;
 }
 
-std::unique_ptr<Graph> checked_from_json(const json& j) {
+std::unique_ptr<Graph> checked_from_json(const json& j, bool trusted) {
   try {
-    return from_json(j);
+    return from_json(j, trusted);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // a check this loader lacks: still one line, never an abort
@@ -445,7 +452,9 @@ std::unique_ptr<Graph> checked_from_json(const json& j) {
 
 }  // namespace
 
-std::unique_ptr<Graph> parse_graph(const std::string& text) { return checked_from_json(parse_json(text)); }
+std::unique_ptr<Graph> parse_graph(const std::string& text, bool trusted) {
+  return checked_from_json(parse_json(text), trusted);
+}
 
 // --- files --------------------------------------------------------------------------------
 
@@ -583,7 +592,13 @@ at::Tensor view_of_entry(const TensorMeta& m, const json& view, const std::unord
 }  // namespace
 
 void save(const Graph& g, const std::string& path, const SaveOptions& options) {
-  (void)options;
+  // What load() refuses is not written: a graph that saves loads back.
+  if (!options.trusted) check_loadable_ops(g, "cannot save '" + path + "'");
+  try {
+    check_initialized(g);
+  } catch (const Error& e) {
+    throw Error("cannot save '" + path + "': " + e.what());
+  }
   // One safetensors entry per storage. A constant alone in its storage is stored as itself. Constants
   // that share a storage (the probabilities as [B,H,S,S] and as [B·H,S,S]) become views into one 1-D
   // entry that spans them, named after the first of them, so that loading shares the memory again.
@@ -663,7 +678,7 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
     json j;
     try {
       j = parse_json(text);
-      g = checked_from_json(j);  // also checks every "stored" flag and name read below
+      g = checked_from_json(j, options.trusted);  // also checks every "stored" flag and name read below
     } catch (const Error& e) {
       throw Error(printable_path(path) + ": " + e.what());
     }
@@ -703,6 +718,11 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
       }
       in->bind(t);
     }
+  }
+  try {  // before anything runs, on the CPU: a bad index on CUDA is a device-side assert
+    check_index_constants(*g);
+  } catch (const Error& e) {
+    throw Error(printable_path(path) + ": " + e.what());
   }
   c10::Device target = device ? *device : c10::Device(c10::kCPU);
   if (!device)

@@ -39,10 +39,12 @@ class AtomicFile;  // compiler/ir/files.h
 constexpr int kSchemaVersion = 1;
 
 nlohmann::json to_json(const Graph& g, const std::string& constants_file = "");
-/// Builds and verifies a graph. Constant inputs are left unbound.
-std::unique_ptr<Graph> from_json(const nlohmann::json& j);
+/// Builds and verifies a graph. Constant inputs are left unbound. Unless `trusted`, the graph
+/// may use only loadable ops (compiler/ir/loadable_ops.h) and every shape is re-derived. A node
+/// that writes what its schema does not mark, or a read of uninitialized memory, is an error.
+std::unique_ptr<Graph> from_json(const nlohmann::json& j, bool trusted = false);
 /// Parses text (nesting limited, errors with their byte offset) and calls from_json.
-std::unique_ptr<Graph> parse_graph(const std::string& text);
+std::unique_ptr<Graph> parse_graph(const std::string& text, bool trusted = false);
 
 /// How a graph file is read. A graph file is data from a stranger: by default it may use only
 /// the ops on jvpc's list of loadable ops, and must fit the memory limit.

@@ -12,6 +12,17 @@ struct VerifyOptions {
   bool check_schemas = true;
   /// Re-infer each node's output sizes and dtypes (Meta kernels) and compare.
   bool check_shapes = true;
+  /// Where an op has neither a Meta kernel nor a shape rule, take the declared shape as it is.
+  /// Off for graphs from files (untrusted()): such a node is an error, and a declared shape
+  /// that depends on values (value_dependent_shape) may not exceed the one inferred.
+  bool trust_declared_shapes = true;
+
+  /// What the loader checks of a graph file.
+  static VerifyOptions untrusted() {
+    VerifyOptions o;
+    o.trust_declared_shapes = false;
+    return o;
+  }
 };
 
 void verify(const Graph& g, const VerifyOptions& options = {});

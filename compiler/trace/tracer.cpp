@@ -59,6 +59,10 @@ class Recorder {
           if (from_inputs_.count(v))
             throw Error(reader + " reads a tensor that aliases a value computed from the inputs but was made outside "
                         "the dispatcher (.data(), variable_data()); the graph would replay it as a constant");
+      auto written = written_captured_.find(storage_of(t));
+      if (written != written_captured_.end())
+        throw Error(reader + " reads a tensor the callable captured after it was written in place by " + written->second +
+                    ", which the graph does not record; pass that tensor as an input instead");
       return capture(t, t);
     }
     if (stale_.count(it->second)) {
@@ -102,6 +106,12 @@ class Recorder {
       if (schema.arguments()[i].name() == "compute_log_sumexp" && first[i].isBool()) first[i] = true;
 
     Call call = recorded_form(info, std::vector<c10::IValue>(first, stack->end()));
+    if (call.captured_write) {
+      written_captured_.emplace(storage_of(call.written), info.name + " (" + TensorMeta::of(call.written).str() + ")");
+      c10::impl::ExcludeDispatchKeyGuard guard(kTraceKey);
+      op.callBoxed(stack);
+      return;
+    }
     std::vector<Value*> operands;
     std::vector<Arg> args = recorded_args(call, info.name, operands);
     keep_what_the_call_overwrites(call);
@@ -139,10 +149,11 @@ class Recorder {
     std::vector<at::Tensor> running_stats;  // batch norm's, which it updates in place, unrecorded
     at::Tensor written;                     // the tensor an in-place op writes
     at::Tensor restrided;                   // the tensor an in-place view op (t_, unsqueeze_) restrides
+    bool captured_write = false;            // `written` is a captured tensor: run, not recorded
   };
 
   Call recorded_form(const OpInfo& info, std::vector<c10::IValue> args) {
-    Call c{&info, std::move(args), {}, {}, {}, {}};
+    Call c{&info, std::move(args), {}, {}, {}, {}, false};
     for (size_t i = 0; i < c.args.size(); ++i) c.arg_index.push_back(i);
     if (info.mutates) {
       if (!c.args.at(0).isTensor())
@@ -155,11 +166,12 @@ class Recorder {
       } else {
         c.written = c.args[0].toTensor();
         if (protected_storages_.count(storage_of(c.written)))
-          throw Error(info.name + " writes in place to an input or captured constant; only intermediates may be "
-                      "written");
-        if (!value_of_.count(c.written.unsafeGetTensorImpl()))
-          throw Error(info.name + " writes in place to a tensor the callable captured (not an input, not computed "
-                      "while tracing); clone it first");
+          throw Error(info.name + " writes in place to an input, or to a captured tensor the traced code read before (" +
+                      TensorMeta::of(c.written).str() + "); only values computed while tracing may be written");
+        // A tensor the callable captured and has not read (a module's counter, such as BatchNorm's
+        // num_batches_tracked += 1): written as eager code would, once, and not recorded, like
+        // batch norm's running statistics. Reading it afterwards is an error (value_for).
+        if (!value_of_.count(c.written.unsafeGetTensorImpl())) c.captured_write = true;
       }
     } else if (info.name == "aten::_reshape_alias" || info.name == "aten::_unsafe_view") {
       c.op = &op_info("aten::view");
@@ -358,7 +370,10 @@ class Recorder {
   // A tensor the trace has not produced (or whose recorded producer left it uninitialized)
   // becomes a constant holding `value`; `t` stands for it from now on.
   Value* capture(const at::Tensor& t, const at::Tensor& value) {
-    Value* c = g_.add_constant("c" + std::to_string(constants_++), value);
+    std::string name;  // c0, c1, ...: fresh, whatever the inputs are called (an LSTM's c0)
+    do name = "c" + std::to_string(constants_++);
+    while (g_.find_input(name));
+    Value* c = g_.add_constant(name, value);
     bind(t, c);
     if (value.is_same(t)) protected_storages_.insert(storage_of(t));  // a copy may be written on
     return c;
@@ -482,6 +497,7 @@ class Recorder {
   std::unordered_map<const c10::TensorImpl*, Value*> value_of_;
   std::unordered_map<const void*, std::vector<Value*>> by_storage_;
   std::unordered_set<const Value*> stale_;
+  std::unordered_map<const void*, std::string> written_captured_;  // storage -> the unrecorded write
   struct ViewLink {  // how a view tensor was taken from its base
     at::Tensor base;
     std::string op;

@@ -35,8 +35,9 @@ using TensorFn = std::function<std::vector<at::Tensor>(const std::vector<at::Ten
 struct TraceInput {
   std::string name;
   at::Tensor value;
-  /// Differentiated by default (q, k, v; activations and weights) when floating point; masks
-  /// and integer indices are not.
+  /// Differentiated by default when floating point (q, k, v; activations and weights; a float
+  /// additive mask too, as in torch.func: set false to hold it constant). Boolean masks and
+  /// integer indices are never differentiated.
   bool differentiable = true;
 };
 

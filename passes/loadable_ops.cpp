@@ -1,0 +1,68 @@
+// The list of ops graph files may use, derived from the rule tables (see compiler/ir/loadable_ops.h).
+#include "passes/loadable_ops.h"
+
+#include "passes/jvp_rules/rules.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace jvpc {
+
+namespace {
+
+// Ops that JVP rules or passes put into graphs and that have no JVP rule of their own: a
+// tangent graph that uses them must load back.
+const std::vector<std::string>& emitted_ops() {
+  static const std::vector<std::string> ops = {
+      "aten::_softmax_backward_data",                      // softmax's tangent
+      "aten::narrow",                                      // rules' slices (solvers, scatter_reduce)
+      "aten::where.ScalarOther", "aten::where.ScalarSelf",  // select-masks: where(mask, t, 0)
+      "aten::zeros",                                       // materialized zero tangents
+  };
+  return ops;
+}
+
+// Ops a graph file may use that neither have a rule nor are emitted: what traced functions
+// compute off the tangents' path (masks, comparisons, index arithmetic) and the factories they
+// call. All are pure, and sized by their arguments' shapes alone.
+const std::vector<std::string>& extra_ops() {
+  static const std::vector<std::string> ops = {
+      // comparisons and masks (boolean results: no tangent)
+      "aten::eq.Scalar", "aten::eq.Tensor", "aten::ne.Scalar", "aten::ne.Tensor", "aten::lt.Scalar", "aten::lt.Tensor",
+      "aten::le.Scalar", "aten::le.Tensor", "aten::gt.Scalar", "aten::gt.Tensor", "aten::ge.Scalar", "aten::ge.Tensor",
+      "aten::where.Scalar",
+      // factories sized by their arguments
+      "aten::ones", "aten::full", "aten::arange", "aten::arange.start", "aten::arange.start_step", "aten::eye",
+      "aten::eye.m", "aten::scalar_tensor",
+      // uninitialized allocations, admitted because a read of their contents is refused
+      // (check_initialized): what traced code fills or scatters into
+      "aten::empty.memory_format", "aten::empty_strided",
+  };
+  return ops;
+}
+
+// Ops with a JVP rule that a graph file may not use, and why.
+const std::map<std::string, std::string>& refused_ops() {
+  static const std::map<std::string, std::string> ops = {
+  };
+  return ops;
+}
+
+}  // namespace
+
+std::string refused_for_loading(const std::string& op) {
+  auto it = refused_ops().find(op);
+  return it == refused_ops().end() ? "" : it->second;
+}
+
+std::vector<std::string> derive_loadable_ops() {
+  std::set<std::string> ops;
+  for (const std::string& op : jvp_rules::registry().ops())
+    if (!refused_ops().count(op)) ops.insert(op);
+  ops.insert(emitted_ops().begin(), emitted_ops().end());
+  ops.insert(extra_ops().begin(), extra_ops().end());
+  return {ops.begin(), ops.end()};
+}
+
+}  // namespace jvpc
