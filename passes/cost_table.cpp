@@ -26,7 +26,11 @@ std::string human_bytes(int64_t n) {
 
 void CostTable::start(const Graph& g) { rows_.push_back({first_, graph_cost(g)}); }
 
-void CostTable::after_pass(const std::string& pass, const Graph& g, bool) { rows_.push_back({pass, graph_cost(g)}); }
+void CostTable::after_pass(const std::string& pass, const Graph& g, bool changed) {
+  // A pass that changed nothing leaves the cost as it was (constants may still be rebound by
+  // none: passes change graphs only).
+  rows_.push_back({pass, changed || rows_.empty() ? graph_cost(g) : rows_.back().cost});
+}
 
 void print_cost_rows(const std::vector<CostRow>& rows, std::ostream& os) {
   char line[256];

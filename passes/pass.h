@@ -1,9 +1,12 @@
 // The pass interface and the pipeline that runs passes in order.
 //
-// A pass rewrites a Graph in place and says whether it changed anything. The pipeline verifies
-// the graph after every pass (a broken graph is reported with the name of the pass that broke
-// it) and then notifies its observers: the cost table and IR dumps are observers, as in MLIR's
-// PassInstrumentation.
+// A pass rewrites a Graph in place and says whether it changed anything. The pipeline runs them
+// as XLA's and MLIR's do: it verifies its input graph before the first pass; after each pass
+// that changed the graph it verifies it again (after every pass with verify_each, which the test
+// suite turns on), so that a broken graph is reported with the name of the pass that broke it;
+// a pass that throws is told apart from one that left a graph that does not verify. Observers
+// see each pass before and after it runs, and the graph a failed pass left: the cost table, IR
+// dumps and timing are observers, as in MLIR's PassInstrumentation.
 #pragma once
 
 #include "compiler/ir/graph.h"
@@ -27,24 +30,52 @@ class Pass {
 class PassObserver {
  public:
   virtual ~PassObserver() = default;
-  /// Called once before the first pass, with the pipeline's input graph.
+  /// Called once before the first pass, with the pipeline's input graph (verified).
   virtual void start(const Graph&) {}
+  virtual void before_pass(const std::string& /*pass*/, const Graph&) {}
   virtual void after_pass(const std::string& /*pass*/, const Graph&, bool /*changed*/) {}
+  /// The pass threw, or left a graph that does not verify: `g` is the graph as it left it, and
+  /// `error` the one-line message the pipeline throws next.
+  virtual void on_failure(const std::string& /*pass*/, const Graph&, const std::string& /*error*/) {}
+};
+
+/// Whether pipelines verify the whole graph after every pass, changed or not: the
+/// JVPC_VERIFY_EACH environment variable (1), which the test suite sets, or --verify-each.
+bool verify_each_by_default();
+
+/// The time one pass took, and its verification, in milliseconds.
+struct PassTime {
+  std::string pass;
+  double run_ms = 0;
+  double verify_ms = 0;
 };
 
 class Pipeline {
  public:
   Pipeline& add(std::unique_ptr<Pass> p);
   Pipeline& observe(PassObserver* o);
-  /// Runs every pass in order. Throws jvpc::Error("pass 'x': ...") when a pass fails or leaves
-  /// a graph that does not verify.
-  void run(Graph& g);
+  /// Verify after every pass, not only after those that changed the graph.
+  Pipeline& verify_each(bool on) {
+    verify_each_ = on;
+    return *this;
+  }
+  /// Runs every pass in order; returns whether any changed the graph. Throws jvpc::Error: "pass
+  /// 'x': ..." when a pass fails, "after pass 'x', the graph does not verify: ..." when it left a
+  /// broken graph, "the pipeline's input does not verify: ..." before the first.
+  bool run(Graph& g);
   std::vector<std::string> pass_names() const;
+  /// Per pass of the last run(), in order.
+  const std::vector<PassTime>& timings() const { return timings_; }
 
  private:
   std::vector<std::unique_ptr<Pass>> passes_;
   std::vector<PassObserver*> observers_;
+  bool verify_each_ = verify_each_by_default();
+  std::vector<PassTime> timings_;
 };
+
+/// Prints timings as a table (--timing): per pass, its time and its verification's.
+void print_timings(const std::vector<PassTime>& timings, std::ostream& os);
 
 /// Dumps the IR after the named passes ("all" for every pass; `input_name` for the pipeline's
 /// input graph), as text, or as JSON: one object per line, {"after", "position", "graph"},
@@ -55,9 +86,11 @@ class IrDump : public PassObserver {
       : passes_(std::move(passes)), format_(std::move(format)), out_(out), input_name_(std::move(input_name)) {}
   void start(const Graph& g) override;
   void after_pass(const std::string& pass, const Graph& g, bool changed) override;
+  /// A pass it dumps after that failed: the graph it left, headed "IR after failed pass 'x'".
+  void on_failure(const std::string& pass, const Graph& g, const std::string& error) override;
 
  private:
-  void dump(const std::string& after, const Graph& g);
+  void dump(const std::string& after, const Graph& g, bool failed = false);
   std::set<std::string> passes_;
   std::string format_;
   std::ostream& out_;

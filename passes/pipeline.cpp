@@ -1,11 +1,15 @@
 #include "passes/pass.h"
 
+#include "compiler/ir/ops.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
 #include "compiler/ir/verifier.h"
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <ostream>
 
 namespace jvpc {
@@ -26,18 +30,67 @@ std::vector<std::string> Pipeline::pass_names() const {
   return names;
 }
 
-void Pipeline::run(Graph& g) {
+bool verify_each_by_default() {
+  const char* env = std::getenv("JVPC_VERIFY_EACH");
+  return env && std::string(env) == "1";
+}
+
+bool Pipeline::run(Graph& g) {
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  timings_.clear();
+  try {
+    verify(g);
+  } catch (const std::exception& e) {
+    throw Error("the pipeline's input does not verify: " + one_line(e));
+  }
   for (PassObserver* o : observers_) o->start(g);
+  bool any = false;
   for (const auto& p : passes_) {
+    const std::string name = p->name();
+    for (PassObserver* o : observers_) o->before_pass(name, g);
+    PassTime t{name};
+    auto fail = [&](const std::string& msg) {
+      for (PassObserver* o : observers_) o->on_failure(name, g, msg);
+      throw Error(msg);
+    };
     bool changed = false;
+    auto t0 = clock::now();
     try {
       changed = p->run(g);
-      verify(g);
     } catch (const std::exception& e) {
-      throw Error("pass '" + p->name() + "': " + e.what());
+      fail("pass '" + name + "': " + one_line(e));
     }
-    for (PassObserver* o : observers_) o->after_pass(p->name(), g, changed);
+    auto t1 = clock::now();
+    if (changed || verify_each_) {
+      try {
+        verify(g);
+      } catch (const std::exception& e) {
+        fail("after pass '" + name + "', the graph does not verify: " + one_line(e));
+      }
+    }
+    t.run_ms = ms(t1 - t0);
+    t.verify_ms = ms(clock::now() - t1);
+    timings_.push_back(t);
+    any |= changed;
+    for (PassObserver* o : observers_) o->after_pass(name, g, changed);
   }
+  return any;
+}
+
+void print_timings(const std::vector<PassTime>& timings, std::ostream& os) {
+  double run = 0, check = 0;
+  char line[128];
+  std::snprintf(line, sizeof line, "%-20s %10s %10s\n", "pass", "ms", "verify ms");
+  os << line;
+  for (const PassTime& t : timings) {
+    std::snprintf(line, sizeof line, "%-20s %10.3f %10.3f\n", t.pass.c_str(), t.run_ms, t.verify_ms);
+    os << line;
+    run += t.run_ms;
+    check += t.verify_ms;
+  }
+  std::snprintf(line, sizeof line, "%-20s %10.3f %10.3f\n", "total", run, check);
+  os << line;
 }
 
 void IrDump::start(const Graph& g) {
@@ -50,12 +103,30 @@ void IrDump::after_pass(const std::string& pass, const Graph& g, bool) {
   dump(pass, g);
 }
 
-void IrDump::dump(const std::string& after, const Graph& g) {
+void IrDump::on_failure(const std::string& pass, const Graph& g, const std::string&) {
+  ++position_;
+  dump(pass, g, /*failed=*/true);
+}
+
+void IrDump::dump(const std::string& after, const Graph& g, bool failed) {
   if (!passes_.count(after) && !passes_.count("all")) return;
   if (format_ == "json") {
-    out_ << nlohmann::json{{"after", after}, {"position", position_}, {"graph", to_json(g)}}.dump() << "\n";
+    nlohmann::json j{{"after", after}, {"position", position_}};
+    if (failed) j["failed"] = true;
+    try {
+      j["graph"] = to_json(g);
+    } catch (const std::exception& e) {  // a broken graph may not serialize
+      j["graph"] = nullptr;
+      j["error"] = one_line(e);
+    }
+    out_ << j.dump() << "\n";
   } else {
-    out_ << "// IR after " << (position_ ? "pass '" + after + "'" : after) << "\n" << to_text(g);
+    out_ << "// IR after " << (failed ? "failed " : "") << (position_ ? "pass '" + after + "'" : after) << "\n";
+    try {
+      out_ << to_text(g);
+    } catch (const std::exception& e) {
+      out_ << "// (cannot print: " << one_line(e) << ")\n";
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 #include "runtime/executable.h"
 
+#include "compiler/ir/limits.h"
 #include "compiler/ir/liveness.h"
 #include "compiler/ir/loadable_ops.h"
 #include "compiler/ir/ops.h"
@@ -126,6 +127,15 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
   VerifyOptions schemas_only;
   schemas_only.check_shapes = false;  // checked on the first call, against the real results
   verify(*graph_, schemas_only);
+  // Before anything is allocated: against the memory of the device the graph runs on (its
+  // first non-constant input's, else its first result's).
+  std::optional<c10::Device> where;
+  for (const Input& in : graph_->inputs())
+    if (!where && in.role != Role::Constant) where = in.value->meta().device;
+  for (const Node* n : graph_->nodes())
+    if (!where && !n->outputs().empty()) where = n->output(0)->meta().device;
+  check_memory_limit(memory_needed(*graph_), options_.max_memory, where.value_or(c10::Device(c10::kCPU)),
+                     "ExecutableOptions::max_memory, --max-memory");
   std::unordered_map<const Value*, int> slot;
   auto slot_of = [&](const Value* v) {
     auto [it, added] = slot.emplace(v, num_slots_);

@@ -46,6 +46,10 @@ struct ExecutableOptions {
   /// Run a node in place (add_, baddbmm_, ...) when its first operand is an intermediate that
   /// dies there, reusing its buffer.
   bool reuse_buffers = true;
+  /// The constructor refuses a graph whose constants, inputs and peak of intermediates
+  /// (memory_needed in compiler/ir/limits.h) pass this many bytes on its device. None:
+  /// default_memory_limit() of the device (3/4 of its memory); kNoMemoryLimit: no check.
+  std::optional<int64_t> max_memory;
 
   /// No CUDA graph: every call runs node by node (in-place reuse of dying buffers stays).
   static ExecutableOptions eager() {

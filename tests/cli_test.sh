@@ -216,4 +216,87 @@ else fail "  ...the folder changed: $(diff -r "$F/lim.before" "$F/lim" | head -3
 expect 2 "control characters in a file name" -- "$JVPC" show "$F/a"$'\e[31m\n'"b.json"; contains err 'a\\x1b\[31m\\x0ab.json'
 expect 2 "control characters in -o" -- "$JVPC" trace sdpa -o "$F/no"$'\e'"/x.json"; contains err 'no\\x1b'
 
+# Limits on memory and time: graph files of a few hundred bytes that ask for terabytes, or for
+# hours of work, are refused before anything is allocated or run.
+python3 - "$DIR" <<'PY'
+import json, sys
+d = sys.argv[1]
+def meta(sizes, dtype="Float", strides=None):
+    st, acc = [], 1
+    for s in reversed(sizes):
+        st.insert(0, acc); acc *= s
+    return {"device": "cpu", "dtype": dtype, "sizes": sizes, "strides": st if strides is None else strides}
+def graph(inputs, nodes, out):
+    return {"format": "jvpc-graph", "schema_version": 1, "inputs": inputs, "nodes": nodes, "outputs": [{"id": out, "name": "y"}]}
+x = lambda m: {"id": 0, "name": "x", "role": "primal", "differentiable": True, "meta": m}
+N = 2 ** 20  # aten::zeros of [2^20, 2^20] floats: 4 TiB
+json.dump(graph([], [{"op": "aten::zeros", "args": [{"ints": [N, N]}, {"scalar_type": "Float"}, {"none": None}, {"device": "cpu"}, {"none": None}],
+                      "outputs": [{"id": 0, "meta": meta([N, N])}]}], 0), open(d + "/zeros.json", "w"))
+# sum(expand(x, [2^40])): 8 bytes of memory, 2^40 additions
+json.dump(graph([x(meta([1]))], [
+    {"op": "aten::expand", "args": [{"tensor": 0}, {"ints": [2 ** 40]}, {"bool": False}], "outputs": [{"id": 1, "meta": meta([2 ** 40], strides=[0])}]},
+    {"op": "aten::sum", "args": [{"tensor": 1}, {"none": None}], "outputs": [{"id": 2, "meta": meta([])}]}], 2), open(d + "/sum_expand.json", "w"))
+# an input of 4 TiB
+json.dump(graph([x(meta([N, N]))], [{"op": "aten::sin", "args": [{"tensor": 0}], "outputs": [{"id": 1, "meta": meta([N, N])}]}], 1),
+          open(d + "/big_input.json", "w"))
+# a float16 input of 200 MB, summed
+json.dump(graph([x(meta([100000000], "Half"))], [{"op": "aten::sum", "args": [{"tensor": 0}, {"none": None}], "outputs": [{"id": 1, "meta": meta([], "Half")}]}], 1),
+          open(d + "/f16.json", "w"))
+PY
+for cmd in show cost run; do
+  expect 2 "$cmd of a 4 TiB graph file is refused" -- "$JVPC" $cmd "$DIR/zeros.json"
+  contains err "graph needs 4.00 TiB (4398046511104 bytes) at its peak (constants 0 bytes, inputs 0 bytes, intermediates 4.00 TiB) but the memory limit on cpu is "
+  contains err "3/4 of its memory by default (LoadOptions::max_memory, --max-memory)"
+done
+if [ "$(wc -c <"$DIR/zeros.json")" -lt 1024 ]; then pass "  ...from a file under 1 KB"; else fail "  ...the file is 1 KB or more"; fi
+expect 2 "linearize of a 4 TiB graph file is refused" -- "$JVPC" linearize "$DIR/big_input.json"
+contains err "graph needs 8.00 TiB (8796093022208 bytes) at its peak (constants 0 bytes, inputs 4.00 TiB, intermediates 4.00 TiB)"
+expect 2 "--max-memory sets the limit" -- "$JVPC" run "$DIR/zeros.json" --max-memory 1.5G
+contains err "but the memory limit on cpu is 1.50 GiB (1610612736 bytes) (LoadOptions::max_memory, --max-memory)"
+expect 0 "cost --max-memory inf costs it" -- "$JVPC" cost "$DIR/zeros.json" --max-memory inf --json
+contains out '"peak_bytes": 4398046511104'
+expect 2 "run --max-memory 1TiB" -- "$JVPC" run "$DIR/zeros.json" --max-memory 1TiB; contains err "1.00 TiB (1099511627776 bytes)"
+expect 2 "--max-memory below a small graph's need" -- "$JVPC" run "$DIR/sdpa.json" --max-memory 1KiB; contains err "but the memory limit on cpu is 1.00 KiB (1024 bytes)"
+expect 0 "--max-memory above it" -- "$JVPC" run "$DIR/sdpa.json" --max-memory 64MiB
+expect 2 "linearize of an example: the tangent graph's runtime checks --max-memory" -- "$JVPC" linearize sdpa --device cpu --max-memory 100KiB
+contains err "(ExecutableOptions::max_memory, --max-memory)"
+for bad in 12XB -1 1e9 '' 1..5G; do
+  expect 2 "--max-memory '$bad' is refused" -- "$JVPC" run "$DIR/sdpa.json" --max-memory "$bad"; contains err "is not a size"
+done
+expect 2 "--max-memory past 2^63" -- "$JVPC" show "$DIR/sdpa.json" --max-memory 9000000PiB; contains err "more than 2^63 bytes"
+expect 0 "cost of sum(expand(x, [2^40])): 2^40 FLOPs" -- "$JVPC" cost "$DIR/sum_expand.json" --json; contains out '"other_flops": 1099511627776'
+expect 2 "run refuses it over --max-flops" -- "$JVPC" run "$DIR/sum_expand.json" --max-flops 1e12
+contains err "graph needs 1099511627776 FLOPs by the cost model (1.1e+12: matmul 0, other 1099511627776), more than --max-flops 1e12 allows"
+expect 2 "linearize refuses it over --max-flops" -- "$JVPC" linearize "$DIR/sum_expand.json" --max-flops 1000000; contains err "more than --max-flops 1000000 allows"
+for bad in abc -1 1e400 nan ''; do
+  expect 2 "--max-flops '$bad' is refused" -- "$JVPC" run "$DIR/sdpa.json" --max-flops "$bad"; contains err "is not a number of FLOPs"
+done
+# Under the default 1e15 it runs (for hours): the count is printed on one line before it starts.
+timeout 3 "$JVPC" run "$DIR/sum_expand.json" >"$DIR/out" 2>"$DIR/err"
+if [ $? = 124 ] && [ "$(wc -l <"$DIR/err")" = 1 ]; then pass "run above 1e12 FLOPs says so and starts"; else fail "run above 1e12 FLOPs: $(head -c 300 "$DIR/err")"; fi
+contains err "^jvpc: graph costs 1099511627776 FLOPs by the cost model (1.1e+12: matmul 0, other 1099511627776); running it$"
+expect 0 "run below 1e12 FLOPs prints no count" -- "$JVPC" run "$DIR/sdpa.json"
+if [ -s "$DIR/err" ]; then fail "  ...printed to stderr: $(head -c 200 "$DIR/err")"; else pass "  ...stderr is empty"; fi
+for cmd in show cost run linearize; do
+  expect 0 "$cmd --help names --max-memory" -- "$JVPC" $cmd --help; contains out "--max-memory SIZE"
+done
+for cmd in run linearize; do
+  expect 0 "$cmd --help names --max-flops" -- "$JVPC" $cmd --help; contains out "--max-flops N"
+done
+# The input limit counts what is allocated: a float16 input of 200 MB is drawn as float16, not
+# as float64 first (which took 1 GB more).
+python3 - "$JVPC" "$DIR" <<'PY' && pass "random float16 inputs take their own size" || fail "random float16 inputs take their own size"
+import resource, subprocess, sys
+jvpc, d = sys.argv[1:]
+def peak(graph):  # the largest RSS of any child so far, in bytes
+    subprocess.run([jvpc, "run", graph], check=True, stdout=subprocess.DEVNULL)
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+base = peak(d + "/sdpa.json")
+big = peak(d + "/f16.json")
+assert big - base < 500e6, (base, big)
+PY
+JVPC_MAX_INPUT_BYTES=199999999 expect 2 "the input limit counts float16 bytes" -- "$JVPC" run "$DIR/f16.json"
+contains err "would take the inputs past 199999999 bytes (JVPC_MAX_INPUT_BYTES)"
+JVPC_MAX_INPUT_BYTES=200000000 expect 0 "  ...and admits exactly them" -- "$JVPC" run "$DIR/f16.json"
+
 [ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }

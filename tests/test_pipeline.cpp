@@ -53,9 +53,80 @@ TEST(Pipeline, NamesThePassThatBreaksTheGraph) {
     p.run(g);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("pass 'breaker': ", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("after pass 'breaker', the graph does not verify: ", 0), 0u) << e.what();
   }
 }
+
+// A graph that breaks f32[4] -> exp: its output declared f32[5].
+void break_output(Graph& g) {
+  TensorMeta m = g.outputs()[0]->meta();
+  m.sizes = {5};
+  m.strides = {1};
+  g.outputs()[0]->set_meta(m);
+}
+
+class Recorder : public PassObserver {
+ public:
+  void before_pass(const std::string& pass, const Graph&) override { events.push_back("before " + pass); }
+  void after_pass(const std::string& pass, const Graph&, bool changed) override {
+    events.push_back("after " + pass + (changed ? " changed" : ""));
+  }
+  void on_failure(const std::string& pass, const Graph&, const std::string& error) override {
+    events.push_back("failed " + pass + ": " + error.substr(0, error.find(':')));
+  }
+  std::vector<std::string> events;
+};
+
+TEST(Pipeline, VerifiesItsInputAndTellsAThrowingPassFromABreakingOne) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::exp", {x}));
+  break_output(g);
+  Pipeline p;
+  p.add(make_pass("nop", [](Graph&) { return false; }));
+  test::expect_error([&] { p.run(g); }, "the pipeline's input does not verify: ");
+
+  Graph h;
+  Value* y = h.add_input("x", f32({4}), Role::Primal);
+  Builder c(h);
+  h.add_output(c.call("aten::exp", {y}));
+  Recorder r;
+  std::ostringstream dumps;
+  IrDump dump({"thrower"}, "text", dumps);
+  Pipeline q;
+  q.add(make_pass("nop", [](Graph&) { return false; })).add(make_pass("thrower", [](Graph&) -> bool {
+    throw std::runtime_error("no rule\nsecond line");
+  }));
+  q.observe(&r).observe(&dump);
+  test::expect_error([&] { q.run(h); }, "pass 'thrower': no rule");
+  EXPECT_EQ(r.events, (std::vector<std::string>{"before nop", "after nop", "before thrower", "failed thrower: pass 'thrower'"}));
+  EXPECT_NE(dumps.str().find("// IR after failed pass 'thrower'"), std::string::npos) << dumps.str();
+}
+
+// Verification runs after passes that changed the graph; with verify_each, after every pass, so
+// that a pass that broke the graph and said it changed nothing is caught too.
+TEST(Pipeline, VerifiesAfterChangesOrAfterEveryPassWithVerifyEach) {
+  for (bool each : {false, true}) {
+    Graph g;
+    Value* x = g.add_input("x", f32({4}), Role::Primal);
+    Builder b(g);
+    g.add_output(b.call("aten::exp", {x}));
+    Pipeline p;
+    p.verify_each(each).add(make_pass("liar", [](Graph& gr) {
+      break_output(gr);
+      return false;
+    }));
+    if (each) {
+      test::expect_error([&] { p.run(g); }, "after pass 'liar', the graph does not verify");
+    } else {
+      EXPECT_FALSE(p.run(g));
+      ASSERT_EQ(p.timings().size(), 1u);
+      EXPECT_EQ(p.timings()[0].pass, "liar");
+    }
+  }
+}
+
 
 TEST(Pipeline, ObserversSeeEveryPass) {
   Graph g;

@@ -15,44 +15,60 @@ std::vector<std::string> Linearized::tangent_names() const {
   return names;
 }
 
-void add_linearize_passes(Pipeline& p, const std::vector<std::string>& wrt, size_t primal_outputs,
-                          std::shared_ptr<std::unordered_map<int, at::Tensor>> known, const std::set<std::string>& disabled) {
-  static const std::vector<std::string> optional = {"simplify-views", "simplify-arith", "cse", "scale-to-residual",
-                                                    "merge-factors", "select-masks", "group-bmm", "zero-blocks",
-                                                    "fuse-matmul-add"};
+const std::vector<LinearizePass>& linearize_passes() {
+  using Ctx = LinearizePassContext;
+  // The order matters: simplifications that move work onto primal values run before fold, so
+  // that fold computes that work once; dce after fold drops the whole forward.
+  static const std::vector<LinearizePass> table = {
+      {"jvp", false, [](Graph& g, const Ctx& c) { return jvp(g, c.wrt); }},
+      // linearize returns f(x) from the tracing run; the graph keeps only tangent outputs.
+      {"drop-primal-outputs", false,
+       [](Graph& g, const Ctx& c) {
+         for (size_t i = 0; i < c.primal_outputs; ++i) g.erase_output(0);
+         return c.primal_outputs > 0;
+       }},
+      {"dce", false, [](Graph& g, const Ctx&) { return dce(g); }},
+      {"simplify-views", true, [](Graph& g, const Ctx&) { return simplify_views(g); }},
+      {"simplify-arith", true, [](Graph& g, const Ctx&) { return simplify_arith(g); }},
+      {"cse", true, [](Graph& g, const Ctx&) { return cse(g); }},
+      {"scale-to-residual", true, [](Graph& g, const Ctx&) { return scale_to_residual(g); }},
+      {"merge-factors", true, [](Graph& g, const Ctx&) { return merge_factors(g); }},
+      {"select-masks", true, [](Graph& g, const Ctx&) { return select_masks(g); }},
+      {"group-bmm", true, [](Graph& g, const Ctx&) { return group_bmm(g); }},
+      {"zero-blocks", true, [](Graph& g, const Ctx&) { return zero_blocks(g); }},
+      {"fold", false, [](Graph& g, const Ctx& c) { return fold(g, *c.known); }},
+      {"dce", false, [](Graph& g, const Ctx&) { return dce(g, /*prune_primal_inputs=*/true); }},
+      {"simplify-views", true, [](Graph& g, const Ctx&) { return simplify_views(g); }},
+      {"fuse-matmul-add", true, [](Graph& g, const Ctx&) { return fuse_matmul_add(g); }},
+      {"cse", true, [](Graph& g, const Ctx&) { return cse(g); }},
+  };
+  return table;
+}
+
+std::vector<std::string> optional_linearize_passes() {
+  std::vector<std::string> out;
+  for (const LinearizePass& p : linearize_passes())
+    if (p.optional && std::find(out.begin(), out.end(), p.name) == out.end()) out.push_back(p.name);
+  return out;
+}
+
+void add_linearize_passes(Pipeline& p, LinearizePassContext context, const std::set<std::string>& disabled) {
+  std::vector<std::string> optional = optional_linearize_passes();
   for (const std::string& name : disabled)
     if (std::find(optional.begin(), optional.end(), name) == optional.end()) {
       std::string list;
       for (const std::string& o : optional) list += (list.empty() ? "" : ", ") + o;
-      bool required = name == "jvp" || name == "fold" || name == "dce" || name == "drop-primal-outputs";
+      bool required = std::any_of(linearize_passes().begin(), linearize_passes().end(),
+                                  [&](const LinearizePass& lp) { return lp.name == name; });
       throw Error(required ? "pass '" + name + "' cannot be disabled (these can: " + list + ")"
                            : "no optional pass is named '" + name + "' (these can be disabled: " + list + ")");
     }
-  auto add = [&](std::string name, std::function<bool(Graph&)> fn) {
-    if (!disabled.count(name)) p.add(make_pass(std::move(name), std::move(fn)));
-  };
-  // The order matters: simplifications that move work onto primal values run before fold, so
-  // that fold computes that work once; dce after fold drops the whole forward.
-  add("jvp", [wrt](Graph& g) { return jvp(g, wrt); });
-  add("drop-primal-outputs", [primal_outputs](Graph& g) {
-    // linearize returns f(x) from the tracing run; the graph keeps only tangent outputs.
-    for (size_t i = 0; i < primal_outputs; ++i) g.erase_output(0);
-    return primal_outputs > 0;
-  });
-  add("dce", [](Graph& g) { return dce(g); });
-  add("simplify-views", simplify_views);
-  add("simplify-arith", simplify_arith);
-  add("cse", cse);
-  add("scale-to-residual", scale_to_residual);
-  add("merge-factors", merge_factors);
-  add("select-masks", select_masks);
-  add("group-bmm", group_bmm);
-  add("zero-blocks", zero_blocks);
-  add("fold", [known](Graph& g) { return fold(g, *known); });
-  add("dce", [](Graph& g) { return dce(g, /*prune_primal_inputs=*/true); });
-  add("simplify-views", simplify_views);
-  add("fuse-matmul-add", fuse_matmul_add);
-  add("cse", cse);
+  auto ctx = std::make_shared<LinearizePassContext>(std::move(context));
+  for (const LinearizePass& lp : linearize_passes())
+    if (!disabled.count(lp.name)) {
+      const auto& run = lp.run;
+      p.add(make_pass(lp.name, [ctx, &run](Graph& g) { return run(g, *ctx); }));
+    }
 }
 
 namespace {
@@ -63,7 +79,8 @@ Linearized compile(Trace&& t, const LinearizeOptions& options, const KernelWatch
   lin.report.forward = graph_cost(*t.graph);
   auto known = std::make_shared<std::unordered_map<int, at::Tensor>>(std::move(t.values));
   Pipeline p;
-  add_linearize_passes(p, options.wrt, t.graph->outputs().size(), known, options.disabled_passes);
+  p.verify_each(options.verify_each);
+  add_linearize_passes(p, {options.wrt, t.graph->outputs().size(), known}, options.disabled_passes);
   CostTable table("trace");
   p.observe(&table);
   for (PassObserver* o : options.observers) p.observe(o);
@@ -71,6 +88,7 @@ Linearized compile(Trace&& t, const LinearizeOptions& options, const KernelWatch
   p.run(*g);
   known.reset();  // only the residuals stay alive
   lin.report.passes = table.rows();
+  lin.report.timings = p.timings();
   lin.report.tangent = graph_cost(*g);
   lin.report.linearize_matmul_flops = watch.matmul_flops();
   lin.report.linearize_matmul_by_op = watch.matmul_flops_by_op();

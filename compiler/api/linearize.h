@@ -21,6 +21,7 @@
 #include "passes/pass.h"
 #include "runtime/executable.h"
 
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -31,12 +32,14 @@ struct LinearizeOptions {
   /// Primal inputs to differentiate, in the order jvp() takes their tangents; empty: those
   /// marked differentiable, in graph order.
   std::vector<std::string> wrt;
-  /// Optimizations to leave out, to see what each one does: simplify-views, simplify-arith, cse,
-  /// scale-to-residual, merge-factors, select-masks, group-bmm, zero-blocks, fuse-matmul-add (not jvp, fold
-  /// or dce, which linearize needs). The tangent graph is as correct, and larger.
+  /// Optimizations to leave out, to see what each one does: the optional passes of
+  /// linearize_passes() (optional_linearize_passes()). The tangent graph is as correct, and larger.
   std::set<std::string> disabled_passes;
   /// Extra observers of the pass pipeline (IR dumps, ...).
   std::vector<PassObserver*> observers;
+  /// Verify the whole graph after every pass, not only after those that changed it (the test
+  /// suite's default: JVPC_VERIFY_EACH=1).
+  bool verify_each = verify_each_by_default();
   ExecutableOptions runtime;
 };
 
@@ -50,6 +53,8 @@ struct CompileReport {
   std::map<std::string, int64_t> linearize_matmul_by_op;
   /// Cost of the final tangent graph.
   GraphCost tangent;
+  /// Wall time of each pass and of its verification (not deterministic: --timing and --report).
+  std::vector<PassTime> timings;
 };
 
 struct Linearized {
@@ -72,11 +77,28 @@ Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals,
 Linearized linearize(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values,
                      const LinearizeOptions& options = {});
 
-/// The passes linearize runs on a traced graph, `jvp` first, in order, less the `disabled` ones.
-/// `known` (values by id) feeds fold.
-void add_linearize_passes(Pipeline& p, const std::vector<std::string>& wrt, size_t primal_outputs,
-                          std::shared_ptr<std::unordered_map<int, at::Tensor>> known,
-                          const std::set<std::string>& disabled = {});
+/// What linearize's passes need besides the graph.
+struct LinearizePassContext {
+  std::vector<std::string> wrt;  ///< see LinearizeOptions::wrt
+  size_t primal_outputs = 0;     ///< the traced graph's outputs, dropped from the tangent graph
+  /// Values by id, from the tracing run, for fold.
+  std::shared_ptr<std::unordered_map<int, at::Tensor>> known;
+};
+
+/// One pass of linearize's pipeline: its name, whether --disable-pass may leave it out, and how
+/// it runs.
+struct LinearizePass {
+  std::string name;
+  bool optional;
+  std::function<bool(Graph&, const LinearizePassContext&)> run;
+};
+/// The pipeline linearize runs on a traced graph, `jvp` first, in order: the one table that the
+/// pipeline, --disable-pass and --dump-after are derived from.
+const std::vector<LinearizePass>& linearize_passes();
+/// The names of the optional passes, in pipeline order, each once.
+std::vector<std::string> optional_linearize_passes();
+/// Adds linearize_passes() to `p`, less the `disabled` ones (each must be optional).
+void add_linearize_passes(Pipeline& p, LinearizePassContext context, const std::set<std::string>& disabled = {});
 
 struct JvpResult {
   std::vector<at::Tensor> outputs;

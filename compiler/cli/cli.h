@@ -3,6 +3,7 @@
 #pragma once
 
 #include "compiler/ir/graph.h"
+#include "compiler/ir/serialize.h"
 
 #include <CLI/CLI.hpp>
 
@@ -34,8 +35,37 @@ std::vector<at::Tensor> random_inputs(const Graph& g, uint64_t seed);
 std::vector<at::Tensor> inputs_from_file(const Graph& g, const std::string& path);
 /// Where `jvpc trace -o x.json` writes the example's input values: "x.inputs.safetensors".
 std::string traced_inputs_path_for(const std::string& graph_path);
-/// Refuses inputs larger than JVPC_MAX_INPUT_BYTES (default 16 GiB) before allocating them.
+/// Refuses inputs larger than JVPC_MAX_INPUT_BYTES (default 16 GiB) before allocating them,
+/// counting what random_inputs() allocates: each input in its own dtype, plus the host copy of
+/// an input drawn for another device while it exists.
 void check_input_size(const Graph& g);
+
+/// The limits of a command that loads or runs a graph: --max-memory SIZE and --max-flops N.
+struct LimitFlags {
+  std::optional<std::string> max_memory;  ///< none: the default limit (default_memory_limit in compiler/ir/limits.h)
+  std::string max_flops = "1e15";
+  /// The memory limit for LoadOptions and ExecutableOptions: none (the default) or bytes.
+  std::optional<int64_t> memory() const;
+  /// The FLOP limit (infinity for "inf").
+  double flops() const;
+  /// Parses both, so that a bad value fails before any work.
+  void check() const {
+    memory();
+    flops();
+  }
+};
+/// LoadOptions for a graph file: onto `device` (none: the file's own), with --max-memory.
+LoadOptions load_options(std::optional<c10::Device> device, const LimitFlags& limits);
+/// Adds --max-memory to a command that loads or runs a graph.
+void add_max_memory(CLI::App* cmd, LimitFlags& flags);
+/// Adds --max-flops to a command that runs a graph.
+void add_max_flops(CLI::App* cmd, LimitFlags& flags);
+/// FLOPs above which a command prints the cost model's count before it runs a graph.
+constexpr double kFlopsWorthSaying = 1e12;
+/// Refuses `g` (`what`: "graph", "tangent graph") when the cost model's FLOPs (matmul and
+/// other) pass --max-flops, in one line naming both; above kFlopsWorthSaying prints them on one
+/// line to stderr, before the graph runs.
+void check_flops(const Graph& g, const LimitFlags& flags, const std::string& what = "graph");
 /// Example flags: the arguments CLI11 left over, in order.
 std::vector<std::string> leftover(const CLI::App& sub);
 /// Each example's description and flags, for the --help footers of trace and linearize.

@@ -21,9 +21,8 @@ namespace jvpc::cli {
 
 namespace {
 
-LoadOptions cpu_options(bool trusted) {
-  LoadOptions o;
-  o.device = c10::Device(c10::kCPU);
+LoadOptions cpu_options(bool trusted, const LimitFlags& limits) {
+  LoadOptions o = load_options(c10::Device(c10::kCPU), limits);
   o.trusted = trusted;
   return o;
 }
@@ -73,6 +72,7 @@ void add_show(CLI::App& app) {
   struct Opts {
     std::string file, format = "text";
     bool trusted = false;
+    LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("show", "Print a graph file as text, JSON or Graphviz dot");
@@ -80,8 +80,9 @@ void add_show(CLI::App& app) {
   cmd->add_option("--format", o->format, "text, json or dot (render dot with: dot -Tpng)")
       ->check(CLI::IsMember({"text", "json", "dot"}))->capture_default_str();
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
+  add_max_memory(cmd, o->limits);
   cmd->callback([o] {
-    auto g = load(o->file, cpu_options(o->trusted));
+    auto g = load(o->file, cpu_options(o->trusted, o->limits));
     if (o->format == "json") std::cout << to_json(*g).dump(1) << "\n";
     else if (o->format == "dot") std::cout << to_dot(*g, o->file);
     else std::cout << to_text(*g);
@@ -93,6 +94,7 @@ void add_run(CLI::App& app) {
     std::string file, device, inputs;
     uint64_t seed = 0;
     bool no_cuda_graph = false, trusted = false;
+    LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("run", "Run a graph on random inputs (or inputs from a file); print output shapes and checksums");
@@ -103,12 +105,19 @@ void add_run(CLI::App& app) {
   cmd->add_option("--inputs", o->inputs, "safetensors file with a tensor per non-constant input, by name");
   cmd->add_flag("--no-cuda-graph", o->no_cuda_graph, "run node by node on CUDA instead of replaying a CUDA graph");
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
+  add_max_memory(cmd, o->limits);
+  add_max_flops(cmd, o->limits);
   cmd->callback([o] {
-    LoadOptions lo;
-    if (!o->device.empty()) lo.device = c10::Device(o->device);
+    o->limits.check();
+    std::optional<c10::Device> dev;
+    if (!o->device.empty()) dev = c10::Device(o->device);
+    LoadOptions lo = load_options(dev, o->limits);
     lo.trusted = o->trusted;
     std::shared_ptr<const Graph> g(load(o->file, lo));
-    Executable exe(g, o->no_cuda_graph ? ExecutableOptions::eager() : ExecutableOptions{});
+    check_flops(*g, o->limits);
+    ExecutableOptions eo = o->no_cuda_graph ? ExecutableOptions::eager() : ExecutableOptions{};
+    eo.max_memory = o->limits.memory();
+    Executable exe(g, eo);
     std::vector<at::Tensor> inputs = o->inputs.empty() ? random_inputs(*g, o->seed) : inputs_from_file(*g, o->inputs);
     auto outs = exe.run(inputs);
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -125,6 +134,7 @@ void add_cost(CLI::App& app) {
   struct Opts {
     std::string file;
     bool json = false, nodes = false, trusted = false;
+    LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("cost", "FLOPs, bytes and memory of a graph (matmul FLOPs as FlopCounterMode counts them)");
@@ -132,8 +142,9 @@ void add_cost(CLI::App& app) {
   cmd->add_flag("--json", o->json, "print a JSON object");
   cmd->add_flag("--nodes", o->nodes, "also print the cost of every node");
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
+  add_max_memory(cmd, o->limits);
   cmd->callback([o] {
-    auto g = load(o->file, cpu_options(o->trusted));
+    auto g = load(o->file, cpu_options(o->trusted, o->limits));
     GraphCost c = graph_cost(*g);
     if (o->json) {
       std::cout << to_json(c).dump(1) << "\n";

@@ -31,7 +31,8 @@ struct Opts {
   std::vector<std::string> dump_after, disabled;
   uint64_t seed = 0;
   std::optional<double> tolerance;
-  bool trusted = false;
+  LimitFlags limits;
+  bool trusted = false, verify_each = false, timing = false;
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -56,7 +57,7 @@ std::vector<std::string> split_names(const std::string& s) {
 // the passes that run, or "all".
 void check_pass_names(const std::vector<std::string>& names, const std::set<std::string>& disabled) {
   Pipeline p;
-  add_linearize_passes(p, {}, 0, nullptr, disabled);  // throws for a pass that cannot be disabled
+  add_linearize_passes(p, {}, disabled);  // throws for a pass that cannot be disabled
   std::vector<std::string> known = {"trace"};  // in pipeline order, each once (dce runs twice)
   for (const std::string& k : p.pass_names())
     if (std::find(known.begin(), known.end(), k) == known.end()) known.push_back(k);
@@ -96,10 +97,10 @@ Problem from_graph(const Opts& o) {
   std::optional<c10::Device> dev;
   if (!o.device.empty()) dev = c10::Device(o.device);
   Problem p;
-  LoadOptions lo;
-  lo.device = dev;
+  LoadOptions lo = load_options(dev, o.limits);
   lo.trusted = o.trusted;
   p.graph = load(o.target, lo);
+  check_flops(*p.graph, o.limits);  // linearize runs the forward once
   for (const Input& in : p.graph->inputs())
     if (in.role == Role::Tangent) throw Error(printable_path(o.target) + ": already has tangent input '" + in.name + "'; linearize takes a traced graph");
   // The primals: --inputs, else the traced example's values beside the graph, else random.
@@ -120,7 +121,9 @@ Problem from_graph(const Opts& o) {
   try {
     std::unique_ptr<Graph> ref = with_math_attention(*p.graph);
     if (p.reference_in_float32) retype_floating(*ref, c10::kFloat);
-    auto exe = std::make_shared<Executable>(std::move(ref), ExecutableOptions::plain());
+    ExecutableOptions plain = ExecutableOptions::plain();
+    plain.max_memory = o.limits.memory();
+    auto exe = std::make_shared<Executable>(std::move(ref), plain);
     p.reference = [exe](const std::vector<at::Tensor>& x) { return exe->run(x); };
   } catch (const Error& e) {
     std::string why = e.what();
@@ -213,6 +216,9 @@ void write_report(const std::string& path, const Problem& p, const Linearized& l
     j["name"] = row.pass;
     rep["passes"].push_back(j);
   }
+  rep["timing_ms"] = nlohmann::json::array();
+  for (const PassTime& t : r.timings)
+    rep["timing_ms"].push_back({{"pass", t.pass}, {"run", t.run_ms}, {"verify", t.verify_ms}});
   rep["forward"] = to_json(r.forward);
   rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
   rep["jvp"] = to_json(r.tangent);
@@ -237,9 +243,9 @@ void add_linearize(CLI::App& app) {
   cmd->add_option("--report", o->report, "write the compile report and the check as JSON")->check(examples::kFileName);
   cmd->add_option("--dump-after", o->dump_after,
                   "print the IR after this pass (repeatable; 'trace' for the traced graph, 'all' for every pass)");
-  cmd->add_option("--disable-pass", o->disabled,
-                  "leave this optimization out (repeatable), to see what it does: simplify-views, simplify-arith, cse, "
-                  "scale-to-residual, merge-factors, select-masks, group-bmm, zero-blocks, fuse-matmul-add");
+  std::string optional;
+  for (const std::string& name : optional_linearize_passes()) optional += (optional.empty() ? "" : ", ") + name;
+  cmd->add_option("--disable-pass", o->disabled, "leave this optimization out (repeatable), to see what it does: " + optional);
   cmd->add_option("--dump-format", o->dump_format,
                   "text, or json: one line per dump, {\"after\": PASS, \"position\": N, \"graph\": ...}, among the "
                   "table's lines (constants are not included)")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
@@ -253,12 +259,18 @@ void add_linearize(CLI::App& app) {
       ->check(examples::kSeed);
   cmd->add_option("--device", o->device, "cpu or cuda: where a graph file runs, or the example's --device")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
+  cmd->add_flag("--verify-each", o->verify_each,
+                "verify the whole graph after every pass (by default only after passes that changed it)");
+  cmd->add_flag("--timing", o->timing, "print each pass's time and its verification's, after the cost table");
   cmd->add_option("--tolerance", o->tolerance,
                   "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2)")
       ->check(examples::kNonNegative);
+  add_max_memory(cmd, o->limits);
+  add_max_flops(cmd, o->limits);
   cmd->allow_extras();
   cmd->footer(examples_help());
   cmd->callback([o, cmd] {
+    o->limits.check();
     bool is_graph = ends_with(o->target, ".json");
     Problem p = is_graph ? from_graph(*o) : from_example(*o, leftover(*cmd));
     if (is_graph && !leftover(*cmd).empty()) throw Error("unexpected arguments after a graph file: " + leftover(*cmd)[0]);
@@ -269,16 +281,23 @@ void add_linearize(CLI::App& app) {
     LinearizeOptions opts;
     if (cmd->count("--wrt")) opts.wrt = split_names(o->wrt);
     opts.disabled_passes = std::set<std::string>(o->disabled.begin(), o->disabled.end());
+    if (o->verify_each) opts.verify_each = true;
     check_pass_names(o->dump_after, opts.disabled_passes);  // before tracing: a bad name fails fast
     std::set<std::string> dumps(o->dump_after.begin(), o->dump_after.end());
     IrDump dump(dumps, o->dump_format, std::cout, "trace");
     if (!dumps.empty()) opts.observers.push_back(&dump);
+    opts.runtime.max_memory = o->limits.memory();  // the tangent graph's Executable
     std::vector<at::Tensor> primal_values;
     for (const auto& in : p.primals) primal_values.push_back(in.value);
     Linearized lin = p.graph ? linearize(std::move(p.graph), primal_values, opts) : linearize(p.fn, p.primals, opts);
 
+    check_flops(*lin.tangent_graph, o->limits, "tangent graph");  // before the check runs it
     Check c = check(p, lin, primal_values, o->seed, o->tolerance);
     print_summary(p, lin, c, is_graph);
+    if (o->timing) {
+      std::cout << "\n";
+      print_timings(lin.report.timings, std::cout);
+    }
     if (!o->out.empty()) {
       SaveOptions so;
       so.trusted = o->trusted;

@@ -2,13 +2,18 @@
 
 #include "examples/examples.h"
 #include "examples/flags.h"
+#include "compiler/cost/cost_model.h"
 #include "compiler/ir/files.h"
+#include "compiler/ir/limits.h"
 #include "compiler/ir/serialize.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <iostream>
 
 namespace jvpc::cli {
 
@@ -21,11 +26,13 @@ std::vector<at::Tensor> random_inputs(const Graph& g, uint64_t seed) {
   for (const Input& in : g.inputs()) {
     if (in.role == Role::Constant) continue;
     const TensorMeta& m = in.value->meta();
+    // Drawn in the input's own dtype, so that what is allocated is what check_input_size counted.
+    at::TensorOptions dtype = at::TensorOptions().dtype(m.dtype);
     at::Tensor t;
-    if (c10::isFloatingType(m.dtype)) t = at::randn(m.sizes, gen, at::TensorOptions().dtype(at::kDouble));
-    else if (m.dtype == c10::kBool) t = at::rand(m.sizes, gen) < 0.8;
-    else t = at::zeros(m.sizes, at::TensorOptions().dtype(m.dtype));
-    out.push_back(t.to(m.device, m.dtype));
+    if (c10::isFloatingType(m.dtype)) t = at::randn(m.sizes, gen, dtype);
+    else if (m.dtype == c10::kBool) t = at::empty(m.sizes, dtype).bernoulli_(0.8, gen);
+    else t = at::zeros(m.sizes, dtype);
+    out.push_back(t.to(m.device));
   }
   return out;
 }
@@ -57,12 +64,71 @@ void check_input_size(const Graph& g) {
   int64_t total = 0;
   for (const Input& in : g.inputs()) {
     if (in.role == Role::Constant) continue;
-    int64_t bytes = in.value->meta().nbytes();
-    if (bytes > limit - total)
-      throw Error("input '" + in.name + "' (" + in.value->meta().str() + ") would take the inputs past " +
-                  std::to_string(limit) + " bytes (JVPC_MAX_INPUT_BYTES)");
+    const TensorMeta& m = in.value->meta();
+    int64_t bytes = m.nbytes();
+    // An input for another device is drawn on the CPU first: both copies exist for a moment.
+    int64_t room = limit - total;
+    if (bytes > (m.device.is_cpu() ? room : room / 2))
+      throw Error("input '" + in.name + "' (" + m.str() + ") would take the inputs past " + std::to_string(limit) +
+                  " bytes (JVPC_MAX_INPUT_BYTES)" + (m.device.is_cpu() ? "" : ", counting its copy on the CPU"));
     total += bytes;
   }
+}
+
+std::optional<int64_t> LimitFlags::memory() const {
+  if (!max_memory) return std::nullopt;
+  return parse_size(*max_memory, "--max-memory");
+}
+
+void add_max_memory(CLI::App* cmd, LimitFlags& flags) {
+  cmd->add_option("--max-memory", flags.max_memory,
+                  "refuse a graph whose constants, inputs and peak of intermediates (by the cost model) pass SIZE, "
+                  "before anything is allocated: bytes, or 64MiB, 2GiB, 1.5G, 10GB, or inf (default: 3/4 of the "
+                  "smaller of RAM and the cgroup's memory limit, or of the GPU's memory for --device cuda)")
+      ->type_name("SIZE");
+}
+
+void add_max_flops(CLI::App* cmd, LimitFlags& flags) {
+  cmd->add_option("--max-flops", flags.max_flops,
+                  "refuse a graph whose FLOPs by the cost model (matmul and other, as `jvpc cost` counts them) pass N "
+                  "(1e15, 2000000, or inf); above 1e12 the count is printed to stderr before the graph runs")
+      ->type_name("N")
+      ->capture_default_str();
+}
+
+double LimitFlags::flops() const {
+  if (max_flops == "inf") return std::numeric_limits<double>::infinity();
+  char* end = nullptr;
+  const char* s = max_flops.c_str();
+  double limit = std::strtod(s, &end);
+  if (max_flops.empty() || *end != '\0' || !std::isfinite(limit) || limit < 0 || std::isspace(static_cast<unsigned char>(*s)))
+    throw Error("--max-flops: '" + max_flops + "' is not a number of FLOPs (such as 1e15 or 2000000, or inf)");
+  return limit;
+}
+
+LoadOptions load_options(std::optional<c10::Device> device, const LimitFlags& limits) {
+  LoadOptions o;
+  o.device = device;
+  o.max_memory = limits.memory();
+  return o;
+}
+
+void check_flops(const Graph& g, const LimitFlags& flags, const std::string& what) {
+  double limit = flags.flops();
+  GraphCost c;
+  try {
+    c = graph_cost(g);
+  } catch (const Error& e) {  // counts past 2^63
+    if (std::isinf(limit)) return;
+    throw Error(what + " is past any FLOP limit by the cost model (" + e.what() + "), more than --max-flops " + flags.max_flops + " allows");
+  }
+  double flops = static_cast<double>(c.matmul_flops) + static_cast<double>(c.other_flops);
+  char count[160];
+  std::snprintf(count, sizeof count, "%.0f FLOPs by the cost model (%.3g: matmul %lld, other %lld)", flops, flops,
+                static_cast<long long>(c.matmul_flops), static_cast<long long>(c.other_flops));
+  if (flops > limit)
+    throw Error(what + " needs " + count + ", more than --max-flops " + flags.max_flops + " allows");
+  if (flops > kFlopsWorthSaying) std::cerr << "jvpc: " << what << " costs " << count << "; running it\n";
 }
 
 std::vector<std::string> leftover(const CLI::App& sub) { return sub.remaining(); }

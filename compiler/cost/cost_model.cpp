@@ -232,29 +232,7 @@ GraphCost graph_cost(const Graph& g) {
     if (!seen.insert(key).second) continue;
     accumulate(in.aliases.empty() ? c.residual_bytes : c.aliased_input_bytes, bytes);
   }
-  // Peak: walk the nodes, allocating each fresh output and freeing a storage when the last
-  // value living in it is dead. Measured after each node's outputs exist (its operands too).
-  Liveness live = analyze_liveness(g);
-  std::unordered_map<const Value*, int> refs;  // storage root -> live values in it
-  int64_t current = 0;
-  auto release = [&](const Value* v) {
-    const Value* root = live.storage_root.at(v);
-    if (g.is_input(root)) return;
-    if (--refs[root] == 0) current -= root->meta().nbytes();
-  };
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    for (const Value* o : nodes[i]->outputs()) {
-      const Value* root = live.storage_root.at(o);
-      if (g.is_input(root)) continue;
-      if (refs[root]++ == 0) accumulate(current, root->meta().nbytes());
-    }
-    c.peak_bytes = std::max(c.peak_bytes, current);
-    std::unordered_set<const Value*> done;
-    for (const Value* v : nodes[i]->inputs())
-      if (live.last_use.at(v) == static_cast<int>(i) && done.insert(v).second) release(v);
-    for (const Value* o : nodes[i]->outputs())
-      if (live.last_use.at(o) < 0) release(o);
-  }
+  c.peak_bytes = peak_intermediate_bytes(g);
   return c;
 }
 

@@ -2,6 +2,9 @@
 
 #include "compiler/ir/ops.h"
 
+#include <algorithm>
+#include <unordered_set>
+
 namespace jvpc {
 
 Liveness analyze_liveness(const Graph& g) {
@@ -25,5 +28,33 @@ Liveness analyze_liveness(const Graph& g) {
   for (const Value* o : g.outputs()) l.last_use[o] = static_cast<int>(nodes.size());
   return l;
 }
+
+int64_t peak_intermediate_bytes(const Graph& g, const Liveness& live) {
+  auto nodes = g.nodes();
+  std::unordered_map<const Value*, int> refs;  // storage root -> live values in it
+  int64_t current = 0, peak = 0;
+  auto release = [&](const Value* v) {
+    const Value* root = live.storage_root.at(v);
+    if (g.is_input(root)) return;
+    if (--refs[root] == 0) current -= root->meta().nbytes();
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const Value* o : nodes[i]->outputs()) {
+      const Value* root = live.storage_root.at(o);
+      if (g.is_input(root)) continue;
+      if (refs[root]++ == 0 && __builtin_add_overflow(current, root->meta().nbytes(), &current))
+        throw Error("bytes of intermediates exceed 2^63 (sizes too large to count)");
+    }
+    peak = std::max(peak, current);
+    std::unordered_set<const Value*> done;
+    for (const Value* v : nodes[i]->inputs())
+      if (live.last_use.at(v) == static_cast<int>(i) && done.insert(v).second) release(v);
+    for (const Value* o : nodes[i]->outputs())
+      if (live.last_use.at(o) < 0) release(o);
+  }
+  return peak;
+}
+
+int64_t peak_intermediate_bytes(const Graph& g) { return peak_intermediate_bytes(g, analyze_liveness(g)); }
 
 }  // namespace jvpc

@@ -1,5 +1,6 @@
 // Liveness and aliasing of values over one execution of a graph, in node order. Shared by the
-// runtime (to release intermediates after their last use) and the cost model (peak memory).
+// runtime (to release intermediates after their last use), the cost model and the memory
+// limit checks of the loader and the runtime (peak memory).
 #pragma once
 
 #include "compiler/ir/graph.h"
@@ -18,5 +19,13 @@ struct Liveness {
 };
 
 Liveness analyze_liveness(const Graph& g);
+
+/// Peak bytes of intermediates and outputs alive at once during one execution of `g`, in node
+/// order: each fresh output is allocated when its node runs (views allocate nothing), and a
+/// storage is freed once the last value living in it is dead. Measured after each node's
+/// outputs exist, with its operands still alive. Graph inputs and constants are not counted
+/// (see memory_needed in limits.h). Throws jvpc::Error when the bytes pass 2^63.
+int64_t peak_intermediate_bytes(const Graph& g, const Liveness& live);
+int64_t peak_intermediate_bytes(const Graph& g);
 
 }  // namespace jvpc

@@ -3,6 +3,7 @@
 #include "compiler/ir/serialize.h"
 
 #include "compiler/ir/files.h"
+#include "compiler/ir/limits.h"
 #include "compiler/ir/loadable_ops.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/printer.h"
@@ -589,6 +590,44 @@ at::Tensor view_of_entry(const TensorMeta& m, const json& view, const std::unord
   return base.as_strided(m.sizes, m.strides, offset);
 }
 
+// Refuses a graph over its memory limit before any constant is read: constants by their
+// declared sizes, those stored as views into one entry of the constants file counted once, as
+// the span of it they reach. The limit is that of the device the graph loads onto.
+void check_memory_before_loading(const Graph& g, const json& j, const LoadOptions& options) {
+  c10::Device target = options.device ? *options.device : c10::Device(c10::kCPU);
+  if (!options.device)
+    for (const Input& in : g.inputs()) target = in.value->meta().device;
+  if (target.is_cuda() && !at::hasCUDA()) return;  // refused below, before anything runs
+  MemoryNeed need = memory_needed(g);
+  need.constants = 0;
+  auto add = [&](int64_t bytes) {
+    need.constants = need.constants > kNoMemoryLimit - bytes ? kNoMemoryLimit : need.constants + bytes;
+  };
+  std::unordered_map<std::string, int64_t> entries;  // view_of tensor -> bytes its views reach
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const Input& in = g.inputs()[i];
+    if (in.role != Role::Constant) continue;
+    const TensorMeta& m = in.value->meta();
+    const json& ji = j["inputs"][i];
+    bool view = ji.contains("view_of");
+    int64_t bytes = kNoMemoryLimit;
+    try {
+      size_t n = at::detail::computeStorageNbytes(m.sizes, m.strides, c10::elementSize(m.dtype),
+                                                  view ? ji["view_of"]["offset"].get<size_t>() : 0);
+      if (n < static_cast<size_t>(kNoMemoryLimit)) bytes = static_cast<int64_t>(n);
+    } catch (const c10::Error&) {  // past size_t: over any limit
+    }
+    if (view) {
+      int64_t& e = entries[ji["view_of"]["tensor"].get<std::string>()];
+      e = std::max(e, bytes);
+    } else {
+      add(bytes);
+    }
+  }
+  for (const auto& [name, bytes] : entries) add(bytes);
+  check_memory_limit(need, options.max_memory, target, "LoadOptions::max_memory, --max-memory");
+}
+
 }  // namespace
 
 void save(const Graph& g, const std::string& path, const SaveOptions& options) {
@@ -679,6 +718,7 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
     try {
       j = parse_json(text);
       g = checked_from_json(j, options.trusted);  // also checks every "stored" flag and name read below
+      check_memory_before_loading(*g, j, options);
     } catch (const Error& e) {
       throw Error(printable_path(path) + ": " + e.what());
     }

@@ -53,6 +53,11 @@ struct LoadOptions {
   std::optional<c10::Device> device;
   /// Admit ops off the list of loadable ops. For files you made yourself; never on by default.
   bool trusted = false;
+  /// Refuse a graph whose constants, inputs and peak of intermediates (memory_needed in
+  /// limits.h, from the declared sizes, before any constant is read) pass this many bytes on
+  /// the device it loads onto. None: default_memory_limit() of that device (3/4 of its
+  /// memory); kNoMemoryLimit: no limit.
+  std::optional<int64_t> max_memory;
 };
 
 struct SaveOptions {

@@ -1,6 +1,7 @@
 // libFuzzer target for the JSON graph loader: every input becomes a verified graph or a
 // jvpc::Error. Anything else (a crash, a sanitizer report, another exception type, an abort)
 // is a bug. Seed corpus: the examples' JSON (scripts/sanitize.sh writes it).
+#include "compiler/ir/limits.h"
 #include "compiler/ir/serialize.h"
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     auto g = jvpc::parse_graph(std::string(reinterpret_cast<const char*>(data), size));
     (void)jvpc::to_json(*g).dump();  // whatever loads must also print
+    (void)jvpc::memory_needed(*g);    // and be counted against the memory limit
   } catch (const jvpc::Error&) {
   }
   return 0;
