@@ -1,6 +1,8 @@
 // Example registry, common flags and the SDPA backend switch.
 #include "examples/common.h"
 
+#include "compiler/ir/files.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
@@ -94,11 +96,15 @@ const CLI::Validator kFileName(
     [](std::string& s) -> std::string {
       if (s.empty()) return "expects a file name, not ''";
       // Checked before any work: a file that cannot be written fails now, not after the run.
+      try {
+        check_destination(s);  // a folder that exists, and no directory, FIFO or device in the way
+      } catch (const Error& e) {
+        return e.what();
+      }
       std::filesystem::path dir = std::filesystem::path(s).parent_path();
       if (dir.empty()) dir = ".";
-      std::error_code ec;
-      if (!std::filesystem::is_directory(dir, ec)) return "cannot write '" + s + "': no directory '" + dir.string() + "'";
-      if (access(dir.c_str(), W_OK) != 0) return "cannot write '" + s + "': directory '" + dir.string() + "' is not writable";
+      if (access(dir.c_str(), W_OK) != 0)
+        return "cannot write " + quoted_path(s) + ": directory " + quoted_path(dir.string()) + " is not writable";
       return "";
     },
     "FILE");

@@ -165,6 +165,57 @@ else
 fi
 JVPC_MAX_INPUT_BYTES=1000 expect 2 "inputs over the size limit" -- "$JVPC" run "$DIR/sdpa.json"
 
+# Files and paths. A FIFO is refused at once (std::ifstream used to wait for a writer forever).
+F=$DIR/files; mkdir "$F"
+mkfifo "$F/fifo.json"
+expect 2 "a FIFO as the graph (show)" -- timeout 20 "$JVPC" show "$F/fifo.json"; contains err "is not a regular file (a FIFO)"
+expect 2 "a FIFO as the graph (run)" -- timeout 20 "$JVPC" run "$F/fifo.json"
+expect 2 "a FIFO as the inputs file" -- timeout 20 "$JVPC" run "$DIR/sdpa.json" --inputs "$F/fifo.json"
+set_constants_file() {  # FILE NAME: the tangent graph with "constants_file": NAME
+  python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); j["constants_file"] = sys.argv[3]; json.dump(j, open(sys.argv[2], "w"))' \
+    "$DIR/tangent.json" "$1" "$2"
+}
+set_constants_file "$F/t.json" t.safetensors; mkfifo "$F/t.safetensors"
+expect 2 "a FIFO as the constants file" -- timeout 20 "$JVPC" run "$F/t.json"; contains err "constants file '$F/t.safetensors' is not a regular file (a FIFO)"
+rm "$F/t.safetensors"
+set_constants_file "$F/abs.json" /etc/passwd
+expect 2 "an absolute constants_file" -- "$JVPC" show "$F/abs.json"; contains err "must be a plain file name in the folder of"
+if grep -q root "$DIR/err"; then fail "  ...the error shows the file's contents"; else pass "  ...no contents in the error"; fi
+set_constants_file "$F/up.json" ../../../../../../etc/passwd
+expect 2 "a constants_file with '..'" -- "$JVPC" run "$F/up.json"; contains err "must be a plain file name"
+ln -s "$DIR/tangent.safetensors" "$F/out.safetensors"; set_constants_file "$F/link.json" out.safetensors
+expect 2 "a constants_file symlink out of the folder" -- "$JVPC" run "$F/link.json"; contains err "is a symlink that leads out of the folder"
+# Destinations: a directory or a FIFO is refused before the work; a symlink is replaced.
+mkdir "$F/dir.json"
+expect 2 "-o a directory" -- "$JVPC" linearize sdpa --device cpu -o "$F/dir.json"; contains err "it is a directory, not a regular file"
+if [ -s "$DIR/out" ]; then fail "  ...printed a summary before failing"; else pass "  ...nothing printed"; fi
+expect 2 "--report a FIFO" -- timeout 20 "$JVPC" linearize sdpa --device cpu --report "$F/fifo.json"; contains err "it is a FIFO"
+mkdir "$F/x.inputs.safetensors"
+expect 2 "trace -o whose inputs file would be a directory" -- "$JVPC" trace sdpa --device cpu -o "$F/x.json"
+contains err "cannot write '$F/x.inputs.safetensors': it is a directory"
+if [ -e "$F/x.json" ]; then fail "  ...wrote the graph before failing"; else pass "  ...wrote nothing"; fi
+echo "the target's bytes" >"$F/target.json"; ln -s target.json "$F/sym.json"
+expect 0 "-o a symlink to a file" -- "$JVPC" trace sdpa --device cpu --seq-len 8 -o "$F/sym.json"
+if [ ! -L "$F/sym.json" ] && [ "$(cat "$F/target.json")" = "the target's bytes" ]; then pass "  ...the symlink is replaced, its target untouched"
+else fail "  ...wrote through the symlink"; fi
+# A failed write (a file-size limit, as a full disk): exit 2 with the reason, the previous files
+# byte for byte, no temporary file left. `ulimit -f` counts 1024-byte blocks in bash.
+mkdir "$F/lim"
+"$JVPC" trace sdpa --device cpu --seq-len 8 -o "$F/lim/s.json" >/dev/null
+"$JVPC" linearize sdpa --device cpu --seq-len 8 -o "$F/lim/t.json" --report "$F/lim/r.json" >/dev/null
+cp -r "$F/lim" "$F/lim.before"
+expect 2 "trace -o past a file-size limit" -- bash -c 'ulimit -f 16; exec "$@"' - "$JVPC" trace sdpa --device cpu --seq-len 64 -o "$F/lim/s.json"
+contains err "cannot write '$F/lim/s.inputs.safetensors': File too large"
+expect 2 "linearize -o past a file-size limit" -- bash -c 'ulimit -f 16; exec "$@"' - "$JVPC" linearize sdpa --device cpu --seq-len 64 -o "$F/lim/t.json"
+contains err "cannot write '$F/lim/t.safetensors': File too large"
+expect 2 "--report past a file-size limit" -- bash -c 'ulimit -f 1; exec "$@"' - "$JVPC" linearize sdpa --device cpu --seq-len 8 --report "$F/lim/r.json"
+contains err "cannot write '$F/lim/r.json': File too large"
+if diff -r "$F/lim.before" "$F/lim" >/dev/null; then pass "  ...the previous files intact, no temporary file left"
+else fail "  ...the folder changed: $(diff -r "$F/lim.before" "$F/lim" | head -3 | tr '\n' ' ')"; fi
+# Control characters in a file name reach the terminal escaped, on one line.
+expect 2 "control characters in a file name" -- "$JVPC" show "$F/a"$'\e[31m\n'"b.json"; contains err 'a\\x1b\[31m\\x0ab.json'
+expect 2 "control characters in -o" -- "$JVPC" trace sdpa -o "$F/no"$'\e'"/x.json"; contains err 'no\\x1b'
+
 # Limits on memory and time: graph files of a few hundred bytes that ask for terabytes, or for
 # hours of work, are refused before anything is allocated or run.
 python3 - "$DIR" <<'PY'

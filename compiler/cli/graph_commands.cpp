@@ -2,6 +2,7 @@
 #include "compiler/cli/cli.h"
 
 #include "compiler/cost/cost_model.h"
+#include "compiler/ir/files.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
 #include "examples/examples.h"
@@ -44,6 +45,8 @@ void add_trace(CLI::App& app) {
   cmd->allow_extras();
   cmd->footer(examples_help());
   cmd->callback([o, cmd] {
+    if (!o->out.empty())  // every file trace writes, before the work (-o itself was checked as a flag)
+      for (const std::string& p : {constants_path_for(o->out), traced_inputs_path_for(o->out)}) check_destination(p);
     examples::Instance ex = examples::make(o->example, leftover(*cmd));
     Trace t = trace(ex.fn(), ex.inputs, TraceOptions::graph_only());
     GraphCost c = graph_cost(*t.graph);
@@ -51,10 +54,15 @@ void add_trace(CLI::App& app) {
       std::cout << (o->format == "json" ? to_json(*t.graph).dump(1) + "\n" : to_text(*t.graph));
       return;
     }
-    save(*t.graph, o->out);
+    // The inputs file is written in full first and replaces the previous one only after the
+    // graph and its constants did: a failure leaves the previous three files as they were.
+    AtomicFile inputs_file(traced_inputs_path_for(o->out));
     std::vector<std::pair<std::string, at::Tensor>> values;  // what `jvpc linearize x.json` checks at
     for (const TraceInput& in : ex.inputs) values.emplace_back(in.name, in.value);
-    write_safetensors(traced_inputs_path_for(o->out), values);
+    write_safetensors(inputs_file, values);
+    inputs_file.finish();
+    save(*t.graph, o->out);
+    inputs_file.commit();
     std::cout << "traced " << ex.description << ": " << c.nodes << " nodes, " << human_count(c.matmul_flops)
               << " matmul FLOPs -> " << o->out << "\n";
   });

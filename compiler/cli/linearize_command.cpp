@@ -5,6 +5,7 @@
 
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
+#include "compiler/ir/files.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/serialize.h"
 #include "examples/examples.h"
@@ -17,7 +18,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -102,7 +102,7 @@ Problem from_graph(const Opts& o) {
   p.graph = load(o.target, lo);
   check_flops(*p.graph, o.limits);  // linearize runs the forward once
   for (const Input& in : p.graph->inputs())
-    if (in.role == Role::Tangent) throw Error(o.target + ": already has tangent input '" + in.name + "'; linearize takes a traced graph");
+    if (in.role == Role::Tangent) throw Error(printable_path(o.target) + ": already has tangent input '" + in.name + "'; linearize takes a traced graph");
   // The primals: --inputs, else the traced example's values beside the graph, else random.
   std::string inputs = o.inputs;
   if (inputs.empty() && std::filesystem::is_regular_file(traced_inputs_path_for(o.target)))
@@ -227,9 +227,7 @@ void write_report(const std::string& path, const Problem& p, const Linearized& l
                   {"max_abs_error", c.err.max_abs_error}, {"rel_error", c.err.rel_error}, {"tolerance", c.tolerance},
                   {"nonfinite", {{"jvpc", c.err.nonfinite_got}, {"reference", c.err.nonfinite_reference}}},
                   {"passed", c.passed}};
-  std::ofstream f(path);
-  if (!f) throw Error("cannot write '" + path + "'");
-  f << rep.dump(1) << "\n";
+  write_file_atomically(path, rep.dump(1) + "\n");
 }
 
 }  // namespace
@@ -277,6 +275,8 @@ void add_linearize(CLI::App& app) {
     Problem p = is_graph ? from_graph(*o) : from_example(*o, leftover(*cmd));
     if (is_graph && !leftover(*cmd).empty()) throw Error("unexpected arguments after a graph file: " + leftover(*cmd)[0]);
     if (!is_graph && !o->inputs.empty()) throw Error("--inputs is for a graph file; an example makes its own inputs");
+    // Every file this run writes, before the work (-o and --report themselves were checked as flags).
+    if (!o->out.empty()) check_destination(constants_path_for(o->out));
 
     LinearizeOptions opts;
     if (cmd->count("--wrt")) opts.wrt = split_names(o->wrt);

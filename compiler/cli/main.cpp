@@ -1,5 +1,6 @@
 // jvpc: trace, inspect, cost, run and linearize graphs. See `jvpc --help`.
 #include "compiler/cli/cli.h"
+#include "compiler/ir/files.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/serialize.h"
 #include "examples/examples.h"
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
   jvpc::cli::add_rules(app);
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] == '-' && first != "-h" && first != "--help" && first != "--version") {
-    std::cerr << "jvpc: error: unknown option '" << argv[1] << "' before the command (see jvpc --help)\n";
+    std::cerr << "jvpc: error: unknown option '" << jvpc::printable_path(argv[1]) << "' before the command (see jvpc --help)\n";
     return 2;
   }
   if (argc > 1 && argv[1][0] != '-') {  // CLI11 would only say that a subcommand is required
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
       found = found || sub->get_name() == argv[1];
     }
     if (!found) {
-      std::cerr << "jvpc: error: unknown command '" << argv[1] << "' (commands: " << known << "; see jvpc --help)\n";
+      std::cerr << "jvpc: error: unknown command '" << jvpc::printable_path(argv[1]) << "' (commands: " << known << "; see jvpc --help)\n";
       return 2;
     }
   }
@@ -65,10 +66,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
-    std::cerr << "jvpc: error: " << msg.substr(0, msg.find('\n')) << " (see jvpc --help)\n";
+    std::cerr << "jvpc: error: " << jvpc::printable_path(msg.substr(0, msg.find('\n'))) << " (see jvpc --help)\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "jvpc: error: " << jvpc::one_line(e) << "\n";
+    // Control characters (from a file name, say) are escaped: raw, they would reach the terminal.
+    std::cerr << "jvpc: error: " << jvpc::printable_path(jvpc::one_line(e)) << "\n";
     return 2;
   } catch (...) {
     std::cerr << "jvpc: error: unknown failure\n";

@@ -3,6 +3,7 @@
 #include "examples/examples.h"
 #include "examples/flags.h"
 #include "compiler/cost/cost_model.h"
+#include "compiler/ir/files.h"
 #include "compiler/ir/limits.h"
 #include "compiler/ir/serialize.h"
 
@@ -42,7 +43,7 @@ std::vector<at::Tensor> inputs_from_file(const Graph& g, const std::string& path
   for (const Input& in : g.inputs()) {
     if (in.role == Role::Constant) continue;
     auto it = file.find(in.name);
-    if (it == file.end()) throw Error(path + ": no tensor for input '" + in.name + "'");
+    if (it == file.end()) throw Error(printable_path(path) + ": no tensor for input '" + in.name + "'");
     out.push_back(it->second.to(in.value->meta().device));
   }
   return out;

@@ -2,6 +2,7 @@
 // written by hand, by other versions and by fuzzers.
 #include "compiler/ir/serialize.h"
 
+#include "compiler/ir/files.h"
 #include "compiler/ir/limits.h"
 #include "compiler/ir/loadable_ops.h"
 #include "compiler/ir/ops.h"
@@ -16,9 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <functional>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <sstream>
@@ -592,33 +591,6 @@ std::unique_ptr<Graph> parse_graph(const std::string& text, bool trusted) {
 
 namespace {
 
-// Reads a whole file, refusing directories and anything past `limit` bytes (/dev/zero), and,
-// with `regular_only`, anything but a regular file (devices and pipes have no size to check).
-std::string read_file(const std::string& path, const char* what, int64_t limit, bool regular_only = false) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error(std::string(what) + " '" + path + "' is a directory");
-  if (regular_only && std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    throw Error(std::string(what) + " '" + path + "' is not a regular file");
-  if (std::filesystem::is_regular_file(path, ec) && static_cast<int64_t>(std::filesystem::file_size(path, ec)) > limit)
-    throw Error(std::string(what) + " '" + path + "' is larger than " + std::to_string(limit) + " bytes");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(std::string("cannot read ") + what + " '" + path + "'");
-  std::string out;
-  std::vector<char> buf(1 << 20);
-  while (f) {
-    f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    out.append(buf.data(), static_cast<size_t>(f.gcount()));
-    if (static_cast<int64_t>(out.size()) > limit)
-      throw Error(std::string(what) + " '" + path + "' is larger than " + std::to_string(limit) + " bytes");
-  }
-  if (f.bad()) throw Error(std::string("error reading ") + what + " '" + path + "'");
-  return out;
-}
-
-std::string dirname_of(const std::string& path) {
-  auto p = path.find_last_of('/');
-  return p == std::string::npos ? "" : path.substr(0, p + 1);
-}
 std::string basename_of(const std::string& path) {
   auto p = path.find_last_of('/');
   return p == std::string::npos ? path : path.substr(p + 1);
@@ -685,12 +657,6 @@ std::string safetensors_bytes(const std::vector<std::pair<std::string, at::Tenso
   return out;
 }
 
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw Error("cannot write '" + path + "'");
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!f) throw Error("error writing '" + path + "'");
-}
 
 // The safetensors format's own limit on the header (the reference implementation's).
 constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
@@ -702,7 +668,7 @@ constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 // overlaps, to the end of the file). Errors never quote the file's bytes, only tensor names.
 std::unordered_map<std::string, at::Tensor> parse_safetensors(const std::string& bytes, const std::string& path,
                                                               const std::string& what) {
-  auto bad = [&](const std::string& why) { return Error(what + " '" + path + "': " + why); };
+  auto bad = [&](const std::string& why) { return Error(what + " " + quoted_path(path) + ": " + why); };
   if (bytes.size() < 8) throw bad("too short for a safetensors file");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[static_cast<size_t>(i)])) << (8 * i);
@@ -780,12 +746,18 @@ std::unordered_map<std::string, at::Tensor> parse_safetensors(const std::string&
 
 }  // namespace
 
+void write_safetensors(AtomicFile& f, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  f.write(safetensors_bytes(tensors));
+}
+
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
-  write_bytes(path, safetensors_bytes(tensors));
+  AtomicFile f(path);
+  write_safetensors(f, tensors);
+  f.commit();
 }
 
 std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path, const std::string& what) {
-  return parse_safetensors(read_file(path, what.c_str(), int64_t{1} << 38, /*regular_only=*/true), path, what);
+  return parse_safetensors(read_regular_file(path, what, int64_t{1} << 38), path, what);
 }
 
 namespace {
@@ -814,15 +786,15 @@ std::unordered_map<std::string, at::Tensor> read_constants(const json& j, const 
     if (sha1.size() != 40 || sha1.find_first_not_of("0123456789abcdef") != std::string::npos)
       root["constants_sha1"].fail("expected 40 lowercase hex digits");
   } catch (const Error& e) {
-    throw Error(graph_path + ": " + e.what());
+    throw Error(printable_path(graph_path) + ": " + e.what());
   }
-  std::string bytes = read_file(file, what, size, /*regular_only=*/true);
+  std::string bytes = read_regular_file(file, what, size);
   if (static_cast<int64_t>(bytes.size()) != size)
-    throw Error(std::string(what) + " '" + file + "' has " + std::to_string(bytes.size()) +
+    throw Error(std::string(what) + " " + quoted_path(file) + " has " + std::to_string(bytes.size()) +
                 " bytes but the graph file records " + std::to_string(size) + ": the two are not from the same save");
   if (sha1_hex(bytes) != sha1)
-    throw Error(std::string(what) + " '" + file +
-                "' is not the one saved with the graph file (its SHA-1 differs from the one the graph file records)");
+    throw Error(std::string(what) + " " + quoted_path(file) +
+                " is not the one saved with the graph file (its SHA-1 differs from the one the graph file records)");
   return parse_safetensors(bytes, file, what);
 }
 
@@ -832,7 +804,7 @@ at::Tensor view_of_entry(const TensorMeta& m, const json& view, const std::unord
   const std::string& entry = view["tensor"].get_ref<const std::string&>();
   int64_t offset = view["offset"].get<int64_t>();
   auto bad = [&](const std::string& why) {
-    return Error(file + ": constant '" + name + "' is a view of '" + entry + "' " + why);
+    return Error(printable_path(file) + ": constant '" + name + "' is a view of '" + entry + "' " + why);
   };
   auto it = tensors.find(entry);
   if (it == tensors.end()) throw bad("but that tensor is missing");
@@ -941,11 +913,18 @@ void save(const Graph& g, const std::string& path, const SaveOptions& options) {
     for (const Input* in : group)
       view_of[in->name] = {{"tensor", group[0]->name}, {"offset", in->data.storage_offset() - lo}};
   }
-  std::string cpath, constants;
+  // Both files are written in full before either replaces its destination, the constants first:
+  // a failure leaves the previous pair as it was.
+  std::string cpath = entries.empty() ? "" : constants_path_for(path);
+  if (!cpath.empty()) check_destination(cpath);  // before the graph's temporary file is made
+  AtomicFile graph_file(path);
+  std::optional<AtomicFile> constants_file;
+  std::string constants;
   if (!entries.empty()) {
-    cpath = constants_path_for(path);
     constants = safetensors_bytes(entries);
-    write_bytes(cpath, constants);
+    constants_file.emplace(cpath);
+    constants_file->write(constants);
+    constants_file->finish();
   }
   json j = to_json(g, cpath.empty() ? "" : basename_of(cpath));
   if (!cpath.empty()) {  // load() takes this constants file, and no other, with this graph
@@ -956,10 +935,10 @@ void save(const Graph& g, const std::string& path, const SaveOptions& options) {
     auto it = view_of.find(ji["name"].get<std::string>());
     if (it != view_of.end()) ji["view_of"] = it->second;
   }
-  std::ofstream f(path, std::ios::trunc);
-  if (!f) throw Error("cannot write '" + path + "'");
-  f << j.dump(1) << "\n";
-  if (!f) throw Error("error writing '" + path + "'");
+  graph_file.write(j.dump(1) + "\n");
+  graph_file.finish();
+  if (constants_file) constants_file->commit();
+  graph_file.commit();
 }
 
 std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device) {
@@ -970,7 +949,7 @@ std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> 
 
 std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options) {
   const std::optional<c10::Device>& device = options.device;
-  std::string text = read_file(path, "graph file", int64_t{1} << 30);
+  std::string text = read_regular_file(path, "graph file", int64_t{1} << 30);
   std::unique_ptr<Graph> g;
   std::string constants_file;
   {
@@ -980,15 +959,15 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
       g = checked_from_json(j, options.trusted);  // also checks every "stored" flag and name read below
       check_memory_before_loading(*g, j, options);
     } catch (const Error& e) {
-      throw Error(path + ": " + e.what());
+      throw Error(printable_path(path) + ": " + e.what());
     }
     for (const auto& in : j["inputs"])
       if (in.value("stored", false) && !j.contains("constants_file"))
-        throw Error(path + ": constant '" + in["name"].get<std::string>() + "' is stored but no constants_file is named");
+        throw Error(printable_path(path) + ": constant '" + in["name"].get<std::string>() + "' is stored but no constants_file is named");
     if (j.contains("constants_file")) {
-      if (!j["constants_file"].is_string()) throw Error(path + ": constants_file must be a string");
+      if (!j["constants_file"].is_string()) throw Error(printable_path(path) + ": constants_file must be a string");
       const std::string& named = j["constants_file"].get_ref<const std::string&>();
-      constants_file = !named.empty() && named[0] == '/' ? named : dirname_of(path) + named;
+      constants_file = confined_file_beside(path, named, "constants file");
     }
     std::unordered_map<std::string, at::Tensor> tensors;
     if (!constants_file.empty()) tensors = read_constants(j, constants_file, path);
@@ -1005,15 +984,15 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
         continue;
       }
       auto it = tensors.find(name);
-      if (it == tensors.end()) throw Error(constants_file + ": constant '" + name + "' is missing");
+      if (it == tensors.end()) throw Error(printable_path(constants_file) + ": constant '" + name + "' is missing");
       TensorMeta got = TensorMeta::of(it->second);
       if (got.sizes != m.sizes || got.dtype != m.dtype)
-        throw Error(constants_file + ": constant '" + name + "' is " + got.str() + " but the graph declares " +
+        throw Error(printable_path(constants_file) + ": constant '" + name + "' is " + got.str() + " but the graph declares " +
                     TensorMeta::contiguous(m.sizes, m.dtype, c10::kCPU).str());
       at::Tensor t = it->second;
       if (!m.is_contiguous()) {
         if (!on_meta(m).is_non_overlapping_and_dense())
-          throw Error(path + ": constant '" + name + "' declares overlapping strides");
+          throw Error(printable_path(path) + ": constant '" + name + "' declares overlapping strides");
         t = at::empty_strided(m.sizes, m.strides, t.options()).copy_(t);
       }
       in->bind(t);
@@ -1022,13 +1001,13 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
   try {  // before anything runs, on the CPU: a bad index on CUDA is a device-side assert
     check_index_constants(*g);
   } catch (const Error& e) {
-    throw Error(path + ": " + e.what());
+    throw Error(printable_path(path) + ": " + e.what());
   }
   c10::Device target = device ? *device : c10::Device(c10::kCPU);
   if (!device)
     for (const Input& in : g->inputs()) target = in.value->meta().device;  // the graph's own device
   if (!device && target.is_cuda() && !at::hasCUDA())
-    throw Error(path + ": the graph is on " + target.str() + " but CUDA is not available (load it for the CPU)");
+    throw Error(printable_path(path) + ": the graph is on " + target.str() + " but CUDA is not available (load it for the CPU)");
   retarget(*g, target);
   return g;
 }

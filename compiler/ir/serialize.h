@@ -40,6 +40,8 @@
 
 namespace jvpc {
 
+class AtomicFile;  // compiler/ir/files.h
+
 constexpr int kSchemaVersion = 1;
 
 nlohmann::json to_json(const Graph& g, const std::string& constants_file = "");
@@ -74,9 +76,14 @@ struct SaveOptions {
 };
 
 /// Writes `path` and, when the graph holds constant data, the safetensors file beside it.
+/// Both are written in full to temporary files before either replaces its destination (see
+/// AtomicFile in compiler/ir/files.h): a failure is an error naming the reason and leaves the
+/// previous pair as it was.
 void save(const Graph& g, const std::string& path, const SaveOptions& options = {});
 /// Reads a graph and its constants. The constants file must hold every stored constant with the
 /// declared shape and dtype.
+/// Its "constants_file" must be a plain file name in the graph file's folder (a symlink there must
+/// lead to a file in that folder), and both files must be regular files (no FIFO, device, ...).
 std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options = {});
 /// load() onto `device` (none: the file's own device), with the default options otherwise.
 std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device);
@@ -89,7 +96,10 @@ void retype_floating(Graph& g, c10::ScalarType dtype);
 
 /// The safetensors file that goes with a graph file: "x.json" -> "x.safetensors".
 std::string constants_path_for(const std::string& graph_path);
+/// Writes the file atomically (see AtomicFile): a failure leaves the previous file as it was.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+/// Writes the safetensors file into `f` without committing it, to replace several files together.
+void write_safetensors(AtomicFile& f, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 /// `what` names the file in errors ("constants file", "inputs file").
 std::unordered_map<std::string, at::Tensor> read_safetensors(const std::string& path,
                                                              const std::string& what = "constants file");

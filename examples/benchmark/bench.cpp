@@ -11,6 +11,7 @@
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
 #include "compiler/cost/kernel_watch.h"
+#include "compiler/ir/files.h"
 #include "compiler/ir/ops.h"
 #include "examples/examples.h"
 
@@ -249,7 +250,7 @@ int main(int argc, char** argv) {
                 {"predicted", {{"jvp_matmul_flops", t.matmul_flops}, {"jvp_peak_bytes", t.peak_bytes}, {"jvp_nodes", t.nodes},
                                {"cuda_graph", lin.jvp_fn->replaying_cuda_graph()}}},
                 {"counted_on", graphed ? "an eager run of the tangent graph (jvp_fn replays a CUDA graph)" : "jvp_fn"}};
-    if (!json_out.empty()) std::ofstream(json_out) << out.dump(1) << "\n";
+    if (!json_out.empty()) jvpc::write_file_atomically(json_out, out.dump(1) + "\n");
     std::cout << out.dump(1) << "\n";
     return 0;
   } catch (const std::exception& e) {
