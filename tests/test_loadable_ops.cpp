@@ -19,21 +19,57 @@ namespace {
 
 using nlohmann::json;
 
+// Graph files built as JSON values one piece at a time (braced lists of JSON values mean
+// different things to different compilers).
+json a(const char* kind, json value) {  // an argument: {"kind": value}
+  json o = json::object();
+  o[kind] = std::move(value);
+  return o;
+}
 json meta(std::vector<int64_t> sizes, const char* dtype = "Float") {
   std::vector<int64_t> strides(sizes.size(), 1);
   for (size_t i = sizes.size(); i-- > 1;) strides[i - 1] = strides[i] * sizes[i];
-  return {{"sizes", sizes}, {"strides", strides}, {"dtype", dtype}, {"device", "cpu"}};
+  json m = json::object();
+  m["sizes"] = sizes;
+  m["strides"] = strides;
+  m["dtype"] = dtype;
+  m["device"] = "cpu";
+  return m;
 }
-json graph(json inputs, json nodes, int out) {
-  return {{"format", "jvpc-graph"}, {"schema_version", 1}, {"inputs", inputs}, {"nodes", nodes},
-          {"outputs", {{{"name", "out"}, {"id", out}}}}};
+json output(int id, json m) {
+  json o = json::object();
+  o["id"] = id;
+  o["meta"] = std::move(m);
+  return o;
+}
+json graph(std::vector<json> inputs, std::vector<json> nodes, int out) {
+  json g = json::object(), o = json::object();
+  g["format"] = "jvpc-graph";
+  g["schema_version"] = 1;
+  g["inputs"] = inputs;
+  g["nodes"] = nodes;
+  o["name"] = "out";
+  o["id"] = out;
+  g["outputs"] = json::array({o});
+  return g;
 }
 json primal(const char* name, int id, json m) {
-  return {{"name", name}, {"id", id}, {"role", "primal"}, {"differentiable", false}, {"meta", m}};
+  json p = json::object();
+  p["name"] = name;
+  p["id"] = id;
+  p["role"] = "primal";
+  p["differentiable"] = false;
+  p["meta"] = std::move(m);
+  return p;
 }
-json node(const char* op, json args, int out, json m) {
-  return {{"op", op}, {"args", args}, {"outputs", {{{"id", out}, {"meta", m}}}}};
+json node(const char* op, std::vector<json> args, std::vector<json> outputs) {
+  json n = json::object();
+  n["op"] = op;
+  n["args"] = args;
+  n["outputs"] = outputs;
+  return n;
 }
+json node(const char* op, std::vector<json> args, int out, json m) { return node(op, std::move(args), {output(out, std::move(m))}); }
 std::string write(const std::string& name, const json& j) {
   std::string path = test::temp_path(name);
   std::ofstream(path) << j.dump();
@@ -49,12 +85,12 @@ std::string contents(const std::string& path) {
 // from_file maps or reads any file; then mul.Scalar by 0 and add.Tensor of the input: run in
 // place on the mapping, they would write the input's bytes into the file.
 json from_file_graph(const std::string& victim, bool shared) {
-  json args = {{{"str", victim}}, {{"bool", shared}}, {{"int", 16}}, {{"scalar_type", "Byte"}},
-               {{"none", nullptr}}, {{"none", nullptr}}, {{"none", nullptr}}};
+  std::vector<json> args = {a("str", victim), a("bool", shared), a("int", 16), a("scalar_type", "Byte"),
+               a("none", nullptr), a("none", nullptr), a("none", nullptr)};
   return graph({primal("x", 0, meta({16}, "Byte"))},
                {node("aten::from_file", args, 1, meta({16}, "Byte")),
-                node("aten::mul.Scalar", {{{"tensor", 1}}, {{"int", 0}}}, 2, meta({16}, "Byte")),
-                node("aten::add.Tensor", {{{"tensor", 2}}, {{"tensor", 0}}, {{"int", 1}}}, 3, meta({16}, "Byte"))},
+                node("aten::mul.Scalar", {a("tensor", 1), a("int", 0)}, 2, meta({16}, "Byte")),
+                node("aten::add.Tensor", {a("tensor", 2), a("tensor", 0), a("int", 1)}, 3, meta({16}, "Byte"))},
                3);
 }
 
@@ -85,13 +121,11 @@ TEST(LoadableOps, TheRuntimeNeverRunsInPlaceOnMemoryAnOpMapped) {
 }
 
 json batch_norm_graph(bool training, bool stats) {
-  json none = {{"none", nullptr}};
-  json args = {{{"tensor", 0}}, none, none, stats ? json{{"tensor", 1}} : none, stats ? json{{"tensor", 2}} : none,
-               {{"bool", training}}, {{"float", 0.1}}, {{"float", 1e-5}}};
-  json n = {{"op", "aten::native_batch_norm"},
-            {"args", args},
-            {"outputs", {{{"id", 3}, {"meta", meta({2, 3})}}, {{"id", 4}, {"meta", meta({training ? 3 : 0})}},
-                         {{"id", 5}, {"meta", meta({training ? 3 : 0})}}}}};
+  json none = a("none", nullptr);
+  std::vector<json> args = {a("tensor", 0), none, none, stats ? a("tensor", 1) : none, stats ? a("tensor", 2) : none,
+                            a("bool", training), a("float", 0.1), a("float", 1e-5)};
+  json n = node("aten::native_batch_norm", args,
+                {output(3, meta({2, 3})), output(4, meta({training ? 3 : 0})), output(5, meta({training ? 3 : 0}))});
   return graph({primal("x", 0, meta({2, 3})), primal("mean", 1, meta({3})), primal("var", 2, meta({3}))}, {n}, 3);
 }
 
@@ -116,28 +150,28 @@ TEST(LoadableOps, BatchNormInEvalModeOrWithoutRunningStatisticsLoads) {
   EXPECT_EQ(hidden_write(*load(write("train.json", batch_norm_graph(true, false)))->nodes().front()), "");
 }
 
-json uninitialized_graph(json middle, int out) {
-  json empty_args = {{{"ints", {4}}}, {{"scalar_type", "Float"}}, {{"none", nullptr}}, {{"device", "cpu"}},
-                     {{"none", nullptr}}, {{"none", nullptr}}};
-  json nodes = {node("aten::empty.memory_format", empty_args, 2, meta({4}))};
+json uninitialized_graph(std::vector<json> middle, int out) {
+  std::vector<json> empty_args = {a("ints", json::array({4})), a("scalar_type", "Float"), a("none", nullptr), a("device", "cpu"),
+                     a("none", nullptr), a("none", nullptr)};
+  std::vector<json> nodes = {node("aten::empty.memory_format", empty_args, 2, meta({4}))};
   for (auto& n : middle) nodes.push_back(n);
   return graph({primal("x", 0, meta({4})), primal("y", 1, meta({2}))}, nodes, out);
 }
 
 TEST(LoadableOps, AGraphThatReadsUninitializedMemoryIsRefused) {
-  test::expect_error([&] { load(write("read.json", uninitialized_graph({node("aten::add.Tensor", {{{"tensor", 2}}, {{"tensor", 0}}, {{"int", 1}}}, 3, meta({4}))}, 3))); },
+  test::expect_error([&] { load(write("read.json", uninitialized_graph({node("aten::add.Tensor", {a("tensor", 2), a("tensor", 0), a("int", 1)}, 3, meta({4}))}, 3))); },
                      "aten::add.Tensor -> %3: reads an uninitialized allocation (%2, from aten::empty.memory_format");
   test::expect_error([&] { load(write("returned.json", uninitialized_graph({}, 2))); },
                      "graph output %2 is (part of) an uninitialized allocation");
   // Half of it written, then read.
-  json half = {node("aten::slice_scatter", {{{"tensor", 2}}, {{"tensor", 1}}, {{"int", 0}}, {{"int", 0}}, {{"int", 2}}, {{"int", 1}}}, 3, meta({4}))};
+  std::vector<json> half = {node("aten::slice_scatter", {a("tensor", 2), a("tensor", 1), a("int", 0), a("int", 0), a("int", 2), a("int", 1)}, 3, meta({4}))};
   test::expect_error([&] { load(write("half.json", uninitialized_graph(half, 3))); }, "graph output %3 is (part of) an uninitialized allocation");
 }
 
 TEST(LoadableOps, AnAllocationWrittenWhollyBeforeItIsReadLoads) {
-  EXPECT_NO_THROW(load(write("fill.json", uninitialized_graph({node("aten::fill.Scalar", {{{"tensor", 2}}, {{"float", 1.0}}}, 3, meta({4}))}, 3))));
-  json halves = {node("aten::slice_scatter", {{{"tensor", 2}}, {{"tensor", 1}}, {{"int", 0}}, {{"int", 0}}, {{"int", 2}}, {{"int", 1}}}, 3, meta({4})),
-                 node("aten::slice_scatter", {{{"tensor", 3}}, {{"tensor", 1}}, {{"int", 0}}, {{"int", 2}}, {{"int", 4}}, {{"int", 1}}}, 4, meta({4}))};
+  EXPECT_NO_THROW(load(write("fill.json", uninitialized_graph({node("aten::fill.Scalar", {a("tensor", 2), a("float", 1.0)}, 3, meta({4}))}, 3))));
+  std::vector<json> halves = {node("aten::slice_scatter", {a("tensor", 2), a("tensor", 1), a("int", 0), a("int", 0), a("int", 2), a("int", 1)}, 3, meta({4})),
+                 node("aten::slice_scatter", {a("tensor", 3), a("tensor", 1), a("int", 0), a("int", 2), a("int", 4), a("int", 1)}, 4, meta({4}))};
   auto g = load(write("halves.json", uninitialized_graph(halves, 4)));
   at::Tensor y = at::tensor({1.0f, 2.0f});
   EXPECT_TRUE(at::equal(Executable(std::move(g)).run({at::zeros({4}), y})[0], at::cat({y, y})));
