@@ -1,6 +1,8 @@
 // Graph, Node and Value: construction, use lists and mutation.
 #include "compiler/ir/graph.h"
 
+#include <unordered_set>
+
 #include <algorithm>
 #include <limits>
 #include <sstream>
@@ -299,6 +301,18 @@ std::unique_ptr<Graph> Graph::clone(std::unordered_map<const Value*, Value*>* ma
   }
   for (size_t i = 0; i < outputs_.size(); ++i) g->add_output(m.at(outputs_[i]), output_names_[i]);
   return g;
+}
+
+void Graph::renumber(const std::function<int(const Value*)>& id) {
+  std::unordered_set<int> seen;
+  int next = 0;
+  for (const auto& v : values_) {
+    int i = id(v.get());
+    if (i < 0 || !seen.insert(i).second) throw Error("renumber: id %" + std::to_string(i) + " is negative or given twice");
+    next = std::max(next, i + 1);
+  }
+  for (const auto& v : values_) v->id_ = id(v.get());
+  next_id_ = next;
 }
 
 }  // namespace jvpc

@@ -25,6 +25,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -234,6 +235,9 @@ class Graph {
   const std::vector<std::string>& output_names() const { return output_names_; }
   void add_output(Value* v, std::string name = "");
   void erase_output(size_t i);
+  /// Gives every value the id `id(v)` (unique, 0 or more; values created later get larger ones):
+  /// a loaded graph takes its file's ids, so that every error names values as the file does.
+  void renumber(const std::function<int(const Value*)>& id);
 
   // --- nodes --------------------------------------------------------------------------------
   /// Creates a node at the insertion point. `args` follow the schema; their tensor operands

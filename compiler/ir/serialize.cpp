@@ -407,15 +407,12 @@ std::unique_ptr<Graph> from_json(const json& j, bool trusted) {
   At outs = root["outputs"];
   for (size_t i = 0; i < outs.array().size(); ++i) g->add_output(lookup(outs[i]["id"]), outs[i]["name"].name());
 
-  // The graph numbers its values itself, in the order they were added: errors name them by
-  // the ids the file gives them.
-  std::vector<int> file_id(by_id.size());
-  for (const auto& [id, v] : by_id) file_id.at(static_cast<size_t>(v->id())) = id;
+  // The graph takes the ids the file gives its values: every error, here and when it runs,
+  // names them as the file does.
+  std::unordered_map<const Value*, int> file_id;
+  for (const auto& [id, v] : by_id) file_id[v] = id;
+  g->renumber([&](const Value* v) { return file_id.at(v); });
   VerifyOptions options = trusted ? VerifyOptions{} : VerifyOptions::untrusted();
-  options.value_name = [&](const Value* v) {
-    auto i = static_cast<size_t>(v->id());
-    return "%" + std::to_string(i < file_id.size() ? file_id[i] : v->id());
-  };
   try {
     verify(*g, options);
     check_initialized(*g);

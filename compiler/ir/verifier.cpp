@@ -42,7 +42,7 @@ int max_tensors(const c10::Argument& r) {
 std::string describe(const Node* n) { return describe(n, id_name); }
 
 void verify(const Graph& g, const VerifyOptions& options) {
-  const auto& name = options.value_name ? options.value_name : std::function<std::string(const Value*)>(id_name);
+  const auto name = id_name;  // a loaded graph has its file's ids (Graph::renumber)
   std::unordered_set<const Value*> defined;
   std::unordered_set<int> ids;
   std::unordered_set<std::string> names;

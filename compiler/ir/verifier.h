@@ -19,9 +19,6 @@ struct VerifyOptions {
   /// Off for graphs from files (untrusted()): such a node is an error, and a declared shape
   /// that depends on values (value_dependent_shape) may not exceed the one inferred.
   bool trust_declared_shapes = true;
-  /// How errors name a value: "%12" (its id) by default. The loader names values by the ids
-  /// of the file they came from.
-  std::function<std::string(const Value*)> value_name = {};
 
   /// What the loader checks of a graph file.
   static VerifyOptions untrusted() {
