@@ -8,6 +8,7 @@
 namespace jvpc {
 namespace {
 using test::f32;
+using test::run;
 
 TEST(SimplifyViews, RemovesIdentityExpandAndCollapsesViewChains) {
   Graph g;
@@ -119,6 +120,24 @@ TEST(SimplifyViews, ReadsAroundAScatterReadItsSourceOrItsBase) {
   std::vector<at::Tensor> in = {at::randn({4, 6}), at::randn({4, 2}), at::randn({6})};
   auto want = Executable(std::move(before)).run(in), got = Executable(g.clone()).run(in);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << i;
+}
+
+TEST(SimplifyViews, AnAddOfTwoViewsIsAViewOfTheAdd) {
+  Graph g;
+  Value* x = g.add_input("x", f32({2, 6, 3}), Role::Primal);
+  Value* y = g.add_input("y", f32({2, 6, 3}), Role::Primal);
+  Builder b(g);
+  std::vector<int64_t> s = {4, 3, 3};
+  g.add_output(b.call("aten::add.Tensor", {b.call("aten::view", {x, s}), b.call("aten::view", {y, s}), 2.0}));
+  std::vector<at::Tensor> in = {at::randn({2, 6, 3}), at::randn({2, 6, 3})};
+  at::Tensor before = run(g, in)[0];
+  EXPECT_TRUE(simplify_views(g));
+  verify(g);
+  const Node* out = g.outputs()[0]->producer();
+  ASSERT_EQ(out->op(), "aten::view") << to_text(g);
+  EXPECT_EQ(out->input(0)->producer()->op(), "aten::add.Tensor");
+  EXPECT_EQ(out->input(0)->meta().sizes, (std::vector<int64_t>{2, 6, 3}));
+  EXPECT_TRUE(run(g, in)[0].equal(before));
 }
 
 }  // namespace
