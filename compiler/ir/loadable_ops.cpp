@@ -41,12 +41,14 @@ const std::vector<std::string>& loadable_ops() {
 
 bool is_loadable_op(const std::string& op) { return loadable_set().count(op) > 0; }
 
+std::string not_loadable(const std::string& op) {
+  return op + " is not on the list of ops graph files may use (jvpc rules --loadable); a file you made yourself can be "
+              "saved and loaded as trusted (--trusted)";
+}
+
 void check_loadable_ops(const Graph& g, const std::string& what) {
   for (const Node* n : g.nodes())
-    if (!is_loadable_op(n->op()))
-      throw Error(what + ": " + describe(n) + ": " + n->op() +
-                  " is not on the list of ops graph files may use (jvpc rules --loadable); a file you made yourself "
-                  "can be saved and loaded as trusted (--trusted)");
+    if (!is_loadable_op(n->op())) throw Error(what + ": " + describe(n) + ": " + not_loadable(n->op()));
 }
 
 std::string hidden_write(const Node& n) {
@@ -71,27 +73,6 @@ std::string hidden_write(const Node& n) {
 // --- uninitialized allocations ----------------------------------------------------------------
 
 namespace {
-
-bool allocates_uninitialized(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {"aten::empty.memory_format", "aten::empty_strided", "aten::empty_like",
-                                                      "aten::new_empty", "aten::new_empty_strided", "aten::empty_permuted"};
-  return ops.count(op) > 0;
-}
-
-// Ops that take their first operand's metadata but never its contents: factories *_like and
-// new_*, and ops that overwrite all of it (fill, zero, copy's self).
-bool reads_only_metadata_of_self(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {
-      "aten::empty_like", "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::new_empty",
-      "aten::new_empty_strided", "aten::new_zeros", "aten::new_ones", "aten::new_full", "aten::fill.Scalar",
-      "aten::fill.Tensor", "aten::zero", "aten::copy"};
-  return ops.count(op) > 0;
-}
-
-// Scatters into a view of their first operand: what they write of it is initialized after.
-bool is_view_scatter(const std::string& op) {
-  return op == "aten::slice_scatter" || op == "aten::select_scatter" || op == "aten::diagonal_scatter";
-}
 
 // Which elements of a value are known to be initialized: all (absent from the map), or a
 // boolean mask of its shape. A mask is kept only for values small enough to simulate.

@@ -23,6 +23,8 @@ bool is_loadable_op(const std::string& op);
 /// The list, sorted.
 const std::vector<std::string>& loadable_ops();
 
+/// "OP is not on the list of ops graph files may use (...)": how the loader and save say it.
+std::string not_loadable(const std::string& op);
 /// Throws jvpc::Error naming the first node whose op is off the list (`what` says who refuses:
 /// "cannot save", a JSON path).
 void check_loadable_ops(const Graph& g, const std::string& what);

@@ -30,6 +30,24 @@ std::string one_line(const std::exception& e) {
   return msg;
 }
 
+bool allocates_uninitialized(const std::string& op) {
+  static const std::unordered_set<std::string> ops = {"aten::empty.memory_format", "aten::empty_strided", "aten::empty_like",
+                                                      "aten::new_empty", "aten::new_empty_strided", "aten::empty_permuted"};
+  return ops.count(op) > 0;
+}
+
+bool reads_only_metadata_of_self(const std::string& op) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::empty_like", "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::new_empty",
+      "aten::new_empty_strided", "aten::new_zeros", "aten::new_ones", "aten::new_full", "aten::fill.Scalar",
+      "aten::fill.Tensor", "aten::zero", "aten::copy", "aten::rand_like", "aten::randn_like"};
+  return ops.count(op) > 0;
+}
+
+bool is_view_scatter(const std::string& op) {
+  return op == "aten::slice_scatter" || op == "aten::select_scatter" || op == "aten::diagonal_scatter";
+}
+
 std::string op_name(const c10::OperatorName& n) {
   return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
 }

@@ -61,6 +61,15 @@ std::vector<at::Tensor> unpack_returns(const std::vector<c10::IValue>& stack, si
 /// layout (is_contiguous, memory formats) or run a Meta kernel.
 at::Tensor on_meta(const TensorMeta& m);
 
+/// Ops whose result is an allocation with no contents yet (empty and its kin).
+bool allocates_uninitialized(const std::string& op);
+/// Ops that take their first operand's metadata but never its contents: factories *_like and
+/// new_*, and ops that overwrite all of it (fill, zero, copy's self; rand_like, randn_like).
+bool reads_only_metadata_of_self(const std::string& op);
+/// Scatters into a view of their first operand (slice, select, diagonal): what they write of
+/// it, they do not read.
+bool is_view_scatter(const std::string& op);
+
 /// Random ops are impure unless their dropout probability is zero.
 bool is_impure(const OpInfo& info, const std::vector<Arg>& args);
 

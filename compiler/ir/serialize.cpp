@@ -360,9 +360,7 @@ std::unique_ptr<Graph> from_json(const json& j, bool trusted) {
     At jn = nodes[i];
     const std::string& op = jn["op"].name();
     const OpInfo& info = wrap(jn["op"], [&]() -> const OpInfo& { return op_info(op); });
-    if (!trusted && !is_loadable_op(op))
-      jn["op"].fail(op + " is not on the list of ops graph files may use (jvpc rules --loadable); a file you made "
-                    "yourself can be loaded as trusted (--trusted)");
+    if (!trusted && !is_loadable_op(op)) jn["op"].fail(not_loadable(op));
     At jargs = jn["args"];
     const auto& schema = info.schema().arguments();
     if (jargs.array().size() != schema.size())

@@ -427,26 +427,15 @@ class Recorder {
     return op == "aten::_local_scalar_dense" || op == "aten::equal" || op == "aten::allclose";
   }
 
-  static bool allocates_uninitialized(const std::string& op) {
-    static const std::unordered_set<std::string> ops = {
-        "aten::empty.memory_format", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
-        "aten::new_empty_strided", "aten::empty_permuted"};
-    return ops.count(op) > 0;
-  }
-
-  // Ops whose first argument is used for its metadata only, or overwritten (whole or in part).
+  // Ops whose first argument is used for its metadata only, or overwritten (whole or in part:
+  // what the rest holds is the caller's, an empty's garbage in eager as in a replay;
+  // _pad_circular fills an empty by slice_scatter), or filled at random (bernoulli_, uniform_,
+  // ...: dropout's mask, in their functional forms).
   static bool ignores_self_data(const std::string& op) {
-    static const std::unordered_set<std::string> ops = {
-        "aten::fill.Scalar", "aten::fill.Tensor", "aten::zero", "aten::copy", "aten::empty_like",
-        "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::new_empty", "aten::new_empty_strided",
-        "aten::new_zeros", "aten::new_ones", "aten::new_full", "aten::rand_like", "aten::randn_like",
-        // writes into part of it: what the rest holds is the caller's (an empty's garbage, in
-        // eager as in a replay; _pad_circular fills an empty by slice_scatter)
-        "aten::slice_scatter", "aten::select_scatter", "aten::diagonal_scatter",
-        // random fills (bernoulli_, uniform_, ...: dropout's mask), in their functional forms
+    static const std::unordered_set<std::string> random_fills = {
         "aten::bernoulli.p", "aten::uniform", "aten::normal.functional", "aten::random", "aten::random.from",
         "aten::random.to", "aten::exponential", "aten::geometric", "aten::log_normal", "aten::cauchy"};
-    return ops.count(op) > 0;
+    return reads_only_metadata_of_self(op) || is_view_scatter(op) || random_fills.count(op) > 0;
   }
 
   void bind(const at::Tensor& t, Value* v) {
