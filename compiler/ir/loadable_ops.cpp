@@ -183,9 +183,8 @@ const std::unordered_map<std::string, std::vector<IndexUse>>& index_uses() {
 // else an undefined tensor.
 at::Tensor stored_value(const Graph& g, const Value* v) {
   if (g.is_input(v)) {
-    for (const Input& in : g.inputs())
-      if (in.value == v) return in.role == Role::Constant ? in.data : at::Tensor();
-    return {};
+    const Input& in = g.input_of(v);
+    return in.role == Role::Constant ? in.data : at::Tensor();
   }
   const Node* p = v->producer();
   if (!op_info(p->op()).is_view || p->inputs().empty() || p->outputs().size() != 1) return {};
