@@ -15,7 +15,8 @@ struct BlockFlags {
 void add_flags(CLI::App& app, BlockFlags& f) {
   add_common_flags(app, f.c, true);
   app.add_option("--head-dim", f.head_dim, "head dimension; heads = model-dim / head-dim")
-      ->capture_default_str()->check(kPositive);
+      ->capture_default_str()
+      ->check(kPositive);
   app.add_flag("--causal", f.causal, "causal self-attention");
 }
 
@@ -29,24 +30,19 @@ Instance make_block(const std::vector<std::string>& args) {
   int64_t heads = d / f.head_dim, hd = f.head_dim;
   Instance inst;
   inst.name = "block";
-  inst.description = "block bsz=" + std::to_string(b) + " seq=" + std::to_string(s) + " model_dim=" + std::to_string(d) +
-                     " heads=" + std::to_string(heads) + (f.causal ? " causal" : "");
+  inst.description = "block bsz=" + std::to_string(b) + " seq=" + std::to_string(s) +
+                     " model_dim=" + std::to_string(d) + " heads=" + std::to_string(heads) +
+                     (f.causal ? " causal" : "");
   resolve(f.c, inst);
   inst.description += " backend=" + f.c.backend;
   at::Generator gen = at::detail::createCPUGenerator(f.c.seed);
   double sd = 1.0 / std::sqrt(double(d)), sh = 1.0 / std::sqrt(4.0 * double(d));
-  inst.inputs = {{"x", randn(gen, {b, s, d}, inst)},
-                 {"ln1_w", randn(gen, {d}, inst, 0.1).add_(1.0)},
-                 {"ln1_b", randn(gen, {d}, inst, 0.1)},
-                 {"w_qkv", randn(gen, {3 * d, d}, inst, sd)},
-                 {"b_qkv", randn(gen, {3 * d}, inst, 0.1)},
-                 {"w_o", randn(gen, {d, d}, inst, sd)},
-                 {"b_o", randn(gen, {d}, inst, 0.1)},
-                 {"ln2_w", randn(gen, {d}, inst, 0.1).add_(1.0)},
-                 {"ln2_b", randn(gen, {d}, inst, 0.1)},
-                 {"w1", randn(gen, {4 * d, d}, inst, sd)},
-                 {"b1", randn(gen, {4 * d}, inst, 0.1)},
-                 {"w2", randn(gen, {d, 4 * d}, inst, sh)},
+  inst.inputs = {{"x", randn(gen, {b, s, d}, inst)},        {"ln1_w", randn(gen, {d}, inst, 0.1).add_(1.0)},
+                 {"ln1_b", randn(gen, {d}, inst, 0.1)},     {"w_qkv", randn(gen, {3 * d, d}, inst, sd)},
+                 {"b_qkv", randn(gen, {3 * d}, inst, 0.1)}, {"w_o", randn(gen, {d, d}, inst, sd)},
+                 {"b_o", randn(gen, {d}, inst, 0.1)},       {"ln2_w", randn(gen, {d}, inst, 0.1).add_(1.0)},
+                 {"ln2_b", randn(gen, {d}, inst, 0.1)},     {"w1", randn(gen, {4 * d, d}, inst, sd)},
+                 {"b1", randn(gen, {4 * d}, inst, 0.1)},    {"w2", randn(gen, {d, 4 * d}, inst, sh)},
                  {"b2", randn(gen, {d}, inst, 0.1)}};
   bool causal = f.causal;
   inst.make_fn = [=](Backend backend) -> TensorFn {
@@ -69,8 +65,10 @@ Instance make_block(const std::vector<std::string>& args) {
 
 std::string help_block() {
   BlockFlags f;
-  CLI::App app("pre-norm transformer block: LayerNorm, QKV projection, SDPA, output projection, residual, "
-               "LayerNorm, MLP, residual", "block");
+  CLI::App app(
+      "pre-norm transformer block: LayerNorm, QKV projection, SDPA, output projection, residual, "
+      "LayerNorm, MLP, residual",
+      "block");
   add_flags(app, f);
   return app.help();
 }

@@ -60,7 +60,8 @@ CLI::Validator whole_number(int64_t lo, int64_t hi) {
         std::optional<int64_t> v = parse_whole_number(s);
         if (!v || *v < lo || *v > hi)
           return "must be a whole number from " + std::to_string(lo) +
-                 (hi == std::numeric_limits<int64_t>::max() ? " up" : " to " + std::to_string(hi)) + ", not '" + s + "'";
+                 (hi == std::numeric_limits<int64_t>::max() ? " up" : " to " + std::to_string(hi)) + ", not '" + s +
+                 "'";
         return "";
       },
       hi == std::numeric_limits<int64_t>::max() && lo == 1 ? "POSITIVE" : "INT");
@@ -118,7 +119,8 @@ void add_common_flags(CLI::App& app, Common& c, bool attention) {
   app.add_option("--device", c.device, "cpu|cuda (default: cuda when present)")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--seed", c.seed, "seed of the random inputs")->capture_default_str()->check(kSeed);
   if (attention)
-    app.add_option("--backend", c.backend, "SDPA kernels allowed: math|flash|efficient|cudnn|auto (efficient and cudnn: CUDA only)")
+    app.add_option("--backend", c.backend,
+                   "SDPA kernels allowed: math|flash|efficient|cudnn|auto (efficient and cudnn: CUDA only)")
         ->capture_default_str()
         ->check(CLI::IsMember({"math", "flash", "efficient", "cudnn", "auto"}));
 }
@@ -137,7 +139,10 @@ void resolve(const Common& c, Instance& inst) {
   if (device == "cuda" && !at::hasCUDA()) throw Error("--device cuda: CUDA is not available on this machine");
   inst.device = c10::Device(device);
   std::string dtype = c.dtype.empty() ? (device == "cuda" ? "float16" : "float32") : c.dtype;
-  inst.dtype = dtype == "float16" ? c10::kHalf : dtype == "bfloat16" ? c10::kBFloat16 : dtype == "float64" ? c10::kDouble : c10::kFloat;
+  inst.dtype = dtype == "float16"    ? c10::kHalf
+               : dtype == "bfloat16" ? c10::kBFloat16
+               : dtype == "float64"  ? c10::kDouble
+                                     : c10::kFloat;
   inst.backend = parse_backend(c.backend);
   if (device == "cpu" && (inst.backend == Backend::Efficient || inst.backend == Backend::CuDNN))
     throw Error("--backend " + c.backend + ": that SDPA kernel runs on CUDA only (on the CPU: math, flash or auto)");

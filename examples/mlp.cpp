@@ -49,6 +49,8 @@ std::string help_mlp() {
 
 }  // namespace
 
-Registration mlp_example() { return {"mlp", "linear -> GELU -> linear on x [bsz, seq, model_dim]", make_mlp, help_mlp}; }
+Registration mlp_example() {
+  return {"mlp", "linear -> GELU -> linear on x [bsz, seq, model_dim]", make_mlp, help_mlp};
+}
 
 }  // namespace jvpc::examples

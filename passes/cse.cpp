@@ -39,7 +39,8 @@ std::string key_of(const Node& n) {
     k += arg_kind_name(a.kind);
     k += ":";
     if (a.is_tensor_kind()) {
-      for (int o : a.operands) k += o < 0 ? std::string("_,") : "%" + std::to_string(n.input(static_cast<size_t>(o))->id()) + ",";
+      for (int o : a.operands)
+        k += o < 0 ? std::string("_,") : "%" + std::to_string(n.input(static_cast<size_t>(o))->id()) + ",";
     } else if (a.kind == ArgKind::Float) {
       k += format_double(a.value.toDouble());
     } else if (a.kind == ArgKind::Floats) {

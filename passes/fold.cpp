@@ -70,7 +70,8 @@ bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known) {
   for (const Input& in : g.inputs()) {
     if (in.role != Role::Primal) continue;
     auto k = known.find(in.value->id());
-    if (k != known.end() && k->second.has_storage()) input_storage[k->second.storage().unsafeGetStorageImpl()] = in.name;
+    if (k != known.end() && k->second.has_storage())
+      input_storage[k->second.storage().unsafeGetStorageImpl()] = in.name;
   }
 
   int next = 0;

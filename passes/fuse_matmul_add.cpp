@@ -31,7 +31,8 @@ bool fuse_matmul_add(Graph& g) {
           other->meta().device != out.device)
         continue;
       g.set_insertion_point(n);
-      Value* fused = b.call(p->op() == "aten::bmm" ? "aten::baddbmm" : "aten::addmm", {other, p->input(0), p->input(1)});
+      Value* fused =
+          b.call(p->op() == "aten::bmm" ? "aten::baddbmm" : "aten::addmm", {other, p->input(0), p->input(1)});
       g.set_insertion_point(nullptr);
       if (!fused->meta().same_signature(n->output()->meta())) {  // not the sum's shape or dtype: undone
         erase_if_dead(g, fused->producer());

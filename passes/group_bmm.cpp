@@ -36,7 +36,8 @@ bool last_two_kept(const Node* n) {
 bool swaps_last_two(const Node* n) {
   int64_t rank = static_cast<int64_t>(n->input(0)->meta().sizes.size());
   if (rank < 2) return false;
-  int64_t a = c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank), b = c10::maybe_wrap_dim(n->arg(2).value.toInt(), rank);
+  int64_t a = c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank),
+          b = c10::maybe_wrap_dim(n->arg(2).value.toInt(), rank);
   return std::min(a, b) == rank - 2 && std::max(a, b) == rank - 1;
 }
 
@@ -71,7 +72,8 @@ std::optional<Repeat> repeated(Value* x) {
     return std::nullopt;
   const auto& e = n->output()->meta().sizes;  // [B, Hk, r, S, D]: only the new dim is expanded
   const auto& base = u->input(0)->meta().sizes;
-  if (e.size() != 5 || e[2] <= 1 || e[0] != base[0] || e[1] != base[1] || e[3] != base[2] || e[4] != base[3]) return std::nullopt;
+  if (e.size() != 5 || e[2] <= 1 || e[0] != base[0] || e[1] != base[1] || e[3] != base[2] || e[4] != base[3])
+    return std::nullopt;
   return Repeat{u->input(0), e[2], std::move(steps)};
 }
 
@@ -94,8 +96,10 @@ bool group_bmm(Graph& g) {
     g.set_insertion_point(n);
     Value* y = rep->base;
     for (const Node* s : rep->steps) {
-      if (s->op() == "aten::transpose.int") y = b.call("aten::transpose.int", {y, -2, -1});
-      else if (s->op() != "aten::view" && s->op() != "aten::clone") y = b.call(s->op(), {y, BArg::of_arg(s->arg(1), s)});
+      if (s->op() == "aten::transpose.int")
+        y = b.call("aten::transpose.int", {y, -2, -1});
+      else if (s->op() != "aten::view" && s->op() != "aten::clone")
+        y = b.call(s->op(), {y, BArg::of_arg(s->arg(1), s)});
     }
     std::vector<int64_t> shared = {groups, xs[1], xs[2]};
     if (!viewable(y, shared)) y = b.call("aten::clone", {y, c10::MemoryFormat::Contiguous});

@@ -66,8 +66,10 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
   std::unordered_map<const Value*, Value*> tangent;
   for (const Input& in : chosen) {
     const TensorMeta& m = in.value->meta();
-    if (!differentiable_dtype(m.dtype)) throw Error("input '" + in.name + "' has dtype " + c10::toString(m.dtype) + " and cannot be differentiated");
-    tangent[in.value] = g.add_input(fresh_name(g, in.name), TensorMeta::contiguous(m.sizes, m.dtype, m.device), Role::Tangent);
+    if (!differentiable_dtype(m.dtype))
+      throw Error("input '" + in.name + "' has dtype " + c10::toString(m.dtype) + " and cannot be differentiated");
+    tangent[in.value] =
+        g.add_input(fresh_name(g, in.name), TensorMeta::contiguous(m.sizes, m.dtype, m.device), Role::Tangent);
     g.inputs().back().tangent_of = in.name;
   }
   if (tangent.empty()) throw Error("nothing to differentiate: no primal input is chosen");
@@ -101,7 +103,8 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
     if (outs.size() > n->outputs().size()) throw Error("JVP rule of " + n->op() + " returned too many tangents");
     try {
       for (size_t i = 0; i < outs.size(); ++i)
-        if (outs[i] && differentiable_dtype(n->output(i)->meta().dtype)) tangent[n->output(i)] = conform(b, outs[i], n->output(i));
+        if (outs[i] && differentiable_dtype(n->output(i)->meta().dtype))
+          tangent[n->output(i)] = conform(b, outs[i], n->output(i));
     } catch (const std::exception& e) {
       throw Error("JVP rule of " + n->op() + ": " + one_line(e));
     }
@@ -111,8 +114,9 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
   for (size_t i = 0; i < n_out; ++i) {
     Value* o = g.outputs()[i];
     auto it = tangent.find(o);
-    Value* t = it != tangent.end() ? it->second
-                                   : b.call("aten::zeros", {o->meta().sizes, o->meta().dtype, std::nullopt, o->meta().device});
+    Value* t = it != tangent.end()
+                   ? it->second
+                   : b.call("aten::zeros", {o->meta().sizes, o->meta().dtype, std::nullopt, o->meta().device});
     g.add_output(t, fresh_name(g, g.output_names()[i]));
   }
   return true;

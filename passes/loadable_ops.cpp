@@ -15,10 +15,11 @@ namespace {
 // tangent graph that uses them must load back.
 const std::vector<std::string>& emitted_ops() {
   static const std::vector<std::string> ops = {
-      "aten::_softmax_backward_data",                      // softmax's tangent
-      "aten::narrow",                                      // rules' slices (solvers, scatter_reduce)
-      "aten::where.ScalarOther", "aten::where.ScalarSelf",  // select-masks: where(mask, t, 0)
-      "aten::zeros",                                       // materialized zero tangents
+      "aten::_softmax_backward_data",  // softmax's tangent
+      "aten::narrow",                  // rules' slices (solvers, scatter_reduce)
+      "aten::where.ScalarOther",
+      "aten::where.ScalarSelf",  // select-masks: where(mask, t, 0)
+      "aten::zeros",             // materialized zero tangents
   };
   return ops;
 }
@@ -29,22 +30,38 @@ const std::vector<std::string>& emitted_ops() {
 const std::vector<std::string>& extra_ops() {
   static const std::vector<std::string> ops = {
       // comparisons and masks (boolean results: no tangent)
-      "aten::eq.Scalar", "aten::eq.Tensor", "aten::ne.Scalar", "aten::ne.Tensor", "aten::lt.Scalar", "aten::lt.Tensor",
-      "aten::le.Scalar", "aten::le.Tensor", "aten::gt.Scalar", "aten::gt.Tensor", "aten::ge.Scalar", "aten::ge.Tensor",
+      "aten::eq.Scalar",
+      "aten::eq.Tensor",
+      "aten::ne.Scalar",
+      "aten::ne.Tensor",
+      "aten::lt.Scalar",
+      "aten::lt.Tensor",
+      "aten::le.Scalar",
+      "aten::le.Tensor",
+      "aten::gt.Scalar",
+      "aten::gt.Tensor",
+      "aten::ge.Scalar",
+      "aten::ge.Tensor",
       // factories sized by their arguments
-      "aten::ones", "aten::full", "aten::arange", "aten::arange.start", "aten::arange.start_step", "aten::eye",
-      "aten::eye.m", "aten::scalar_tensor",
+      "aten::ones",
+      "aten::full",
+      "aten::arange",
+      "aten::arange.start",
+      "aten::arange.start_step",
+      "aten::eye",
+      "aten::eye.m",
+      "aten::scalar_tensor",
       // uninitialized allocations, admitted because a read of their contents is refused
       // (check_initialized): what traced code fills or scatters into
-      "aten::empty.memory_format", "aten::empty_strided",
+      "aten::empty.memory_format",
+      "aten::empty_strided",
   };
   return ops;
 }
 
 // Ops with a JVP rule that a graph file may not use, and why.
 const std::map<std::string, std::string>& refused_ops() {
-  static const std::map<std::string, std::string> ops = {
-  };
+  static const std::map<std::string, std::string> ops = {};
   return ops;
 }
 

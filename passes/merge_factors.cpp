@@ -79,14 +79,16 @@ bool merge_chain(Graph& g, Builder& b, Node* n, const std::unordered_set<const V
   for (const Value* v : {inner->tangent, inner->factor, outer->factor})
     if (v && v->meta().dtype != dt) return false;
   std::vector<int64_t> sizes = !inner->factor ? outer->factor->meta().sizes
-                               : !outer->factor ? inner->factor->meta().sizes
-                                                : at::infer_size(inner->factor->meta().sizes, outer->factor->meta().sizes);
-  int64_t freed = (inner->factor ? freed_bytes(inner->factor, m, dep) : 0) + (outer->factor ? freed_bytes(outer->factor, n, dep) : 0);
+                               : !outer->factor
+                                   ? inner->factor->meta().sizes
+                                   : at::infer_size(inner->factor->meta().sizes, outer->factor->meta().sizes);
+  int64_t freed = (inner->factor ? freed_bytes(inner->factor, m, dep) : 0) +
+                  (outer->factor ? freed_bytes(outer->factor, n, dep) : 0);
   if (bytes_of(sizes, dt) > freed) return false;
   g.set_insertion_point(n);
   Value* factor = inner->factor && outer->factor ? b.call("aten::mul.Tensor", {inner->factor, outer->factor})
-                  : inner->factor               ? b.call("aten::mul.Scalar", {inner->factor, outer->number})
-                                                : b.call("aten::mul.Scalar", {outer->factor, inner->number});
+                  : inner->factor                ? b.call("aten::mul.Scalar", {inner->factor, outer->number})
+                                                 : b.call("aten::mul.Scalar", {outer->factor, inner->number});
   return replace_output_if_same_layout(g, n, b.call("aten::mul.Tensor", {inner->tangent, factor}));
 }
 
@@ -101,7 +103,8 @@ bool merge_sum(Graph& g, Builder& b, Node* n, const std::unordered_set<const Val
   c10::ScalarType dt = n->output()->meta().dtype;
   if (l->tangent->meta().dtype != dt || l->factor->meta().dtype != dt || r->factor->meta().dtype != dt) return false;
   auto sizes = at::infer_size(l->factor->meta().sizes, r->factor->meta().sizes);
-  int64_t freed = freed_bytes(l->factor, n->input(0)->producer(), dep) + freed_bytes(r->factor, n->input(1)->producer(), dep);
+  int64_t freed =
+      freed_bytes(l->factor, n->input(0)->producer(), dep) + freed_bytes(r->factor, n->input(1)->producer(), dep);
   if (bytes_of(sizes, dt) > freed) return false;
   g.set_insertion_point(n);
   Value* factor = b.call(op, {l->factor, r->factor});

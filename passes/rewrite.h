@@ -26,7 +26,6 @@ bool is_graph_output(const Value* v);
 /// Whether `v`'s layout can be viewed as `shape` (aten::view would take it without a copy).
 bool viewable(const Value* v, const std::vector<int64_t>& shape);
 
-
 /// Values that depend on a tangent input, and with `impure_too` on an impure (random) node: the
 /// rest is primal-only, which fold can compute once.
 std::unordered_set<const Value*> tangent_dependent(const Graph& g, bool impure_too = false);

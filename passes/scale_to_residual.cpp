@@ -35,10 +35,11 @@ namespace {
 // Views that rearrange elements (so commute with scaling), with one tensor operand. Not the
 // views that reinterpret storage (view.dtype, as_strided), nor ops that may alias.
 bool is_simple_view(const Node* n) {
-  static const std::unordered_set<std::string> views = {
-      "aten::view", "aten::expand", "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze",
-      "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor",
-      "aten::alias", "aten::diagonal", "aten::unfold"};
+  static const std::unordered_set<std::string> views = {"aten::view",       "aten::expand",       "aten::transpose.int",
+                                                        "aten::t",          "aten::permute",      "aten::unsqueeze",
+                                                        "aten::squeeze",    "aten::squeeze.dim",  "aten::squeeze.dims",
+                                                        "aten::select.int", "aten::slice.Tensor", "aten::alias",
+                                                        "aten::diagonal",   "aten::unfold"};
   return n->outputs().size() == 1 && n->inputs().size() == 1 && views.count(n->op()) > 0;
 }
 
@@ -55,7 +56,8 @@ BArg scalar_of(const Node* mul) { return BArg::of_arg(mul->arg(1), mul); }
 // The (product, primal operand) pairs a scaling of the tangent-dependent `v` would move onto:
 // v and every value between it and those products read once, each a product with one primal
 // operand of v's dtype, a sum of such (alpha 1) or a simple view of one. False if any is not.
-bool scaled_operands(const Value* v, const std::unordered_set<const Value*>& dep, std::vector<std::pair<Node*, size_t>>& out) {
+bool scaled_operands(const Value* v, const std::unordered_set<const Value*>& dep,
+                     std::vector<std::pair<Node*, size_t>>& out) {
   if (!dep.count(v) || v->uses().size() != 1 || is_graph_output(v) || !v->producer()) return false;
   Node* p = v->producer();
   const std::string& op = p->op();
@@ -84,10 +86,12 @@ bool scale_to_residual(Graph& g) {
     if (!is_simple_view(n)) continue;
     const Node* m = sole_scalar_mul(n->input(0));
     if (!m || !dep.count(m->input(0))) continue;
-    if (!c10::isFloatingType(m->input(0)->meta().dtype) || m->input(0)->meta().dtype != m->output()->meta().dtype) continue;
+    if (!c10::isFloatingType(m->input(0)->meta().dtype) || m->input(0)->meta().dtype != m->output()->meta().dtype)
+      continue;
     g.set_insertion_point(n);
     std::vector<BArg> args;
-    for (size_t i = 0; i < n->args().size(); ++i) args.push_back(i == 0 ? BArg(m->input(0)) : BArg::of_arg(n->arg(i), n));
+    for (size_t i = 0; i < n->args().size(); ++i)
+      args.push_back(i == 0 ? BArg(m->input(0)) : BArg::of_arg(n->arg(i), n));
     Value* view = nullptr;
     try {
       view = b.call(n->op(), std::move(args));

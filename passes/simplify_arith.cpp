@@ -46,8 +46,7 @@ bool simplify_arith(Graph& g) {
     if (n->op() == "aten::mul.Scalar") {
       Node* p = n->input(0)->producer();
       if (p && p->op() == "aten::mul.Scalar" && p->input(0)->meta().same_signature(n->output()->meta()) &&
-          c10::isFloatingType(n->output()->meta().dtype) &&
-          n->arg(1).number() && p->arg(1).number()) {
+          c10::isFloatingType(n->output()->meta().dtype) && n->arg(1).number() && p->arg(1).number()) {
         n->set_constant_arg(1, Arg::of_float(*n->arg(1).number() * *p->arg(1).number()));
         n->replace_input(0, p->input(0));
         erase_if_dead(g, p);

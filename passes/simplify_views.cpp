@@ -23,13 +23,14 @@ namespace jvpc {
 namespace {
 
 bool same_layout(const Value* a, const Value* b) {
-  return a->meta().sizes == b->meta().sizes && a->meta().strides == b->meta().strides && a->meta().dtype == b->meta().dtype &&
-         a->meta().device == b->meta().device;
+  return a->meta().sizes == b->meta().sizes && a->meta().strides == b->meta().strides &&
+         a->meta().dtype == b->meta().dtype && a->meta().device == b->meta().device;
 }
 
 std::pair<int64_t, int64_t> dims_of(const Node* n) {
   int64_t rank = static_cast<int64_t>(n->input(0)->meta().sizes.size());
-  int64_t a = c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank), b = c10::maybe_wrap_dim(n->arg(2).value.toInt(), rank);
+  int64_t a = c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank),
+          b = c10::maybe_wrap_dim(n->arg(2).value.toInt(), rank);
   return {std::min(a, b), std::max(a, b)};
 }
 
@@ -69,7 +70,8 @@ bool read_around_scatter(Graph& g, Node* n) {
   bool slice = n->op() == "aten::slice.Tensor";
   if ((!slice && n->op() != "aten::select.int") || n->inputs().size() != 1) return false;
   Node* p = n->input(0)->producer();
-  if (!p || p->op() != (slice ? "aten::slice_scatter" : "aten::select_scatter") || p->inputs().size() != 2) return false;
+  if (!p || p->op() != (slice ? "aten::slice_scatter" : "aten::select_scatter") || p->inputs().size() != 2)
+    return false;
   const TensorMeta& m = p->output()->meta();
   int64_t rank = static_cast<int64_t>(m.sizes.size());
   int64_t dim = c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank);
@@ -82,7 +84,10 @@ bool read_around_scatter(Graph& g, Node* n) {
     same = *read == *wrote;
     apart = read->second <= wrote->first || wrote->second <= read->first;
   } else {
-    auto index = [&](const Node* x, size_t i) { int64_t v = x->arg(i).value.toInt(); return v < 0 ? v + size : v; };
+    auto index = [&](const Node* x, size_t i) {
+      int64_t v = x->arg(i).value.toInt();
+      return v < 0 ? v + size : v;
+    };
     same = index(n, 2) == index(p, 3);
     apart = !same;
   }

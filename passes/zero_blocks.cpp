@@ -57,7 +57,8 @@ std::optional<Blocks> blocks_of(Builder& b, Value* x, std::vector<Node*>& made) 
   if (!in) return std::nullopt;
   Blocks out = *in;
   if (n->op() == "aten::transpose.int") {
-    int64_t a = c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank), c = c10::maybe_wrap_dim(n->arg(2).value.toInt(), rank);
+    int64_t a = c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank),
+            c = c10::maybe_wrap_dim(n->arg(2).value.toInt(), rank);
     out.dim = in->dim == a ? c : in->dim == c ? a : in->dim;
     for (Value*& p : out.parts)
       if (p) made.push_back((p = b.call("aten::transpose.int", {p, a, c}))->producer());
@@ -66,7 +67,9 @@ std::optional<Blocks> blocks_of(Builder& b, Value* x, std::vector<Node*>& made) 
   // A view that keeps the cat dim and every dim after it, and merges or splits only dims before.
   const auto &from = n->input(0)->meta().sizes, &to = x->meta().sizes;
   size_t d = static_cast<size_t>(in->dim), tail = from.size() - d;
-  if (to.size() < tail || !std::equal(from.begin() + static_cast<std::ptrdiff_t>(d), from.end(), to.end() - static_cast<std::ptrdiff_t>(tail)) ||
+  if (to.size() < tail ||
+      !std::equal(from.begin() + static_cast<std::ptrdiff_t>(d), from.end(),
+                  to.end() - static_cast<std::ptrdiff_t>(tail)) ||
       c10::multiply_integers(from.begin(), from.begin() + static_cast<std::ptrdiff_t>(d)) !=
           c10::multiply_integers(to.begin(), to.end() - static_cast<std::ptrdiff_t>(tail)))
     return std::nullopt;
@@ -83,14 +86,17 @@ std::optional<Blocks> blocks_of(Builder& b, Value* x, std::vector<Node*>& made) 
 
 // bmm(a, b) with operand `side` (0: a, 1: b) given as blocks, the other operand `other`.
 Value* multiply_blocks(Builder& b, Value* other, const Blocks& bl, size_t side) {
-  auto bmm = [&](Value* part, Value* with) { return b.call("aten::bmm", side == 1 ? std::vector<BArg>{with, part} : std::vector<BArg>{part, with}); };
+  auto bmm = [&](Value* part, Value* with) {
+    return b.call("aten::bmm", side == 1 ? std::vector<BArg>{with, part} : std::vector<BArg>{part, with});
+  };
   bool contracted = bl.dim == (side == 1 ? 1 : 2);
   std::vector<Value*> results;
   int64_t offset = 0;
   for (size_t i = 0; i < bl.parts.size(); offset += bl.sizes[i], ++i) {
     if (contracted) {  // a sum over the blocks: the zero ones add nothing
       if (bl.parts[i])
-        results.push_back(bmm(bl.parts[i], b.call("aten::slice.Tensor", {other, side == 1 ? 2 : 1, offset, offset + bl.sizes[i]})));
+        results.push_back(
+            bmm(bl.parts[i], b.call("aten::slice.Tensor", {other, side == 1 ? 2 : 1, offset, offset + bl.sizes[i]})));
     } else if (bl.parts[i]) {  // the result's rows (left) or columns (right) of each block
       results.push_back(bmm(bl.parts[i], other));
     } else {
@@ -117,7 +123,8 @@ bool zero_blocks(Graph& g) {
       g.set_insertion_point(n);
       std::vector<Node*> made;
       auto bl = blocks_of(b, n->input(side), made);
-      if (bl && bl->dim != 0 && replace_output_if_same_layout(g, n, multiply_blocks(b, n->input(1 - side), *bl, side))) {
+      if (bl && bl->dim != 0 &&
+          replace_output_if_same_layout(g, n, multiply_blocks(b, n->input(1 - side), *bl, side))) {
         changed = true;
         break;
       }

@@ -24,9 +24,9 @@
 namespace jvpc {
 
 struct Executable::Step {
-  const OpInfo* info = nullptr;     // may be the in-place form of the node's op (see reuses_operand)
-  std::string where;                // for error messages
-  std::vector<c10::IValue> stack;   // boxed arguments; tensor positions are filled per call
+  const OpInfo* info = nullptr;    // may be the in-place form of the node's op (see reuses_operand)
+  std::string where;               // for error messages
+  std::vector<c10::IValue> stack;  // boxed arguments; tensor positions are filled per call
   struct TensorArg {
     size_t pos;
     int slot;
@@ -41,7 +41,7 @@ struct Executable::Step {
   std::vector<int> return_counts;
   std::vector<int> out_slots;
   std::vector<const Value*> outs;  // the node's outputs, for checking the first call's results
-  std::vector<int> release;  // slots whose last use is this step
+  std::vector<int> release;        // slots whose last use is this step
   // Where `info` is an in-place form: the op itself, run instead when the first operand's buffer
   // turns out to be shared at run time (an op that returned an alias without saying so).
   const OpInfo* functional = nullptr;
@@ -63,7 +63,7 @@ namespace {
 // copy its `self` into a fresh output first).
 bool has_safe_inplace_form(const std::string& op) {
   static const std::unordered_set<std::string> ops = {
-      "aten::baddbmm", "aten::addmm", "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor",
+      "aten::baddbmm",    "aten::addmm",      "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor",
       "aten::div.Tensor", "aten::mul.Scalar", "aten::div.Scalar", "aten::add.Scalar", "aten::sub.Scalar"};
   return ops.count(op) > 0;
 }
@@ -112,7 +112,8 @@ void check_result(const std::string& where, const Value* v, const at::Tensor& t)
   const TensorMeta& m = v->meta();
   if (!t.defined() || t.sizes().vec() != m.sizes || t.scalar_type() != m.dtype)
     throw Error(where + ": result %" + std::to_string(v->id()) + " is " +
-                (t.defined() ? meta_of(t) : std::string("an undefined tensor")) + " where the graph declares " + m.str());
+                (t.defined() ? meta_of(t) : std::string("an undefined tensor")) + " where the graph declares " +
+                m.str());
 }
 
 }  // namespace
@@ -123,7 +124,8 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
   if (!at::hasCUDA())
     for (const Input& in : graph_->inputs())
       if (in.value->meta().device.is_cuda())
-        throw Error("input '" + in.name + "' is on " + in.value->meta().device.str() + ", and CUDA is not available on this machine");
+        throw Error("input '" + in.name + "' is on " + in.value->meta().device.str() +
+                    ", and CUDA is not available on this machine");
   VerifyOptions schemas_only;
   schemas_only.check_shapes = false;  // checked on the first call, against the real results
   verify(*graph_, schemas_only);
@@ -165,7 +167,8 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
     std::string written = hidden_write(*n);  // it would write a constant or an input
     if (!written.empty()) throw Error("node " + describe(n) + ": " + written);
     Step st;
-    const OpInfo* inplace = options_.reuse_buffers ? inplace_form(*graph_, n, live, static_cast<int>(i), storage_users) : nullptr;
+    const OpInfo* inplace =
+        options_.reuse_buffers ? inplace_form(*graph_, n, live, static_cast<int>(i), storage_users) : nullptr;
     st.info = inplace ? inplace : &op_info(n->op());
     if (inplace) st.functional = &op_info(n->op());
     st.where = "node " + describe(n);
@@ -187,9 +190,7 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
     for (const Value* o : n->outputs()) st.out_slots.push_back(slot_of(o));
     st.outs.assign(n->outputs().begin(), n->outputs().end());
     // Release what dies here: operands read for the last time, and outputs nobody reads.
-    auto dies = [&](const Value* v) {
-      return !graph_->is_input(v) && live.last_use.at(v) <= static_cast<int>(i);
-    };
+    auto dies = [&](const Value* v) { return !graph_->is_input(v) && live.last_use.at(v) <= static_cast<int>(i); };
     for (const Value* v : n->inputs())
       if (dies(v) && std::find(st.release.begin(), st.release.end(), slot.at(v)) == st.release.end())
         st.release.push_back(slot.at(v));
@@ -218,8 +219,8 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
   for (const Node* n : nodes)
     for (const Value* o : n->outputs()) on_device(o);
 #ifdef JVPC_WITH_CUDA
-  use_cuda_graph_ = options_.cuda_graph && one_cuda_device && device_.is_cuda() && !impure &&
-                    !std::getenv("JVPC_NO_CUDA_GRAPH");
+  use_cuda_graph_ =
+      options_.cuda_graph && one_cuda_device && device_.is_cuda() && !impure && !std::getenv("JVPC_NO_CUDA_GRAPH");
 #else
   (void)impure;
 #endif
@@ -254,7 +255,8 @@ void Executable::bind(const std::string& name, const at::Tensor& value) {
 
 std::vector<at::Tensor> Executable::checked(const std::vector<at::Tensor>& inputs) const {
   if (inputs.size() != arguments_.size())
-    throw Error("expected " + std::to_string(arguments_.size()) + " input tensors, got " + std::to_string(inputs.size()));
+    throw Error("expected " + std::to_string(arguments_.size()) + " input tensors, got " +
+                std::to_string(inputs.size()));
   std::vector<at::Tensor> out;
   out.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -333,7 +335,8 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
       }
     }
     if (check)
-      for (size_t k = 0; k < st.outs.size(); ++k) check_result(st.where, st.outs[k], slots[static_cast<size_t>(st.out_slots[k])]);
+      for (size_t k = 0; k < st.outs.size(); ++k)
+        check_result(st.where, st.outs[k], slots[static_cast<size_t>(st.out_slots[k])]);
     for (int s : st.release) slots[static_cast<size_t>(s)] = at::Tensor();
   }
   std::vector<at::Tensor> outs;
@@ -403,7 +406,7 @@ std::vector<at::Tensor> Executable::run(const std::vector<at::Tensor>& inputs) {
     for (at::Tensor& t : outs) {
       for (const at::Tensor& buffer : st.static_inputs)
         if (t.is_alias_of(buffer)) t = t.clone();  // an output that is an input: the next call overwrites it
-      if (t.is_cuda()) t.record_stream(current);  // made on the side stream, read on the caller's
+      if (t.is_cuda()) t.record_stream(current);   // made on the side stream, read on the caller's
     }
   } else {
     for (size_t i = 0; i < in.size(); ++i)
@@ -439,7 +442,8 @@ std::vector<at::Tensor> Executable::input_buffers() {
 std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor>& operands) {
   const OpInfo& info = op_info(n.op());
   torch::jit::Stack stack;
-  for (const Arg& a : n.args()) stack.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
+  for (const Arg& a : n.args())
+    stack.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
   try {
     info.handle.callBoxed(stack);
   } catch (const std::exception& e) {
@@ -448,8 +452,10 @@ std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor
   std::vector<at::Tensor> out;
   for (size_t r = 0; r < n.return_counts().size(); ++r) {
     if (n.return_counts()[r] == 0) continue;
-    if (stack[r].isTensor()) out.push_back(stack[r].toTensor());
-    else for (const at::Tensor& t : stack[r].toTensorVector()) out.push_back(t);
+    if (stack[r].isTensor())
+      out.push_back(stack[r].toTensor());
+    else
+      for (const at::Tensor& t : stack[r].toTensorVector()) out.push_back(t);
   }
   if (out.size() != n.outputs().size()) throw Error("node " + describe(&n) + ": unexpected number of results");
   for (size_t i = 0; i < out.size(); ++i) check_result("node " + describe(&n), n.output(i), out[i]);

@@ -111,8 +111,8 @@ class Executable {
   std::vector<const Input*> arguments_;
   std::vector<int> argument_slots_;
   std::vector<std::pair<int, at::Tensor>> constants_;  // slot, tensor
-  std::vector<const Input*> constant_inputs_;  // per constant: its graph input (name, aliases)
-  std::vector<std::optional<int64_t>> versions_;  // per constant: its version when bound (none: inference tensor)
+  std::vector<const Input*> constant_inputs_;          // per constant: its graph input (name, aliases)
+  std::vector<std::optional<int64_t>> versions_;       // per constant: its version when bound (none: inference tensor)
   std::vector<Step> steps_;
   std::vector<int> output_slots_;
   std::vector<bool> copied_outputs_;  // outputs that repeat an earlier one, returned as copies

@@ -32,7 +32,8 @@ inline std::vector<std::vector<std::string>> example_configs() {
 }
 
 /// Builds an example on the CPU: the first entry is the name, the rest its flags.
-inline examples::Instance make_example(const std::vector<std::string>& cfg, const std::vector<std::string>& extra = {}) {
+inline examples::Instance make_example(const std::vector<std::string>& cfg,
+                                       const std::vector<std::string>& extra = {}) {
   std::vector<std::string> flags(cfg.begin() + 1, cfg.end());
   flags.push_back("--device");
   flags.push_back("cpu");

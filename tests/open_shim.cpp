@@ -28,7 +28,8 @@ void log_open(int dirfd, const char* path) {
                                               : snprintf(line, sizeof line, "<fd %d>/%s\n", dirfd, path);
   if (n > 0) {
     // One write(2) with O_APPEND: lines from several threads do not interleave.
-    ssize_t ignored = syscall(SYS_write, fd, line, static_cast<size_t>(n < static_cast<int>(sizeof line) ? n : sizeof line - 1));
+    ssize_t ignored =
+        syscall(SYS_write, fd, line, static_cast<size_t>(n < static_cast<int>(sizeof line) ? n : sizeof line - 1));
     (void)ignored;
   }
   syscall(SYS_close, fd);
@@ -43,13 +44,13 @@ bool takes_mode(int flags) { return (flags & O_CREAT) != 0 || (flags & O_TMPFILE
 
 }  // namespace
 
-#define JVPC_MODE_ARG(flags)      \
-  mode_t mode = 0;                \
-  if (takes_mode(flags)) {        \
-    va_list ap;                   \
-    va_start(ap, flags);          \
-    mode = va_arg(ap, mode_t);    \
-    va_end(ap);                   \
+#define JVPC_MODE_ARG(flags)   \
+  mode_t mode = 0;             \
+  if (takes_mode(flags)) {     \
+    va_list ap;                \
+    va_start(ap, flags);       \
+    mode = va_arg(ap, mode_t); \
+    va_end(ap);                \
   }
 
 extern "C" {

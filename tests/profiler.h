@@ -57,7 +57,8 @@ inline std::string resolve_overload(const std::string& name, const std::vector<s
 inline std::vector<ProfiledKernel> profile_kernels(const std::function<void()>& fn) {
   namespace prof = torch::autograd::profiler;
   namespace impl = torch::profiler::impl;
-  impl::ProfilerConfig cfg(impl::ProfilerState::KINETO, /*report_input_shapes=*/true, false, false, /*with_flops=*/true);
+  impl::ProfilerConfig cfg(impl::ProfilerState::KINETO, /*report_input_shapes=*/true, false, false,
+                           /*with_flops=*/true);
   prof::prepareProfiler(cfg, {impl::ActivityType::CPU});
   prof::enableProfiler(cfg, {impl::ActivityType::CPU}, {at::RecordScope::FUNCTION});
   fn();
@@ -76,14 +77,13 @@ inline std::vector<ProfiledKernel> profile_kernels(const std::function<void()>& 
     std::vector<std::string> types(e.dtypes().begin(), e.dtypes().end());
     evs.push_back({e.startNs(), e.endNs(), resolve_overload(name, types), static_cast<int64_t>(e.flops())});
   }
-  std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) {
-    return a.start != b.start ? a.start < b.start : a.end > b.end;
-  });
+  std::stable_sort(evs.begin(), evs.end(),
+                   [](const Ev& a, const Ev& b) { return a.start != b.start ? a.start < b.start : a.end > b.end; });
   std::vector<ProfiledKernel> out;
   std::vector<uint64_t> open_kernels;  // end times of enclosing kernel-level events
   for (const Ev& e : evs) {
     while (!open_kernels.empty() && open_kernels.back() < e.end) open_kernels.pop_back();
-    if (!open_kernels.empty()) continue;  // inside a kernel: its internals
+    if (!open_kernels.empty()) continue;             // inside a kernel: its internals
     if (op_info(e.op).composite_implicit) continue;  // a decomposition: what it calls is kernel level
     out.push_back({e.op, e.flops});
     open_kernels.push_back(e.end);

@@ -28,13 +28,16 @@ TEST(Cost, MatmulFormulasAreFlopCounterModes) {
   EXPECT_EQ(matmul_flops_for("aten::bmm", {{2, 3, 5}, {2, 5, 7}}), 2 * 2 * 3 * 5 * 7);
   EXPECT_EQ(matmul_flops_for("aten::baddbmm", {{2, 3, 7}, {2, 3, 5}, {2, 5, 7}}), 2 * 2 * 3 * 5 * 7);
   // Fused attention: two bmms, q·kᵀ and p·v; the mask is ignored.
-  EXPECT_EQ(matmul_flops_for("aten::_scaled_dot_product_efficient_attention", {{1, 5, 128, 64}, {1, 5, 128, 64}, {1, 5, 128, 64}, {}}),
+  EXPECT_EQ(matmul_flops_for("aten::_scaled_dot_product_efficient_attention",
+                             {{1, 5, 128, 64}, {1, 5, 128, 64}, {1, 5, 128, 64}, {}}),
             20971520);
   EXPECT_EQ(matmul_flops_for("aten::exp", {{4}}), -1);
   // Convolutions (input, weight, bias; output shape; transposed), as FlopCounterMode counted them
   // for torch.nn.functional.conv*d with these arguments (torch 2.11).
-  EXPECT_EQ(matmul_flops_for("aten::convolution", {{2, 3, 8, 8}, {4, 3, 3, 3}, {4}}, {2, 4, 8, 8}), 27648);  // padding 1
-  EXPECT_EQ(matmul_flops_for("aten::convolution", {{2, 3, 8, 8}, {4, 3, 3, 3}, {}}, {2, 4, 2, 2}), 1728);  // stride 2, dilation 2
+  EXPECT_EQ(matmul_flops_for("aten::convolution", {{2, 3, 8, 8}, {4, 3, 3, 3}, {4}}, {2, 4, 8, 8}),
+            27648);  // padding 1
+  EXPECT_EQ(matmul_flops_for("aten::convolution", {{2, 3, 8, 8}, {4, 3, 3, 3}, {}}, {2, 4, 2, 2}),
+            1728);  // stride 2, dilation 2
   EXPECT_EQ(matmul_flops_for("aten::convolution", {{2, 4, 9, 9}, {6, 2, 3, 3}, {}}, {2, 6, 9, 9}), 34992);  // groups 2
   EXPECT_EQ(matmul_flops_for("aten::convolution", {{2, 3, 8, 8}, {3, 5, 3, 3}, {}}, {2, 5, 16, 16}, true), 34560);
   EXPECT_EQ(matmul_flops_for("aten::convolution", {{2, 3, 10}, {5, 3, 3}, {}}, {2, 5, 8}), 1440);
@@ -51,8 +54,12 @@ TEST(Cost, ConvolutionsAreCountedAsFlopCounterModeCountsThem) {
   };
   std::vector<Case> cases = {
       {[](auto& x) { return at::conv2d(x[0], x[1], x[2], 1, 1); }, {{2, 3, 8, 8}, {4, 3, 3, 3}, {4}}, 27648},
-      {[](auto& x) { using I = at::IntArrayRef;
-         return at::conv2d(x[0], x[1], std::nullopt, I{2}, I{0}, I{2}); }, {{2, 3, 8, 8}, {4, 3, 3, 3}}, 1728},
+      {[](auto& x) {
+         using I = at::IntArrayRef;
+         return at::conv2d(x[0], x[1], std::nullopt, I{2}, I{0}, I{2});
+       },
+       {{2, 3, 8, 8}, {4, 3, 3, 3}},
+       1728},
       {[](auto& x) { return at::conv2d(x[0], x[1], {}, 1, 1, 1, 2); }, {{2, 4, 9, 9}, {6, 2, 3, 3}}, 34992},
       {[](auto& x) { return at::conv_transpose2d(x[0], x[1], {}, 2, 1, 1); }, {{2, 3, 8, 8}, {3, 5, 3, 3}}, 34560},
       {[](auto& x) { return at::conv1d(x[0], x[1]); }, {{2, 3, 10}, {5, 3, 3}}, 1440},
@@ -97,9 +104,9 @@ TEST(Cost, OtherFlopsFollowTheConvention) {
   EXPECT_EQ(node_cost(*nodes[0]).other_flops, 0);
   EXPECT_EQ(node_cost(*nodes[1]).other_flops, 4 * 128);  // softmax: max, subtract, sum, divide
   EXPECT_EQ(node_cost(*nodes[1]).transcendentals, 128);
-  EXPECT_EQ(node_cost(*nodes[2]).other_flops, 128);       // reduction: one per input element
-  EXPECT_EQ(node_cost(*nodes[3]).bytes, 0);               // views move nothing
-  EXPECT_EQ(node_cost(*nodes[4]).other_flops, 8);         // elementwise: one per output element
+  EXPECT_EQ(node_cost(*nodes[2]).other_flops, 128);  // reduction: one per input element
+  EXPECT_EQ(node_cost(*nodes[3]).bytes, 0);          // views move nothing
+  EXPECT_EQ(node_cost(*nodes[4]).other_flops, 8);    // elementwise: one per output element
   EXPECT_EQ(node_cost(*nodes[4]).bytes, 8 * 4 * 2);
   // mv and dot (no FlopCounterMode rule): 2 per multiply-add, in other FLOPs; flip copies.
   Value* w = g.add_input("w", f32({16}), Role::Primal);
@@ -161,7 +168,7 @@ TEST(Cost, ResidualBytesCountSharedStorageOnceAndAliasesApart) {
   Graph g;
   at::Tensor base = at::randn({16, 16});
   g.add_constant("r0", base);
-  g.add_constant("r1", base.view({256}));  // same storage
+  g.add_constant("r1", base.view({256}));     // same storage
   g.add_constant("r2", at::randn({8}), "q");  // the caller's input
   GraphCost c = graph_cost(g);
   EXPECT_EQ(c.residual_bytes, 16 * 16 * 4);
@@ -194,7 +201,8 @@ TEST_P(CostMatchesExecution, PredictedMatmulFlopsRun) {
   auto profiled = test::profile_kernels([&] { exe.run(inputs); });
   int64_t profiler_flops = 0;
   for (const auto& k : profiled)
-    if (k.op == "aten::bmm" || k.op == "aten::mm" || k.op == "aten::addmm" || k.op == "aten::baddbmm") profiler_flops += k.flops;
+    if (k.op == "aten::bmm" || k.op == "aten::mm" || k.op == "aten::addmm" || k.op == "aten::baddbmm")
+      profiler_flops += k.flops;
   EXPECT_EQ(profiled.size(), graph_ops.size());
   EXPECT_EQ(profiler_flops, predicted_plain);
 }

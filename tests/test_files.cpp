@@ -136,7 +136,8 @@ void expect_one_line_error(const std::function<void()>& f, const std::string& fr
 TEST(Files, AFifoAsGraphFileIsRefusedAtOnce) {
   Folder d;
   ASSERT_EQ(::mkfifo((d / "g.json").c_str(), 0600), 0);
-  expect_one_line_error([&] { load(d / "g.json"); }, "graph file '" + d.path + "g.json' is not a regular file (a FIFO)");
+  expect_one_line_error([&] { load(d / "g.json"); },
+                        "graph file '" + d.path + "g.json' is not a regular file (a FIFO)");
 }
 
 TEST(Files, AFifoAsConstantsFileIsRefusedAtOnce) {
@@ -144,7 +145,8 @@ TEST(Files, AFifoAsConstantsFileIsRefusedAtOnce) {
   save(*small_graph(6), d / "g.json");
   ASSERT_EQ(::unlink((d / "g.safetensors").c_str()), 0);
   ASSERT_EQ(::mkfifo((d / "g.safetensors").c_str(), 0600), 0);
-  expect_one_line_error([&] { load(d / "g.json"); }, "constants file '" + d.path + "g.safetensors' is not a regular file (a FIFO)");
+  expect_one_line_error([&] { load(d / "g.json"); },
+                        "constants file '" + d.path + "g.safetensors' is not a regular file (a FIFO)");
 }
 
 TEST(Files, DevicesAndDirectoriesAreRefusedBeforeReading) {
@@ -180,9 +182,10 @@ TEST(Files, ConstantsFileMustBeAPlainNameInTheGraphsFolder) {
   make_folder(d / "inner");
   save(*small_graph(6), d / "inner/g.json");
   write_text(d / "outside.safetensors", "SECRETS!SECRETS!");
-  for (std::string name : {d / "outside.safetensors", std::string("../outside.safetensors"), std::string("sub/g.safetensors"),
-                           std::string(""), std::string(".."), std::string("."), std::string("g\n.safetensors"),
-                           std::string("/etc/passwd"), std::string("../../../../../../etc/passwd")}) {
+  for (std::string name :
+       {d / "outside.safetensors", std::string("../outside.safetensors"), std::string("sub/g.safetensors"),
+        std::string(""), std::string(".."), std::string("."), std::string("g\n.safetensors"),
+        std::string("/etc/passwd"), std::string("../../../../../../etc/passwd")}) {
     SCOPED_TRACE(name);
     with_constants_file(d / "inner/g.json", d / "inner/h.json", name);
     try {
@@ -190,7 +193,8 @@ TEST(Files, ConstantsFileMustBeAPlainNameInTheGraphsFolder) {
       ADD_FAILURE() << "loaded";
     } catch (const Error& e) {
       std::string msg = e.what();
-      EXPECT_NE(msg.find("must be a plain file name in the folder of '" + d.path + "inner/h.json'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("must be a plain file name in the folder of '" + d.path + "inner/h.json'"), std::string::npos)
+          << msg;
       EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
       EXPECT_EQ(msg.find("SECRETS"), std::string::npos) << msg;
     }
@@ -207,9 +211,9 @@ TEST(Files, ASymlinkOutOfTheFolderIsRefusedAndOneInsideIsAllowed) {
   make_symlink("out.safetensors", d / "inner/via.safetensors");
   for (std::string name : {"out.safetensors", "via.safetensors"}) {
     with_constants_file(d / "inner/g.json", d / "inner/h.json", name);
-    expect_one_line_error([&] { load(d / "inner/h.json"); },
-                          "constants file '" + d.path + "inner/" + name + "' is a symlink that leads out of the folder of '" +
-                              d.path + "inner/h.json'");
+    expect_one_line_error([&] { load(d / "inner/h.json"); }, "constants file '" + d.path + "inner/" + name +
+                                                                 "' is a symlink that leads out of the folder of '" +
+                                                                 d.path + "inner/h.json'");
   }
   // Into a subfolder is out of the folder too.
   make_folder(d / "inner/sub");
@@ -236,15 +240,19 @@ TEST(Files, DestinationsThatAreNotRegularFilesAreRefusedBeforeWriting) {
   ASSERT_EQ(::mkfifo((d / "fifo.json").c_str(), 0600), 0);
   make_symlink("dir.json", d / "link.json");
   std::set<std::string> before = d.names();
-  expect_one_line_error([&] { save(*g, d / "dir.json"); }, "cannot write '" + d.path + "dir.json': it is a directory, not a regular file");
-  expect_one_line_error([&] { save(*g, d / "fifo.json"); }, "cannot write '" + d.path + "fifo.json': it is a FIFO, not a regular file");
+  expect_one_line_error([&] { save(*g, d / "dir.json"); },
+                        "cannot write '" + d.path + "dir.json': it is a directory, not a regular file");
+  expect_one_line_error([&] { save(*g, d / "fifo.json"); },
+                        "cannot write '" + d.path + "fifo.json': it is a FIFO, not a regular file");
   expect_one_line_error([&] { save(*g, d / "link.json"); }, "it is a symlink to a directory, not to a regular file");
-  expect_one_line_error([&] { write_file_atomically("/dev/null", "x"); }, "cannot write '/dev/null': it is a character device");
+  expect_one_line_error([&] { write_file_atomically("/dev/null", "x"); },
+                        "cannot write '/dev/null': it is a character device");
   expect_one_line_error([&] { write_safetensors(d / "fifo.json", {}); }, "it is a FIFO");
   // The constants file's destination is checked before the graph file's temporary is made.
   make_folder(d / "pair.safetensors");
   before = d.names();
-  expect_one_line_error([&] { save(*g, d / "pair.json"); }, "cannot write '" + d.path + "pair.safetensors': it is a directory");
+  expect_one_line_error([&] { save(*g, d / "pair.json"); },
+                        "cannot write '" + d.path + "pair.safetensors': it is a directory");
   EXPECT_EQ(d.names(), before);
   expect_one_line_error([&] { check_destination(d / "no/x.json"); }, "no directory '" + d.path + "no'");
 }
@@ -323,9 +331,9 @@ TEST(Files, ControlCharactersInPathsAreEscapedInErrors) {
   EXPECT_EQ(quoted_path("x.json"), "'x.json'");
   Folder d;
   std::string name = d / "a\x1b[31m\nb.json";
-  for (const auto& f : std::vector<std::function<void()>>{
-           [&] { load(name); }, [&] { read_safetensors(name, "inputs file"); },
-           [&] { write_file_atomically(d / "no\n/x.json", "x"); }}) {
+  for (const auto& f :
+       std::vector<std::function<void()>>{[&] { load(name); }, [&] { read_safetensors(name, "inputs file"); },
+                                          [&] { write_file_atomically(d / "no\n/x.json", "x"); }}) {
     try {
       f();
       ADD_FAILURE() << "no error";

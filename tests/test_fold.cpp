@@ -76,7 +76,9 @@ namespace {
 // made per call, not held as residuals (found by a probe: a KV cache's tangent held the cache's
 // size in zeros).
 TEST(Fold, ZerosOfATangentAreMadePerCallNotHeld) {
-  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::cat({x[1], x[0]}, 1).sum(-1)}; };
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::cat({x[1], x[0]}, 1).sum(-1)};
+  };
   std::vector<TraceInput> in = {{"k", at::randn({2, 4, 8})}, {"cache", at::randn({2, 64, 8}), false}};
   Linearized lin = linearize(fn, in);
   EXPECT_EQ(lin.report.tangent.residual_bytes, 0) << to_text(*lin.tangent_graph);

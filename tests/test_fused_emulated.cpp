@@ -131,12 +131,13 @@ TensorFn fused(const Case& c) {
     std::optional<at::Tensor> bias;
     if (c.bias) bias = x[3].expand({q.size(0), q.size(1), q.size(2), k.size(2)});
     if (c.kernel == "flash")
-      return std::vector<at::Tensor>{std::get<0>(at::_scaled_dot_product_flash_attention(q, k, v, c.dropout, c.causal, false, c.scale))};
+      return std::vector<at::Tensor>{
+          std::get<0>(at::_scaled_dot_product_flash_attention(q, k, v, c.dropout, c.causal, false, c.scale))};
     if (c.kernel == "efficient")  // compute_log_sumexp false: the tracer asks for it
       return std::vector<at::Tensor>{
           std::get<0>(at::_scaled_dot_product_efficient_attention(q, k, v, bias, false, c.dropout, c.causal, c.scale))};
-    return std::vector<at::Tensor>{
-        std::get<0>(at::_scaled_dot_product_cudnn_attention(q, k, v, bias, false, c.dropout, c.causal, false, c.scale))};
+    return std::vector<at::Tensor>{std::get<0>(
+        at::_scaled_dot_product_cudnn_attention(q, k, v, bias, false, c.dropout, c.causal, false, c.scale))};
   };
 }
 
@@ -231,8 +232,9 @@ TEST(FusedEmulated, AResultThatContradictsTheGraphFileIsAnError) {
   ASSERT_TRUE(edited);
   for (auto run : std::vector<std::function<void()>>{[&] { linearize(from_json(j), test::values_of(in)); },
                                                      [&] { Executable(from_json(j)).run(test::values_of(in)); }})
-    test::expect_error(run, "node aten::_scaled_dot_product_efficient_attention -> %3: output %4 is declared f32[2,4,40] "
-                            "but aten::_scaled_dot_product_efficient_attention produces f32[2,4,64]");
+    test::expect_error(run,
+                       "node aten::_scaled_dot_product_efficient_attention -> %3: output %4 is declared f32[2,4,40] "
+                       "but aten::_scaled_dot_product_efficient_attention produces f32[2,4,64]");
 }
 
 TEST(FusedEmulated, DropoutIsRejectedAsRandom) {
@@ -249,8 +251,10 @@ TEST(FusedEmulated, CudaFlashCausalWithUnequalLengthsIsAnErrorNamingTheKernel) {
   // never sends that case to it); the rule covers top-left alignment only.
   Case c;
   c.kernel = "flash", c.causal = true, c.sq = 24, c.sk = 40;
-  test::expect_error([&] { linearize(fused(c), inputs(c)); }, "pass 'jvp': JVP rule of aten::_scaled_dot_product_flash_attention: causal attention with query length 24 and key "
-                     "length 40 is aligned to the bottom right");
+  test::expect_error(
+      [&] { linearize(fused(c), inputs(c)); },
+      "pass 'jvp': JVP rule of aten::_scaled_dot_product_flash_attention: causal attention with query length 24 and key "
+      "length 40 is aligned to the bottom right");
 }
 
 std::vector<Case> cases() {

@@ -14,7 +14,8 @@ using test::run;
 // repeat_interleave(x, r, dim=1) as LibTorch's math path traces it: [B, Hk, S, D] -> [B, Hk·r, S, D].
 Value* repeat_heads(Builder& b, Value* x, int64_t r) {
   auto s = x->meta().sizes;
-  Value* e = b.call("aten::expand", {b.call("aten::unsqueeze", {x, 2}), std::vector<int64_t>{s[0], s[1], r, s[2], s[3]}});
+  Value* e =
+      b.call("aten::expand", {b.call("aten::unsqueeze", {x, 2}), std::vector<int64_t>{s[0], s[1], r, s[2], s[3]}});
   Value* c = b.call("aten::clone", {e, c10::MemoryFormat::Contiguous});
   return b.call("aten::view", {c, std::vector<int64_t>{s[0], s[1] * r, s[2], s[3]}});
 }
@@ -79,8 +80,8 @@ bool rewrites(std::vector<int64_t> a_sizes, std::vector<int64_t> x_sizes, int64_
 TEST(GroupBmm, RewritesRepeatsOfHeadsAlone) {
   EXPECT_TRUE(rewrites({12, 5, 7}, {2, 3, 7, 4}, 2, {2, 3, 2, 7, 4}));  // [B, Hk, S, D], each head twice
   EXPECT_TRUE(rewrites({12, 5, 7}, {2, 3, 7, 4}, -3, {2, 3, 2, 7, 4}));
-  EXPECT_FALSE(rewrites({4, 5, 7}, {2, 7, 3}, 0, {2, 2, 7, 3}));         // a new leading dim, not heads
-  EXPECT_FALSE(rewrites({8, 5, 7}, {1, 2, 7, 3}, 2, {2, 2, 2, 7, 3}));   // the batch is broadcast too
+  EXPECT_FALSE(rewrites({4, 5, 7}, {2, 7, 3}, 0, {2, 2, 7, 3}));        // a new leading dim, not heads
+  EXPECT_FALSE(rewrites({8, 5, 7}, {1, 2, 7, 3}, 2, {2, 2, 2, 7, 3}));  // the batch is broadcast too
 }
 
 }  // namespace

@@ -126,7 +126,9 @@ namespace {
 // The hand-written shape rules (ops for which LibTorch registers Meta kernels only from Python)
 // against what the CPU kernels return, dtypes included.
 TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
-  auto meta = [](std::vector<int64_t> s, c10::ScalarType t) { return TensorMeta::contiguous(std::move(s), t, c10::kCPU); };
+  auto meta = [](std::vector<int64_t> s, c10::ScalarType t) {
+    return TensorMeta::contiguous(std::move(s), t, c10::kCPU);
+  };
   struct Case {
     std::string op;
     std::vector<TensorMeta> inputs;
@@ -135,51 +137,127 @@ TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
   auto bf16 = c10::kBFloat16, f32 = c10::kFloat;
   std::vector<Case> cases = {
       // A 0-dim float32 operand does not widen a bfloat16 one.
-      {"aten::where.self", {meta({3, 4}, c10::kBool), meta({3, 4}, bf16), meta({}, f32)},
-       [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2]}; }},
-      {"aten::where.self", {meta({3, 1}, c10::kBool), meta({1, 4}, f32), meta({3, 4}, bf16)},
-       [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2]}; }},
+      {"aten::where.self",
+       {meta({3, 4}, c10::kBool), meta({3, 4}, bf16), meta({}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], v[1], v[2]};
+       }},
+      {"aten::where.self",
+       {meta({3, 1}, c10::kBool), meta({1, 4}, f32), meta({3, 4}, bf16)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], v[1], v[2]};
+       }},
       // Statistics: the input's dtype on CPU, unless the weight and bias are float32.
-      {"aten::native_layer_norm", {meta({4, 8}, bf16), meta({8}, bf16), meta({8}, bf16)},
-       [](auto& v) { return std::vector<BArg>{v[0], std::vector<int64_t>{8}, v[1], v[2], 1e-5}; }},
-      {"aten::native_layer_norm", {meta({4, 8}, bf16), meta({8}, f32), meta({8}, f32)},
-       [](auto& v) { return std::vector<BArg>{v[0], std::vector<int64_t>{8}, v[1], v[2], 1e-5}; }},
-      {"aten::native_layer_norm", {meta({2, 4, 8}, bf16)},
-       [](auto& v) { return std::vector<BArg>{v[0], std::vector<int64_t>{4, 8}, std::nullopt, std::nullopt, 1e-5}; }},
-      {"aten::native_group_norm", {meta({2, 4, 3, 3}, bf16), meta({4}, f32), meta({4}, f32)},
+      {"aten::native_layer_norm",
+       {meta({4, 8}, bf16), meta({8}, bf16), meta({8}, bf16)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], std::vector<int64_t>{8}, v[1], v[2], 1e-5};
+       }},
+      {"aten::native_layer_norm",
+       {meta({4, 8}, bf16), meta({8}, f32), meta({8}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], std::vector<int64_t>{8}, v[1], v[2], 1e-5};
+       }},
+      {"aten::native_layer_norm",
+       {meta({2, 4, 8}, bf16)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], std::vector<int64_t>{4, 8}, std::nullopt, std::nullopt, 1e-5};
+       }},
+      {"aten::native_group_norm",
+       {meta({2, 4, 3, 3}, bf16), meta({4}, f32), meta({4}, f32)},
        [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2], 2, 4, 9, 2, 1e-5}; }},
-      {"aten::native_group_norm", {meta({2, 6, 5}, f32)},
+      {"aten::native_group_norm",
+       {meta({2, 6, 5}, f32)},
        [](auto& v) { return std::vector<BArg>{v[0], std::nullopt, std::nullopt, 2, 6, 5, 3, 1e-5}; }},
       // convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
-      {"aten::convolution", {meta({2, 3, 9, 8}, f32), meta({4, 3, 3, 2}, f32), meta({4}, f32)},
-       [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2], std::vector<int64_t>{2, 1}, std::vector<int64_t>{1, 0},
-                                              std::vector<int64_t>{1, 2}, false, std::vector<int64_t>{0}, 1}; }},
-      {"aten::convolution", {meta({2, 4, 5}, f32), meta({4, 3, 3}, f32)},
-       [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, std::vector<int64_t>{2}, std::vector<int64_t>{1},
-                                              std::vector<int64_t>{1}, true, std::vector<int64_t>{1}, 2}; }},
+      {"aten::convolution",
+       {meta({2, 3, 9, 8}, f32), meta({4, 3, 3, 2}, f32), meta({4}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0],
+                                  v[1],
+                                  v[2],
+                                  std::vector<int64_t>{2, 1},
+                                  std::vector<int64_t>{1, 0},
+                                  std::vector<int64_t>{1, 2},
+                                  false,
+                                  std::vector<int64_t>{0},
+                                  1};
+       }},
+      {"aten::convolution",
+       {meta({2, 4, 5}, f32), meta({4, 3, 3}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0],
+                                  v[1],
+                                  std::nullopt,
+                                  std::vector<int64_t>{2},
+                                  std::vector<int64_t>{1},
+                                  std::vector<int64_t>{1},
+                                  true,
+                                  std::vector<int64_t>{1},
+                                  2};
+       }},
       {"aten::linalg_matrix_exp", {meta({2, 4, 4}, f32)}, [](auto& v) { return std::vector<BArg>{v[0]}; }},
-      {"aten::index_add", {meta({4, 3}, f32), meta({0}, c10::kLong), meta({0, 3}, f32)},
-       [](auto& v) { return std::vector<BArg>{v[0], 0, v[1], v[2], 1.0}; }},
-      {"aten::cholesky_solve", {meta({2, 3, 4}, f32), meta({3, 3}, f32)}, [](auto& v) { return std::vector<BArg>{v[0], v[1], false}; }},
-      {"aten::linalg_solve_triangular", {meta({3, 3}, f32), meta({2, 3, 4}, f32)},
-       [](auto& v) { return std::vector<BArg>{v[0], v[1], true, true, false}; }},
-      {"aten::linalg_solve_triangular", {meta({2, 1, 3, 3}, f32), meta({4, 3}, f32)},
-       [](auto& v) { return std::vector<BArg>{v[0], v[1], false, false, true}; }},
+      {"aten::index_add",
+       {meta({4, 3}, f32), meta({0}, c10::kLong), meta({0, 3}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], 0, v[1], v[2], 1.0};
+       }},
+      {"aten::cholesky_solve",
+       {meta({2, 3, 4}, f32), meta({3, 3}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], v[1], false};
+       }},
+      {"aten::linalg_solve_triangular",
+       {meta({3, 3}, f32), meta({2, 3, 4}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], v[1], true, true, false};
+       }},
+      {"aten::linalg_solve_triangular",
+       {meta({2, 1, 3, 3}, f32), meta({4, 3}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], v[1], false, false, true};
+       }},
       // abs of complex values is real; conj_physical keeps the dtype
       {"aten::abs", {meta({3, 4}, c10::kComplexFloat)}, [](auto& v) { return std::vector<BArg>{v[0]}; }},
       {"aten::_conj_physical", {meta({3, 4}, c10::kComplexFloat)}, [](auto& v) { return std::vector<BArg>{v[0]}; }},
-      {"aten::linalg_pinv.atol_rtol_tensor", {meta({2, 5, 3}, f32)},
-       [](auto& v) { return std::vector<BArg>{v[0], std::nullopt, std::nullopt, false}; }},
+      {"aten::linalg_pinv.atol_rtol_tensor",
+       {meta({2, 5, 3}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], std::nullopt, std::nullopt, false};
+       }},
       // linalg_lstsq(A, B, rcond, driver): solutions column-major in max(m, n) rows; residuals
       // for m > n except with gelsy; singular values with gelsd and gelss
-      {"aten::linalg_lstsq", {meta({5, 3}, f32), meta({5, 2}, f32)}, [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, std::nullopt}; }},
-      {"aten::linalg_lstsq", {meta({2, 5, 3}, f32), meta({1, 5, 2}, f32)}, [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, "gelsd"}; }},
-      {"aten::linalg_lstsq", {meta({2, 5, 3}, f32), meta({2, 5}, f32)}, [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, "gelss"}; }},
-      {"aten::linalg_lstsq", {meta({3, 5}, f32), meta({3}, f32)}, [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, "gelsd"}; }},
-      {"aten::linalg_lstsq", {meta({5, 3}, f32), meta({5, 2}, f32)}, [](auto& v) { return std::vector<BArg>{v[0], v[1], std::nullopt, "gels"}; }},
+      {"aten::linalg_lstsq",
+       {meta({5, 3}, f32), meta({5, 2}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], v[1], std::nullopt, std::nullopt};
+       }},
+      {"aten::linalg_lstsq",
+       {meta({2, 5, 3}, f32), meta({1, 5, 2}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], v[1], std::nullopt, "gelsd"};
+       }},
+      {"aten::linalg_lstsq",
+       {meta({2, 5, 3}, f32), meta({2, 5}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], v[1], std::nullopt, "gelss"};
+       }},
+      {"aten::linalg_lstsq",
+       {meta({3, 5}, f32), meta({3}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], v[1], std::nullopt, "gelsd"};
+       }},
+      {"aten::linalg_lstsq",
+       {meta({5, 3}, f32), meta({5, 2}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], v[1], std::nullopt, "gels"};
+       }},
       // grid_sampler_2d_backward(grad, input, grid, mode, padding, align_corners, output_mask)
-      {"aten::grid_sampler_2d_backward", {meta({2, 3, 4, 5}, f32), meta({2, 3, 6, 7}, f32), meta({2, 4, 5, 2}, f32)},
-       [](auto& v) { return std::vector<BArg>{v[0], v[1], v[2], 0, 0, false, c10::List<bool>({true, true})}; }},
+      {"aten::grid_sampler_2d_backward",
+       {meta({2, 3, 4, 5}, f32), meta({2, 3, 6, 7}, f32), meta({2, 4, 5, 2}, f32)},
+       [](auto& v) {
+         return std::vector<BArg>{v[0], v[1], v[2], 0, 0, false, c10::List<bool>({true, true})};
+       }},
   };
   for (const Case& c : cases) {
     Graph g;
@@ -243,13 +321,34 @@ TEST(Ir, ShapeRulesKeepATransposedOperandsLayout) {
   std::vector<std::pair<std::string, std::function<std::vector<BArg>(Value*)>>> cases = {
       {"aten::relu", [](Value* v) { return std::vector<BArg>{v}; }},
       {"aten::abs", [](Value* v) { return std::vector<BArg>{v}; }},
-      {"aten::hardtanh_backward", [](Value* v) { return std::vector<BArg>{v, v, -0.5, 0.5}; }},
-      {"aten::hardswish_backward", [](Value* v) { return std::vector<BArg>{v, v}; }},
-      {"aten::log_sigmoid_backward", [](Value* v) { return std::vector<BArg>{v, v, v}; }},
-      {"aten::smooth_l1_loss_backward", [](Value* v) { return std::vector<BArg>{v, v, v, 0, 1.0}; }},
-      {"aten::huber_loss_backward", [](Value* v) { return std::vector<BArg>{v, v, v, 0, 1.0}; }},
-      {"aten::binary_cross_entropy_backward", [](Value* v) { return std::vector<BArg>{v, v, v, std::nullopt, 0}; }},
-      {"aten::flip", [](Value* v) { return std::vector<BArg>{v, std::vector<int64_t>{0}}; }},
+      {"aten::hardtanh_backward",
+       [](Value* v) {
+         return std::vector<BArg>{v, v, -0.5, 0.5};
+       }},
+      {"aten::hardswish_backward",
+       [](Value* v) {
+         return std::vector<BArg>{v, v};
+       }},
+      {"aten::log_sigmoid_backward",
+       [](Value* v) {
+         return std::vector<BArg>{v, v, v};
+       }},
+      {"aten::smooth_l1_loss_backward",
+       [](Value* v) {
+         return std::vector<BArg>{v, v, v, 0, 1.0};
+       }},
+      {"aten::huber_loss_backward",
+       [](Value* v) {
+         return std::vector<BArg>{v, v, v, 0, 1.0};
+       }},
+      {"aten::binary_cross_entropy_backward",
+       [](Value* v) {
+         return std::vector<BArg>{v, v, v, std::nullopt, 0};
+       }},
+      {"aten::flip",
+       [](Value* v) {
+         return std::vector<BArg>{v, std::vector<int64_t>{0}};
+       }},
   };
   for (const auto& [op, args] : cases) {
     Graph g;

@@ -27,8 +27,8 @@ using Shapes = std::vector<std::vector<int64_t>>;
 using Fn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 
 struct RuleCase {
-  std::string op;      // the op whose rule is exercised (must appear in the trace)
-  Shapes shapes;       // float64 inputs, all differentiated
+  std::string op;  // the op whose rule is exercised (must appear in the trace)
+  Shapes shapes;   // float64 inputs, all differentiated
   Fn fn;
   Fn reference = nullptr;  // what forward AD runs, when it differs (fused kernels)
   bool positive = false;   // inputs in (0.5, 1.5) (log, sqrt, pow)
@@ -43,7 +43,7 @@ Fn sdpa(examples::Backend b, bool causal, bool mask, bool float_mask = false) {
   return [=](const std::vector<at::Tensor>& x) {
     examples::BackendScope scope(b);
     std::optional<at::Tensor> m;
-    if (mask) m = x.at(3).gt(0);  // a boolean mask derived from a tensor
+    if (mask) m = x.at(3).gt(0);        // a boolean mask derived from a tensor
     if (float_mask) m = x.at(3) * 0.5;  // a differentiated float mask
     return std::vector<at::Tensor>{at::scaled_dot_product_attention(x[0], x[1], x[2], m, 0.0, causal)};
   };
@@ -74,7 +74,8 @@ Fn svd(bool full_matrices) {
     int64_t k = S.size(-1);
     at::Tensor s_k = sign.narrow(-1, 0, k);
     at::Tensor u_sign = full_matrices ? sign : s_k, vh_sign = s_k.unsqueeze(-1);
-    if (full_matrices && Vh.size(-2) > k) vh_sign = at::cat({vh_sign, at::ones_like(Vh.select(-1, 0).narrow(-1, k, Vh.size(-2) - k)).unsqueeze(-1)}, -2);
+    if (full_matrices && Vh.size(-2) > k)
+      vh_sign = at::cat({vh_sign, at::ones_like(Vh.select(-1, 0).narrow(-1, k, Vh.size(-2) - k)).unsqueeze(-1)}, -2);
     return std::vector<at::Tensor>{U * u_sign.unsqueeze(-2), S, Vh * vh_sign};
   };
 }
@@ -85,8 +86,9 @@ Fn svd_full_projector() {
     auto [U, S, Vh] = at::linalg_svd(x[0], true);
     int64_t k = S.size(-1);
     at::Tensor U1 = U.narrow(-1, 0, k), Vh1 = Vh.narrow(-2, 0, k), sign = U1.select(-2, 0).sign();
-    at::Tensor rest = U.size(-1) > k ? at::matmul(U.narrow(-1, k, U.size(-1) - k), U.narrow(-1, k, U.size(-1) - k).mT())
-                                     : at::matmul(Vh.narrow(-2, k, Vh.size(-2) - k).mT(), Vh.narrow(-2, k, Vh.size(-2) - k));
+    at::Tensor rest = U.size(-1) > k
+                          ? at::matmul(U.narrow(-1, k, U.size(-1) - k), U.narrow(-1, k, U.size(-1) - k).mT())
+                          : at::matmul(Vh.narrow(-2, k, Vh.size(-2) - k).mT(), Vh.narrow(-2, k, Vh.size(-2) - k));
     return std::vector<at::Tensor>{U1 * sign.unsqueeze(-2), S, Vh1 * sign.unsqueeze(-1), rest};
   };
 }
@@ -98,7 +100,10 @@ Fn bags(at::Tensor indices, std::vector<int64_t> offsets, int64_t mode, bool wei
       int64_t end = b + 1 < offsets.size() ? offsets[b + 1] : indices.numel();
       at::Tensor rows = x[0].index_select(0, indices.slice(0, offsets[b], end));
       if (weighted) rows = rows * x[1].slice(0, offsets[b], end).unsqueeze(1);
-      out.push_back(rows.size(0) == 0 ? at::zeros({x[0].size(1)}, x[0].options()) : mode == 1 ? rows.mean(0) : mode == 2 ? std::get<0>(rows.max(0)) : rows.sum(0));
+      out.push_back(rows.size(0) == 0 ? at::zeros({x[0].size(1)}, x[0].options())
+                    : mode == 1       ? rows.mean(0)
+                    : mode == 2       ? std::get<0>(rows.max(0))
+                                      : rows.sum(0));
     }
     return at::stack(out);
   });
@@ -705,19 +710,31 @@ const std::vector<ComplexCase>& complex_cases() {
   static const std::vector<ComplexCase> c = {
       {"aten::_fft_r2c", {{3, 8}}, {false}, one([](auto& x) { return at::fft_rfft(x[0]); })},
       {"aten::_fft_c2r", {{3, 5}}, {true}, one([](auto& x) { return at::fft_irfft(x[0], 8); })},
-      {"aten::_fft_c2c", {{2, 4, 4}}, {true}, one([](auto& x) { return at::fft_fft2(x[0], std::nullopt, {-2, -1}, "ortho"); })},
+      {"aten::_fft_c2c", {{2, 4, 4}}, {true}, one([](auto& x) {
+         return at::fft_fft2(x[0], std::nullopt, {-2, -1}, "ortho");
+       })},
       {"aten::view_as_real", {{3, 4}}, {true}, one([](auto& x) { return at::view_as_real(x[0]) * 2; })},
       {"aten::view_as_complex", {{3, 4, 2}}, {false}, one([](auto& x) { return at::view_as_complex(x[0]).exp(); })},
-      {"aten::view_as_complex", {{4, 3, 2}}, {false}, one([](auto& x) { return at::view_as_complex((x[0] * 2).transpose(0, 1).contiguous()); })},
+      {"aten::view_as_complex", {{4, 3, 2}}, {false}, one([](auto& x) {
+         return at::view_as_complex((x[0] * 2).transpose(0, 1).contiguous());
+       })},
       {"aten::_conj", {{4}}, {true}, one([](auto& x) { return x[0] * x[0].conj(); })},
       {"aten::_conj_physical", {{4}}, {true}, one([](auto& x) { return at::conj_physical(x[0]) * x[0]; })},
       {"aten::_neg_view", {{4}}, {true}, one([](auto& x) { return at::imag(x[0].conj()).resolve_neg() * 3; })},
       {"aten::abs", {{5}}, {true}, one([](auto& x) { return x[0].abs(); })},
       {"aten::angle", {{5}}, {true}, one([](auto& x) { return x[0].angle(); })},
-      {"aten::angle", {{5}}, {false}, one([](auto& x) { return x[0].angle() + x[0]; })},  // real: 0 (and x's own tangent)
-      {"aten::exp", {{5}}, {true}, one([](auto& x) { return (x[0].sin() + x[0].cos() * x[0].tanh()).exp() / x[0].sigmoid(); })},
-      {"aten::sqrt", {{5}}, {true}, one([](auto& x) { return x[0].sqrt() + x[0].rsqrt() + x[0].log() + x[0].reciprocal() + x[0].pow(3); })},
-      {"aten::bmm", {{2, 3, 4}, {2, 4, 5}}, {true, false}, one([](auto& x) { return at::bmm(x[0], x[1].to(at::kComplexDouble)); })},
+      {"aten::angle", {{5}}, {false}, one([](auto& x) {
+         return x[0].angle() + x[0];
+       })},  // real: 0 (and x's own tangent)
+      {"aten::exp", {{5}}, {true}, one([](auto& x) {
+         return (x[0].sin() + x[0].cos() * x[0].tanh()).exp() / x[0].sigmoid();
+       })},
+      {"aten::sqrt", {{5}}, {true}, one([](auto& x) {
+         return x[0].sqrt() + x[0].rsqrt() + x[0].log() + x[0].reciprocal() + x[0].pow(3);
+       })},
+      {"aten::bmm", {{2, 3, 4}, {2, 4, 5}}, {true, false}, one([](auto& x) {
+         return at::bmm(x[0], x[1].to(at::kComplexDouble));
+       })},
       {"aten::baddbmm", {{2, 3, 5}, {2, 3, 4}, {2, 4, 5}}, {true, true, true}, one([](auto& x) {
          return at::baddbmm(x[0], x[1], x[2]).cumsum(-1) / (x[0] + 3) + at::addmm(x[0][0], x[1][0], x[2][1]);
        })},
@@ -820,7 +837,8 @@ INSTANTIATE_TEST_SUITE_P(Rules, JvpRule, ::testing::Range<size_t>(0, cases().siz
 TEST(JvpRules, EveryCasesTraceLoadsBackFromJson) {
   for (const RuleCase& rc : cases()) {
     std::vector<TraceInput> primals;
-    for (size_t i = 0; i < rc.shapes.size(); ++i) primals.push_back({"x" + std::to_string(i), at::rand(rc.shapes[i], at::kDouble) + 0.5});
+    for (size_t i = 0; i < rc.shapes.size(); ++i)
+      primals.push_back({"x" + std::to_string(i), at::rand(rc.shapes[i], at::kDouble) + 0.5});
     Trace t = trace(rc.fn, primals, TraceOptions::graph_only());
     std::unique_ptr<Graph> back;
     try {
@@ -859,7 +877,8 @@ void expect_unwritten(const Graph& g, const std::vector<at::Tensor>& args, const
   for (const Input& in : g.inputs())
     if (in.data.defined()) now.push_back(in.data);
   ASSERT_EQ(now.size(), before.size());
-  for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(at::equal(now[i], before[i])) << what << ": operand " << i << " was written";
+  for (size_t i = 0; i < now.size(); ++i)
+    EXPECT_TRUE(at::equal(now[i], before[i])) << what << ": operand " << i << " was written";
 }
 
 // Every real-valued case's traced graph and tangent graph save, load back under the list of
@@ -893,8 +912,9 @@ TEST(LoadableOps, EveryCasesGraphsSaveLoadAndRunWithoutWritingTheirOperands) {
     Trace t = trace(rc.fn, primals, TraceOptions::graph_only());
     Linearized lin = linearize(rc.fn, primals);
     std::vector<at::Tensor> want = lin.jvp(tangents);
-    for (auto [graph, args, what] : {std::tuple<const Graph*, std::vector<at::Tensor>, std::string>{t.graph.get(), values, "trace"},
-                                     {lin.tangent_graph.get(), tangents, "tangent graph"}}) {
+    for (auto [graph, args, what] :
+         {std::tuple<const Graph*, std::vector<at::Tensor>, std::string>{t.graph.get(), values, "trace"},
+          {lin.tangent_graph.get(), tangents, "tangent graph"}}) {
       std::string where = rc.op + " (case " + std::to_string(c) + "), " + what;
       std::string path = test::temp_path(std::to_string(c) + ".json");
       std::unique_ptr<Graph> back;
@@ -910,7 +930,8 @@ TEST(LoadableOps, EveryCasesGraphsSaveLoadAndRunWithoutWritingTheirOperands) {
       std::vector<at::Tensor> before = snapshot(*back, args);
       std::vector<at::Tensor> got;
       try {
-        got = Executable(std::shared_ptr<const Graph>(back.get(), [](const Graph*) {}), ExecutableOptions::eager()).run(args);
+        got = Executable(std::shared_ptr<const Graph>(back.get(), [](const Graph*) {}), ExecutableOptions::eager())
+                  .run(args);
       } catch (const std::exception& e) {
         ADD_FAILURE() << where << ": " << e.what();
         continue;
@@ -925,9 +946,12 @@ TEST(LoadableOps, EveryCasesGraphsSaveLoadAndRunWithoutWritingTheirOperands) {
   // Not run here: the ops only CUDA runs (their rules are checked on a GPU, and on kernels that
   // emulate them), oneDNN's LSTM layer (float32 only: Linearize.OneDnnLstmLayersMatchForwardAdOfTheUnfusedPath),
   // and ops of complex tensors, which graph files cannot hold.
-  std::set<std::string> exempt = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
-                                  "aten::_scaled_dot_product_cudnn_attention", "aten::cudnn_batch_norm",
-                                  "aten::cudnn_grid_sampler", "aten::mkldnn_rnn_layer"};
+  std::set<std::string> exempt = {"aten::_scaled_dot_product_flash_attention",
+                                  "aten::_scaled_dot_product_efficient_attention",
+                                  "aten::_scaled_dot_product_cudnn_attention",
+                                  "aten::cudnn_batch_norm",
+                                  "aten::cudnn_grid_sampler",
+                                  "aten::mkldnn_rnn_layer"};
   for (const ComplexCase& cc : complex_cases()) exempt.insert(cc.op);
   std::vector<std::string> unrun;
   for (const std::string& op : loadable_ops())
@@ -936,7 +960,8 @@ TEST(LoadableOps, EveryCasesGraphsSaveLoadAndRunWithoutWritingTheirOperands) {
   std::vector<std::string> missing;
   for (const std::string& op : ran)
     if (!is_loadable_op(op)) missing.push_back(op);
-  EXPECT_TRUE(missing.empty()) << "ops the cases' graphs use that are off the list: " << ::testing::PrintToString(missing);
+  EXPECT_TRUE(missing.empty()) << "ops the cases' graphs use that are off the list: "
+                               << ::testing::PrintToString(missing);
 }
 
 // Every rule in the registry has a case above, except the CUDA kernels, which need a GPU: the
@@ -945,11 +970,13 @@ TEST(LoadableOps, EveryCasesGraphsSaveLoadAndRunWithoutWritingTheirOperands) {
 // native_batch_norm's (Linearize.CudaConvolutionsAndBatchNormMatchForwardAd), and cuDNN's grid
 // sampler, whose rule is grid_sampler_2d's (Linearize.CudaCudnnGridSamplerMatchesTheNativeKernel).
 TEST(JvpRules, EveryRegisteredRuleHasACase) {
-  std::set<std::string> covered = {"aten::_scaled_dot_product_flash_attention",
-                                   "aten::_scaled_dot_product_efficient_attention",
-                                   "aten::_scaled_dot_product_cudnn_attention", "aten::cudnn_batch_norm",
-                                   "aten::cudnn_grid_sampler",
-                                   "aten::mkldnn_rnn_layer"};  // float32 only: Linearize.OneDnnLstmLayersMatchForwardAdOfTheUnfusedPath
+  std::set<std::string> covered = {
+      "aten::_scaled_dot_product_flash_attention",
+      "aten::_scaled_dot_product_efficient_attention",
+      "aten::_scaled_dot_product_cudnn_attention",
+      "aten::cudnn_batch_norm",
+      "aten::cudnn_grid_sampler",
+      "aten::mkldnn_rnn_layer"};  // float32 only: Linearize.OneDnnLstmLayersMatchForwardAdOfTheUnfusedPath
   for (const RuleCase& rc : cases()) covered.insert(rc.op);
   for (const ComplexCase& cc : complex_cases()) covered.insert(cc.op);
   for (const std::string& op : jvp_rules::registry().ops()) EXPECT_TRUE(covered.count(op)) << op << " has no case";
@@ -958,9 +985,12 @@ TEST(JvpRules, EveryRegisteredRuleHasACase) {
 
 // A complex graph stays in memory: save refuses it rather than write what load refuses.
 TEST(JvpRules, ComplexGraphsAreNotSaved) {
-  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::fft_irfft(at::fft_rfft(x[0]) * 2, 8)}; };
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::fft_irfft(at::fft_rfft(x[0]) * 2, 8)};
+  };
   Linearized lin = linearize(fn, {{"x", at::randn({8}, at::kDouble)}});
-  test::expect_error([&] { save(*lin.tangent_graph, test::temp_path("c.json")); }, "dtype ComplexDouble cannot be saved");
+  test::expect_error([&] { save(*lin.tangent_graph, test::temp_path("c.json")); },
+                     "dtype ComplexDouble cannot be saved");
 }
 
 // nansum's tangent sums the tangent where x is a number: a NaN tangent there stays NaN (forward
@@ -974,16 +1004,24 @@ TEST(JvpRules, NansumKeepsANanTangentWhereXIsANumber) {
 
 // A complex number as an op's scalar argument: an error naming the op and the way around it.
 TEST(JvpRules, ComplexScalarArgumentsAreAnErrorNamingTheOp) {
-  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] * c10::complex<double>(0, 1)}; };
-  test::expect_error([&] { linearize(fn, {{"z", at::randn({3}, at::kComplexDouble)}}); },
-                     "aten::mul.Scalar: argument 'other' is a complex number");
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{x[0] * c10::complex<double>(0, 1)};
+  };
+  test::expect_error(
+      [&] {
+        linearize(fn, {{"z", at::randn({3}, at::kComplexDouble)}});
+      },
+      "aten::mul.Scalar: argument 'other' is a complex number");
 }
 
 // A rule not marked as holding for complex tensors is an error there, not a silent real formula.
 TEST(JvpRules, ARealRuleOnComplexTensorsIsAnError) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::atan(x[0])}; };
-  test::expect_error([&] { linearize(fn, {{"z", at::randn({3}, at::kComplexDouble)}}); },
-                     "no JVP rule for aten::atan of complex tensors");
+  test::expect_error(
+      [&] {
+        linearize(fn, {{"z", at::randn({3}, at::kComplexDouble)}});
+      },
+      "no JVP rule for aten::atan of complex tensors");
 }
 
 // A norm asked for in float32 of float16 values: computed in float32, where the norm does not
@@ -1021,26 +1059,37 @@ TEST(SolverRules, ContiguityIsLibTorchsForDetAndSlogdet) {
 // compute) cost one matmul per call.
 TEST(SolverRules, TangentGraphsRunNoFactorization) {
   const std::set<std::string> factorizations = {
-      "aten::_linalg_svd", "aten::linalg_qr", "aten::linalg_lu_factor_ex", "aten::linalg_lu", "aten::lu_unpack",
-      "aten::_linalg_eigh", "aten::linalg_pinv.atol_rtol_tensor", "aten::linalg_lstsq", "aten::_linalg_solve_ex",
-      "aten::linalg_inv_ex", "aten::linalg_cholesky_ex", "aten::_linalg_det", "aten::_linalg_slogdet"};
+      "aten::_linalg_svd",      "aten::linalg_qr",     "aten::linalg_lu_factor_ex",          "aten::linalg_lu",
+      "aten::lu_unpack",        "aten::_linalg_eigh",  "aten::linalg_pinv.atol_rtol_tensor", "aten::linalg_lstsq",
+      "aten::_linalg_solve_ex", "aten::linalg_inv_ex", "aten::linalg_cholesky_ex",           "aten::_linalg_det",
+      "aten::_linalg_slogdet"};
   auto two = [](std::function<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&)> f) -> TensorFn {
-    return [f](const std::vector<at::Tensor>& x) { auto [a, b] = f(x[0]); return std::vector<at::Tensor>{a, b}; };
+    return [f](const std::vector<at::Tensor>& x) {
+      auto [a, b] = f(x[0]);
+      return std::vector<at::Tensor>{a, b};
+    };
   };
   std::vector<std::pair<std::string, TensorFn>> fns = {
-      {"svd", [](auto& x) { auto [u, s, vh] = at::linalg_svd(x[0], false); return std::vector<at::Tensor>{u, s, vh}; }},
+      {"svd",
+       [](auto& x) {
+         auto [u, s, vh] = at::linalg_svd(x[0], false);
+         return std::vector<at::Tensor>{u, s, vh};
+       }},
       {"svdvals", [](auto& x) { return std::vector<at::Tensor>{at::linalg_svdvals(x[0])}; }},
       {"eigvalsh", [](auto& x) { return std::vector<at::Tensor>{at::linalg_eigvalsh(x[0].narrow(0, 0, 3))}; }},
       {"qr", two([](auto& a) { return at::linalg_qr(a); })},
       {"qr r", two([](auto& a) { return at::linalg_qr(a, "r"); })},
       {"lu_factor", two([](auto& a) { return at::linalg_lu_factor(a); })},
       {"pinv", [](auto& x) { return std::vector<at::Tensor>{at::linalg_pinv(x[0])}; }},
-      {"lstsq", [](auto& x) { return std::vector<at::Tensor>{std::get<0>(at::linalg_lstsq(x[0], x[0].sum(-1, true)))}; }},
-      {"slogdet", [](auto& x) { return std::vector<at::Tensor>{std::get<1>(at::linalg_slogdet(x[0].narrow(0, 0, 3)))}; }},
+      {"lstsq",
+       [](auto& x) { return std::vector<at::Tensor>{std::get<0>(at::linalg_lstsq(x[0], x[0].sum(-1, true)))}; }},
+      {"slogdet",
+       [](auto& x) { return std::vector<at::Tensor>{std::get<1>(at::linalg_slogdet(x[0].narrow(0, 0, 3)))}; }},
   };
   for (const auto& [name, fn] : fns) {
     Linearized lin = linearize(fn, {{"A", at::randn({4, 3}, at::kDouble)}});
-    for (const Node* n : lin.tangent_graph->nodes()) EXPECT_FALSE(factorizations.count(n->op())) << name << ": " << n->op();
+    for (const Node* n : lin.tangent_graph->nodes())
+      EXPECT_FALSE(factorizations.count(n->op())) << name << ": " << n->op();
     if (name == "svdvals" || name == "eigvalsh") {
       EXPECT_EQ(lin.report.tangent.ops.count("aten::mm") ? lin.report.tangent.ops.at("aten::mm") : 0, 1) << name;
     }
@@ -1053,14 +1102,23 @@ TEST(SolverRules, LuSolveThroughLuOfATransposedSystemIsAnError) {
     auto [LU, piv] = at::linalg_lu_factor(x[0]);
     return std::vector<at::Tensor>{at::linalg_lu_solve(LU, piv, x[1], /*left=*/true, /*adjoint=*/true)};
   };
-  test::expect_error([&] { linearize(fn, {{"A", at::randn({3, 3}, at::kDouble)}, {"B", at::randn({3, 2}, at::kDouble)}}); },
-                     "JVP rule of aten::linalg_lu_solve: no tangent through LU for left=false or adjoint=true");
+  test::expect_error(
+      [&] {
+        linearize(fn, {{"A", at::randn({3, 3}, at::kDouble)}, {"B", at::randn({3, 2}, at::kDouble)}});
+      },
+      "JVP rule of aten::linalg_lu_solve: no tangent through LU for left=false or adjoint=true");
 }
 
 // Q of a complete QR with more rows than columns is not determined by A: an error naming the op.
 TEST(SolverRules, CompleteQrOfATallMatrixIsAnError) {
-  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{std::get<0>(at::linalg_qr(x[0], "complete"))}; };
-  test::expect_error([&] { linearize(fn, {{"A", at::randn({5, 3}, at::kDouble)}}); }, "JVP rule of aten::linalg_qr: Q of a complete QR");
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{std::get<0>(at::linalg_qr(x[0], "complete"))};
+  };
+  test::expect_error(
+      [&] {
+        linearize(fn, {{"A", at::randn({5, 3}, at::kDouble)}});
+      },
+      "JVP rule of aten::linalg_qr: Q of a complete QR");
 }
 
 // logcumsumexp where a prefix's exponentials underflow or are exp(−inf): 0 there, as in LibTorch,
@@ -1088,7 +1146,8 @@ TEST(NormRule, WidensToTheResultsDtype) {
 // a probe of an optimization, since removed, that dropped the mask as the output is 0 there).
 TEST(SoftmaxRules, TheTangentOfAMaskedFillKeepsItsMask) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) {
-    return std::vector<at::Tensor>{x[0].log().masked_fill(x[0] == 0, -std::numeric_limits<double>::infinity()).softmax(-1)};
+    return std::vector<at::Tensor>{
+        x[0].log().masked_fill(x[0] == 0, -std::numeric_limits<double>::infinity()).softmax(-1)};
   };
   at::Tensor x = at::tensor({0.5, 0.0, 1.0}, at::kDouble), t = at::ones({3}, at::kDouble);
   at::Tensor got = linearize(fn, {{"x", x}}).jvp({t})[0];
@@ -1101,7 +1160,8 @@ TEST(SoftmaxRules, TheTangentOfAMaskedFillKeepsItsMask) {
 TEST(NormalizationRules, AnOutputWithoutAffineIsItsOwnNormalizedInput) {
   for (const char* norm : {"layer", "group"}) {
     TensorFn fn = [norm](const std::vector<at::Tensor>& x) {
-      at::Tensor h = std::string(norm) == "layer" ? at::layer_norm(x[0], {32}) : at::group_norm(x[0].view({16, 32, 1}), 4).view({16, 32});
+      at::Tensor h = std::string(norm) == "layer" ? at::layer_norm(x[0], {32})
+                                                  : at::group_norm(x[0].view({16, 32, 1}), 4).view({16, 32});
       return std::vector<at::Tensor>{at::mm(h, x[1])};
     };
     Linearized lin = linearize(fn, {{"x", at::randn({16, 32})}, {"w", at::randn({32, 8})}});
@@ -1116,7 +1176,8 @@ TEST(BatchNormRule, RunningStatisticsAreNotDifferentiable) {
     return std::vector<at::Tensor>{at::batch_norm(x[0], {}, {}, x[1], x[2], false, 0.1, 1e-5, false)};
   };
   std::vector<TraceInput> in = {{"x", at::randn({4, 3})}, {"mean", at::zeros({3})}, {"var", at::ones({3})}};
-  test::expect_error([&] { linearize(fn, in); }, "JVP rule of aten::native_batch_norm: running_mean and running_var are not differentiable");
+  test::expect_error([&] { linearize(fn, in); },
+                     "JVP rule of aten::native_batch_norm: running_mean and running_var are not differentiable");
   LinearizeOptions only_x;
   only_x.wrt = {"x"};
   EXPECT_EQ(linearize(fn, in, only_x).jvp({at::ones({4, 3})}).at(0).sizes(), at::IntArrayRef({4, 3}));
@@ -1128,7 +1189,9 @@ TEST(BatchNormRule, RunningStatisticsAreNotDifferentiable) {
 // the meta device, whose shape rule follows CUDA (the CPU kernel keeps the input's dtype).
 TEST(LayerNormRule, TangentsTakeTheirPrimalsDtypesWhenTheStatisticsAreFloat32) {
   Graph g;
-  auto half = [](std::vector<int64_t> s) { return TensorMeta::contiguous(std::move(s), c10::kHalf, c10::Device("meta")); };
+  auto half = [](std::vector<int64_t> s) {
+    return TensorMeta::contiguous(std::move(s), c10::kHalf, c10::Device("meta"));
+  };
   Value* x = g.add_input("x", half({2, 3, 8}), Role::Primal, true);
   Value* w = g.add_input("w", half({8}), Role::Primal, true);
   Value* b = g.add_input("b", half({8}), Role::Primal, true);

@@ -43,8 +43,7 @@ TEST(Limits, ParsesSizes) {
   EXPECT_EQ(parse_size("INF", "--max-memory"), kNoMemoryLimit);
   for (const char* bad : {"", "-1", "12XB", "1e9", "1..5G", "G", " 1G", "1G ", "nan", "0x10", "+5", "1 G", "inf1"})
     expect_error([&] { parse_size(bad, "--max-memory"); }, std::string("--max-memory: '") + bad + "' is not a size");
-  for (const char* big : {"9223372036854775808", "99999999999999999999", "8388608TiB", "9000000PiB", "1e30"})
-    try {
+  for (const char* big : {"9223372036854775808", "99999999999999999999", "8388608TiB", "9000000PiB", "1e30"}) try {
       parse_size(big, "--residual-budget");
       ADD_FAILURE() << big << " parsed";
     } catch (const Error& e) {
@@ -103,14 +102,15 @@ struct FakeCgroups {
 
 TEST(Limits, ReadsCgroupLimitsAlongThePathOfTheProcess) {
   // cgroup v2: the smallest memory.max from the process's cgroup up; "max" is no limit.
-  FakeCgroups v2("v2", "0::/a/b\n", {{"/memory.max", "max"}, {"/a/memory.max", "1073741824"}, {"/a/b/memory.max", "max"}});
+  FakeCgroups v2("v2", "0::/a/b\n",
+                 {{"/memory.max", "max"}, {"/a/memory.max", "1073741824"}, {"/a/b/memory.max", "max"}});
   EXPECT_EQ(v2.limit(), std::optional<int64_t>(kGiB));
   FakeCgroups none("none", "0::/a\n", {{"/a/memory.max", "max"}});
   EXPECT_EQ(none.limit(), std::nullopt);
   // cgroup v1: memory/.../memory.limit_in_bytes; LONG_MAX rounded to a page is no limit.
-  FakeCgroups v1("v1", "5:cpu,cpuacct:/x\n4:memory:/x/y\n0::/\n",
-                 {{"/memory/memory.limit_in_bytes", "9223372036854771712"},
-                  {"/memory/x/y/memory.limit_in_bytes", "2147483648"}});
+  FakeCgroups v1(
+      "v1", "5:cpu,cpuacct:/x\n4:memory:/x/y\n0::/\n",
+      {{"/memory/memory.limit_in_bytes", "9223372036854771712"}, {"/memory/x/y/memory.limit_in_bytes", "2147483648"}});
   EXPECT_EQ(v1.limit(), std::optional<int64_t>(2 * kGiB));
   FakeCgroups v1_unlimited("v1u", "4:memory:/x\n", {{"/memory/x/memory.limit_in_bytes", "9223372036854771712"}});
   EXPECT_EQ(v1_unlimited.limit(), std::nullopt);
@@ -151,7 +151,7 @@ TEST(Limits, ConstantsCountEachStorageOnce) {
   Graph g;
   at::Tensor base = at::randn({16, 16});
   Value* r0 = g.add_constant("r0", base);
-  Value* r1 = g.add_constant("r1", base.view({256}));  // the same storage
+  Value* r1 = g.add_constant("r1", base.view({256}));     // the same storage
   Value* u = g.add_input("u", f32({8}), Role::Constant);  // unbound: its declared size
   Builder b(g);
   g.add_output(b.call("aten::add.Tensor", {b.call("aten::view", {r0, std::vector<int64_t>{256}}), r1}));
@@ -187,8 +187,9 @@ TEST(Limits, ATerabyteGraphIsRefusedByTheLoaderBeforeAnythingIsAllocated) {
   std::string path = saved(*terabyte_zeros(), "zeros");
   EXPECT_LT(std::filesystem::file_size(path), 1024u);
   // The default limit: 3/4 of this machine's memory, which is less than 4 TiB.
-  expect_error([&] { load(path); }, "graph needs 4.00 TiB (4398046511104 bytes) at its peak (constants 0 bytes, "
-                                    "inputs 0 bytes, intermediates 4.00 TiB) but the memory limit on cpu is ");
+  expect_error([&] { load(path); },
+               "graph needs 4.00 TiB (4398046511104 bytes) at its peak (constants 0 bytes, "
+               "inputs 0 bytes, intermediates 4.00 TiB) but the memory limit on cpu is ");
   expect_error([&] { load(path); }, "3/4 of its memory by default (LoadOptions::max_memory, --max-memory)");
   expect_error([&] { load(path, limited(16 * kGiB)); },
                "but the memory limit on cpu is 16.00 GiB (17179869184 bytes) (LoadOptions::max_memory");
@@ -212,7 +213,8 @@ TEST(Limits, TheLoaderChecksDeclaredConstantsBeforeReadingTheConstantsFile) {
     j["inputs"][0]["stored"] = true;
     std::ofstream(path) << j.dump();
   }
-  expect_error([&] { load(path, limited(kTiB)); }, "graph needs 8.00 TiB (8796093022208 bytes) at its peak (constants 4.00 TiB");
+  expect_error([&] { load(path, limited(kTiB)); },
+               "graph needs 8.00 TiB (8796093022208 bytes) at its peak (constants 4.00 TiB");
   expect_error([&] { load(path, limited(kNoMemoryLimit)); }, "cannot read constants file");
 }
 
@@ -258,28 +260,38 @@ const std::vector<int64_t> kTera = {1 << 20, 1 << 20};  // 2^40 elements
 
 INSTANTIATE_TEST_SUITE_P(
     Ops, DataSizedOps,
-    ::testing::Values(
-        DataSized{"zeros", [](Graph& g, Builder& b) { g.add_output(b.call("aten::zeros", {kTera, c10::kFloat})); }},
-        DataSized{"ones", [](Graph& g, Builder& b) { g.add_output(b.call("aten::ones", {kTera, c10::kFloat})); }},
-        DataSized{"full", [](Graph& g, Builder& b) { g.add_output(b.call("aten::full", {kTera, 2.5, c10::kFloat})); }},
-        DataSized{"empty",
-                  [](Graph& g, Builder& b) {
-                    Value* e = b.call("aten::empty.memory_format", {kTera, c10::kFloat});
-                    g.add_output(b.call("aten::fill.Scalar", {e, 1.0}));
-                  }},
-        DataSized{"arange",
-                  [](Graph& g, Builder& b) { g.add_output(b.call("aten::arange", {static_cast<double>(kTiB), c10::kFloat})); }},
-        DataSized{"repeat",
-                  [](Graph& g, Builder& b) {
-                    Value* x = g.add_input("x", f32({1024}), Role::Primal);
-                    g.add_output(b.call("aten::repeat", {x, std::vector<int64_t>{1 << 30}}));
-                  }},
-        DataSized{"cat",
-                  [](Graph& g, Builder& b) {
-                    // The same 4 GiB input 1024 times.
-                    Value* x = g.add_input("x", f32({1 << 30}), Role::Primal);
-                    g.add_output(b.call("aten::cat", {std::vector<Value*>(1024, x), int64_t{0}}));
-                  }}),
+    ::testing::Values(DataSized{"zeros",
+                                [](Graph& g, Builder& b) {
+                                  g.add_output(b.call("aten::zeros", {kTera, c10::kFloat}));
+                                }},
+                      DataSized{"ones",
+                                [](Graph& g, Builder& b) {
+                                  g.add_output(b.call("aten::ones", {kTera, c10::kFloat}));
+                                }},
+                      DataSized{"full",
+                                [](Graph& g, Builder& b) {
+                                  g.add_output(b.call("aten::full", {kTera, 2.5, c10::kFloat}));
+                                }},
+                      DataSized{"empty",
+                                [](Graph& g, Builder& b) {
+                                  Value* e = b.call("aten::empty.memory_format", {kTera, c10::kFloat});
+                                  g.add_output(b.call("aten::fill.Scalar", {e, 1.0}));
+                                }},
+                      DataSized{"arange",
+                                [](Graph& g, Builder& b) {
+                                  g.add_output(b.call("aten::arange", {static_cast<double>(kTiB), c10::kFloat}));
+                                }},
+                      DataSized{"repeat",
+                                [](Graph& g, Builder& b) {
+                                  Value* x = g.add_input("x", f32({1024}), Role::Primal);
+                                  g.add_output(b.call("aten::repeat", {x, std::vector<int64_t>{1 << 30}}));
+                                }},
+                      DataSized{"cat",
+                                [](Graph& g, Builder& b) {
+                                  // The same 4 GiB input 1024 times.
+                                  Value* x = g.add_input("x", f32({1 << 30}), Role::Primal);
+                                  g.add_output(b.call("aten::cat", {std::vector<Value*>(1024, x), int64_t{0}}));
+                                }}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Limits, SumOfAnExpandIsSmallInMemoryAndLargeInFlops) {
@@ -297,9 +309,10 @@ TEST(Limits, SumOfAnExpandIsSmallInMemoryAndLargeInFlops) {
 
 TEST(Limits, TheRuntimeChecksAtConstruction) {
   // In memory, without a file: the default limit refuses 4 TiB; none admits it (nothing runs).
-  expect_error([] { Executable exe(terabyte_zeros()); },
-               "graph needs 4.00 TiB (4398046511104 bytes) at its peak (constants 0 bytes, inputs 0 bytes, intermediates "
-               "4.00 TiB) but the memory limit on cpu is ");
+  expect_error(
+      [] { Executable exe(terabyte_zeros()); },
+      "graph needs 4.00 TiB (4398046511104 bytes) at its peak (constants 0 bytes, inputs 0 bytes, intermediates "
+      "4.00 TiB) but the memory limit on cpu is ");
   ExecutableOptions none;
   none.max_memory = kNoMemoryLimit;
   EXPECT_NO_THROW(Executable(terabyte_zeros(), none));

@@ -27,7 +27,8 @@ Checked linearize_and_check(const examples::Instance& ex, const LinearizeOptions
   std::vector<at::Tensor> tangents;
   std::vector<std::optional<at::Tensor>> ref(ex.inputs.size());
   for (const Input* in : c.lin.jvp_fn->arguments()) {
-    at::Tensor t = at::randn(in->value->meta().sizes, at::TensorOptions().dtype(in->value->meta().dtype).device(in->value->meta().device));
+    at::Tensor t = at::randn(in->value->meta().sizes,
+                             at::TensorOptions().dtype(in->value->meta().dtype).device(in->value->meta().device));
     tangents.push_back(t);
     for (size_t i = 0; i < ex.inputs.size(); ++i)
       if (ex.inputs[i].name == in->tangent_of) ref[i] = t;
@@ -50,7 +51,7 @@ TEST(Linearize, SeedSdpaReachesTheFourBmmFloorAndOneForward) {
   Checked c = linearize_and_check(ex);
   const CompileReport& r = c.lin.report;
   EXPECT_EQ(r.forward.matmul_flops, 20971520);
-  EXPECT_EQ(r.tangent.matmul_flops, 41943040);  // PyTorch's first jvp_fn call: 62,914,560
+  EXPECT_EQ(r.tangent.matmul_flops, 41943040);    // PyTorch's first jvp_fn call: 62,914,560
   EXPECT_EQ(r.linearize_matmul_flops, 20971520);  // PyTorch's linearize: 83,886,080
   EXPECT_EQ(matmul_kernels(r.tangent), 4);
   EXPECT_LT(c.err.rel_error, 1e-5);
@@ -84,9 +85,17 @@ TEST(Linearize, TangentMatmulFlopsAreTwiceTheForwardOnARandomSweep) {
   auto pick = [&](std::vector<int64_t> v) { return v[rng() % v.size()]; };
   for (int i = 0; i < 12; ++i) {
     int64_t hd = pick({8, 16, 32}), heads = pick({1, 2, 3, 4}), seq = pick({5, 16, 33}), kv = pick({5, 16, 40});
-    std::vector<std::string> cfg = {"sdpa", "--bsz", std::to_string(pick({1, 2})), "--head-dim", std::to_string(hd),
-                                    "--model-dim", std::to_string(hd * heads), "--seq-len", std::to_string(seq),
-                                    "--kv-seq-len", std::to_string(kv)};
+    std::vector<std::string> cfg = {"sdpa",
+                                    "--bsz",
+                                    std::to_string(pick({1, 2})),
+                                    "--head-dim",
+                                    std::to_string(hd),
+                                    "--model-dim",
+                                    std::to_string(hd * heads),
+                                    "--seq-len",
+                                    std::to_string(seq),
+                                    "--kv-seq-len",
+                                    std::to_string(kv)};
     int variant = static_cast<int>(rng() % 3);
     if (variant == 1) cfg.insert(cfg.end(), {"--mask", "bool"});
     if (variant == 2) cfg.insert(cfg.end(), {"--mask", "float"});
@@ -188,11 +197,38 @@ TEST(Linearize, JvpCallsCopyNoTangent) {
 TEST(Linearize, InPlaceUpdatesKeepTheValuesFoldingSees) {
   using V = std::vector<at::Tensor>;
   std::vector<std::pair<const char*, TensorFn>> fns = {
-      {"mul_", [](const V& x) { auto y = x[0] * 2; y.mul_(x[0]); return V{y}; }},
-      {"sin_", [](const V& x) { auto y = x[0] * 2; y.sin_(); return V{y}; }},
-      {"exp_ of exp", [](const V& x) { auto y = x[0].exp(); y.exp_(); return V{y}; }},
-      {"read before add_", [](const V& x) { auto y = x[0].sigmoid(); auto z = y * 1.0; y.add_(1); return V{z}; }},
-      {"view of the written", [](const V& x) { auto y = x[0].tanh(); auto v = y.view({12}) * y.view({12}); y.mul_(3); return V{v, y}; }},
+      {"mul_",
+       [](const V& x) {
+         auto y = x[0] * 2;
+         y.mul_(x[0]);
+         return V{y};
+       }},
+      {"sin_",
+       [](const V& x) {
+         auto y = x[0] * 2;
+         y.sin_();
+         return V{y};
+       }},
+      {"exp_ of exp",
+       [](const V& x) {
+         auto y = x[0].exp();
+         y.exp_();
+         return V{y};
+       }},
+      {"read before add_",
+       [](const V& x) {
+         auto y = x[0].sigmoid();
+         auto z = y * 1.0;
+         y.add_(1);
+         return V{z};
+       }},
+      {"view of the written",
+       [](const V& x) {
+         auto y = x[0].tanh();
+         auto v = y.view({12}) * y.view({12});
+         y.mul_(3);
+         return V{v, y};
+       }},
   };
   for (const auto& [name, fn] : fns) {
     at::Tensor x = at::randn({3, 4}, at::kDouble), t = at::randn({3, 4}, at::kDouble);
@@ -260,7 +296,11 @@ TEST(Linearize, WrongTangentsAreErrorsNamingTheTangent) {
   expect_error([&] { lin.jvp({ok, ok}); }, "expected 3 input tensors, got 2");
   expect_error([&] { lin.jvp({ok, at::randn({1, 5, 128, 32}), ok}); }, "tangent 'dk': expected shape");
   expect_error([&] { lin.jvp({ok, ok, ok.to(at::kDouble)}); }, "tangent 'dv': expected dtype");
-  expect_error([&] { lin.jvp({at::empty({1, 5, 128, 64}, at::device(at::kMeta)), ok, ok}); }, "tangent 'dq': expected device");
+  expect_error(
+      [&] {
+        lin.jvp({at::empty({1, 5, 128, 64}, at::device(at::kMeta)), ok, ok});
+      },
+      "tangent 'dq': expected device");
 }
 
 // An integer input (indices) is not differentiated by default; naming it in wrt is an error.
@@ -275,7 +315,9 @@ TEST(Linearize, IntegerInputsAreNotDifferentiatedByDefault) {
 }
 
 TEST(Linearize, AnOpWithoutARuleIsAnErrorNamingIt) {
-  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::linalg_householder_product(x[0], x[0].select(1, 0))}; };
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::linalg_householder_product(x[0], x[0].select(1, 0))};
+  };
   expect_error([&] { linearize(fn, {{"x", at::randn({3, 3})}}); }, "no JVP rule for aten::linalg_householder_product");
 }
 
@@ -325,20 +367,29 @@ TEST(Linearize, WritingAnAliasedInputAfterLinearizeIsAnError) {
   ASSERT_TRUE(aliased) << "the test needs a residual that aliases W";
   lin.jvp({dx, dw});
   w.mul_(2);
-  expect_error([&] { lin.jvp({dx, dw}); }, "aliases the input 'W', which was written in place after the graph was compiled");
+  expect_error(
+      [&] {
+        lin.jvp({dx, dw});
+      },
+      "aliases the input 'W', which was written in place after the graph was compiled");
 }
 
 // The same hazard through the other ways a caller shares a residual: a tensor the function
 // captured (weights in a closure), and the graph saved or compiled again after the write (all
 // found by a probe: results matched neither the old point nor the new one, silently).
 TEST(Linearize, WritingACapturedTensorAfterLinearizeIsAnError) {
-  at::Tensor w = at::randn({4, 4}, at::kDouble), x = at::randn({3, 4}, at::kDouble), dx = at::randn({3, 4}, at::kDouble);
-  TensorFn fn = [w](const std::vector<at::Tensor>& a) { return std::vector<at::Tensor>{at::mm(at::tanh(at::mm(a[0], w)), w)}; };
+  at::Tensor w = at::randn({4, 4}, at::kDouble), x = at::randn({3, 4}, at::kDouble),
+             dx = at::randn({3, 4}, at::kDouble);
+  TensorFn fn = [w](const std::vector<at::Tensor>& a) {
+    return std::vector<at::Tensor>{at::mm(at::tanh(at::mm(a[0], w)), w)};
+  };
   Linearized lin = linearize(fn, {{"x", x}});
   lin.jvp({dx});
   w.add_(0.5);  // an optimizer step
-  expect_error([&] { lin.jvp({dx}); }, "was written in place after the graph was compiled (it is a tensor the traced function captured");
-  expect_error([&] { save(*lin.tangent_graph, test::temp_path("t.json")); }, "was written in place after the graph was compiled");
+  expect_error([&] { lin.jvp({dx}); },
+               "was written in place after the graph was compiled (it is a tensor the traced function captured");
+  expect_error([&] { save(*lin.tangent_graph, test::temp_path("t.json")); },
+               "was written in place after the graph was compiled");
   expect_error([&] { Executable again(lin.tangent_graph); }, "was written in place after the graph was compiled");
 }
 
@@ -364,13 +415,20 @@ TEST(Linearize, RecurrentCellsAndLayersFromATen) {
   at::Tensor w4 = at::randn({20, 4}, o), u4 = at::randn({20, 5}, o), b4 = at::randn({20}, o), d4 = at::randn({20}, o);
   at::Tensor w3 = at::randn({15, 4}, o), u3 = at::randn({15, 5}, o), b3 = at::randn({15}, o), d3 = at::randn({15}, o);
   std::vector<std::pair<std::string, TensorFn>> fns = {
-      {"lstm_cell", [&](auto& a) { auto [h1, c1] = at::lstm_cell(a[0][0], {a[1], c}, a[2], u4, b4, d4); return std::vector<at::Tensor>{h1, c1}; }},
+      {"lstm_cell",
+       [&](auto& a) {
+         auto [h1, c1] = at::lstm_cell(a[0][0], {a[1], c}, a[2], u4, b4, d4);
+         return std::vector<at::Tensor>{h1, c1};
+       }},
       {"gru_cell", [&](auto& a) { return std::vector<at::Tensor>{at::gru_cell(a[0][0], a[1], a[2], u3, b3, d3)}; }},
-      {"lstm", [&](auto& a) {
-         auto r = at::lstm(a[0], {a[1].unsqueeze(0), c.unsqueeze(0)}, {a[2], u4, b4, d4}, true, 1, 0.0, false, false, false);
+      {"lstm",
+       [&](auto& a) {
+         auto r =
+             at::lstm(a[0], {a[1].unsqueeze(0), c.unsqueeze(0)}, {a[2], u4, b4, d4}, true, 1, 0.0, false, false, false);
          return std::vector<at::Tensor>{std::get<0>(r), std::get<2>(r)};
        }},
-      {"gru", [&](auto& a) {
+      {"gru",
+       [&](auto& a) {
          auto r = at::gru(a[0], a[1].unsqueeze(0), {a[2], u3, b3, d3}, true, 1, 0.0, false, false, false);
          return std::vector<at::Tensor>{std::get<0>(r)};
        }},
@@ -379,8 +437,10 @@ TEST(Linearize, RecurrentCellsAndLayersFromATen) {
     std::vector<at::Tensor> x = {seq, h, name == "gru" || name == "gru_cell" ? w3 : w4}, t;
     std::vector<std::optional<at::Tensor>> ref;
     for (const at::Tensor& v : x) t.push_back(at::randn_like(v)), ref.push_back(t.back());
-    std::vector<at::Tensor> got = linearize(fn, {{"x", x[0]}, {"h", x[1]}, {"w", x[2]}}).jvp(t), want = forward_ad_jvp(fn, x, ref);
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_LT(test::rel_error(got[i], want[i]), 1e-12) << name << " output " << i;
+    std::vector<at::Tensor> got = linearize(fn, {{"x", x[0]}, {"h", x[1]}, {"w", x[2]}}).jvp(t),
+                            want = forward_ad_jvp(fn, x, ref);
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_LT(test::rel_error(got[i], want[i]), 1e-12) << name << " output " << i;
   }
 }
 
@@ -388,18 +448,20 @@ TEST(Linearize, OneDnnLstmLayersMatchForwardAdOfTheUnfusedPath) {
   if (!at::hasMKLDNN() || !at::globalContext().userEnabledMkldnn()) GTEST_SKIP() << "no oneDNN";
   auto f32 = [](std::vector<int64_t> s) { return at::randn(s, at::kFloat); };
   // two layers, both directions, batch first; the weights of the first layer's forward direction differentiated
-  std::vector<at::Tensor> w = {f32({20, 4}), f32({20, 5}), f32({20}), f32({20}), f32({20, 4}), f32({20, 5}), f32({20}), f32({20}),
-                               f32({20, 10}), f32({20, 5}), f32({20}), f32({20}), f32({20, 10}), f32({20, 5}), f32({20}), f32({20})};
+  std::vector<at::Tensor> w = {f32({20, 4}),  f32({20, 5}), f32({20}),     f32({20}),    f32({20, 4}), f32({20, 5}),
+                               f32({20}),     f32({20}),    f32({20, 10}), f32({20, 5}), f32({20}),    f32({20}),
+                               f32({20, 10}), f32({20, 5}), f32({20}),     f32({20})};
   for (bool biases : {true, false}) {
     TensorFn fn = [&](const std::vector<at::Tensor>& a) {
       std::vector<at::Tensor> params = {a[3], a[4], w[2], a[5]};
       for (size_t i = 4; i < w.size(); ++i) params.push_back(w[i]);
-      if (!biases)
-        params = {a[3], a[4], w[4], w[5], w[8], w[9], w[12], w[13]};
+      if (!biases) params = {a[3], a[4], w[4], w[5], w[8], w[9], w[12], w[13]};
       auto r = at::lstm(a[0], {a[1], a[2]}, params, biases, 2, 0.0, false, true, true);
       return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
     };
-    std::vector<at::Tensor> x = {f32({3, 6, 4}), f32({4, 3, 5}), f32({4, 3, 5}), w[0].clone(), w[1].clone(), w[3].clone()}, t;
+    std::vector<at::Tensor> x = {f32({3, 6, 4}), f32({4, 3, 5}), f32({4, 3, 5}),
+                                 w[0].clone(),   w[1].clone(),   w[3].clone()},
+                            t;
     std::vector<std::optional<at::Tensor>> ref;
     std::vector<TraceInput> in;
     for (size_t i = 0; i < x.size(); ++i) {
@@ -417,10 +479,12 @@ TEST(Linearize, OneDnnLstmLayersMatchForwardAdOfTheUnfusedPath) {
     at::globalContext().setUserEnabledMkldnn(false);
     want_b = forward_ad_jvp(fn, x, ref_b);
     at::globalContext().setUserEnabledMkldnn(true);
-    for (size_t i = 0; i < got_b.size(); ++i) EXPECT_LT(test::rel_error(got_b[i], want_b[i]), 1e-5) << "biases alone, output " << i;
+    for (size_t i = 0; i < got_b.size(); ++i)
+      EXPECT_LT(test::rel_error(got_b[i], want_b[i]), 1e-5) << "biases alone, output " << i;
     Linearized lin = linearize(fn, in);
     bool fused = false;
-    for (const std::string& k : trace(fn, in, TraceOptions::graph_only()).kernels) fused |= k == "aten::mkldnn_rnn_layer";
+    for (const std::string& k : trace(fn, in, TraceOptions::graph_only()).kernels)
+      fused |= k == "aten::mkldnn_rnn_layer";
     ASSERT_TRUE(fused) << "the trace does not run oneDNN's layer";
     std::vector<at::Tensor> got = lin.jvp(t);
     at::globalContext().setUserEnabledMkldnn(false);
@@ -467,8 +531,11 @@ TEST(Linearize, CudaConvolutionsAndBatchNormMatchForwardAd) {
       h = at::batch_norm(h, x[3], x[4], mean, var, training, 0.1, 1e-5, /*cudnn_enabled=*/true);
       return std::vector<at::Tensor>{at::relu(h).sum({2, 3})};
     };
-    std::vector<TraceInput> in = {{"x", at::randn({2, 3, 6, 6}, opts)}, {"w", at::randn({4, 3, 3, 3}, opts)},
-                                  {"b", at::randn({4}, opts)}, {"g", at::randn({4}, opts)}, {"beta", at::randn({4}, opts)}};
+    std::vector<TraceInput> in = {{"x", at::randn({2, 3, 6, 6}, opts)},
+                                  {"w", at::randn({4, 3, 3, 3}, opts)},
+                                  {"b", at::randn({4}, opts)},
+                                  {"g", at::randn({4}, opts)},
+                                  {"beta", at::randn({4}, opts)}};
     std::vector<at::Tensor> values, tangents;
     std::vector<std::optional<at::Tensor>> ref_tangents;
     for (const auto& i : in) {
@@ -493,12 +560,15 @@ TEST(Linearize, CudaConvolutionsAndBatchNormMatchForwardAd) {
 TEST(Linearize, CudaCudnnGridSamplerMatchesTheNativeKernel) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
-  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::grid_sampler(x[0], x[1].tanh(), 0, 0, true)}; };
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::grid_sampler(x[0], x[1].tanh(), 0, 0, true)};
+  };
   std::vector<TraceInput> in = {{"x", at::randn({2, 3, 5, 5}, opts)}, {"grid", at::randn({2, 4, 4, 2}, opts)}};
   std::vector<at::Tensor> tangents = {at::randn({2, 3, 5, 5}, opts), at::randn({2, 4, 4, 2}, opts)};
   Linearized with = linearize(fn, in);
   bool cudnn = false;
-  for (const Node* n : trace(fn, in, TraceOptions::graph_only()).graph->nodes()) cudnn |= n->op() == "aten::cudnn_grid_sampler";
+  for (const Node* n : trace(fn, in, TraceOptions::graph_only()).graph->nodes())
+    cudnn |= n->op() == "aten::cudnn_grid_sampler";
   auto& ctx = at::globalContext();
   bool enabled = ctx.userEnabledCuDNN();
   ctx.setUserEnabledCuDNN(false);
@@ -564,7 +634,8 @@ TEST(Reference, MathAttentionComputesWhatTheFusedKernelDoes) {
 }
 
 TEST(Reference, ToleranceFollowsTheLeastPreciseFloatingOutput) {
-  at::Tensor b = at::ones({2}, at::kBool), f = at::ones({2}), d = at::ones({2}, at::kDouble), h = at::ones({2}, at::kHalf);
+  at::Tensor b = at::ones({2}, at::kBool), f = at::ones({2}), d = at::ones({2}, at::kDouble),
+             h = at::ones({2}, at::kHalf);
   EXPECT_EQ(tolerance_for({b, f}), 1e-5);
   EXPECT_EQ(tolerance_for({d, f}), 1e-5);
   EXPECT_EQ(tolerance_for({d}), 1e-10);

@@ -69,7 +69,9 @@ json node(const char* op, std::vector<json> args, std::vector<json> outputs) {
   n["outputs"] = outputs;
   return n;
 }
-json node(const char* op, std::vector<json> args, int out, json m) { return node(op, std::move(args), {output(out, std::move(m))}); }
+json node(const char* op, std::vector<json> args, int out, json m) {
+  return node(op, std::move(args), {output(out, std::move(m))});
+}
 std::string write(const std::string& name, const json& j) {
   std::string path = test::temp_path(name);
   std::ofstream(path) << j.dump();
@@ -85,8 +87,8 @@ std::string contents(const std::string& path) {
 // from_file maps or reads any file; then mul.Scalar by 0 and add.Tensor of the input: run in
 // place on the mapping, they would write the input's bytes into the file.
 json from_file_graph(const std::string& victim, bool shared) {
-  std::vector<json> args = {a("str", victim), a("bool", shared), a("int", 16), a("scalar_type", "Byte"),
-               a("none", nullptr), a("none", nullptr), a("none", nullptr)};
+  std::vector<json> args = {a("str", victim),   a("bool", shared),  a("int", 16),      a("scalar_type", "Byte"),
+                            a("none", nullptr), a("none", nullptr), a("none", nullptr)};
   return graph({primal("x", 0, meta({16}, "Byte"))},
                {node("aten::from_file", args, 1, meta({16}, "Byte")),
                 node("aten::mul.Scalar", {a("tensor", 1), a("int", 0)}, 2, meta({16}, "Byte")),
@@ -99,8 +101,10 @@ TEST(LoadableOps, AGraphThatReadsOrWritesAFileIsRefusedByName) {
   std::ofstream(victim) << "0123456789abcdef";
   for (bool shared : {true, false}) {
     std::string path = write(shared ? "shared.json" : "copied.json", from_file_graph(victim, shared));
-    test::expect_error([&] { load(path); }, "$.nodes[0].op: aten::from_file is not on the list of ops graph files may use");
-    test::expect_error([&] { parse_graph(from_file_graph(victim, shared).dump()); }, "aten::from_file is not on the list");
+    test::expect_error([&] { load(path); },
+                       "$.nodes[0].op: aten::from_file is not on the list of ops graph files may use");
+    test::expect_error([&] { parse_graph(from_file_graph(victim, shared).dump()); },
+                       "aten::from_file is not on the list");
   }
   EXPECT_EQ(contents(victim), "0123456789abcdef");
 }
@@ -122,8 +126,14 @@ TEST(LoadableOps, TheRuntimeNeverRunsInPlaceOnMemoryAnOpMapped) {
 
 json batch_norm_graph(bool training, bool stats) {
   json none = a("none", nullptr);
-  std::vector<json> args = {a("tensor", 0), none, none, stats ? a("tensor", 1) : none, stats ? a("tensor", 2) : none,
-                            a("bool", training), a("float", 0.1), a("float", 1e-5)};
+  std::vector<json> args = {a("tensor", 0),
+                            none,
+                            none,
+                            stats ? a("tensor", 1) : none,
+                            stats ? a("tensor", 2) : none,
+                            a("bool", training),
+                            a("float", 0.1),
+                            a("float", 1e-5)};
   json n = node("aten::native_batch_norm", args,
                 {output(3, meta({2, 3})), output(4, meta({training ? 3 : 0})), output(5, meta({training ? 3 : 0}))});
   return graph({primal("x", 0, meta({2, 3})), primal("mean", 1, meta({3})), primal("var", 2, meta({3}))}, {n}, 3);
@@ -132,8 +142,9 @@ json batch_norm_graph(bool training, bool stats) {
 // Batch norm in training mode writes its running statistics though its schema does not say so:
 // in a loaded graph those are the caller's inputs or the graph's own constants.
 TEST(LoadableOps, BatchNormInTrainingModeWithRunningStatisticsIsRefused) {
-  test::expect_error([&] { load(write("bn.json", batch_norm_graph(true, true))); },
-                     "$.nodes[0]: aten::native_batch_norm in training mode writes its running statistics (running_mean)");
+  test::expect_error(
+      [&] { load(write("bn.json", batch_norm_graph(true, true))); },
+      "$.nodes[0]: aten::native_batch_norm in training mode writes its running statistics (running_mean)");
   // The runtime refuses such a node in a graph built in memory too.
   auto g = std::make_unique<Graph>();
   Value* x = g->add_input("x", test::f32({2, 3}), Role::Primal);
@@ -151,27 +162,40 @@ TEST(LoadableOps, BatchNormInEvalModeOrWithoutRunningStatisticsLoads) {
 }
 
 json uninitialized_graph(std::vector<json> middle, int out) {
-  std::vector<json> empty_args = {a("ints", json::array({4})), a("scalar_type", "Float"), a("none", nullptr), a("device", "cpu"),
-                     a("none", nullptr), a("none", nullptr)};
+  std::vector<json> empty_args = {a("ints", json::array({4})), a("scalar_type", "Float"), a("none", nullptr),
+                                  a("device", "cpu"),          a("none", nullptr),        a("none", nullptr)};
   std::vector<json> nodes = {node("aten::empty.memory_format", empty_args, 2, meta({4}))};
   for (auto& n : middle) nodes.push_back(n);
   return graph({primal("x", 0, meta({4})), primal("y", 1, meta({2}))}, nodes, out);
 }
 
 TEST(LoadableOps, AGraphThatReadsUninitializedMemoryIsRefused) {
-  test::expect_error([&] { load(write("read.json", uninitialized_graph({node("aten::add.Tensor", {a("tensor", 2), a("tensor", 0), a("int", 1)}, 3, meta({4}))}, 3))); },
-                     "aten::add.Tensor -> %3: reads an uninitialized allocation (%2, from aten::empty.memory_format");
+  test::expect_error(
+      [&] {
+        load(write("read.json",
+                   uninitialized_graph(
+                       {node("aten::add.Tensor", {a("tensor", 2), a("tensor", 0), a("int", 1)}, 3, meta({4}))}, 3)));
+      },
+      "aten::add.Tensor -> %3: reads an uninitialized allocation (%2, from aten::empty.memory_format");
   test::expect_error([&] { load(write("returned.json", uninitialized_graph({}, 2))); },
                      "graph output %2 is (part of) an uninitialized allocation");
   // Half of it written, then read.
-  std::vector<json> half = {node("aten::slice_scatter", {a("tensor", 2), a("tensor", 1), a("int", 0), a("int", 0), a("int", 2), a("int", 1)}, 3, meta({4}))};
-  test::expect_error([&] { load(write("half.json", uninitialized_graph(half, 3))); }, "graph output %3 is (part of) an uninitialized allocation");
+  std::vector<json> half = {node("aten::slice_scatter",
+                                 {a("tensor", 2), a("tensor", 1), a("int", 0), a("int", 0), a("int", 2), a("int", 1)},
+                                 3, meta({4}))};
+  test::expect_error([&] { load(write("half.json", uninitialized_graph(half, 3))); },
+                     "graph output %3 is (part of) an uninitialized allocation");
 }
 
 TEST(LoadableOps, AnAllocationWrittenWhollyBeforeItIsReadLoads) {
-  EXPECT_NO_THROW(load(write("fill.json", uninitialized_graph({node("aten::fill.Scalar", {a("tensor", 2), a("float", 1.0)}, 3, meta({4}))}, 3))));
-  std::vector<json> halves = {node("aten::slice_scatter", {a("tensor", 2), a("tensor", 1), a("int", 0), a("int", 0), a("int", 2), a("int", 1)}, 3, meta({4})),
-                 node("aten::slice_scatter", {a("tensor", 3), a("tensor", 1), a("int", 0), a("int", 2), a("int", 4), a("int", 1)}, 4, meta({4}))};
+  EXPECT_NO_THROW(
+      load(write("fill.json", uninitialized_graph(
+                                  {node("aten::fill.Scalar", {a("tensor", 2), a("float", 1.0)}, 3, meta({4}))}, 3))));
+  std::vector<json> halves = {
+      node("aten::slice_scatter", {a("tensor", 2), a("tensor", 1), a("int", 0), a("int", 0), a("int", 2), a("int", 1)},
+           3, meta({4})),
+      node("aten::slice_scatter", {a("tensor", 3), a("tensor", 1), a("int", 0), a("int", 2), a("int", 4), a("int", 1)},
+           4, meta({4}))};
   auto g = load(write("halves.json", uninitialized_graph(halves, 4)));
   at::Tensor y = at::tensor({1.0f, 2.0f});
   EXPECT_TRUE(at::equal(Executable(std::move(g)).run({at::zeros({4}), y})[0], at::cat({y, y})));
@@ -186,8 +210,9 @@ TEST(LoadableOps, SavingAGraphThatReadsUninitializedMemoryIsRefused) {
   Builder b(g);
   Value* e = b.call("aten::empty_like", {x, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt});
   g.add_output(b.call("aten::add.Tensor", {x, e, 1}), "y");
-  test::expect_error([&] { save(g, test::temp_path("t.json")); },
-                     "cannot save '" + test::temp_path("t.json") + "': aten::add.Tensor -> %2: reads an uninitialized allocation");
+  test::expect_error(
+      [&] { save(g, test::temp_path("t.json")); },
+      "cannot save '" + test::temp_path("t.json") + "': aten::add.Tensor -> %2: reads an uninitialized allocation");
 }
 
 // A stored index constant (here through a view of it) that is out of range is refused at load.
@@ -221,7 +246,8 @@ TEST(LoadableOps, OpsOffTheListAreSavedAndLoadedOnlyAsTrusted) {
   g->add_output(b.call("aten::sinc", {x}), "y");
   ASSERT_FALSE(is_loadable_op("aten::sinc"));
   std::string path = test::temp_path("g.json");
-  test::expect_error([&] { save(*g, path); }, "cannot save '" + path + "': aten::sinc -> %1: aten::sinc is not on the list");
+  test::expect_error([&] { save(*g, path); },
+                     "cannot save '" + path + "': aten::sinc -> %1: aten::sinc is not on the list");
   SaveOptions so;
   so.trusted = true;
   save(*g, path, so);
@@ -238,8 +264,9 @@ TEST(LoadableOps, TheListHoldsNoOpThatWritesReadsFilesOrSizesItsResultFromData) 
   for (const std::string& op : loadable_ops()) {
     EXPECT_FALSE(op_info(op).mutates) << op;
   }
-  for (const char* op : {"aten::from_file", "aten::_print", "aten::_local_scalar_dense", "aten::item", "aten::nonzero",
-                         "aten::repeat_interleave.Tensor", "aten::bincount", "aten::_unique2", "aten::save", "aten::unique_consecutive"})
+  for (const char* op :
+       {"aten::from_file", "aten::_print", "aten::_local_scalar_dense", "aten::item", "aten::nonzero",
+        "aten::repeat_interleave.Tensor", "aten::bincount", "aten::_unique2", "aten::save", "aten::unique_consecutive"})
     EXPECT_FALSE(is_loadable_op(op)) << op;
 }
 

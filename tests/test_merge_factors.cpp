@@ -69,7 +69,8 @@ TEST(MergeFactors, MergesANumberIntoAFactor) {
 TEST(MergeFactors, FactorsATangentOutOfASum) {
   Chain c({4, 8});
   Builder bld(c.g);
-  c.g.add_output(bld.call("aten::sub.Tensor", {bld.call("aten::mul.Tensor", {c.t, c.fa}), bld.call("aten::mul.Tensor", {c.gb, c.t})}));
+  c.g.add_output(bld.call("aten::sub.Tensor",
+                          {bld.call("aten::mul.Tensor", {c.t, c.fa}), bld.call("aten::mul.Tensor", {c.gb, c.t})}));
   c.merge();
   const Node* out = c.g.outputs()[0]->producer();
   ASSERT_EQ(out->op(), "aten::mul.Tensor") << to_text(c.g);
@@ -81,7 +82,8 @@ TEST(MergeFactors, FactorsATangentOutOfASum) {
 TEST(MergeFactors, TakesAFloatAlphaOfOneAsOne) {
   Chain c({4, 8});
   Builder bld(c.g);
-  c.g.add_output(bld.call("aten::add.Tensor", {bld.call("aten::mul.Tensor", {c.t, c.fa}), bld.call("aten::mul.Tensor", {c.gb, c.t}), 1.0}));
+  c.g.add_output(bld.call("aten::add.Tensor",
+                          {bld.call("aten::mul.Tensor", {c.t, c.fa}), bld.call("aten::mul.Tensor", {c.gb, c.t}), 1.0}));
   c.merge();
   EXPECT_EQ(test::count_op(c.g, "aten::mul.Tensor"), 1) << to_text(c.g);
 }
@@ -115,7 +117,8 @@ TEST(MergeFactors, LeavesFactorsBothReadElsewhereOnTheTangentSide) {
   Chain c({4, 8});
   c.g.add_output(c.product());
   Builder bld(c.g);
-  c.g.add_output(bld.call("aten::add.Tensor", {bld.call("aten::mul.Tensor", {c.t, c.fa}), bld.call("aten::mul.Tensor", {c.t, c.gb})}));
+  c.g.add_output(bld.call("aten::add.Tensor",
+                          {bld.call("aten::mul.Tensor", {c.t, c.fa}), bld.call("aten::mul.Tensor", {c.t, c.gb})}));
   EXPECT_FALSE(merge_factors(c.g)) << to_text(c.g);
 }
 
@@ -160,8 +163,11 @@ TEST(MergeFactors, SwigluRmsNormBlockHoldsFewerResidualBytes) {
     at::Tensor y = at::mm(at::silu(at::mm(x[0], x[1])) * at::mm(x[0], x[2]), x[3]);
     return std::vector<at::Tensor>{y * at::rsqrt(y.pow(2).mean({-1}, true) + 1e-6) * x[4]};
   };
-  std::vector<TraceInput> in = {{"x", at::randn({16, 32})}, {"w1", at::randn({32, 64})}, {"w2", at::randn({32, 64})},
-                                {"w3", at::randn({64, 32})}, {"g", at::randn({32})}};
+  std::vector<TraceInput> in = {{"x", at::randn({16, 32})},
+                                {"w1", at::randn({32, 64})},
+                                {"w2", at::randn({32, 64})},
+                                {"w3", at::randn({64, 32})},
+                                {"g", at::randn({32})}};
   LinearizeOptions only_x;
   only_x.wrt = {"x"};
   Linearized merged = linearize(fn, in, only_x);

@@ -184,8 +184,9 @@ TEST(Parse, ErrorsNameTheFilesValueIds) {
   json j = json::parse(chain_graph(2));  // x = %1000, neg -> %1003, add -> %1006
   j["nodes"][1]["outputs"][0]["meta"]["sizes"] = {5};
   std::string msg = parse_error_of(j.dump());
-  EXPECT_CONTAINS(msg, "node aten::add.Tensor -> %1006: output %1006 is declared f32[5] but aten::add.Tensor produces "
-                       "f32[4]");
+  EXPECT_CONTAINS(msg,
+                  "node aten::add.Tensor -> %1006: output %1006 is declared f32[5] but aten::add.Tensor produces "
+                  "f32[4]");
   j = json::parse(chain_graph(2));
   j["nodes"][0]["outputs"][0]["meta"]["strides"] = {-1};
   EXPECT_CONTAINS(parse_error_of(j.dump()), "node aten::neg -> %1003 output %1003: negative stride -1");
@@ -212,8 +213,9 @@ std::string safetensors_error(const std::string& bytes) {
 }
 
 TEST(Parse, ReadsAValidSafetensorsFile) {
-  std::string header = "{" + f32("a", 2, 0, 8) + ", " + f32("empty", 0, 8, 8) + ", " +
-                       R"("b": {"dtype": "I64", "shape": [1], "data_offsets": [8, 16]}, "__metadata__": {"format": "pt"}})";
+  std::string header =
+      "{" + f32("a", 2, 0, 8) + ", " + f32("empty", 0, 8, 8) + ", " +
+      R"("b": {"dtype": "I64", "shape": [1], "data_offsets": [8, 16]}, "__metadata__": {"format": "pt"}})";
   float a[2] = {1.5f, -2};
   int64_t b = 7;
   std::string data(reinterpret_cast<const char*>(a), 8);
@@ -231,8 +233,9 @@ TEST(Parse, RejectsSafetensorsFilesThatLie) {
   std::string data(16, '\0');
   auto header = [](const std::string& entries) { return "{" + entries + "}"; };
   // Two tensors sharing bytes.
-  EXPECT_CONTAINS(safetensors_error(safetensors(header(f32("a", 2, 0, 8) + ", " + f32("b", 2, 4, 12)), data.substr(0, 12))),
-                  "tensor \"b\" overlaps tensor \"a\"");
+  EXPECT_CONTAINS(
+      safetensors_error(safetensors(header(f32("a", 2, 0, 8) + ", " + f32("b", 2, 4, 12)), data.substr(0, 12))),
+      "tensor \"b\" overlaps tensor \"a\"");
   // One name twice (nlohmann's parser kept the last one).
   std::string twice = header(f32("a", 2, 0, 8) + ", " + f32("a", 2, 8, 16));
   EXPECT_CONTAINS(safetensors_error(safetensors(twice, data)),
@@ -289,9 +292,11 @@ TEST(Parse, SafetensorsErrorsNeverShowTheFilesBytes) {
 
 // What write_safetensors writes passes the checks: data 8-byte aligned, tensors contiguous.
 TEST(Parse, WrittenSafetensorsFilesPassTheChecks) {
-  std::vector<std::pair<std::string, at::Tensor>> tensors = {
-      {"u8", at::arange(3, at::kByte)}, {"f32", at::randn({5})}, {"flag", at::ones({1}, at::kBool)},
-      {"none", at::ones({0})}, {"f64", at::randn({2, 3}, at::kDouble).t()}};
+  std::vector<std::pair<std::string, at::Tensor>> tensors = {{"u8", at::arange(3, at::kByte)},
+                                                             {"f32", at::randn({5})},
+                                                             {"flag", at::ones({1}, at::kBool)},
+                                                             {"none", at::ones({0})},
+                                                             {"f64", at::randn({2, 3}, at::kDouble).t()}};
   std::string path = temp_path("written.safetensors");
   write_safetensors(path, tensors);
   std::string bytes = read_all(path);
@@ -301,8 +306,11 @@ TEST(Parse, WrittenSafetensorsFilesPassTheChecks) {
   auto back = read_safetensors(path);
   ASSERT_EQ(back.size(), tensors.size());
   for (const auto& [name, t] : tensors) EXPECT_TRUE(back.at(name).equal(t)) << name;
-  test::expect_error([&] { write_safetensors(path, {{"a", at::ones({1})}, {"a", at::ones({2})}}); },
-                     "tensor 'a' is given twice");
+  test::expect_error(
+      [&] {
+        write_safetensors(path, {{"a", at::ones({1})}, {"a", at::ones({2})}});
+      },
+      "tensor 'a' is given twice");
 }
 
 // --- a graph and its constants file from one save ----------------------------------------------
@@ -340,8 +348,9 @@ TEST(Parse, AGraphAndAConstantsFileFromTwoSavesDoNotLoadAsAPair) {
   write_all(constants_path_for(a), read_all(constants_path_for(c)));
   EXPECT_CONTAINS(error_of([&] { load(a); }), "is larger than " + std::to_string(ca.size()) + " bytes");
   write_all(constants_path_for(a), ca.substr(0, ca.size() - 4));
-  EXPECT_CONTAINS(error_of([&] { load(a); }), "has " + std::to_string(ca.size() - 4) + " bytes but the graph file records " +
-                                                  std::to_string(ca.size()) + ": the two are not from the same save");
+  EXPECT_CONTAINS(error_of([&] { load(a); }), "has " + std::to_string(ca.size() - 4) +
+                                                  " bytes but the graph file records " + std::to_string(ca.size()) +
+                                                  ": the two are not from the same save");
   write_all(constants_path_for(a), ca);
   EXPECT_NO_THROW(load(a));
 }
@@ -355,10 +364,13 @@ TEST(Parse, ChecksTheRecordedSizeAndHash) {
     write_all(a, j.dump());
     return error_of([&] { load(a); });
   };
-  EXPECT_CONTAINS(error_with([](json& j) { j.erase("constants_sha1"); }), "$: constants_size and constants_sha1 come together");
-  EXPECT_CONTAINS(error_with([](json& j) { j["constants_size"] = -1; }), "$.constants_size: expected a size of 0 or more");
+  EXPECT_CONTAINS(error_with([](json& j) { j.erase("constants_sha1"); }),
+                  "$: constants_size and constants_sha1 come together");
+  EXPECT_CONTAINS(error_with([](json& j) { j["constants_size"] = -1; }),
+                  "$.constants_size: expected a size of 0 or more");
   EXPECT_CONTAINS(error_with([](json& j) { j["constants_size"] = "12"; }), "$.constants_size: expected an integer");
-  EXPECT_CONTAINS(error_with([](json& j) { j["constants_sha1"] = "ABC"; }), "$.constants_sha1: expected 40 lowercase hex digits");
+  EXPECT_CONTAINS(error_with([](json& j) { j["constants_sha1"] = "ABC"; }),
+                  "$.constants_sha1: expected 40 lowercase hex digits");
   // Graph files written before jvpc recorded them load as they did, unchecked.
   json old = saved;
   old.erase("constants_size");

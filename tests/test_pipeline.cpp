@@ -100,7 +100,8 @@ TEST(Pipeline, VerifiesItsInputAndTellsAThrowingPassFromABreakingOne) {
   }));
   q.observe(&r).observe(&dump);
   test::expect_error([&] { q.run(h); }, "pass 'thrower': no rule");
-  EXPECT_EQ(r.events, (std::vector<std::string>{"before nop", "after nop", "before thrower", "failed thrower: pass 'thrower'"}));
+  EXPECT_EQ(r.events,
+            (std::vector<std::string>{"before nop", "after nop", "before thrower", "failed thrower: pass 'thrower'"}));
   EXPECT_NE(dumps.str().find("// IR after failed pass 'thrower'"), std::string::npos) << dumps.str();
 }
 
@@ -126,7 +127,6 @@ TEST(Pipeline, VerifiesAfterChangesOrAfterEveryPassWithVerifyEach) {
     }
   }
 }
-
 
 TEST(Pipeline, ObserversSeeEveryPass) {
   Graph g;

@@ -40,8 +40,18 @@ const std::vector<std::pair<const char*, Step>>& steps() {
       {"where", [](T a, T b, T c) { return at::where(c > 0, a, b); }},
       {"masked_fill_", [](T a, T b, T) { return a.clone().masked_fill_(b > 0.5, 0.5); }},
       {"mul_", [](T a, T b, T) { return a.clone().mul_(b).add_(a); }},
-      {"tanh-mul_", [](T a, T b, T) { auto y = a.tanh(); y.mul_(b); return y; }},  // mul_ writes a value a rule reads
-      {"sin_", [](T a, T b, T) { auto y = a * b; y.sin_(); return y; }},
+      {"tanh-mul_",
+       [](T a, T b, T) {
+         auto y = a.tanh();
+         y.mul_(b);
+         return y;
+       }},  // mul_ writes a value a rule reads
+      {"sin_",
+       [](T a, T b, T) {
+         auto y = a * b;
+         y.sin_();
+         return y;
+       }},
       {"where-scalar", [](T a, T, T c) { return at::where(c > 0, a, 0.5); }},
       {"softmax", [](T a, T, T) { return a.softmax(-1); }},
       {"log_softmax", [](T a, T, T) { return a.log_softmax(0); }},
@@ -51,15 +61,33 @@ const std::vector<std::pair<const char*, Step>>& steps() {
       {"col_mean", [](T a, T b, T) { return a.mean(0, true) + b; }},
       {"abc^T", [](T a, T b, T c) { return at::mm(at::mm(a, b.t()), c); }},
       {"addmm", [](T a, T b, T c) { return at::addmm(a[0], b, at::mm(c.t(), a)); }},
-      {"bmm", [](T a, T b, T c) { return at::bmm(a.view({1, 3, 4}), b.t().reshape({1, 4, 3})).view({3, 3}).mm(c); }},
-      {"matmul", [](T a, T b, T) { return at::matmul(a.unsqueeze(0).expand({2, 3, 4}), b.t()).sum(0).softmax(1).mm(b); }},
-      {"transpose", [](T a, T, T) { return a.t().contiguous().view({4, 3}).t().contiguous().view({3, 4}); }},
+      {"bmm",
+       [](T a, T b, T c) {
+         return at::bmm(a.view({1, 3, 4}), b.t().reshape({1, 4, 3})).view({3, 3}).mm(c);
+       }},
+      {"matmul",
+       [](T a, T b, T) {
+         return at::matmul(a.unsqueeze(0).expand({2, 3, 4}), b.t()).sum(0).softmax(1).mm(b);
+       }},
+      {"transpose",
+       [](T a, T, T) {
+         return a.t().contiguous().view({4, 3}).t().contiguous().view({3, 4});
+       }},
       {"flip", [](T a, T, T) { return a.flip({1}); }},
       {"roll", [](T a, T, T) { return a.roll({1}, {0}); }},
-      {"cat", [](T a, T b, T) { return at::cat({a.slice(1, 0, 2), b.slice(1, 2, 4)}, 1); }},
-      {"stack", [](T a, T b, T) { return at::stack({a, b}).sum(0); }},
+      {"cat",
+       [](T a, T b, T) {
+         return at::cat({a.slice(1, 0, 2), b.slice(1, 2, 4)}, 1);
+       }},
+      {"stack",
+       [](T a, T b, T) {
+         return at::stack({a, b}).sum(0);
+       }},
       {"select", [](T a, T b, T) { return b * a.select(0, 1); }},
-      {"index_select", [](T a, T, T) { return a.index_select(0, at::tensor({2, 0, 1}, at::kLong)); }},
+      {"index_select",
+       [](T a, T, T) {
+         return a.index_select(0, at::tensor({2, 0, 1}, at::kLong));
+       }},
       {"tril", [](T a, T b, T) { return a.tril() + b.triu(1); }},
       {"clamp", [](T a, T, T) { return a.clamp(-0.6, 0.8); }},
       {"maximum", [](T a, T b, T) { return at::maximum(a, b); }},
@@ -74,7 +102,9 @@ const std::vector<std::pair<const char*, Step>>& steps() {
       {"sort", [](T a, T, T) { return std::get<0>(a.sort(1)); }},
       {"cumsum", [](T a, T, T) { return a.cumsum(1); }},
       {"pad", [](T a, T, T) { return at::constant_pad_nd(a, {1, 0}, 2.0).slice(1, 0, 4); }},
-      {"scatter_add", [](T a, T b, T) { return a.scatter_add(1, at::tensor({0, 3, 3, 1, 2, 0}, at::kLong).view({3, 2}), b.slice(1, 0, 2)); }},
+      {"scatter_add",
+       [](T a, T b,
+          T) { return a.scatter_add(1, at::tensor({0, 3, 3, 1, 2, 0}, at::kLong).view({3, 2}), b.slice(1, 0, 2)); }},
   };
   return s;
 }
@@ -95,8 +125,8 @@ Program make_program(uint32_t seed) {
     auto pick = [&] { return values - 1 - std::min<size_t>(rng() % 4, values - 1); };
     size_t a = pick(), b = pick(), c = rng() % values;
     p.code.emplace_back(s, a, b, c);
-    p.text += std::string(p.text.empty() ? "" : "; ") + "v" + std::to_string(values) + " = " + steps()[s].first +
-              "(v" + std::to_string(a) + ", v" + std::to_string(b) + ", v" + std::to_string(c) + ")";
+    p.text += std::string(p.text.empty() ? "" : "; ") + "v" + std::to_string(values) + " = " + steps()[s].first + "(v" +
+              std::to_string(a) + ", v" + std::to_string(b) + ", v" + std::to_string(c) + ")";
     ++values;
   }
   return p;
@@ -127,11 +157,13 @@ void check(uint32_t seed) {
   Tensors got = lin.jvp(tangents);
   Tensors ad = forward_ad_jvp(fn, values, ref_tangents);
   Tensors fd = central_differences_jvp(fn, values, ref_tangents);
-  EXPECT_LT(compare(got, ad).rel_error, 1e-10) << "seed " << seed << ": " << p.text << "\n" << to_text(*lin.tangent_graph);
+  EXPECT_LT(compare(got, ad).rel_error, 1e-10) << "seed " << seed << ": " << p.text << "\n"
+                                               << to_text(*lin.tangent_graph);
   EXPECT_LT(compare(got, fd).rel_error, 1e-5) << "seed " << seed << ": " << p.text;
   // The primal outputs are the callable's.
   Tensors eager = fn(values);
-  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(lin.primal_outputs[i].allclose(eager[i])) << "seed " << seed << ": " << p.text;
+  for (size_t i = 0; i < eager.size(); ++i)
+    EXPECT_TRUE(lin.primal_outputs[i].allclose(eager[i])) << "seed " << seed << ": " << p.text;
 }
 
 // One test for all seeds: each takes milliseconds, a process per seed would take a second.

@@ -35,8 +35,16 @@ TEST(Runtime, ChecksInputsByName) {
   Executable exe{std::shared_ptr<const Graph>(small_graph())};
   expect_error([&] { exe.run({}); }, "expected 1 input tensors, got 0");
   expect_error([&] { exe.run({at::randn({4, 4})}); }, "primal 'x': expected shape f32[4,3] but got f32[4,4]");
-  expect_error([&] { exe.run({at::randn({4, 3}, at::kDouble)}); }, "primal 'x': expected dtype f32[4,3] but got f64[4,3]");
-  expect_error([&] { exe.run({at::empty({4, 3}, at::device(at::kMeta))}); }, "primal 'x': expected device cpu but got meta");
+  expect_error(
+      [&] {
+        exe.run({at::randn({4, 3}, at::kDouble)});
+      },
+      "primal 'x': expected dtype f32[4,3] but got f64[4,3]");
+  expect_error(
+      [&] {
+        exe.run({at::empty({4, 3}, at::device(at::kMeta))});
+      },
+      "primal 'x': expected device cpu but got meta");
   expect_error([&] { exe.run({at::Tensor()}); }, "primal 'x' is an undefined tensor");
 }
 
@@ -73,7 +81,8 @@ TEST(Runtime, CudaGraphsWithoutAGpuAreOneLineErrors) {
   Value* x = g->add_input("x", TensorMeta::contiguous({4}, c10::kFloat, c10::kCUDA), Role::Primal);
   Builder b(*g);
   g->add_output(b.call("aten::exp", {x}));
-  expect_error([&] { Executable exe{std::shared_ptr<const Graph>(g)}; }, "input 'x' is on cuda, and CUDA is not available on this machine");
+  expect_error([&] { Executable exe{std::shared_ptr<const Graph>(g)}; },
+               "input 'x' is on cuda, and CUDA is not available on this machine");
   auto h = small_graph();
   expect_error([&] { retarget(*h, c10::Device(c10::kCUDA)); }, "device cuda: CUDA is not available on this machine");
   // A move that fails on the way (a constant written since it was bound) leaves the graph as it was.
@@ -99,7 +108,7 @@ TEST(Runtime, ReusesTheBufferOfAnOperandThatDies) {
   Value* x = g->add_input("x", TensorMeta::contiguous({64}, c10::kFloat, c10::kCPU), Role::Primal);
   Builder b(*g);
   Value* a = b.call("aten::exp", {x});
-  Value* c = b.call("aten::add.Tensor", {a, x});       // a dies here: add_ into a's buffer
+  Value* c = b.call("aten::add.Tensor", {a, x});      // a dies here: add_ into a's buffer
   g->add_output(b.call("aten::mul.Tensor", {x, c}));  // x is an input: never written
   Executable exe{std::shared_ptr<const Graph>(g)};
   at::Tensor xv = at::randn({64}), keep = xv.clone();

@@ -61,8 +61,8 @@ TEST(ScaleToResidual, LeavesStorageViewsAlone) {
   Builder b(g);
   g.add_output(b.call("aten::view.dtype", {b.call("aten::mul.Scalar", {dx, 0.5}), c10::kInt}));
   Value* s = b.call("aten::slice.Tensor", {dx, 1, 0, 3, 1});
-  g.add_output(b.call("aten::as_strided", {b.call("aten::mul.Scalar", {s, 2.0}), std::vector<int64_t>{3, 4},
-                                            std::vector<int64_t>{1, 3}}));
+  g.add_output(b.call("aten::as_strided",
+                      {b.call("aten::mul.Scalar", {s, 2.0}), std::vector<int64_t>{3, 4}, std::vector<int64_t>{1, 3}}));
   EXPECT_FALSE(scale_to_residual(g)) << to_text(g);
 }
 

@@ -29,7 +29,9 @@ TEST(SelectMasks, KeepsAMaskAsBooleans) {
 
 // relu between two matmuls: the residual between them is relu's mask, one byte per element.
 TEST(SelectMasks, ReluHoldsABooleanResidual) {
-  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::mm(at::relu(at::mm(x[0], x[1])), x[2])}; };
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::mm(at::relu(at::mm(x[0], x[1])), x[2])};
+  };
   std::vector<TraceInput> in = {{"x", at::randn({16, 32})}, {"w1", at::randn({32, 64})}, {"w2", at::randn({64, 8})}};
   LinearizeOptions only_x;
   only_x.wrt = {"x"};

@@ -74,7 +74,9 @@ TEST(Serialize, ConstantsRoundTripThroughSafetensors) {
   EXPECT_TRUE(g->inputs()[1].data.equal(at::arange(6, at::kFloat).view({2, 3})));
 }
 
-TEST(Serialize, RejectsInvalidJson) { expect_load_error("{\"schema_version\": 1, \"nodes\": [", "invalid JSON at byte"); }
+TEST(Serialize, RejectsInvalidJson) {
+  expect_load_error("{\"schema_version\": 1, \"nodes\": [", "invalid JSON at byte");
+}
 
 TEST(Serialize, RejectsDeepNesting) { expect_load_error(std::string(100, '[') + std::string(100, ']'), "nesting"); }
 
@@ -110,13 +112,18 @@ TEST(Serialize, RejectsInPlaceOps) {  // they would write to the caller's inputs
 TEST(Serialize, RejectsTensorsFromNonTensorReturns) {
   json j = save_small("scalarret").j;
   int x = j["inputs"][0]["id"];
-  j["nodes"] = json::array({{{"op", "aten::_local_scalar_dense"},
-                             {"args", json::array({{{"tensor", x}}})},
-                             {"outputs", json::array({{{"id", 50}, {"meta", {{"sizes", json::array()}, {"strides", json::array()},
-                                                                            {"dtype", "Float"}, {"device", "cpu"}}}}})}}});
+  j["nodes"] = json::array(
+      {{{"op", "aten::_local_scalar_dense"},
+        {"args", json::array({{{"tensor", x}}})},
+        {"outputs",
+         json::array(
+             {{{"id", 50},
+               {"meta",
+                {{"sizes", json::array()}, {"strides", json::array()}, {"dtype", "Float"}, {"device", "cpu"}}}}})}}});
   j["outputs"] = json::array({{{"name", "out0"}, {"id", 50}}});
   expect_load_error(j.dump(), "aten::_local_scalar_dense is not on the list of ops graph files may use");
-  expect_load_error(j.dump(), "return 0 of aten::_local_scalar_dense is Scalar, which cannot give 1 tensor(s)", /*trusted=*/true);
+  expect_load_error(j.dump(), "return 0 of aten::_local_scalar_dense is Scalar, which cannot give 1 tensor(s)",
+                    /*trusted=*/true);
 }
 
 TEST(Serialize, RejectsUnsupportedDtypesAndDevices) {
@@ -203,10 +210,13 @@ TEST(Serialize, RejectsShapesThatAShapeRuleRefuses) {
     return json{{"sizes", sizes}, {"strides", strides}, {"dtype", dtype}, {"device", "cpu"}};
   };
   json j = {{"schema_version", 1},
-            {"inputs", {{{"name", "c"}, {"id", 0}, {"role", "primal"}, {"meta", meta({4, 8}, "Bool")}},
-                        {{"name", "x"}, {"id", 1}, {"role", "primal"}, {"meta", meta({4, 64}, "Float")}}}},
-            {"nodes", {{{"op", "aten::where.self"}, {"args", {{{"tensor", 0}}, {{"tensor", 1}}, {{"tensor", 1}}}},
-                        {"outputs", {{{"id", 2}, {"meta", meta({4, 64}, "Float")}}}}}}},
+            {"inputs",
+             {{{"name", "c"}, {"id", 0}, {"role", "primal"}, {"meta", meta({4, 8}, "Bool")}},
+              {{"name", "x"}, {"id", 1}, {"role", "primal"}, {"meta", meta({4, 64}, "Float")}}}},
+            {"nodes",
+             {{{"op", "aten::where.self"},
+               {"args", {{{"tensor", 0}}, {{"tensor", 1}}, {{"tensor", 1}}}},
+               {"outputs", {{{"id", 2}, {"meta", meta({4, 64}, "Float")}}}}}}},
             {"outputs", {{{"name", "y"}, {"id", 2}}}}};
   expect_load_error(j.dump(), "aten::where.self: The size of tensor a (8) must match the size of tensor b (64)");
 }
@@ -221,7 +231,8 @@ TEST(Serialize, RejectsElementCountOverflow) {
 TEST(Serialize, AbsurdSizesAreNotAllocated) {
   // 10^15 elements: the loader checks shapes on Meta tensors and never allocates them.
   json j = save_small("huge").j;
-  for (auto* v : {&j["inputs"][0]["meta"], &j["nodes"][0]["outputs"][0]["meta"], &j["nodes"][1]["outputs"][0]["meta"]}) {
+  for (auto* v :
+       {&j["inputs"][0]["meta"], &j["nodes"][0]["outputs"][0]["meta"], &j["nodes"][1]["outputs"][0]["meta"]}) {
     (*v)["sizes"] = {1000000000000000LL};
     (*v)["strides"] = {1};
   }
@@ -279,8 +290,11 @@ TEST(Serialize, RejectsTruncatedConstantsFile) {
 Saved save_shared(const std::string& name) {
   at::Tensor base = at::arange(12, at::kFloat);
   at::Tensor a = base.view({3, 4}), b = base.narrow(0, 2, 8).view({2, 4}).t(), lone = at::ones({5});
-  Trace t = trace([=](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] + b, a * 2, lone + 1}; },
-                  {{"x", at::ones({4, 2})}});
+  Trace t = trace(
+      [=](const std::vector<at::Tensor>& x) {
+        return std::vector<at::Tensor>{x[0] + b, a * 2, lone + 1};
+      },
+      {{"x", at::ones({4, 2})}});
   Saved s{temp_path(name + ".json"), {}};
   save(*t.graph, s.path);
   std::ifstream f(s.path);
@@ -400,7 +414,8 @@ TEST(Serialize, RetypeFloatingMakesEveryFloatingValueFloat64) {
   }
   EXPECT_EQ(dtypes, (std::set<c10::ScalarType>{c10::kDouble, c10::kBool})) << to_text(*g);
   std::vector<at::Tensor> x64;
-  for (const TraceInput& in : ex.inputs) x64.push_back(in.value.is_floating_point() ? in.value.to(at::kDouble) : in.value);
+  for (const TraceInput& in : ex.inputs)
+    x64.push_back(in.value.is_floating_point() ? in.value.to(at::kDouble) : in.value);
   Executable exe(std::move(g));
   EXPECT_TRUE(exe.run(x64)[0].allclose(ex.make_fn(examples::Backend::Math)(x64)[0], 1e-12, 1e-12));
 }

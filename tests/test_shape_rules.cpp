@@ -15,7 +15,7 @@ using V = std::vector<c10::IValue>;
 
 struct Sample {
   std::string op;
-  V args;                // leading arguments; the rest take the schema's defaults
+  V args;               // leading arguments; the rest take the schema's defaults
   bool strides = true;  // whether the rule mirrors the kernel's strides
 };
 
@@ -54,7 +54,9 @@ std::vector<TensorMeta> infer(const std::string& op, const V& leading, std::vect
 at::Tensor n(std::vector<int64_t> s) { return at::randn(s); }
 at::Tensor r(std::vector<int64_t> s) { return at::rand(s); }
 at::Tensor longs(std::vector<int64_t> v) { return at::tensor(v, at::kLong); }
-at::Tensor cl(const at::Tensor& t) { return t.contiguous(t.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast); }
+at::Tensor cl(const at::Tensor& t) {
+  return t.contiguous(t.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast);
+}
 c10::List<std::optional<at::Tensor>> index_list(std::vector<std::optional<at::Tensor>> v) {
   c10::List<std::optional<at::Tensor>> l;
   for (auto& t : v) l.push_back(t);
@@ -95,9 +97,11 @@ std::vector<Sample> samples() {
       {"aten::_prelu_kernel", {n({2, 3, 4}), n({3, 1})}},
       {"aten::_prelu_kernel", {n({4, 3}).t(), n({1})}},
       {"aten::_scaled_dot_product_flash_attention_for_cpu", {q, k, v}},
-      {"aten::_scaled_dot_product_flash_attention_for_cpu", {q.to(at::kBFloat16), k.to(at::kBFloat16), v.to(at::kBFloat16), 0.0, true}},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu",
+       {q.to(at::kBFloat16), k.to(at::kBFloat16), v.to(at::kBFloat16), 0.0, true}},
       {"aten::_scaled_dot_product_flash_attention_for_cpu", {q.to(at::kDouble), k.to(at::kDouble), v.to(at::kDouble)}},
-      {"aten::_scaled_dot_product_flash_attention_for_cpu", {q.transpose(1, 2).contiguous().transpose(1, 2), k, v, 0.0, false, n({5, 7})}},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu",
+       {q.transpose(1, 2).contiguous().transpose(1, 2), k, v, 0.0, false, n({5, 7})}},
       {"aten::addbmm", {r({3}), r({2, 4, 5}), r({2, 5, 3})}},
       {"aten::addbmm", {r({4, 3}), r({2, 4, 5}), r({2, 5, 3}), 0.5, 2.0}},
       {"aten::binary_cross_entropy", {r({3, 4}), r({3, 4})}},
@@ -156,7 +160,8 @@ std::vector<Sample> samples() {
       {"aten::min", {longs({3, 1, 2})}},
       {"aten::max_pool3d_with_indices", {n({2, 3, 4, 5, 6}), I({2, 2, 2})}},
       {"aten::max_pool3d_with_indices", {n({3, 4, 5, 6}), I({2}), I({1}), I({1}), I({1}), true}},
-      {"aten::max_pool3d_with_indices", {cl(n({2, 3, 4, 5, 6})), I({2, 2, 3}), I({2, 1, 2}), I({1, 0, 1}), I({1, 2, 1})}},
+      {"aten::max_pool3d_with_indices",
+       {cl(n({2, 3, 4, 5, 6})), I({2, 2, 3}), I({2, 1, 2}), I({1, 0, 1}), I({1, 2, 1})}},
       {"aten::median.dim", {n({3, 4}), int64_t{1}, true}},
       {"aten::median.dim", {n({3, 4}), int64_t{0}}},
       {"aten::nanmedian.dim", {n({3, 4}), int64_t{-1}}},
@@ -175,8 +180,10 @@ std::vector<Sample> samples() {
       {"aten::native_batch_norm", {n({4, 3}), kNone, kNone, kNone, kNone, true, 0.1, 1e-5}},
       {"aten::native_batch_norm", {n({2, 3, 4}).to(at::kBFloat16), r({3}), r({3}), r({3}), r({3}), false, 0.1, 1e-5}},
       {"aten::native_batch_norm", {n({2, 3, 4}).to(at::kBFloat16), kNone, kNone, kNone, kNone, true, 0.1, 1e-5}},
-      {"aten::nll_loss2d_forward", {r({2, 3, 4, 5}), at::zeros({2, 4, 5}, at::kLong), kNone, int64_t{0}, int64_t{-100}}},
-      {"aten::nll_loss2d_forward", {r({2, 3, 4, 5}), at::ones({2, 4, 5}, at::kLong), r({3}), int64_t{1}, int64_t{-100}}},
+      {"aten::nll_loss2d_forward",
+       {r({2, 3, 4, 5}), at::zeros({2, 4, 5}, at::kLong), kNone, int64_t{0}, int64_t{-100}}},
+      {"aten::nll_loss2d_forward",
+       {r({2, 3, 4, 5}), at::ones({2, 4, 5}, at::kLong), r({3}), int64_t{1}, int64_t{-100}}},
       {"aten::prod", {n({3, 4})}},
       {"aten::prod", {at::ones({3}, at::kBool)}},
       {"aten::prod", {longs({1, 2}), at::kFloat}},
@@ -205,9 +212,12 @@ std::vector<Sample> samples() {
 std::string describe(const Sample& s) {
   std::string out = s.op + "(";
   for (const auto& a : s.args) {
-    if (a.isTensor()) out += TensorMeta::of(a.toTensor()).str();
-    else if (a.isTensorList() || a.isList()) out += "[list]";
-    else out += c10::toString(a.type());
+    if (a.isTensor())
+      out += TensorMeta::of(a.toTensor()).str();
+    else if (a.isTensorList() || a.isList())
+      out += "[list]";
+    else
+      out += c10::toString(a.type());
     out += ", ";
   }
   return out + ")";
@@ -242,18 +252,53 @@ TEST(ShapeRules, MatchTheCpuKernelsOnSampleInputs) {
 // Every op of the list a graph file may use whose C++ Meta kernel is missing has a sample above,
 // and none of them throws NoShapeRule any more.
 TEST(ShapeRules, CoverEveryOpWithoutACppMetaKernel) {
-  const std::vector<std::string> ops = {
-      "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d", "aten::_cdist_forward", "aten::_embedding_bag",
-      "aten::_embedding_bag_forward_only", "aten::_prelu_kernel", "aten::_scaled_dot_product_flash_attention_for_cpu",
-      "aten::addbmm", "aten::binary_cross_entropy", "aten::binary_cross_entropy_with_logits", "aten::channel_shuffle",
-      "aten::cholesky", "aten::cholesky_inverse", "aten::col2im", "aten::embedding", "aten::grid_sampler_2d",
-      "aten::grid_sampler_3d", "aten::hardswish", "aten::hardtanh", "aten::huber_loss", "aten::im2col",
-      "aten::index.Tensor", "aten::kthvalue", "aten::log_sigmoid_forward", "aten::logcumsumexp", "aten::logit",
-      "aten::logsumexp", "aten::masked_select", "aten::max", "aten::max_pool3d_with_indices", "aten::median.dim",
-      "aten::min", "aten::mode", "aten::nan_to_num", "aten::nanmedian.dim", "aten::nansum", "aten::native_batch_norm",
-      "aten::nll_loss2d_forward", "aten::prod", "aten::reflection_pad2d", "aten::remainder.Scalar_Tensor",
-      "aten::rsub.Tensor", "aten::std.correction", "aten::std_mean.correction", "aten::trace", "aten::var.correction",
-      "aten::var_mean.correction"};
+  const std::vector<std::string> ops = {"aten::_adaptive_avg_pool2d",
+                                        "aten::_adaptive_avg_pool3d",
+                                        "aten::_cdist_forward",
+                                        "aten::_embedding_bag",
+                                        "aten::_embedding_bag_forward_only",
+                                        "aten::_prelu_kernel",
+                                        "aten::_scaled_dot_product_flash_attention_for_cpu",
+                                        "aten::addbmm",
+                                        "aten::binary_cross_entropy",
+                                        "aten::binary_cross_entropy_with_logits",
+                                        "aten::channel_shuffle",
+                                        "aten::cholesky",
+                                        "aten::cholesky_inverse",
+                                        "aten::col2im",
+                                        "aten::embedding",
+                                        "aten::grid_sampler_2d",
+                                        "aten::grid_sampler_3d",
+                                        "aten::hardswish",
+                                        "aten::hardtanh",
+                                        "aten::huber_loss",
+                                        "aten::im2col",
+                                        "aten::index.Tensor",
+                                        "aten::kthvalue",
+                                        "aten::log_sigmoid_forward",
+                                        "aten::logcumsumexp",
+                                        "aten::logit",
+                                        "aten::logsumexp",
+                                        "aten::masked_select",
+                                        "aten::max",
+                                        "aten::max_pool3d_with_indices",
+                                        "aten::median.dim",
+                                        "aten::min",
+                                        "aten::mode",
+                                        "aten::nan_to_num",
+                                        "aten::nanmedian.dim",
+                                        "aten::nansum",
+                                        "aten::native_batch_norm",
+                                        "aten::nll_loss2d_forward",
+                                        "aten::prod",
+                                        "aten::reflection_pad2d",
+                                        "aten::remainder.Scalar_Tensor",
+                                        "aten::rsub.Tensor",
+                                        "aten::std.correction",
+                                        "aten::std_mean.correction",
+                                        "aten::trace",
+                                        "aten::var.correction",
+                                        "aten::var_mean.correction"};
   std::set<std::string> sampled;
   for (const Sample& s : samples()) sampled.insert(s.op);
   for (const std::string& op : ops) {
@@ -268,7 +313,9 @@ TEST(ShapeRules, CoverEveryOpWithoutACppMetaKernel) {
 
 // The CUDA-only kernels, on Meta operands of a CUDA graph's shapes.
 TEST(ShapeRules, CudaOnlyKernelsFollowTheirCudaAllocations) {
-  auto meta = [](std::vector<int64_t> s, c10::ScalarType t = at::kHalf) { return at::empty(s, at::TensorOptions().dtype(t).device(c10::kMeta)); };
+  auto meta = [](std::vector<int64_t> s, c10::ScalarType t = at::kHalf) {
+    return at::empty(s, at::TensorOptions().dtype(t).device(c10::kMeta));
+  };
   at::Tensor q = meta({2, 4, 40, 16}), k = meta({2, 2, 56, 16}), v = meta({2, 2, 56, 8});
   const c10::Device cuda(c10::kCUDA, 0);
   auto str = [&](const std::vector<TensorMeta>& m) {
@@ -292,22 +339,27 @@ TEST(ShapeRules, CudaOnlyKernelsFollowTheirCudaAllocations) {
   auto efficient = infer("aten::_scaled_dot_product_efficient_attention", {q, ke, ve, kNone, true}, &counts, cuda);
   EXPECT_EQ(str(efficient), "f16[2,4,40,8] f32[2,4,64] i64[] i64[] ");
   EXPECT_EQ(counts, (std::vector<int>{1, 1, 1, 1}));
-  EXPECT_EQ(str(infer("aten::_scaled_dot_product_efficient_attention", {q, ke, ve, kNone, false}, nullptr, cuda)), "f16[2,4,40,8] f32[2,4,0] i64[] i64[] ");
+  EXPECT_EQ(str(infer("aten::_scaled_dot_product_efficient_attention", {q, ke, ve, kNone, false}, nullptr, cuda)),
+            "f16[2,4,40,8] f32[2,4,0] i64[] i64[] ");
 
   auto cudnn = infer("aten::_scaled_dot_product_cudnn_attention", {q, k, v, kNone, true}, &counts, cuda);
   EXPECT_EQ(str(cudnn), "f16[2,4,40,8] f32[2,4,40,1] i64[] i64[] ");
   EXPECT_EQ(counts, (std::vector<int>{1, 1, 0, 0, 0, 0, 1, 1, 0}));
   // The output follows the query's dim order: a [B,Sq,H,D] query gives a [B,Sq,H,Dv] layout.
-  auto cudnn_bshd = infer("aten::_scaled_dot_product_cudnn_attention", {meta({2, 40, 4, 16}).transpose(1, 2), k, v, kNone, true}, nullptr, cuda);
+  auto cudnn_bshd = infer("aten::_scaled_dot_product_cudnn_attention",
+                          {meta({2, 40, 4, 16}).transpose(1, 2), k, v, kNone, true}, nullptr, cuda);
   EXPECT_EQ(cudnn_bshd[0].strides, (std::vector<int64_t>{40 * 4 * 8, 8, 4 * 8, 1}));
 
   // cudnn_batch_norm(input, weight, bias, running_mean, running_var, training, factor, eps)
   at::Tensor x = meta({2, 3, 4, 5}), w = meta({3}, at::kFloat);
-  EXPECT_EQ(str(infer("aten::cudnn_batch_norm", {x, w, w, w, w, false, 0.1, 1e-5}, nullptr, cuda)), "f16[2,3,4,5] f32[0] f32[0] Byte[0] ");
-  EXPECT_EQ(str(infer("aten::cudnn_batch_norm", {x, w, w, w, w, true, 0.1, 1e-5}, nullptr, cuda)), "f16[2,3,4,5] f32[3] f32[3] Byte[120] ");
+  EXPECT_EQ(str(infer("aten::cudnn_batch_norm", {x, w, w, w, w, false, 0.1, 1e-5}, nullptr, cuda)),
+            "f16[2,3,4,5] f32[0] f32[0] Byte[0] ");
+  EXPECT_EQ(str(infer("aten::cudnn_batch_norm", {x, w, w, w, w, true, 0.1, 1e-5}, nullptr, cuda)),
+            "f16[2,3,4,5] f32[3] f32[3] Byte[120] ");
   EXPECT_TRUE(value_dependent_shape("aten::cudnn_batch_norm", 3));
 
-  EXPECT_EQ(str(infer("aten::cudnn_grid_sampler", {meta({2, 3, 4, 5}), meta({2, 6, 7, 2})}, nullptr, cuda)), "f16[2,3,6,7] ");
+  EXPECT_EQ(str(infer("aten::cudnn_grid_sampler", {meta({2, 3, 4, 5}), meta({2, 6, 7, 2})}, nullptr, cuda)),
+            "f16[2,3,6,7] ");
 }
 
 // Value-dependent shapes: masked_select and index.Tensor with a mask get an upper bound, and
@@ -339,7 +391,9 @@ TEST(ShapeRules, MaskedResultsAreBoundedAndMarkedValueDependent) {
 // Arguments a kernel refuses are a one-line jvpc::Error naming the op, never a crash or an
 // allocation (the operands are Meta tensors, some of absurd sizes).
 TEST(ShapeRules, BadArgumentsAreErrors) {
-  auto meta = [](std::vector<int64_t> s, c10::ScalarType t = at::kFloat) { return at::empty(s, at::TensorOptions().dtype(t).device(c10::kMeta)); };
+  auto meta = [](std::vector<int64_t> s, c10::ScalarType t = at::kFloat) {
+    return at::empty(s, at::TensorOptions().dtype(t).device(c10::kMeta));
+  };
   int64_t huge = int64_t{1} << 40;
   struct Bad {
     std::string op;
@@ -353,10 +407,14 @@ TEST(ShapeRules, BadArgumentsAreErrors) {
       {"aten::logsumexp", {meta({3}), I({1})}, "Dimension out of range"},
       {"aten::nansum", {meta({3}, at::kComplexFloat)}, "nansum does not support complex inputs"},
       {"aten::trace", {meta({3})}, "expected a matrix"},
-      {"aten::im2col", {meta({2, 3, 3, 4}), I({0, 2}), I({1, 1}), I({0, 0}), I({1, 1})}, "kernel size should be greater than zero"},
+      {"aten::im2col",
+       {meta({2, 3, 3, 4}), I({0, 2}), I({1, 1}), I({0, 0}), I({1, 1})},
+       "kernel size should be greater than zero"},
       {"aten::im2col", {meta({2, 3, 3, 4}), I({2}), I({1, 1}), I({0, 0}), I({1, 1})}, "kernel_size equals to 2"},
       {"aten::col2im", {meta({2, 12, 7}), I({3, 4}), I({2, 2}), I({1, 1}), I({0, 0}), I({1, 1})}, "aten::col2im: "},
-      {"aten::im2col", {meta({2, 3, 3, 4}), I({2, 2}), I({1, 1}), I({int64_t{1} << 62, 0}), I({1, 1})}, "padding out of range"},
+      {"aten::im2col",
+       {meta({2, 3, 3, 4}), I({2, 2}), I({1, 1}), I({int64_t{1} << 62, 0}), I({1, 1})},
+       "padding out of range"},
       {"aten::max_pool3d_with_indices", {meta({2, 3, 4, 5, 6}), I({2}), I({1}), I({2})}, "pad should be at most half"},
       {"aten::max_pool3d_with_indices", {meta({2, 3, 4, 5, 6}), I({int64_t{1} << 33})}, "kernel_size out of range"},
       {"aten::max_pool3d_with_indices", {meta({3, 4}), I({2})}, "4D or 5D"},
@@ -364,26 +422,45 @@ TEST(ShapeRules, BadArgumentsAreErrors) {
       {"aten::reflection_pad2d", {meta({3, 4, 5}), I({1, 1})}, "padding size is expected to be 4"},
       {"aten::_adaptive_avg_pool2d", {meta({2, 3, 4, 5}), I({2})}, "output_size must be 2"},
       {"aten::_adaptive_avg_pool3d", {meta({2, 3}), I({1, 1, 1})}, "Expected 4D or 5D tensor"},
-      {"aten::grid_sampler_2d", {meta({2, 3, 4, 5}), meta({1, 6, 7, 2}), int64_t{0}, int64_t{0}, false}, "same batch size"},
-      {"aten::grid_sampler_3d", {meta({2, 3, 4, 5, 6}), meta({2, 2, 3, 4, 3}), int64_t{2}, int64_t{0}, false}, "bicubic"},
+      {"aten::grid_sampler_2d",
+       {meta({2, 3, 4, 5}), meta({1, 6, 7, 2}), int64_t{0}, int64_t{0}, false},
+       "same batch size"},
+      {"aten::grid_sampler_3d",
+       {meta({2, 3, 4, 5, 6}), meta({2, 2, 3, 4, 3}), int64_t{2}, int64_t{0}, false},
+       "bicubic"},
       {"aten::grid_sampler_2d", {meta({}), meta({}), int64_t{0}, int64_t{0}, false}, "aten::grid_sampler_2d: "},
       {"aten::embedding", {meta({10}), meta({2}, at::kLong)}, "'weight' must be 2-D"},
       {"aten::embedding", {meta({10, 3}), meta({2})}, "Expected dtype int64 or int32"},
-      {"aten::_embedding_bag", {meta({10, 3}), meta({4}, at::kLong), meta({2}, at::kLong), false, int64_t{1}, false, meta({4})},
+      {"aten::_embedding_bag",
+       {meta({10, 3}), meta({4}, at::kLong), meta({2}, at::kLong), false, int64_t{1}, false, meta({4})},
        "per_sample_weights only supported with mode='sum'"},
-      {"aten::_embedding_bag", {meta({10, 3}), meta({4}, at::kLong), meta({0}, at::kLong), false, int64_t{0}, false, kNone, true},
+      {"aten::_embedding_bag",
+       {meta({10, 3}), meta({4}, at::kLong), meta({0}, at::kLong), false, int64_t{0}, false, kNone, true},
        "numBags should be at least 1"},
-      {"aten::index.Tensor", {meta({3, 4}), index_list({meta({4}, at::kBool)})}, "does not match the shape of the indexed tensor"},
+      {"aten::index.Tensor",
+       {meta({3, 4}), index_list({meta({4}, at::kBool)})},
+       "does not match the shape of the indexed tensor"},
       {"aten::index.Tensor", {meta({3, 4}), index_list({meta({}, at::kBool)})}, "0-dim boolean index"},
       {"aten::masked_select", {meta({3}), meta({3})}, "expected BoolTensor for mask"},
       {"aten::masked_select", {meta({huge}), meta({huge, 1}, at::kBool)}, "overflows"},
       {"aten::masked_select", {meta({3}), meta({4}, at::kBool)}, "must match the size"},
-      {"aten::nll_loss2d_forward", {meta({2, 3, 4}), meta({2, 4, 5}, at::kLong), kNone, int64_t{1}, int64_t{-100}}, "only batches of spatial inputs"},
-      {"aten::native_batch_norm", {meta({2, 3, 4}), kNone, kNone, kNone, kNone, false, 0.1, 1e-5}, "must be defined in evaluation mode"},
-      {"aten::native_batch_norm", {meta({2, 3, 4}), meta({4}), kNone, kNone, kNone, true, 0.1, 1e-5}, "weight should contain 3 elements"},
-      {"aten::_scaled_dot_product_flash_attention_for_cpu", {meta({4, 5, 8}), meta({4, 7, 8}), meta({4, 7, 8})}, "must be 4-D"},
-      {"aten::_scaled_dot_product_flash_attention_for_cpu", {meta({2, 4, 5, 8}), meta({2, 3, 7, 8}), meta({2, 3, 7, 8})}, "divide the query heads"},
-      {"aten::_scaled_dot_product_efficient_attention", {meta({2, 4, 5, 8}), meta({2, 4, 7, 8}), meta({2, 4, 6, 8}), kNone, true},
+      {"aten::nll_loss2d_forward",
+       {meta({2, 3, 4}), meta({2, 4, 5}, at::kLong), kNone, int64_t{1}, int64_t{-100}},
+       "only batches of spatial inputs"},
+      {"aten::native_batch_norm",
+       {meta({2, 3, 4}), kNone, kNone, kNone, kNone, false, 0.1, 1e-5},
+       "must be defined in evaluation mode"},
+      {"aten::native_batch_norm",
+       {meta({2, 3, 4}), meta({4}), kNone, kNone, kNone, true, 0.1, 1e-5},
+       "weight should contain 3 elements"},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu",
+       {meta({4, 5, 8}), meta({4, 7, 8}), meta({4, 7, 8})},
+       "must be 4-D"},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu",
+       {meta({2, 4, 5, 8}), meta({2, 3, 7, 8}), meta({2, 3, 7, 8})},
+       "divide the query heads"},
+      {"aten::_scaled_dot_product_efficient_attention",
+       {meta({2, 4, 5, 8}), meta({2, 4, 7, 8}), meta({2, 4, 6, 8}), kNone, true},
        "same sequence length"},
       {"aten::channel_shuffle", {meta({2, 4, 3}), int64_t{0}}, "must be positive"},
       {"aten::channel_shuffle", {meta({2, 4, 3}), int64_t{3}}, "divisible by groups"},

@@ -103,12 +103,12 @@ TEST(SimplifyViews, ReadsAroundAScatterReadItsSourceOrItsBase) {
   Value* row = g.add_input("row", test::f32({6}), Role::Primal);
   Builder b(g);
   Value* sc = b.call("aten::slice_scatter", {base, src, 1, 2, 4, 1});
-  g.add_output(b.call("aten::slice.Tensor", {sc, -1, 2, 4, 1}));                 // the source
-  g.add_output(b.call("aten::slice.Tensor", {sc, 1, 4, std::nullopt, 1}));       // the base's
-  g.add_output(b.call("aten::slice.Tensor", {sc, 1, 1, 3, 1}));                  // overlaps: kept
+  g.add_output(b.call("aten::slice.Tensor", {sc, -1, 2, 4, 1}));            // the source
+  g.add_output(b.call("aten::slice.Tensor", {sc, 1, 4, std::nullopt, 1}));  // the base's
+  g.add_output(b.call("aten::slice.Tensor", {sc, 1, 1, 3, 1}));             // overlaps: kept
   Value* sel = b.call("aten::select_scatter", {base, row, 0, -1});
-  g.add_output(b.call("aten::select.int", {sel, 0, 3}));                          // the source
-  g.add_output(b.call("aten::select.int", {sel, 0, 0}));                          // the base's
+  g.add_output(b.call("aten::select.int", {sel, 0, 3}));  // the source
+  g.add_output(b.call("aten::select.int", {sel, 0, 0}));  // the base's
   std::unique_ptr<Graph> before = g.clone();
   EXPECT_TRUE(simplify_views(g));
   verify(g);

@@ -48,30 +48,42 @@ struct Callable {
 
 std::vector<Callable> callables() {
   return {
-      {"matmul_softmax", [](const std::vector<at::Tensor>& x) {
+      {"matmul_softmax",
+       [](const std::vector<at::Tensor>& x) {
          return std::vector<at::Tensor>{at::matmul(at::softmax(at::matmul(x[0], x[1].transpose(-2, -1)), -1), x[1])};
-       }, {{2, 3, 8, 4}, {2, 3, 8, 4}}},
-      {"linear_gelu_norm", [](const std::vector<at::Tensor>& x) {
+       },
+       {{2, 3, 8, 4}, {2, 3, 8, 4}}},
+      {"linear_gelu_norm",
+       [](const std::vector<at::Tensor>& x) {
          return std::vector<at::Tensor>{at::layer_norm(at::gelu(at::linear(x[0], x[1], x[2])), {6})};
-       }, {{4, 5}, {6, 5}, {6}}},
-      {"reshape_cat_sum", [](const std::vector<at::Tensor>& x) {
+       },
+       {{4, 5}, {6, 5}, {6}}},
+      {"reshape_cat_sum",
+       [](const std::vector<at::Tensor>& x) {
          auto y = at::cat({x[0].reshape({6, 2}), x[1].t()}, 0);
          return std::vector<at::Tensor>{y.sum(1), y.mean(), at::tanh(y).pow(2)};
-       }, {{3, 4}, {2, 5}}},
-      {"views_and_selects", [](const std::vector<at::Tensor>& x) {
+       },
+       {{3, 4}, {2, 5}}},
+      {"views_and_selects",
+       [](const std::vector<at::Tensor>& x) {
          auto parts = x[0].chunk(2, -1);
          return std::vector<at::Tensor>{parts[0] * parts[1].exp(), x[0].select(0, 1).unsqueeze(0).expand({3, 8})};
-       }, {{4, 8}}},
-      {"masked_math", [](const std::vector<at::Tensor>& x) {
+       },
+       {{4, 8}}},
+      {"masked_math",
+       [](const std::vector<at::Tensor>& x) {
          auto m = x[0] > 0;
          return std::vector<at::Tensor>{at::where(m, x[0], x[1]).masked_fill(m.logical_not(), 0.5).sigmoid()};
-       }, {{5, 5}, {5, 5}}},
-      {"sdpa_causal_gqa", [](const std::vector<at::Tensor>& x) {
+       },
+       {{5, 5}, {5, 5}}},
+      {"sdpa_causal_gqa",
+       [](const std::vector<at::Tensor>& x) {
          at::globalContext().setSDPUseFlash(false);
          auto o = at::scaled_dot_product_attention(x[0], x[1], x[2], std::nullopt, 0.0, true, std::nullopt, true);
          at::globalContext().setSDPUseFlash(true);
          return std::vector<at::Tensor>{o};
-       }, {{1, 4, 16, 8}, {1, 2, 16, 8}, {1, 2, 16, 8}}},
+       },
+       {{1, 4, 16, 8}, {1, 2, 16, 8}, {1, 2, 16, 8}}},
   };
 }
 
@@ -87,7 +99,8 @@ TEST_P(TracerMatchesProfiler, SameKernelsInTheSameOrder) {
   for (const auto& k : profiled) expected.push_back(k.op);
   // Where int and float scalars make two overloads fit the profiler's record (mul.Scalar and
   // mul.Tensor with a wrapped number), compare names without the overload.
-  ASSERT_EQ(t.kernels.size(), expected.size()) << c.name << "\n" << ::testing::PrintToString(t.kernels) << "\n"
+  ASSERT_EQ(t.kernels.size(), expected.size()) << c.name << "\n"
+                                               << ::testing::PrintToString(t.kernels) << "\n"
                                                << ::testing::PrintToString(expected);
   for (size_t i = 0; i < expected.size(); ++i)
     EXPECT_EQ(split_op_name(t.kernels[i]).first, split_op_name(expected[i]).first) << c.name << " kernel " << i;
@@ -181,34 +194,52 @@ TEST(Tracer, WritingToAnInputIsAnErrorNamingTheOp) {
 TEST(Tracer, WritesThroughViewsReachTheirBase) {
   using T = const std::vector<at::Tensor>&;
   std::vector<std::pair<const char*, TensorFn>> cases = {
-      {"view", [](T x) { at::Tensor y = x[0] * 2; y.view({-1}).add_(1); return std::vector<at::Tensor>{y * x[0]}; }},
-      {"select fill_", [](T x) { at::Tensor y = x[0] * 2; y.select(1, 0).fill_(3); return std::vector<at::Tensor>{y * x[0]}; }},
-      {"slice copy_", [](T x) {
+      {"view",
+       [](T x) {
+         at::Tensor y = x[0] * 2;
+         y.view({-1}).add_(1);
+         return std::vector<at::Tensor>{y * x[0]};
+       }},
+      {"select fill_",
+       [](T x) {
+         at::Tensor y = x[0] * 2;
+         y.select(1, 0).fill_(3);
+         return std::vector<at::Tensor>{y * x[0]};
+       }},
+      {"slice copy_",
+       [](T x) {
          at::Tensor y = x[0].sin();
          y.slice(0, 1, 3).copy_(x[0].slice(0, 0, 2).exp());
          return std::vector<at::Tensor>{y * x[0]};
        }},
-      {"select of select", [](T x) {
+      {"select of select",
+       [](T x) {
          at::Tensor y = x[0] * x[0];
          y.select(0, 1).select(0, 2).mul_(x[0][0][0]);
          return std::vector<at::Tensor>{y};
        }},
-      {"a sibling view, taken again", [](T x) {
+      {"a sibling view, taken again",
+       [](T x) {
          at::Tensor y = x[0] * 2, a = y.slice(0, 0, 2), b = y.slice(0, 1, 3);
          a.mul_(x[0].slice(0, 0, 2));
          return std::vector<at::Tensor>{b * 1.5, y};
        }},
-      {"transpose, diagonal", [](T x) {
+      {"transpose, diagonal",
+       [](T x) {
          at::Tensor y = x[0].cos();
          y.t().diagonal().mul_(3);
          return std::vector<at::Tensor>{y};
        }},
-      {"a view of the written base", [](T x) {
+      {"a view of the written base",
+       [](T x) {
          at::Tensor y = x[0] * 2, v = y.unsqueeze(0);
          y.mul_(x[0]);
          return std::vector<at::Tensor>{v.sum(1)};
        }},
-      {"circular padding", [](T x) { return std::vector<at::Tensor>{at::pad(x[0].unsqueeze(0), {1, 2}, "circular")}; }},
+      {"circular padding",
+       [](T x) {
+         return std::vector<at::Tensor>{at::pad(x[0].unsqueeze(0), {1, 2}, "circular")};
+       }},
   };
   for (const auto& [name, fn] : cases) {
     SCOPED_TRACE(name);
@@ -230,58 +261,68 @@ TEST(Tracer, WritesThroughViewsReachTheirBase) {
 TEST(Tracer, InPlaceViewsAndRetakenViewsKeepTheirValues) {
   using T = const std::vector<at::Tensor>&;
   std::vector<std::pair<const char*, TensorFn>> cases = {
-      {"a view taken again, then written", [](T x) {
+      {"a view taken again, then written",
+       [](T x) {
          at::Tensor y = x[0] * 1, b = y.slice(0, 1, 3);
          y.select(0, 0).fill_(0);
          b.sin_();
          return std::vector<at::Tensor>{y};
        }},
-      {"rotary halves", [](T x) {
+      {"rotary halves",
+       [](T x) {
          at::Tensor y = x[0] * 1, x1 = y.slice(1, 0, 2), x2 = y.slice(1, 2, 4);
          at::Tensor c = x[0].slice(1, 0, 2).cos(), s = x[0].slice(1, 2, 4).sin(), x1c = x1.clone();
          x1.mul_(c).sub_(x2 * s);
          x2.mul_(c).add_(x1c * s);
          return std::vector<at::Tensor>{y};
        }},
-      {"t_ after a view", [](T x) {
+      {"t_ after a view",
+       [](T x) {
          at::Tensor y = x[0] * 1, r = y.select(0, 0);
          y.t_();
          return std::vector<at::Tensor>{r + 0, y * 2};
        }},
-      {"t_ of a slice", [](T x) {
+      {"t_ of a slice",
+       [](T x) {
          at::Tensor y = x[0] * 1, s = y.slice(1, 0, 2);
          s.t_();
          return std::vector<at::Tensor>{y + 0, s + 0};
        }},
-      {"unsqueeze_, then an older view", [](T x) {
+      {"unsqueeze_, then an older view",
+       [](T x) {
          at::Tensor y = x[0] * 2, s = y.slice(0, 0, 2);
          y.unsqueeze_(0);
          return std::vector<at::Tensor>{s * 1, y.sin()};
        }},
-      {"transpose_, then a write", [](T x) {
+      {"transpose_, then a write",
+       [](T x) {
          at::Tensor y = x[0] * 2;
          y.transpose_(0, 1);
          y.select(0, 1).mul_(3);
          return std::vector<at::Tensor>{y};
        }},
-      {"a view of a tensor literal", [](T x) {
+      {"a view of a tensor literal",
+       [](T x) {
          at::Tensor c = at::tensor({1., 2., 3., 4.}, at::kDouble).view({4, 1});
          return std::vector<at::Tensor>{x[0] * c};
        }},
       // found by a review of the above: kept values that are the restrided tensor itself took its
       // new metadata; a tensor literal written in part replayed uninitialized memory; batch norm's
       // running statistics, when traced values, were written where the tracer could not see it
-      {"t_ after its value was used", [](T x) {
+      {"t_ after its value was used",
+       [](T x) {
          at::Tensor h = x[0].slice(0, 0, 3).sin(), p = h * x[0].slice(0, 0, 3);
          h.t_();
          return std::vector<at::Tensor>{p, h * 1};
        }},
-      {"a tensor literal written in part", [](T x) {
+      {"a tensor literal written in part",
+       [](T x) {
          at::Tensor c = at::tensor({1., 2., 3., 4.}, at::kDouble);
          c.slice(0, 0, 1).fill_(5);
          return std::vector<at::Tensor>{x[0] * c};
        }},
-      {"running statistics that are traced values", [](T x) {
+      {"running statistics that are traced values",
+       [](T x) {
          at::Tensor rm = at::zeros({4}, x[0].options()), rv = at::ones({4}, x[0].options());
          at::Tensor s = x[0] * (rm + 1);
          at::Tensor y = at::batch_norm(x[0], {}, {}, rm, rv, true, 0.1, 1e-5, false);
@@ -290,7 +331,8 @@ TEST(Tracer, InPlaceViewsAndRetakenViewsKeepTheirValues) {
   };
   for (const auto& [name, fn] : cases) {
     SCOPED_TRACE(name);
-    at::Tensor x = at::randn({4, 4}, at::kDouble), t = at::randn({4, 4}, at::kDouble), x2 = at::randn({4, 4}, at::kDouble);
+    at::Tensor x = at::randn({4, 4}, at::kDouble), t = at::randn({4, 4}, at::kDouble),
+               x2 = at::randn({4, 4}, at::kDouble);
     Trace tr = trace(fn, {{"x", x}}, TraceOptions::graph_only());
     Executable exe(std::move(tr.graph));
     for (const at::Tensor& in : {x, x2}) {  // the traced inputs, and others
@@ -334,15 +376,24 @@ TEST(Tracer, StorageChangesAndReadsOfUpdatedRunningStatisticsAreErrors) {
 
 TEST(Tracer, AliasesMadeOutsideTheDispatcherAreAnErrorInTraces) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{(x[0] * 2).data() * x[0]}; };
-  test::expect_error([&] { trace(fn, {{"x", at::randn({3})}}); }, "aliases a value computed from the inputs but was made outside");
-  at::Tensor x = at::randn({3}, at::kDouble), t = at::randn({3}, at::kDouble);  // linearize: a constant, as in forward AD
+  test::expect_error(
+      [&] {
+        trace(fn, {{"x", at::randn({3})}});
+      },
+      "aliases a value computed from the inputs but was made outside");
+  at::Tensor x = at::randn({3}, at::kDouble),
+             t = at::randn({3}, at::kDouble);  // linearize: a constant, as in forward AD
   EXPECT_LT(test::rel_error(linearize(fn, {{"x", x}}).jvp({t})[0], forward_ad_jvp(fn, {x}, {t})[0]), 1e-12);
   TensorFn foreach = [](const std::vector<at::Tensor>& x) {
     std::vector<at::Tensor> l = {x[0] * 1};
     at::_foreach_mul_(l, 2.0);
     return l;
   };
-  test::expect_error([&] { trace(foreach, {{"x", at::randn({3})}}); }, "aten::_foreach_mul_.Scalar writes in place to a list of tensors");
+  test::expect_error(
+      [&] {
+        trace(foreach, {{"x", at::randn({3})}});
+      },
+      "aten::_foreach_mul_.Scalar writes in place to a list of tensors");
 }
 
 // A write through a view jvpc cannot take again (unfold) leaves its base unreadable.
@@ -459,14 +510,21 @@ TORCH_LIBRARY_FRAGMENT(jvpc_test, m) {
 }
 
 TEST(Tracer, AnOpComputingOutsideTheDispatcherIsAnErrorNamingIt) {
-  auto op = c10::Dispatcher::singleton().findSchemaOrThrow("jvpc_test::filled_outside", "").typed<at::Tensor(const at::Tensor&)>();
+  auto op = c10::Dispatcher::singleton()
+                .findSchemaOrThrow("jvpc_test::filled_outside", "")
+                .typed<at::Tensor(const at::Tensor&)>();
   TensorFn fn = [op](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{op.call(x[0])}; };
-  test::expect_error([&] { trace(fn, {{"x", at::randn({3})}}); },
-                     "jvpc_test::filled_outside computes its result outside the dispatcher, where jvpc's tracer cannot see it");
+  test::expect_error(
+      [&] {
+        trace(fn, {{"x", at::randn({3})}});
+      },
+      "jvpc_test::filled_outside computes its result outside the dispatcher, where jvpc's tracer cannot see it");
 }
 
 TEST(Tracer, MaxPool1dIsTracedThroughItsKernelWithIndices) {
-  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::max_pool1d(x[0], {2}, {1})}; };
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{at::max_pool1d(x[0], {2}, {1})};
+  };
   at::Tensor x = at::randn({2, 3, 8}, at::kDouble), t = at::randn({2, 3, 8}, at::kDouble);
   Linearized lin = linearize(fn, {{"x", x}});
   EXPECT_TRUE(lin.primal_outputs[0].equal(at::max_pool1d(x, {2}, {1})));
@@ -489,7 +547,8 @@ TEST(Tracer, ShapeAsTensorIsAConstantOfTheShapes) {
 // dispatcher does not see it (at::detail::empty_cpu, then a plain loop).
 at::Tensor doubled_outside(const at::Tensor& x) {
   at::Tensor c = x.contiguous();
-  at::Tensor out = at::detail::empty_cpu(c.sizes(), c.scalar_type(), std::nullopt, std::nullopt, std::nullopt, std::nullopt);
+  at::Tensor out =
+      at::detail::empty_cpu(c.sizes(), c.scalar_type(), std::nullopt, std::nullopt, std::nullopt, std::nullopt);
   for (int64_t i = 0; i < c.numel(); ++i) out.data_ptr<float>()[i] = 2 * c.const_data_ptr<float>()[i];
   return out;
 }
@@ -499,10 +558,15 @@ TORCH_LIBRARY(jvpc_test, m) {
 }
 
 TEST(Tracer, ADecomposedOpReturningATensorNoKernelMadeIsAnError) {
-  auto op = c10::Dispatcher::singleton().findSchemaOrThrow("jvpc_test::doubled_outside", "").typed<at::Tensor(const at::Tensor&)>();
+  auto op = c10::Dispatcher::singleton()
+                .findSchemaOrThrow("jvpc_test::doubled_outside", "")
+                .typed<at::Tensor(const at::Tensor&)>();
   TensorFn fn = [op](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{op.call(x[0] + 1)}; };
-  test::expect_error([&] { trace(fn, {{"x", at::randn({3})}}); },
-                     "jvpc_test::doubled_outside computes its result outside the dispatcher");
+  test::expect_error(
+      [&] {
+        trace(fn, {{"x", at::randn({3})}});
+      },
+      "jvpc_test::doubled_outside computes its result outside the dispatcher");
 }
 
 // Batch norm in training mode writes its running statistics, which its schema does not say
@@ -526,24 +590,39 @@ TEST(Tracer, BatchNormInTrainingModeRecordsNoRunningStatistics) {
 
 // item() on a traced value: the graph would replay the number as a constant.
 TEST(Tracer, ScalarsReadFromTracedValuesAreAnError) {
-  TensorFn item = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] * x[0].sum().item<float>()}; };
-  test::expect_error([&] { trace(item, {{"x", at::randn({3})}}); },
-                     "aten::_local_scalar_dense reads a value computed from the inputs into a C++ scalar");
+  TensorFn item = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{x[0] * x[0].sum().item<float>()};
+  };
+  test::expect_error(
+      [&] {
+        trace(item, {{"x", at::randn({3})}});
+      },
+      "aten::_local_scalar_dense reads a value computed from the inputs into a C++ scalar");
   TensorFn branch = [](const std::vector<at::Tensor>& x) {
     return std::vector<at::Tensor>{at::equal(x[0], x[0].relu()) ? x[0] : -x[0]};
   };
-  test::expect_error([&] { trace(branch, {{"x", at::randn({3})}}); }, "aten::equal reads a value computed from the inputs");
+  test::expect_error(
+      [&] {
+        trace(branch, {{"x", at::randn({3})}});
+      },
+      "aten::equal reads a value computed from the inputs");
   TensorFn close = [](const std::vector<at::Tensor>& x) {
     return std::vector<at::Tensor>{at::allclose(x[0], x[0].relu()) ? x[0] : -x[0]};
   };
-  test::expect_error([&] { trace(close, {{"x", at::randn({3})}}); }, "aten::allclose reads a value computed from the inputs");
+  test::expect_error(
+      [&] {
+        trace(close, {{"x", at::randn({3})}});
+      },
+      "aten::allclose reads a value computed from the inputs");
   // A captured constant's scalar is a constant.
   at::Tensor c = at::full({}, 3.0);
   TensorFn constant = [c](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] * c.item<float>()}; };
   EXPECT_NO_THROW(trace(constant, {{"x", at::randn({3})}}));
   // linearize specializes on such numbers, as LibTorch's forward AD does: an index picked by
   // argmax (which indexing reads with item()) is a constant there.
-  TensorFn pick = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0].index({at::argmax(x[0])}) * x[0]}; };
+  TensorFn pick = [](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{x[0].index({at::argmax(x[0])}) * x[0]};
+  };
   at::Tensor x = at::randn({5}, at::kDouble), t = at::randn({5}, at::kDouble);
   Linearized lin = linearize(pick, {{"x", x}});
   EXPECT_TRUE(lin.jvp({t})[0].allclose(forward_ad_jvp(pick, {x}, {t})[0]));
@@ -553,17 +632,23 @@ TEST(Tracer, ScalarsReadFromTracedValuesAreAnError) {
 // LibTorch's own errors inside the callable came out as many lines; sparse inputs were taken.
 TEST(Tracer, BadCallablesAndInputsAreOneLineErrors) {
   // A name the loader would refuse (found by a probe: such a graph saved but did not load back).
-  test::expect_error([] { trace([](const std::vector<at::Tensor>& x) { return x; }, {{"a\nb", at::ones({2})}}); },
-                     "input name contains a control character");
+  test::expect_error(
+      [] {
+        trace([](const std::vector<at::Tensor>& x) { return x; }, {{"a\nb", at::ones({2})}});
+      },
+      "input name contains a control character");
   at::Tensor c = at::ones({3});
   auto writes_captured = [c](const std::vector<at::Tensor>& x) {
     at::Tensor cc = c;
     cc.add_(1);
     return std::vector<at::Tensor>{x[0] * cc};
   };
-  test::expect_error([&] { trace(writes_captured, {{"x", at::randn({3})}}); },
-                     "aten::mul.Tensor reads a tensor the callable captured after it was written in place by aten::add_.Scalar "
-                     "(f32[3]), which the graph does not record; pass that tensor as an input instead");
+  test::expect_error(
+      [&] {
+        trace(writes_captured, {{"x", at::randn({3})}});
+      },
+      "aten::mul.Tensor reads a tensor the callable captured after it was written in place by aten::add_.Scalar "
+      "(f32[3]), which the graph does not record; pass that tensor as an input instead");
   EXPECT_TRUE(c.equal(at::full({3}, 2.0)));  // the callable ran as eager code would, up to the read
   auto fails = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0].mm(x[0])}; };
   try {

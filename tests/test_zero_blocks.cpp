@@ -21,7 +21,8 @@ TEST(ZeroBlocks, ADecodingStepSkipsTheCachesZeroTangent) {
     return std::vector<at::Tensor>{
         at::scaled_dot_product_attention(x[0], at::cat({past_k, x[1]}, 2), at::cat({past_v, x[2]}, 2))};
   };
-  std::vector<TraceInput> in = {{"q", at::randn({1, 2, 1, 8}, at::kDouble)}, {"k", at::randn({1, 2, 1, 8}, at::kDouble)},
+  std::vector<TraceInput> in = {{"q", at::randn({1, 2, 1, 8}, at::kDouble)},
+                                {"k", at::randn({1, 2, 1, 8}, at::kDouble)},
                                 {"v", at::randn({1, 2, 1, 8}, at::kDouble)}};
   std::vector<at::Tensor> t = {at::randn({1, 2, 1, 8}, at::kDouble), at::randn({1, 2, 1, 8}, at::kDouble),
                                at::randn({1, 2, 1, 8}, at::kDouble)};

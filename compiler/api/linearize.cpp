@@ -101,7 +101,8 @@ Linearized compile(Trace&& t, const LinearizeOptions& options, const KernelWatch
     if (in.role == Role::Constant && in.data.defined() && in.data.has_storage())
       residual_storages.insert(in.data.storage().unsafeGetStorageImpl());
   for (at::Tensor& out : lin.primal_outputs)
-    if (out.defined() && out.has_storage() && residual_storages.count(out.storage().unsafeGetStorageImpl())) out = out.clone();
+    if (out.defined() && out.has_storage() && residual_storages.count(out.storage().unsafeGetStorageImpl()))
+      out = out.clone();
   return lin;
 }
 
@@ -134,7 +135,8 @@ Linearized linearize(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>
     if (in.role == Role::Constant && !in.data.defined()) throw Error("constant '" + in.name + "' is not bound");
   }
   if (primal_values.size() != primals.size())
-    throw Error("expected " + std::to_string(primals.size()) + " primal values, got " + std::to_string(primal_values.size()));
+    throw Error("expected " + std::to_string(primals.size()) + " primal values, got " +
+                std::to_string(primal_values.size()));
   for (size_t i = 0; i < primals.size(); ++i) {
     const TensorMeta& m = primals[i]->value->meta();
     const at::Tensor& v = primal_values[i];

@@ -78,17 +78,19 @@ std::unique_ptr<Graph> with_math_attention(const Graph& src) {
     const Arg* causal = find("is_causal");
     bool is_causal = causal && causal->value.isBool() && causal->value.toBool();
     if (is_causal && n->op() == "aten::_scaled_dot_product_flash_attention" && q->meta().sizes[2] != k->meta().sizes[2])
-      throw Error(n->op() + ": causal attention with different query and key lengths is aligned to the bottom right, "
+      throw Error(n->op() +
+                  ": causal attention with different query and key lengths is aligned to the bottom right, "
                   "the math path to the top left");
     const Arg* mask = find("attn_mask");
     if (!mask) mask = find("attn_bias");
-    BArg m = mask && mask->kind == ArgKind::Tensor ? BArg(n->input(static_cast<size_t>(mask->operands[0]))) : BArg(std::nullopt);
+    BArg m = mask && mask->kind == ArgKind::Tensor ? BArg(n->input(static_cast<size_t>(mask->operands[0])))
+                                                   : BArg(std::nullopt);
     const Arg* scale = find("scale");
     BArg sc = scale && !scale->value.isNone() ? BArg(scale->value.toDouble()) : BArg(std::nullopt);
     bool gqa = q->meta().sizes[1] != k->meta().sizes[1];
     g->set_insertion_point(n);
-    Value* out = b.emit("aten::_scaled_dot_product_attention_math",
-                        {q, k, v, m, 0.0, is_causal, std::nullopt, sc, gqa})[0];
+    Value* out =
+        b.emit("aten::_scaled_dot_product_attention_math", {q, k, v, m, 0.0, is_causal, std::nullopt, sc, gqa})[0];
     n->output(0)->replace_all_uses_with(with_layout(b, out, n->output(0)->meta()));
     g->set_insertion_point(nullptr);
     g->erase(n);
@@ -112,7 +114,8 @@ std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::v
   }
   std::vector<at::Tensor> fp = fn(plus), fm = fn(minus), result;
   for (size_t i = 0; i < fp.size(); ++i)
-    result.push_back(differentiable_dtype(fp[i].scalar_type()) ? (fp[i] - fm[i]) / (2 * h) : at::zeros_like(fp[i], at::kDouble));
+    result.push_back(differentiable_dtype(fp[i].scalar_type()) ? (fp[i] - fm[i]) / (2 * h)
+                                                               : at::zeros_like(fp[i], at::kDouble));
   return result;
 }
 
@@ -127,7 +130,8 @@ ErrorStats compare(const std::vector<at::Tensor>& got, const std::vector<at::Ten
   double diff2 = 0, ref2 = 0, max_abs = 0;
   ErrorStats s;
   for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i].sizes() != reference[i].sizes()) throw Error("compare: tensor " + std::to_string(i) + " has a different shape");
+    if (got[i].sizes() != reference[i].sizes())
+      throw Error("compare: tensor " + std::to_string(i) + " has a different shape");
     at::Tensor a = real_pairs(got[i]), b = real_pairs(reference[i]);
     s.nonfinite_got += a.numel() - a.isfinite().sum().item<int64_t>();
     s.nonfinite_reference += b.numel() - b.isfinite().sum().item<int64_t>();
@@ -144,9 +148,12 @@ ErrorStats compare(const std::vector<at::Tensor>& got, const std::vector<at::Ten
 
 double tolerance_for(c10::ScalarType dtype) {
   switch (dtype) {
-    case c10::kDouble: return 1e-10;
-    case c10::kFloat: return 1e-5;
-    default: return 2e-2;
+    case c10::kDouble:
+      return 1e-10;
+    case c10::kFloat:
+      return 1e-5;
+    default:
+      return 2e-2;
   }
 }
 

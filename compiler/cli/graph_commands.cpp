@@ -34,14 +34,16 @@ void add_trace(CLI::App& app) {
     std::string example, out, format = "text";
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("trace", "Trace an example into a jvpc graph (kernel level, as the dispatcher runs it)");
+  auto* cmd =
+      app.add_subcommand("trace", "Trace an example into a jvpc graph (kernel level, as the dispatcher runs it)");
   cmd->add_option("example", o->example, "example to trace: sdpa, mlp or block")->required();
   cmd->add_option("-o,--output", o->out,
                   "write the graph as JSON (x.json: constants in x.safetensors, the example's input values in "
                   "x.inputs.safetensors)")
       ->check(examples::kFileName);
   cmd->add_option("--format", o->format, "without -o: print the graph as text or json")
-      ->check(CLI::IsMember({"text", "json"}))->capture_default_str();
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
   cmd->allow_extras();
   cmd->footer(examples_help());
   cmd->callback([o, cmd] {
@@ -78,14 +80,18 @@ void add_show(CLI::App& app) {
   auto* cmd = app.add_subcommand("show", "Print a graph file as text, JSON or Graphviz dot");
   cmd->add_option("graph", o->file, "graph JSON file")->required();
   cmd->add_option("--format", o->format, "text, json or dot (render dot with: dot -Tpng)")
-      ->check(CLI::IsMember({"text", "json", "dot"}))->capture_default_str();
+      ->check(CLI::IsMember({"text", "json", "dot"}))
+      ->capture_default_str();
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   add_max_memory(cmd, o->limits);
   cmd->callback([o] {
     auto g = load(o->file, cpu_options(o->trusted, o->limits));
-    if (o->format == "json") std::cout << to_json(*g).dump(1) << "\n";
-    else if (o->format == "dot") std::cout << to_dot(*g, o->file);
-    else std::cout << to_text(*g);
+    if (o->format == "json")
+      std::cout << to_json(*g).dump(1) << "\n";
+    else if (o->format == "dot")
+      std::cout << to_dot(*g, o->file);
+    else
+      std::cout << to_text(*g);
   });
 }
 
@@ -97,7 +103,8 @@ void add_run(CLI::App& app) {
     LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("run", "Run a graph on random inputs (or inputs from a file); print output shapes and checksums");
+  auto* cmd = app.add_subcommand(
+      "run", "Run a graph on random inputs (or inputs from a file); print output shapes and checksums");
   cmd->add_option("graph", o->file, "graph JSON file")->required();
   cmd->add_option("--device", o->device, "cpu or cuda (moves the graph and its constants there)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -137,7 +144,8 @@ void add_cost(CLI::App& app) {
     LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("cost", "FLOPs, bytes and memory of a graph (matmul FLOPs as FlopCounterMode counts them)");
+  auto* cmd =
+      app.add_subcommand("cost", "FLOPs, bytes and memory of a graph (matmul FLOPs as FlopCounterMode counts them)");
   cmd->add_option("graph", o->file, "graph JSON file")->required();
   cmd->add_flag("--json", o->json, "print a JSON object");
   cmd->add_flag("--nodes", o->nodes, "also print the cost of every node");

@@ -46,7 +46,8 @@ std::vector<std::string> split_names(const std::string& s) {
   if (!s.empty() && s.back() == ',') throw Error("--wrt '" + s + "': an empty name");  // getline drops it
   while (std::getline(ss, item, ',')) {
     if (item.empty()) throw Error("--wrt '" + s + "': an empty name");
-    if (std::find(out.begin(), out.end(), item) != out.end()) throw Error("--wrt '" + s + "' names '" + item + "' twice");
+    if (std::find(out.begin(), out.end(), item) != out.end())
+      throw Error("--wrt '" + s + "' names '" + item + "' twice");
     out.push_back(item);
   }
   if (out.empty()) throw Error("--wrt '" + s + "' names no input");
@@ -57,7 +58,7 @@ std::vector<std::string> split_names(const std::string& s) {
 // the passes that run, or "all".
 void check_pass_names(const std::vector<std::string>& names, const std::set<std::string>& disabled) {
   Pipeline p;
-  add_linearize_passes(p, {}, disabled);  // throws for a pass that cannot be disabled
+  add_linearize_passes(p, {}, disabled);       // throws for a pass that cannot be disabled
   std::vector<std::string> known = {"trace"};  // in pipeline order, each once (dce runs twice)
   for (const std::string& k : p.pass_names())
     if (std::find(known.begin(), known.end(), k) == known.end()) known.push_back(k);
@@ -72,8 +73,8 @@ void check_pass_names(const std::vector<std::string>& names, const std::set<std:
 struct Problem {
   std::string description;
   std::vector<TraceInput> primals;
-  TensorFn fn;         // traced by linearize (examples)
-  TensorFn reference;  // run under forward AD
+  TensorFn fn;                   // traced by linearize (examples)
+  TensorFn reference;            // run under forward AD
   std::unique_ptr<Graph> graph;  // graph files: linearized directly
   // Examples in float16/bfloat16: the reference runs on float32 copies of the primals and
   // tangents. It is the truer answer, and LibTorch's forward AD has half-precision gaps of its
@@ -102,7 +103,9 @@ Problem from_graph(const Opts& o) {
   p.graph = load(o.target, lo);
   check_flops(*p.graph, o.limits);  // linearize runs the forward once
   for (const Input& in : p.graph->inputs())
-    if (in.role == Role::Tangent) throw Error(printable_path(o.target) + ": already has tangent input '" + in.name + "'; linearize takes a traced graph");
+    if (in.role == Role::Tangent)
+      throw Error(printable_path(o.target) + ": already has tangent input '" + in.name +
+                  "'; linearize takes a traced graph");
   // The primals: --inputs, else the traced example's values beside the graph, else random.
   std::string inputs = o.inputs;
   if (inputs.empty() && std::filesystem::is_regular_file(traced_inputs_path_for(o.target)))
@@ -187,22 +190,26 @@ void print_summary(const Problem& p, const Linearized& lin, const Check& c, bool
   if (ops.empty()) ops = "no matmuls";
   std::string aliased;
   for (const Input& in : lin.tangent_graph->inputs())
-    if (!in.aliases.empty() && aliased.find(in.aliases) == std::string::npos) aliased += (aliased.empty() ? "" : ", ") + in.aliases;
+    if (!in.aliases.empty() && aliased.find(in.aliases) == std::string::npos)
+      aliased += (aliased.empty() ? "" : ", ") + in.aliases;
   auto flops = [](int64_t f) { return format("%14lld  (%s", static_cast<long long>(f), human_count(f).c_str()); };
   std::cout << "\nforward    matmul FLOPs " << flops(r.forward.matmul_flops) << "; cost model of the traced graph)\n"
-            << "linearize  matmul FLOPs " << flops(r.linearize_matmul_flops) << "; measured: kernels run while tracing and folding)\n"
-            << "jvp call   matmul FLOPs " << flops(r.tangent.matmul_flops) << "; " << r.tangent.nodes << " nodes: " << ops << ")\n";
+            << "linearize  matmul FLOPs " << flops(r.linearize_matmul_flops)
+            << "; measured: kernels run while tracing and folding)\n"
+            << "jvp call   matmul FLOPs " << flops(r.tangent.matmul_flops) << "; " << r.tangent.nodes
+            << " nodes: " << ops << ")\n";
   std::cout << "residuals  " << human_bytes(r.tangent.residual_bytes) << " held by the tangent graph";
   if (r.tangent.aliased_input_bytes)
     std::cout << ", plus " << human_bytes(r.tangent.aliased_input_bytes) << " aliasing the inputs (" << aliased << ")";
   std::cout << "; peak " << human_bytes(r.tangent.peak_bytes) << " per call\n";
-  std::string reference = is_graph ? "LibTorch forward AD of the graph (attention on the math path" : "LibTorch forward AD (math backend";
+  std::string reference =
+      is_graph ? "LibTorch forward AD of the graph (attention on the math path" : "LibTorch forward AD (math backend";
   reference += p.reference_in_float32 ? ", in float32)" : ")";
   std::cout << format("check      vs %s: rel_error %.3e, max_abs_error %.3e, tolerance %.1e: %s\n", reference.c_str(),
                       c.err.rel_error, c.err.max_abs_error, c.tolerance, c.passed ? "PASS" : "FAIL");
   if (c.err.nonfinite_got || c.err.nonfinite_reference)
-    std::cout << "           non-finite values: " << c.err.nonfinite_got << " in jvpc's tangents, " << c.err.nonfinite_reference
-              << " in the reference's (does the primal overflow its dtype?)\n";
+    std::cout << "           non-finite values: " << c.err.nonfinite_got << " in jvpc's tangents, "
+              << c.err.nonfinite_reference << " in the reference's (does the primal overflow its dtype?)\n";
 }
 
 void write_report(const std::string& path, const Problem& p, const Linearized& lin, const Check& c) {
@@ -223,8 +230,11 @@ void write_report(const std::string& path, const Problem& p, const Linearized& l
   rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
   rep["jvp"] = to_json(r.tangent);
   rep["jvp"]["tangents"] = lin.tangent_names();
-  rep["check"] = {{"reference", "forward_ad"}, {"reference_dtype", p.reference_in_float32 ? "float32" : "as traced"},
-                  {"max_abs_error", c.err.max_abs_error}, {"rel_error", c.err.rel_error}, {"tolerance", c.tolerance},
+  rep["check"] = {{"reference", "forward_ad"},
+                  {"reference_dtype", p.reference_in_float32 ? "float32" : "as traced"},
+                  {"max_abs_error", c.err.max_abs_error},
+                  {"rel_error", c.err.rel_error},
+                  {"tolerance", c.tolerance},
                   {"nonfinite", {{"jvpc", c.err.nonfinite_got}, {"reference", c.err.nonfinite_reference}}},
                   {"passed", c.passed}};
   write_file_atomically(path, rep.dump(1) + "\n");
@@ -245,10 +255,13 @@ void add_linearize(CLI::App& app) {
                   "print the IR after this pass (repeatable; 'trace' for the traced graph, 'all' for every pass)");
   std::string optional;
   for (const std::string& name : optional_linearize_passes()) optional += (optional.empty() ? "" : ", ") + name;
-  cmd->add_option("--disable-pass", o->disabled, "leave this optimization out (repeatable), to see what it does: " + optional);
+  cmd->add_option("--disable-pass", o->disabled,
+                  "leave this optimization out (repeatable), to see what it does: " + optional);
   cmd->add_option("--dump-format", o->dump_format,
                   "text, or json: one line per dump, {\"after\": PASS, \"position\": N, \"graph\": ...}, among the "
-                  "table's lines (constants are not included)")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
+                  "table's lines (constants are not included)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
   cmd->add_option("-o,--output", o->out, "write the tangent graph as JSON (residuals beside it in .safetensors)")
       ->check(examples::kFileName);
   cmd->add_option("--inputs", o->inputs,
@@ -257,13 +270,15 @@ void add_linearize(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "seed of the random tangents (and of random primals, for a graph file)")
       ->capture_default_str()
       ->check(examples::kSeed);
-  cmd->add_option("--device", o->device, "cpu or cuda: where a graph file runs, or the example's --device")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", o->device, "cpu or cuda: where a graph file runs, or the example's --device")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   cmd->add_flag("--verify-each", o->verify_each,
                 "verify the whole graph after every pass (by default only after passes that changed it)");
   cmd->add_flag("--timing", o->timing, "print each pass's time and its verification's, after the cost table");
-  cmd->add_option("--tolerance", o->tolerance,
-                  "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2)")
+  cmd->add_option(
+         "--tolerance", o->tolerance,
+         "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2)")
       ->check(examples::kNonNegative);
   add_max_memory(cmd, o->limits);
   add_max_flops(cmd, o->limits);
@@ -273,7 +288,8 @@ void add_linearize(CLI::App& app) {
     o->limits.check();
     bool is_graph = ends_with(o->target, ".json");
     Problem p = is_graph ? from_graph(*o) : from_example(*o, leftover(*cmd));
-    if (is_graph && !leftover(*cmd).empty()) throw Error("unexpected arguments after a graph file: " + leftover(*cmd)[0]);
+    if (is_graph && !leftover(*cmd).empty())
+      throw Error("unexpected arguments after a graph file: " + leftover(*cmd)[0]);
     if (!is_graph && !o->inputs.empty()) throw Error("--inputs is for a graph file; an example makes its own inputs");
     // Every file this run writes, before the work (-o and --report themselves were checked as flags).
     if (!o->out.empty()) check_destination(constants_path_for(o->out));

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
            std::to_string(jvpc::kSchemaVersion) + ", CUDA " + (at::hasCUDA() ? "available" : "not available") + ")";
   });
   std::string examples = "Examples (trace and linearize take one by name, then its own flags):\n";
-  for (const std::string& name : jvpc::examples::names()) examples += "  " + name + ": " + jvpc::examples::summary(name) + "\n";
+  for (const std::string& name : jvpc::examples::names())
+    examples += "  " + name + ": " + jvpc::examples::summary(name) + "\n";
   app.footer(examples +
              "\nStart with:  jvpc linearize sdpa   (the seed's attention: bsz 1, 5 heads, seq 128, head dim 64)\n"
              "Each command has --help. Exit codes: 0 ok, 1 a check failed, 2 bad input.");
@@ -31,7 +32,8 @@ int main(int argc, char** argv) {
   jvpc::cli::add_rules(app);
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] == '-' && first != "-h" && first != "--help" && first != "--version") {
-    std::cerr << "jvpc: error: unknown option '" << jvpc::printable_path(argv[1]) << "' before the command (see jvpc --help)\n";
+    std::cerr << "jvpc: error: unknown option '" << jvpc::printable_path(argv[1])
+              << "' before the command (see jvpc --help)\n";
     return 2;
   }
   if (argc > 1 && argv[1][0] != '-') {  // CLI11 would only say that a subcommand is required
@@ -42,7 +44,8 @@ int main(int argc, char** argv) {
       found = found || sub->get_name() == argv[1];
     }
     if (!found) {
-      std::cerr << "jvpc: error: unknown command '" << jvpc::printable_path(argv[1]) << "' (commands: " << known << "; see jvpc --help)\n";
+      std::cerr << "jvpc: error: unknown command '" << jvpc::printable_path(argv[1]) << "' (commands: " << known
+                << "; see jvpc --help)\n";
       return 2;
     }
   }
@@ -52,7 +55,8 @@ int main(int argc, char** argv) {
     auto names = jvpc::examples::names();
     for (int i = 2; i < argc; ++i) {
       if (std::find(names.begin(), names.end(), argv[i]) == names.end()) continue;
-      if (std::any_of(argv + 2, argv + i, [](const char* a) { return a[0] != '-'; })) std::rotate(argv + 2, argv + i, argv + i + 1);
+      if (std::any_of(argv + 2, argv + i, [](const char* a) { return a[0] != '-'; }))
+        std::rotate(argv + 2, argv + i, argv + i + 1);
       break;
     }
   }

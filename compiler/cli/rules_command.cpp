@@ -15,7 +15,8 @@ void add_rules(CLI::App& app) {
     bool json = false, loadable = false;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("rules", "List the ops that have a JVP rule (linearize refuses a graph whose tangents reach any other op)");
+  auto* cmd = app.add_subcommand(
+      "rules", "List the ops that have a JVP rule (linearize refuses a graph whose tangents reach any other op)");
   cmd->add_flag("--json", o->json, "print a JSON array");
   cmd->add_flag("--loadable", o->loadable,
                 "list instead the ops a graph file may use: those with a JVP rule, those rules and passes emit, and "
@@ -27,7 +28,8 @@ void add_rules(CLI::App& app) {
       return;
     }
     for (const std::string& op : ops) std::cout << op << "\n";
-    std::cout << ops.size() << (o->loadable ? " ops graph files may use\n" : " ops with a JVP rule (passes/jvp_rules/)\n");
+    std::cout << ops.size()
+              << (o->loadable ? " ops graph files may use\n" : " ops with a JVP rule (passes/jvp_rules/)\n");
   });
 }
 

@@ -29,9 +29,12 @@ std::vector<at::Tensor> random_inputs(const Graph& g, uint64_t seed) {
     // Drawn in the input's own dtype, so that what is allocated is what check_input_size counted.
     at::TensorOptions dtype = at::TensorOptions().dtype(m.dtype);
     at::Tensor t;
-    if (c10::isFloatingType(m.dtype)) t = at::randn(m.sizes, gen, dtype);
-    else if (m.dtype == c10::kBool) t = at::empty(m.sizes, dtype).bernoulli_(0.8, gen);
-    else t = at::zeros(m.sizes, dtype);
+    if (c10::isFloatingType(m.dtype))
+      t = at::randn(m.sizes, gen, dtype);
+    else if (m.dtype == c10::kBool)
+      t = at::empty(m.sizes, dtype).bernoulli_(0.8, gen);
+    else
+      t = at::zeros(m.sizes, dtype);
     out.push_back(t.to(m.device));
   }
   return out;
@@ -101,7 +104,8 @@ double LimitFlags::flops() const {
   char* end = nullptr;
   const char* s = max_flops.c_str();
   double limit = std::strtod(s, &end);
-  if (max_flops.empty() || *end != '\0' || !std::isfinite(limit) || limit < 0 || std::isspace(static_cast<unsigned char>(*s)))
+  if (max_flops.empty() || *end != '\0' || !std::isfinite(limit) || limit < 0 ||
+      std::isspace(static_cast<unsigned char>(*s)))
     throw Error("--max-flops: '" + max_flops + "' is not a number of FLOPs (such as 1e15 or 2000000, or inf)");
   return limit;
 }
@@ -120,14 +124,14 @@ void check_flops(const Graph& g, const LimitFlags& flags, const std::string& wha
     c = graph_cost(g);
   } catch (const Error& e) {  // counts past 2^63
     if (std::isinf(limit)) return;
-    throw Error(what + " is past any FLOP limit by the cost model (" + e.what() + "), more than --max-flops " + flags.max_flops + " allows");
+    throw Error(what + " is past any FLOP limit by the cost model (" + e.what() + "), more than --max-flops " +
+                flags.max_flops + " allows");
   }
   double flops = static_cast<double>(c.matmul_flops) + static_cast<double>(c.other_flops);
   char count[160];
   std::snprintf(count, sizeof count, "%.0f FLOPs by the cost model (%.3g: matmul %lld, other %lld)", flops, flops,
                 static_cast<long long>(c.matmul_flops), static_cast<long long>(c.other_flops));
-  if (flops > limit)
-    throw Error(what + " needs " + count + ", more than --max-flops " + flags.max_flops + " allows");
+  if (flops > limit) throw Error(what + " needs " + count + ", more than --max-flops " + flags.max_flops + " allows");
   if (flops > kFlopsWorthSaying) std::cerr << "jvpc: " << what << " costs " << count << "; running it\n";
 }
 

@@ -44,8 +44,8 @@ int64_t distinct_bytes(const TensorMeta& m) {
 }
 
 bool is_matmul(const std::string& op) {
-  return op == "aten::mm" || op == "aten::addmm" || op == "aten::bmm" || op == "aten::baddbmm" || op == "aten::convolution" ||
-         is_fused_attention(op);
+  return op == "aten::mm" || op == "aten::addmm" || op == "aten::bmm" || op == "aten::baddbmm" ||
+         op == "aten::convolution" || is_fused_attention(op);
 }
 
 int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& s,
@@ -94,48 +94,131 @@ struct Rule {
 const std::unordered_map<std::string, Rule>& rules() {
   static const std::unordered_map<std::string, Rule> r = [] {
     std::unordered_map<std::string, Rule> m;
-    for (const char* op : {"aten::clone", "aten::_to_copy", "aten::copy", "aten::contiguous", "aten::cat", "aten::stack",
-                           "aten::index_select", "aten::repeat", "aten::repeat_interleave.self_int", "aten::index.Tensor",
-                           "aten::tril", "aten::triu", "aten::fill.Scalar", "aten::zero", "aten::masked_fill.Scalar",
-                           "aten::flip", "aten::roll", "aten::gather", "aten::constant_pad_nd", "aten::scatter.src",
+    for (const char* op : {"aten::clone",
+                           "aten::_to_copy",
+                           "aten::copy",
+                           "aten::contiguous",
+                           "aten::cat",
+                           "aten::stack",
+                           "aten::index_select",
+                           "aten::repeat",
+                           "aten::repeat_interleave.self_int",
+                           "aten::index.Tensor",
+                           "aten::tril",
+                           "aten::triu",
+                           "aten::fill.Scalar",
+                           "aten::zero",
+                           "aten::masked_fill.Scalar",
+                           "aten::flip",
+                           "aten::roll",
+                           "aten::gather",
+                           "aten::constant_pad_nd",
+                           "aten::scatter.src",
                            "aten::scatter.value"})
       m[op] = {Kind::Copy, 0, 0};
-    for (const char* op : {"aten::ones", "aten::zeros", "aten::empty.memory_format", "aten::full", "aten::scalar_tensor",
-                           "aten::empty_strided", "aten::arange", "aten::arange.start", "aten::ones_like", "aten::zeros_like",
-                           "aten::empty_like", "aten::full_like", "aten::rand", "aten::randn"})
+    for (const char* op :
+         {"aten::ones", "aten::zeros", "aten::empty.memory_format", "aten::full", "aten::scalar_tensor",
+          "aten::empty_strided", "aten::arange", "aten::arange.start", "aten::ones_like", "aten::zeros_like",
+          "aten::empty_like", "aten::full_like", "aten::rand", "aten::randn"})
       m[op] = {Kind::Copy, 0, 0};
-    for (const char* op : {"aten::exp", "aten::log", "aten::tanh", "aten::sigmoid", "aten::erf", "aten::sqrt", "aten::rsqrt",
-                           "aten::sin", "aten::cos", "aten::log1p", "aten::expm1", "aten::reciprocal", "aten::sinh",
-                           "aten::cosh", "aten::atan", "aten::log2", "aten::log10", "aten::pow.Tensor_Scalar",
-                           "aten::pow.Tensor_Tensor", "aten::pow.Scalar"})
+    for (const char* op : {"aten::exp",
+                           "aten::log",
+                           "aten::tanh",
+                           "aten::sigmoid",
+                           "aten::erf",
+                           "aten::sqrt",
+                           "aten::rsqrt",
+                           "aten::sin",
+                           "aten::cos",
+                           "aten::log1p",
+                           "aten::expm1",
+                           "aten::reciprocal",
+                           "aten::sinh",
+                           "aten::cosh",
+                           "aten::atan",
+                           "aten::log2",
+                           "aten::log10",
+                           "aten::pow.Tensor_Scalar",
+                           "aten::pow.Tensor_Tensor",
+                           "aten::pow.Scalar"})
       m[op] = {Kind::Elementwise, 0, 1};
     // Elementwise arithmetic, selection and comparisons: 1 FLOP per output element.
-    for (const char* op :
-         {"aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar", "aten::rsub.Tensor",
-          "aten::rsub.Scalar", "aten::mul.Tensor", "aten::mul.Scalar", "aten::div.Tensor", "aten::div.Scalar",
-          "aten::div.Tensor_mode", "aten::neg", "aten::abs", "aten::sign", "aten::sgn", "aten::relu", "aten::threshold",
-          "aten::clamp", "aten::clamp.Tensor", "aten::clamp_min", "aten::clamp_min.Tensor", "aten::clamp_max",
-          "aten::clamp_max.Tensor", "aten::maximum", "aten::minimum", "aten::where.self", "aten::where.ScalarSelf",
-          "aten::where.ScalarOther", "aten::where.Scalar", "aten::masked_fill.Tensor", "aten::eq.Scalar",
-          "aten::eq.Tensor", "aten::ne.Scalar", "aten::ne.Tensor", "aten::lt.Scalar", "aten::lt.Tensor", "aten::le.Scalar",
-          "aten::le.Tensor", "aten::gt.Scalar", "aten::gt.Tensor", "aten::ge.Scalar", "aten::ge.Tensor",
-          "aten::logical_not", "aten::logical_and", "aten::logical_or", "aten::bitwise_not", "aten::bitwise_and.Tensor",
-          "aten::bitwise_or.Tensor", "aten::floor", "aten::ceil", "aten::round", "aten::trunc", "aten::frac",
-          "aten::hardtanh", "aten::leaky_relu", "aten::remainder.Tensor", "aten::remainder.Scalar", "aten::fmod.Tensor",
-          "aten::fmod.Scalar", "aten::nan_to_num", "aten::square"})
+    for (const char* op : {"aten::add.Tensor",
+                           "aten::add.Scalar",
+                           "aten::sub.Tensor",
+                           "aten::sub.Scalar",
+                           "aten::rsub.Tensor",
+                           "aten::rsub.Scalar",
+                           "aten::mul.Tensor",
+                           "aten::mul.Scalar",
+                           "aten::div.Tensor",
+                           "aten::div.Scalar",
+                           "aten::div.Tensor_mode",
+                           "aten::neg",
+                           "aten::abs",
+                           "aten::sign",
+                           "aten::sgn",
+                           "aten::relu",
+                           "aten::threshold",
+                           "aten::clamp",
+                           "aten::clamp.Tensor",
+                           "aten::clamp_min",
+                           "aten::clamp_min.Tensor",
+                           "aten::clamp_max",
+                           "aten::clamp_max.Tensor",
+                           "aten::maximum",
+                           "aten::minimum",
+                           "aten::where.self",
+                           "aten::where.ScalarSelf",
+                           "aten::where.ScalarOther",
+                           "aten::where.Scalar",
+                           "aten::masked_fill.Tensor",
+                           "aten::eq.Scalar",
+                           "aten::eq.Tensor",
+                           "aten::ne.Scalar",
+                           "aten::ne.Tensor",
+                           "aten::lt.Scalar",
+                           "aten::lt.Tensor",
+                           "aten::le.Scalar",
+                           "aten::le.Tensor",
+                           "aten::gt.Scalar",
+                           "aten::gt.Tensor",
+                           "aten::ge.Scalar",
+                           "aten::ge.Tensor",
+                           "aten::logical_not",
+                           "aten::logical_and",
+                           "aten::logical_or",
+                           "aten::bitwise_not",
+                           "aten::bitwise_and.Tensor",
+                           "aten::bitwise_or.Tensor",
+                           "aten::floor",
+                           "aten::ceil",
+                           "aten::round",
+                           "aten::trunc",
+                           "aten::frac",
+                           "aten::hardtanh",
+                           "aten::leaky_relu",
+                           "aten::remainder.Tensor",
+                           "aten::remainder.Scalar",
+                           "aten::fmod.Tensor",
+                           "aten::fmod.Scalar",
+                           "aten::nan_to_num",
+                           "aten::square"})
       m[op] = {Kind::Elementwise, 1, 0};
     for (const char* op : {"aten::addcmul", "aten::addcdiv", "aten::lerp.Scalar", "aten::lerp.Tensor"})
       m[op] = {Kind::Elementwise, 2, 0};
-    m["aten::gelu"] = {Kind::Elementwise, 4, 1};            // x·½(1+erf(x/√2))
-    m["aten::gelu_backward"] = {Kind::Elementwise, 8, 2};   // ½(1+erf) + x·φ(x), times grad
+    m["aten::gelu"] = {Kind::Elementwise, 4, 1};           // x·½(1+erf(x/√2))
+    m["aten::gelu_backward"] = {Kind::Elementwise, 8, 2};  // ½(1+erf) + x·φ(x), times grad
     m["aten::silu"] = {Kind::Elementwise, 2, 1};
-    for (const char* op : {"aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::amax", "aten::amin",
-                           "aten::max", "aten::min", "aten::var.correction", "aten::std.correction", "aten::norm.Scalar",
-                           "aten::linalg_vector_norm", "aten::prod", "aten::prod.dim_int", "aten::cumsum", "aten::cumprod"})
+    for (const char* op :
+         {"aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::amax", "aten::amin", "aten::max",
+          "aten::min", "aten::var.correction", "aten::std.correction", "aten::norm.Scalar", "aten::linalg_vector_norm",
+          "aten::prod", "aten::prod.dim_int", "aten::cumsum", "aten::cumprod"})
       m[op] = {Kind::Reduction, 1, 0};
-    for (const char* op : {"aten::logsumexp", "aten::logcumsumexp"}) m[op] = {Kind::Reduction, 3, 1};  // max, subtract, sum; exp
+    for (const char* op : {"aten::logsumexp", "aten::logcumsumexp"})
+      m[op] = {Kind::Reduction, 3, 1};  // max, subtract, sum; exp
     for (const char* op : {"aten::_softmax", "aten::_safe_softmax", "aten::_log_softmax"})
-      m[op] = {Kind::Reduction, 4, 1};                        // max, subtract, sum, divide; exp
+      m[op] = {Kind::Reduction, 4, 1};                            // max, subtract, sum, divide; exp
     m["aten::_softmax_backward_data"] = {Kind::Reduction, 4, 0};  // y·(g − Σ g·y)
     for (const char* op : {"aten::native_layer_norm", "aten::native_group_norm", "aten::native_batch_norm"})
       m[op] = {Kind::Normalization, 8, 0};
@@ -160,8 +243,10 @@ NodeCost cost_of(const Node& n) {
   if (info.is_view) return c;
   std::vector<std::vector<int64_t>> shapes;
   for (const Arg& a : n.args())
-    if (a.kind == ArgKind::Tensor) shapes.push_back(n.input(static_cast<size_t>(a.operands[0]))->meta().sizes);
-    else if (a.kind == ArgKind::None) shapes.emplace_back();
+    if (a.kind == ArgKind::Tensor)
+      shapes.push_back(n.input(static_cast<size_t>(a.operands[0]))->meta().sizes);
+    else if (a.kind == ArgKind::None)
+      shapes.emplace_back();
   for (const Value* v : n.inputs()) accumulate(c.bytes, distinct_bytes(v->meta()));
   int64_t out_elems = 0;
   for (const Value* v : n.outputs()) {
@@ -189,7 +274,8 @@ NodeCost cost_of(const Node& n) {
   c.uncosted = it == rules().end();
   Rule r = c.uncosted ? Rule{Kind::Elementwise, 1, 0} : it->second;
   switch (r.kind) {
-    case Kind::Copy: break;
+    case Kind::Copy:
+      break;
     case Kind::Elementwise:
       c.other_flops = product({r.other, out_elems});
       c.transcendentals = product({r.trans, out_elems});

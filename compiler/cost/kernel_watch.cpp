@@ -44,14 +44,17 @@ struct KernelWatchAccess {
     if ((top || w->nested_matmuls_) && !meta) {
       std::vector<std::vector<int64_t>> shapes;
       for (const c10::IValue& v : fn.inputs()) {
-        if (v.isTensor() && v.toTensor().defined()) shapes.push_back(v.toTensor().sizes().vec());
-        else if (v.isNone() || v.isTensor()) shapes.emplace_back();
+        if (v.isTensor() && v.toTensor().defined())
+          shapes.push_back(v.toTensor().sizes().vec());
+        else if (v.isNone() || v.isTensor())
+          shapes.emplace_back();
       }
       // In-place forms (baddbmm_, which the runtime uses to reuse buffers) cost what their
       // functional forms cost.
       auto [base, overload] = split_op_name(info->name);
       std::string functional = info->name;
-      if (!base.empty() && base.back() == '_') functional = base.substr(0, base.size() - 1) + (overload.empty() ? "" : "." + overload);
+      if (!base.empty() && base.back() == '_')
+        functional = base.substr(0, base.size() - 1) + (overload.empty() ? "" : "." + overload);
       auto entered = std::make_unique<Entered>();
       if (functional == "aten::convolution") {
         entered->conv = functional;
@@ -62,8 +65,7 @@ struct KernelWatchAccess {
       int64_t f = -1;
       try {
         f = matmul_flops_for(functional, shapes);
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
       count(w, functional, f);
       return entered;
     }
@@ -78,19 +80,17 @@ struct KernelWatchAccess {
     int64_t f = -1;
     try {
       f = matmul_flops_for(e->conv, e->shapes, fn.outputs()[0].toTensor().sizes().vec(), e->transposed);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     count(w, e->conv, f);
   }
 };
 
 KernelWatch::KernelWatch(bool nested_matmuls) : outer_(t_watch), nested_matmuls_(nested_matmuls) {
   t_watch = this;
-  handle_ = at::addThreadLocalCallback(
-      at::RecordFunctionCallback(&KernelWatchAccess::start, &KernelWatchAccess::end)
-          .needsInputs(true)
-          .needsOutputs(true)
-          .scopes({at::RecordScope::FUNCTION}));
+  handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&KernelWatchAccess::start, &KernelWatchAccess::end)
+                                           .needsInputs(true)
+                                           .needsOutputs(true)
+                                           .scopes({at::RecordScope::FUNCTION}));
 }
 
 KernelWatch::~KernelWatch() {

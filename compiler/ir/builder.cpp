@@ -4,7 +4,8 @@ namespace jvpc {
 
 BArg BArg::of_arg(const Arg& a, const Node* from) {
   switch (a.kind) {
-    case ArgKind::Tensor: return BArg(from->input(static_cast<size_t>(a.operands.at(0))));
+    case ArgKind::Tensor:
+      return BArg(from->input(static_cast<size_t>(a.operands.at(0))));
     case ArgKind::TensorList:
     case ArgKind::OptTensorList: {  // an absent entry (-1) of an optional list is nullptr
       std::vector<Value*> vs;

@@ -138,7 +138,8 @@ size_t RegularFile::read(int64_t offset, void* out, size_t n) {
   char* p = static_cast<char*>(out);
   size_t got = 0;
   while (got < n) {
-    ssize_t k = ::pread(fd_, p + got, std::min<size_t>(n - got, size_t{1} << 30), static_cast<off_t>(offset) + static_cast<off_t>(got));
+    ssize_t k = ::pread(fd_, p + got, std::min<size_t>(n - got, size_t{1} << 30),
+                        static_cast<off_t>(offset) + static_cast<off_t>(got));
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) throw Error("error reading " + named_ + ": " + reason(errno));
     if (k == 0) break;  // the end of the file
@@ -158,9 +159,8 @@ std::string read_regular_file(const std::string& path, const std::string& what, 
 std::string confined_file_beside(const std::string& path, const std::string& name, const std::string& what) {
   const std::string folder = folder_of(path);
   bool plain = !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-               std::none_of(name.begin(), name.end(), [](char ch) {
-                 return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
-               });
+               std::none_of(name.begin(), name.end(),
+                            [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; });
   if (!plain)
     throw Error(what + " " + quoted_path(name) + " must be a plain file name in the folder of " + quoted_path(path) +
                 " (no '/', not '.' or '..', no control characters)");
@@ -190,7 +190,8 @@ void check_destination(const std::string& path) {
     std::string folder = folder_of(path);
     if (folder.empty()) folder = ".";
     if (::stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      throw Error(named + ": no directory " + quoted_path(folder.size() > 1 ? folder.substr(0, folder.size() - 1) : folder));
+      throw Error(named + ": no directory " +
+                  quoted_path(folder.size() > 1 ? folder.substr(0, folder.size() - 1) : folder));
     return;
   }
   if (S_ISREG(st.st_mode)) return;
@@ -199,7 +200,8 @@ void check_destination(const std::string& path) {
     if (errno == ENOENT) return;  // a symlink to nothing: renaming replaces it
     throw Error(named + ": " + reason(errno));
   }
-  if (!S_ISREG(st.st_mode)) throw Error(named + ": it is a symlink to " + kind_of(st.st_mode) + ", not to a regular file");
+  if (!S_ISREG(st.st_mode))
+    throw Error(named + ": it is a symlink to " + kind_of(st.st_mode) + ", not to a regular file");
 }
 
 AtomicFile::AtomicFile(const std::string& path) : path_(path) {

@@ -53,14 +53,29 @@ bool TensorMeta::is_contiguous() const {
 std::string TensorMeta::str() const {
   std::ostringstream os;
   switch (dtype) {
-    case c10::kFloat: os << "f32"; break;
-    case c10::kDouble: os << "f64"; break;
-    case c10::kHalf: os << "f16"; break;
-    case c10::kBFloat16: os << "bf16"; break;
-    case c10::kLong: os << "i64"; break;
-    case c10::kInt: os << "i32"; break;
-    case c10::kBool: os << "bool"; break;
-    default: os << c10::toString(dtype);
+    case c10::kFloat:
+      os << "f32";
+      break;
+    case c10::kDouble:
+      os << "f64";
+      break;
+    case c10::kHalf:
+      os << "f16";
+      break;
+    case c10::kBFloat16:
+      os << "bf16";
+      break;
+    case c10::kLong:
+      os << "i64";
+      break;
+    case c10::kInt:
+      os << "i32";
+      break;
+    case c10::kBool:
+      os << "bool";
+      break;
+    default:
+      os << c10::toString(dtype);
   }
   os << "[";
   for (size_t i = 0; i < sizes.size(); ++i) os << (i ? "," : "") << sizes[i];
@@ -71,30 +86,48 @@ std::string TensorMeta::str() const {
 
 const char* role_name(Role r) {
   switch (r) {
-    case Role::Primal: return "primal";
-    case Role::Tangent: return "tangent";
-    case Role::Constant: return "constant";
+    case Role::Primal:
+      return "primal";
+    case Role::Tangent:
+      return "tangent";
+    case Role::Constant:
+      return "constant";
   }
   return "?";
 }
 
 const char* arg_kind_name(ArgKind k) {
   switch (k) {
-    case ArgKind::None: return "none";
-    case ArgKind::Bool: return "bool";
-    case ArgKind::Int: return "int";
-    case ArgKind::Float: return "float";
-    case ArgKind::Str: return "str";
-    case ArgKind::Ints: return "ints";
-    case ArgKind::Floats: return "floats";
-    case ArgKind::Bools: return "bools";
-    case ArgKind::ScalarType: return "scalar_type";
-    case ArgKind::Layout: return "layout";
-    case ArgKind::MemoryFormat: return "memory_format";
-    case ArgKind::Device: return "device";
-    case ArgKind::Tensor: return "tensor";
-    case ArgKind::TensorList: return "tensors";
-    case ArgKind::OptTensorList: return "opt_tensors";
+    case ArgKind::None:
+      return "none";
+    case ArgKind::Bool:
+      return "bool";
+    case ArgKind::Int:
+      return "int";
+    case ArgKind::Float:
+      return "float";
+    case ArgKind::Str:
+      return "str";
+    case ArgKind::Ints:
+      return "ints";
+    case ArgKind::Floats:
+      return "floats";
+    case ArgKind::Bools:
+      return "bools";
+    case ArgKind::ScalarType:
+      return "scalar_type";
+    case ArgKind::Layout:
+      return "layout";
+    case ArgKind::MemoryFormat:
+      return "memory_format";
+    case ArgKind::Device:
+      return "device";
+    case ArgKind::Tensor:
+      return "tensor";
+    case ArgKind::TensorList:
+      return "tensors";
+    case ArgKind::OptTensorList:
+      return "opt_tensors";
   }
   return "?";
 }
@@ -119,8 +152,7 @@ void Value::replace_all_uses_with(Value* other) {
 Value* Node::tensor_arg(size_t i) const {
   const Arg& a = args_.at(i);
   if (a.kind != ArgKind::Tensor)
-    throw Error(op_ + ": argument " + std::to_string(i) + " is " + arg_kind_name(a.kind) +
-                ", not a tensor");
+    throw Error(op_ + ": argument " + std::to_string(i) + " is " + arg_kind_name(a.kind) + ", not a tensor");
   return inputs_.at(static_cast<size_t>(a.operands.at(0)));
 }
 
@@ -174,7 +206,8 @@ std::string Input::written_error() const {
     return "constant '" + name + "' aliases the input '" + aliases +
            "', which was written in place after the graph was compiled; the graph's other constants hold values "
            "computed from the old one: compile (linearize) again";
-  return "constant '" + name + "' was written in place after the graph was compiled (it is a tensor the traced "
+  return "constant '" + name +
+         "' was written in place after the graph was compiled (it is a tensor the traced "
          "function captured, or one a caller holds): compile (linearize) again";
 }
 
@@ -215,8 +248,8 @@ void Graph::erase_output(size_t i) {
   output_names_.erase(output_names_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
-Node* Graph::create(std::string op, std::vector<Arg> args, std::vector<Value*> inputs,
-                    std::vector<TensorMeta> outputs, std::vector<int> return_counts, bool impure) {
+Node* Graph::create(std::string op, std::vector<Arg> args, std::vector<Value*> inputs, std::vector<TensorMeta> outputs,
+                    std::vector<int> return_counts, bool impure) {
   auto node = std::make_unique<Node>();
   Node* n = node.get();
   n->graph_ = this;
@@ -308,7 +341,8 @@ void Graph::renumber(const std::function<int(const Value*)>& id) {
   int next = 0;
   for (const auto& v : values_) {
     int i = id(v.get());
-    if (i < 0 || !seen.insert(i).second) throw Error("renumber: id %" + std::to_string(i) + " is negative or given twice");
+    if (i < 0 || !seen.insert(i).second)
+      throw Error("renumber: id %" + std::to_string(i) + " is negative or given twice");
     next = std::max(next, i + 1);
   }
   for (const auto& v : values_) v->id_ = id(v.get());

@@ -112,8 +112,21 @@ class Value {
 /// stored as the boxed calling convention stores them (ScalarType, Layout and MemoryFormat as
 /// Int, Scalar as Int, Float or Bool).
 enum class ArgKind : uint8_t {
-  None, Bool, Int, Float, Str, Ints, Floats, Bools, ScalarType, Layout, MemoryFormat, Device,
-  Tensor, TensorList, OptTensorList,
+  None,
+  Bool,
+  Int,
+  Float,
+  Str,
+  Ints,
+  Floats,
+  Bools,
+  ScalarType,
+  Layout,
+  MemoryFormat,
+  Device,
+  Tensor,
+  TensorList,
+  OptTensorList,
 };
 const char* arg_kind_name(ArgKind k);
 
@@ -138,9 +151,7 @@ struct Arg {
   static Arg of_float(double d) { return Arg{ArgKind::Float, d, {}}; }
   static Arg of_str(std::string s) { return Arg{ArgKind::Str, std::move(s), {}}; }
   static Arg of_ints(std::vector<int64_t> v) { return Arg{ArgKind::Ints, std::move(v), {}}; }
-  static Arg of_scalar_type(c10::ScalarType t) {
-    return Arg{ArgKind::ScalarType, static_cast<int64_t>(t), {}};
-  }
+  static Arg of_scalar_type(c10::ScalarType t) { return Arg{ArgKind::ScalarType, static_cast<int64_t>(t), {}}; }
   static Arg of_device(c10::Device d) { return Arg{ArgKind::Device, d, {}}; }
   static Arg tensor(int operand) { return Arg{ArgKind::Tensor, {}, {operand}}; }
 };
@@ -225,7 +236,7 @@ class Graph {
   Value* add_constant(std::string name, at::Tensor data, std::string aliases = "");
   const std::vector<Input>& inputs() const { return inputs_; }
   std::vector<Input>& inputs() { return inputs_; }
-  const Input& input_of(const Value* v) const;  ///< throws if v is not a graph input
+  const Input& input_of(const Value* v) const;             ///< throws if v is not a graph input
   const Input* find_input(const std::string& name) const;  ///< nullptr if no input has the name
   bool is_input(const Value* v) const { return v->producer() == nullptr; }
   /// Removes an input that nothing reads.
@@ -242,9 +253,8 @@ class Graph {
   // --- nodes --------------------------------------------------------------------------------
   /// Creates a node at the insertion point. `args` follow the schema; their tensor operands
   /// index `inputs`. Output metadata is given, one per produced output.
-  Node* create(std::string op, std::vector<Arg> args, std::vector<Value*> inputs,
-               std::vector<TensorMeta> outputs, std::vector<int> return_counts = {},
-               bool impure = false);
+  Node* create(std::string op, std::vector<Arg> args, std::vector<Value*> inputs, std::vector<TensorMeta> outputs,
+               std::vector<int> return_counts = {}, bool impure = false);
   /// Removes a node none of whose outputs is used.
   void erase(Node* n);
   /// Nodes are created before `n` until reset; nullptr means at the end.

@@ -137,16 +137,19 @@ int64_t parse_size(const std::string& text, const std::string& what) {
   size_t i = 0;
   bool digits = false, point = false;
   for (; i < lower.size(); ++i) {
-    if (std::isdigit(static_cast<unsigned char>(lower[i]))) digits = true;
-    else if (lower[i] == '.' && !point) point = true;
-    else break;
+    if (std::isdigit(static_cast<unsigned char>(lower[i])))
+      digits = true;
+    else if (lower[i] == '.' && !point)
+      point = true;
+    else
+      break;
   }
   if (!digits) throw bad();
   std::string number = lower.substr(0, i), unit = lower.substr(i);
   static const std::pair<const char*, double> units[] = {
-      {"", 1},         {"b", 1},       {"k", 0x1p10},   {"kib", 0x1p10}, {"kb", 1e3},  {"m", 0x1p20},
-      {"mib", 0x1p20}, {"mb", 1e6},    {"g", 0x1p30},   {"gib", 0x1p30}, {"gb", 1e9},  {"t", 0x1p40},
-      {"tib", 0x1p40}, {"tb", 1e12},   {"p", 0x1p50},   {"pib", 0x1p50}, {"pb", 1e15}};
+      {"", 1},         {"b", 1},     {"k", 0x1p10}, {"kib", 0x1p10}, {"kb", 1e3}, {"m", 0x1p20},
+      {"mib", 0x1p20}, {"mb", 1e6},  {"g", 0x1p30}, {"gib", 0x1p30}, {"gb", 1e9}, {"t", 0x1p40},
+      {"tib", 0x1p40}, {"tb", 1e12}, {"p", 0x1p50}, {"pib", 0x1p50}, {"pb", 1e15}};
   const double* scale = nullptr;
   for (const auto& [name, s] : units)
     if (unit == name) scale = &s;
@@ -227,8 +230,9 @@ void check_memory_limit(const MemoryNeed& need, std::optional<int64_t> limit, c1
     std::string s = bytes(b);
     return s.substr(0, s.find(" ("));
   };
-  std::string by_default = limit ? "" : ", " + std::to_string(kDefaultMemoryFractionNumerator) + "/" +
-                                            std::to_string(kDefaultMemoryFractionDenominator) + " of its memory by default";
+  std::string by_default = limit ? ""
+                                 : ", " + std::to_string(kDefaultMemoryFractionNumerator) + "/" +
+                                       std::to_string(kDefaultMemoryFractionDenominator) + " of its memory by default";
   throw Error("graph needs " + bytes(need.total()) + " at its peak (constants " + part(need.constants) + ", inputs " +
               part(need.inputs) + ", intermediates " + part(need.intermediates) + ") but the memory limit on " +
               device.str() + " is " + describe_bytes(bound) + by_default + " (" + setting + ")");

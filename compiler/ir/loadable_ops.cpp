@@ -42,8 +42,9 @@ const std::vector<std::string>& loadable_ops() {
 bool is_loadable_op(const std::string& op) { return loadable_set().count(op) > 0; }
 
 std::string not_loadable(const std::string& op) {
-  return op + " is not on the list of ops graph files may use (jvpc rules --loadable); a file you made yourself can be "
-              "saved and loaded as trusted (--trusted)";
+  return op +
+         " is not on the list of ops graph files may use (jvpc rules --loadable); a file you made yourself can be "
+         "saved and loaded as trusted (--trusted)";
 }
 
 void check_loadable_ops(const Graph& g, const std::string& what) {
@@ -58,7 +59,8 @@ std::string hidden_write(const Node& n) {
   const auto& s = op_info(n.op()).schema();
   int flag = arg_index(s, "training");
   if (flag < 0) flag = arg_index(s, "use_input_stats");
-  if (flag < 0 || n.arg(static_cast<size_t>(flag)).kind != ArgKind::Bool || !n.arg(static_cast<size_t>(flag)).value.toBool())
+  if (flag < 0 || n.arg(static_cast<size_t>(flag)).kind != ArgKind::Bool ||
+      !n.arg(static_cast<size_t>(flag)).value.toBool())
     return "";
   for (const char* stat : {"running_mean", "running_var"}) {
     int i = arg_index(s, stat);
@@ -81,7 +83,8 @@ constexpr int64_t kMaxMaskElements = int64_t{1} << 24;
 at::Tensor call_on(const Node& n, const std::vector<at::Tensor>& operands) {
   const OpInfo& info = op_info(n.op());
   torch::jit::Stack stack;
-  for (const Arg& a : n.args()) stack.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
+  for (const Arg& a : n.args())
+    stack.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
   info.handle.callBoxed(stack);
   return stack.at(0).toTensor();
 }
@@ -100,7 +103,8 @@ void check_initialized(const Graph& g) {
     if (allocates_uninitialized(op)) {
       const TensorMeta& m = n->output()->meta();
       int64_t span = m.numel() ? static_cast<int64_t>(at::detail::computeStorageNbytes(m.sizes, m.strides, 1)) : 0;
-      mask[n->output()] = span > kMaxMaskElements ? at::Tensor() : at::zeros({span}, at::kBool).as_strided(m.sizes, m.strides);
+      mask[n->output()] =
+          span > kMaxMaskElements ? at::Tensor() : at::zeros({span}, at::kBool).as_strided(m.sizes, m.strides);
       continue;
     }
     // Operand 0 may be partly uninitialized where the op takes only its metadata, views it, or
@@ -200,8 +204,8 @@ void check_range(const Node* n, const std::string& what, const at::Tensor& idx, 
   if (idx.numel() == 0 || !c10::isIntegralType(idx.scalar_type(), /*includeBool=*/false)) return;
   int64_t min = idx.min().item<int64_t>(), max = idx.max().item<int64_t>();
   if (min < lo || max >= hi)
-    throw Error(describe(n) + ": " + what + " holds an index out of range [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                ") (from " + std::to_string(min) + " to " + std::to_string(max) + ")");
+    throw Error(describe(n) + ": " + what + " holds an index out of range [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + ") (from " + std::to_string(min) + " to " + std::to_string(max) + ")");
 }
 
 }  // namespace

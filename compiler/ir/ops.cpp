@@ -31,16 +31,17 @@ std::string one_line(const std::exception& e) {
 }
 
 bool allocates_uninitialized(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {"aten::empty.memory_format", "aten::empty_strided", "aten::empty_like",
-                                                      "aten::new_empty", "aten::new_empty_strided", "aten::empty_permuted"};
+  static const std::unordered_set<std::string> ops = {"aten::empty.memory_format", "aten::empty_strided",
+                                                      "aten::empty_like",          "aten::new_empty",
+                                                      "aten::new_empty_strided",   "aten::empty_permuted"};
   return ops.count(op) > 0;
 }
 
 bool reads_only_metadata_of_self(const std::string& op) {
   static const std::unordered_set<std::string> ops = {
-      "aten::empty_like", "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::new_empty",
-      "aten::new_empty_strided", "aten::new_zeros", "aten::new_ones", "aten::new_full", "aten::fill.Scalar",
-      "aten::fill.Tensor", "aten::zero", "aten::copy", "aten::rand_like", "aten::randn_like"};
+      "aten::empty_like",        "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::new_empty",
+      "aten::new_empty_strided", "aten::new_zeros",  "aten::new_ones",  "aten::new_full",  "aten::fill.Scalar",
+      "aten::fill.Tensor",       "aten::zero",       "aten::copy",      "aten::rand_like", "aten::randn_like"};
   return ops.count(op) > 0;
 }
 
@@ -72,15 +73,15 @@ std::unique_ptr<OpInfo> make_info(const c10::OperatorHandle& h) {
   // Ops whose schema does not say so but whose result may be their input or a view of it.
   static const std::unordered_set<std::string> unmarked = {
       "aten::_unsafe_view", "aten::unsafe_split.Tensor", "aten::unsafe_split_with_sizes", "aten::unsafe_chunk",
-      "aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout",
-      "aten::type_as", "aten::sum_to_size"};
+      "aten::dropout",      "aten::feature_dropout",     "aten::alpha_dropout",           "aten::feature_alpha_dropout",
+      "aten::type_as",      "aten::sum_to_size"};
   if (unmarked.count(info->name)) info->is_view = true;
   info->seeded_random = h.hasTag(at::Tag::nondeterministic_seeded);
   using K = c10::DispatchKey;
-  info->composite_implicit =
-      h.hasKernelForDispatchKey(K::CompositeImplicitAutograd) && !h.hasKernelForDispatchKey(K::CPU) &&
-      !h.hasKernelForDispatchKey(K::CUDA) && !h.hasKernelForDispatchKey(K::CompositeExplicitAutograd) &&
-      !h.hasKernelForDispatchKey(K::CompositeExplicitAutogradNonFunctional);
+  info->composite_implicit = h.hasKernelForDispatchKey(K::CompositeImplicitAutograd) &&
+                             !h.hasKernelForDispatchKey(K::CPU) && !h.hasKernelForDispatchKey(K::CUDA) &&
+                             !h.hasKernelForDispatchKey(K::CompositeExplicitAutograd) &&
+                             !h.hasKernelForDispatchKey(K::CompositeExplicitAutogradNonFunctional);
   return info;
 }
 
@@ -145,8 +146,8 @@ Arg arg_from_ivalue(const c10::Argument& arg, const c10::IValue& v,
                     const std::function<int(const at::Tensor&)>& operand) {
   auto base = unwrap_optional(arg.real_type());
   auto unsupported = [&]() {
-    return Error("argument '" + arg.name() + "' of type " + arg.real_type()->str() + " (value tag " +
-                 v.tagKind() + ") is not supported");
+    return Error("argument '" + arg.name() + "' of type " + arg.real_type()->str() + " (value tag " + v.tagKind() +
+                 ") is not supported");
   };
   if (v.isNone()) return Arg::none();
   if (v.isTensor()) {
@@ -167,10 +168,14 @@ Arg arg_from_ivalue(const c10::Argument& arg, const c10::IValue& v,
   if (v.isInt() || v.isSymInt()) {
     int64_t i = v.isInt() ? v.toInt() : v.toSymInt().guard_int(__FILE__, __LINE__);
     switch (base->kind()) {
-      case c10::TypeKind::ScalarTypeType: return Arg{ArgKind::ScalarType, i, {}};
-      case c10::TypeKind::LayoutType: return Arg{ArgKind::Layout, i, {}};
-      case c10::TypeKind::MemoryFormatType: return Arg{ArgKind::MemoryFormat, i, {}};
-      default: return Arg::of_int(i);
+      case c10::TypeKind::ScalarTypeType:
+        return Arg{ArgKind::ScalarType, i, {}};
+      case c10::TypeKind::LayoutType:
+        return Arg{ArgKind::Layout, i, {}};
+      case c10::TypeKind::MemoryFormatType:
+        return Arg{ArgKind::MemoryFormat, i, {}};
+      default:
+        return Arg::of_int(i);
     }
   }
   if (v.isString()) return Arg::of_str(v.toStringRef());
@@ -198,9 +203,12 @@ Arg arg_from_ivalue(const c10::Argument& arg, const c10::IValue& v,
     if (elem == c10::TypeKind::IntType || elem == c10::TypeKind::SymIntType) {
       std::vector<int64_t> ints;
       for (const c10::IValue& e : v.toListRef()) {
-        if (e.isInt()) ints.push_back(e.toInt());
-        else if (e.isSymInt()) ints.push_back(e.toSymInt().guard_int(__FILE__, __LINE__));
-        else throw unsupported();
+        if (e.isInt())
+          ints.push_back(e.toInt());
+        else if (e.isSymInt())
+          ints.push_back(e.toSymInt().guard_int(__FILE__, __LINE__));
+        else
+          throw unsupported();
       }
       return Arg::of_ints(std::move(ints));
     }
@@ -216,29 +224,46 @@ bool kind_matches(ArgKind k, const c10::Argument& arg) {
   auto elem = list_elem_kind(base, &elem_optional);
   using T = c10::TypeKind;
   switch (k) {
-    case ArgKind::None: return optional || kind == T::NoneType;
-    case ArgKind::Tensor: return kind == T::TensorType;
-    case ArgKind::TensorList: return elem == T::TensorType && !elem_optional;
-    case ArgKind::OptTensorList: return elem == T::TensorType && elem_optional;
-    case ArgKind::Bool: return kind == T::BoolType || kind == T::NumberType || kind == T::SymBoolType;
-    case ArgKind::Int: return kind == T::IntType || kind == T::SymIntType || kind == T::NumberType;
-    case ArgKind::Float: return kind == T::FloatType || kind == T::NumberType || kind == T::SymFloatType;
-    case ArgKind::Str: return kind == T::StringType;
-    case ArgKind::Ints: return elem == T::IntType || elem == T::SymIntType;
-    case ArgKind::Floats: return elem == T::FloatType;
-    case ArgKind::Bools: return elem == T::BoolType;
-    case ArgKind::ScalarType: return kind == T::ScalarTypeType;
-    case ArgKind::Layout: return kind == T::LayoutType;
-    case ArgKind::MemoryFormat: return kind == T::MemoryFormatType;
-    case ArgKind::Device: return kind == T::DeviceObjType;
+    case ArgKind::None:
+      return optional || kind == T::NoneType;
+    case ArgKind::Tensor:
+      return kind == T::TensorType;
+    case ArgKind::TensorList:
+      return elem == T::TensorType && !elem_optional;
+    case ArgKind::OptTensorList:
+      return elem == T::TensorType && elem_optional;
+    case ArgKind::Bool:
+      return kind == T::BoolType || kind == T::NumberType || kind == T::SymBoolType;
+    case ArgKind::Int:
+      return kind == T::IntType || kind == T::SymIntType || kind == T::NumberType;
+    case ArgKind::Float:
+      return kind == T::FloatType || kind == T::NumberType || kind == T::SymFloatType;
+    case ArgKind::Str:
+      return kind == T::StringType;
+    case ArgKind::Ints:
+      return elem == T::IntType || elem == T::SymIntType;
+    case ArgKind::Floats:
+      return elem == T::FloatType;
+    case ArgKind::Bools:
+      return elem == T::BoolType;
+    case ArgKind::ScalarType:
+      return kind == T::ScalarTypeType;
+    case ArgKind::Layout:
+      return kind == T::LayoutType;
+    case ArgKind::MemoryFormat:
+      return kind == T::MemoryFormatType;
+    case ArgKind::Device:
+      return kind == T::DeviceObjType;
   }
   return false;
 }
 
 c10::IValue arg_to_ivalue(const Arg& a, const std::function<at::Tensor(int)>& operand) {
   switch (a.kind) {
-    case ArgKind::None: return c10::IValue();
-    case ArgKind::Tensor: return operand(a.operands.at(0));
+    case ArgKind::None:
+      return c10::IValue();
+    case ArgKind::Tensor:
+      return operand(a.operands.at(0));
     case ArgKind::TensorList: {
       c10::List<at::Tensor> l;
       for (int o : a.operands) l.push_back(operand(o));
@@ -246,11 +271,11 @@ c10::IValue arg_to_ivalue(const Arg& a, const std::function<at::Tensor(int)>& op
     }
     case ArgKind::OptTensorList: {
       c10::List<std::optional<at::Tensor>> l;
-      for (int o : a.operands)
-        l.push_back(o < 0 ? std::optional<at::Tensor>() : std::optional<at::Tensor>(operand(o)));
+      for (int o : a.operands) l.push_back(o < 0 ? std::optional<at::Tensor>() : std::optional<at::Tensor>(operand(o)));
       return l;
     }
-    default: return a.value;
+    default:
+      return a.value;
   }
 }
 
@@ -273,7 +298,8 @@ namespace {
 using ShapeRule = std::function<std::vector<TensorMeta>(const std::vector<Arg>&, const std::vector<TensorMeta>&)>;
 
 const TensorMeta& operand_meta(const std::vector<Arg>& args, size_t i, const std::vector<TensorMeta>& in) {
-  if (i >= args.size() || args[i].kind != ArgKind::Tensor) throw Error("argument " + std::to_string(i) + " must be a tensor");
+  if (i >= args.size() || args[i].kind != ArgKind::Tensor)
+    throw Error("argument " + std::to_string(i) + " must be a tensor");
   return in.at(static_cast<size_t>(args[i].operands[0]));
 }
 
@@ -315,19 +341,22 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       {"aten::where.ScalarOther",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto &c = operand_meta(a, 0, in), &x = operand_meta(a, 1, in);
-         return std::vector<TensorMeta>{like(x, at::infer_size(c.sizes, x.sizes), at::result_type(on_meta(x), a.at(2).value.toScalar()))};
+         return std::vector<TensorMeta>{
+             like(x, at::infer_size(c.sizes, x.sizes), at::result_type(on_meta(x), a.at(2).value.toScalar()))};
        }},
       {"aten::where.ScalarSelf",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto &c = operand_meta(a, 0, in), &y = operand_meta(a, 2, in);
-         return std::vector<TensorMeta>{like(y, at::infer_size(c.sizes, y.sizes), at::result_type(on_meta(y), a.at(1).value.toScalar()))};
+         return std::vector<TensorMeta>{
+             like(y, at::infer_size(c.sizes, y.sizes), at::result_type(on_meta(y), a.at(1).value.toScalar()))};
        }},
       // The math path of attention (the reference for graph files with fused kernels): its
       // composite runs _safe_softmax, which has no Meta kernel.
       {"aten::_scaled_dot_product_attention_math",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto &q = operand_meta(a, 0, in), &k = operand_meta(a, 1, in), &v = operand_meta(a, 2, in);
-         if (q.sizes.size() < 2 || k.sizes.size() < 2 || v.sizes.size() < 2) throw Error("query, key and value need 2 dims");
+         if (q.sizes.size() < 2 || k.sizes.size() < 2 || v.sizes.size() < 2)
+           throw Error("query, key and value need 2 dims");
          auto out = q.sizes, attn = q.sizes;
          out.back() = v.sizes.back();
          attn.back() = k.sizes[k.sizes.size() - 2];
@@ -336,8 +365,8 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       {"aten::_safe_softmax",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto& x = operand_meta(a, 0, in);
-         auto dt = a.size() > 2 && a[2].kind == ArgKind::ScalarType
-                       ? static_cast<c10::ScalarType>(a[2].value.toInt()) : x.dtype;
+         auto dt = a.size() > 2 && a[2].kind == ArgKind::ScalarType ? static_cast<c10::ScalarType>(a[2].value.toInt())
+                                                                    : x.dtype;
          return std::vector<TensorMeta>{like(x, x.sizes, dt)};
        }},
       // flip keeps the input's layout where it is dense (empty_like, preserve format); roll's
@@ -386,7 +415,9 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
          for (size_t i = stat.size() - normalized.size(); i < stat.size(); ++i) stat[i] = 1;
          // float16/bfloat16 statistics are float32 on CUDA; the CPU kernel keeps the input's
          // dtype unless the weight or bias is of another (float32) dtype.
-         auto other_dtype = [&](size_t i) { return a.at(i).kind == ArgKind::Tensor && operand_meta(a, i, in).dtype != x.dtype; };
+         auto other_dtype = [&](size_t i) {
+           return a.at(i).kind == ArgKind::Tensor && operand_meta(a, i, in).dtype != x.dtype;
+         };
          bool wide = c10::isReducedFloatingType(x.dtype) && (!x.device.is_cpu() || other_dtype(2) || other_dtype(3));
          auto acc = wide ? c10::kFloat : x.dtype;
          return std::vector<TensorMeta>{like(x, x.sizes, x.dtype), like(x, stat, acc), like(x, stat, acc)};
@@ -397,13 +428,16 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       {"aten::native_group_norm",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto& x = operand_meta(a, 0, in);
-         int64_t n = a.at(3).value.toInt(), c = a.at(4).value.toInt(), hw = a.at(5).value.toInt(), g = a.at(6).value.toInt();
+         int64_t n = a.at(3).value.toInt(), c = a.at(4).value.toInt(), hw = a.at(5).value.toInt(),
+                 g = a.at(6).value.toInt();
          if (x.sizes.size() < 2 || x.sizes[0] != n || x.sizes[1] != c || n * c * hw != x.numel() || g < 1 || c % g != 0)
            throw Error("N, C, HxW and group do not describe the input");
          for (size_t i : {size_t{1}, size_t{2}})
            if (a.at(i).kind == ArgKind::Tensor && operand_meta(a, i, in).sizes != std::vector<int64_t>{c})
              throw Error("weight and bias must have C elements");
-         auto other_dtype = [&](size_t i) { return a.at(i).kind == ArgKind::Tensor && operand_meta(a, i, in).dtype != x.dtype; };
+         auto other_dtype = [&](size_t i) {
+           return a.at(i).kind == ArgKind::Tensor && operand_meta(a, i, in).dtype != x.dtype;
+         };
          auto acc = c10::isReducedFloatingType(x.dtype) && (other_dtype(1) || other_dtype(2)) ? c10::kFloat : x.dtype;
          std::vector<int64_t> stat = {n, g};
          return std::vector<TensorMeta>{preserving_format(x), like(x, stat, acc), like(x, stat, acc)};
@@ -414,11 +448,13 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       {"aten::convolution",
        [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
          const auto &x = operand_meta(a, 0, in), &w = operand_meta(a, 1, in);
-         if (x.sizes.size() < 3 || w.sizes.size() != x.sizes.size()) throw Error("input and weight need the same rank, 3 or more");
+         if (x.sizes.size() < 3 || w.sizes.size() != x.sizes.size())
+           throw Error("input and weight need the same rank, 3 or more");
          size_t space = x.sizes.size() - 2;
          auto at_dim = [&](size_t arg, size_t d) {
            auto v = a.at(arg).value.toIntVector();
-           if (v.size() != 1 && v.size() != space) throw Error("stride, padding and dilation need 1 or " + std::to_string(space) + " entries");
+           if (v.size() != 1 && v.size() != space)
+             throw Error("stride, padding and dilation need 1 or " + std::to_string(space) + " entries");
            return v.size() == 1 ? v[0] : v[d];
          };
          bool transposed = a.at(6).value.toBool();
@@ -443,14 +479,16 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
   // abs of a complex operand is real.
   for (const char* op : {"aten::relu", "aten::abs", "aten::hardtanh_backward", "aten::hardswish_backward",
                          "aten::log_sigmoid_backward", "aten::binary_cross_entropy_backward", "aten::_conj_physical"})
-    rules.emplace(op, [abs = std::string(op) == "aten::abs"](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
-      TensorMeta out = preserving_layout(operand_meta(a, 0, in));
-      if (abs) out.dtype = c10::toRealValueType(out.dtype);
-      return std::vector<TensorMeta>{out};
-    });
+    rules.emplace(op,
+                  [abs = std::string(op) == "aten::abs"](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+                    TensorMeta out = preserving_layout(operand_meta(a, 0, in));
+                    if (abs) out.dtype = c10::toRealValueType(out.dtype);
+                    return std::vector<TensorMeta>{out};
+                  });
   // ... and some that allocate their result contiguous whatever the operand's layout (index_add's
   // C++ Meta kernel also fails on an empty index: found by a probe).
-  for (const char* op : {"aten::smooth_l1_loss_backward", "aten::huber_loss_backward", "aten::linalg_matrix_exp", "aten::index_add"})
+  for (const char* op :
+       {"aten::smooth_l1_loss_backward", "aten::huber_loss_backward", "aten::linalg_matrix_exp", "aten::index_add"})
     rules.emplace(op, [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
       const auto& x = operand_meta(a, 0, in);
       return std::vector<TensorMeta>{like(x, x.sizes, x.dtype)};
@@ -458,14 +496,17 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
   // linalg_solve_triangular(A, B, ...), cholesky_solve(B, L, upper): B's matrix shape over the
   // broadcast batch, each matrix column-major (as LAPACK writes it).
   for (auto [op, matrix] : {std::pair{"aten::linalg_solve_triangular", 0}, std::pair{"aten::cholesky_solve", 1}})
-    rules.emplace(op, [matrix = static_cast<size_t>(matrix)](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
-      const auto &A = operand_meta(a, matrix, in), &B = operand_meta(a, 1 - matrix, in);
-      if (A.sizes.size() < 2 || B.sizes.size() < 2) throw Error("the matrix and the right-hand side must be matrices or batches of them");
-      auto batch = at::infer_size(c10::IntArrayRef(A.sizes).slice(0, A.sizes.size() - 2), c10::IntArrayRef(B.sizes).slice(0, B.sizes.size() - 2));
-      std::vector<int64_t> transposed = batch;
-      transposed.insert(transposed.end(), {B.sizes.end()[-1], B.sizes.end()[-2]});
-      return std::vector<TensorMeta>{on_device_of(at::empty(transposed, on_meta(B).options()).mT(), B)};
-    });
+    rules.emplace(op,
+                  [matrix = static_cast<size_t>(matrix)](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+                    const auto &A = operand_meta(a, matrix, in), &B = operand_meta(a, 1 - matrix, in);
+                    if (A.sizes.size() < 2 || B.sizes.size() < 2)
+                      throw Error("the matrix and the right-hand side must be matrices or batches of them");
+                    auto batch = at::infer_size(c10::IntArrayRef(A.sizes).slice(0, A.sizes.size() - 2),
+                                                c10::IntArrayRef(B.sizes).slice(0, B.sizes.size() - 2));
+                    std::vector<int64_t> transposed = batch;
+                    transposed.insert(transposed.end(), {B.sizes.end()[-1], B.sizes.end()[-2]});
+                    return std::vector<TensorMeta>{on_device_of(at::empty(transposed, on_meta(B).options()).mT(), B)};
+                  });
   // linalg_pinv(A, atol, rtol, hermitian): [.., n, m], contiguous (in C++ the Meta path is missing).
   rules.emplace("aten::linalg_pinv.atol_rtol_tensor", [](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
     const auto& A = operand_meta(a, 0, in);
@@ -482,7 +523,8 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
     const auto &A = operand_meta(a, 0, in), &B = operand_meta(a, 1, in);
     if (A.sizes.size() < 2) throw Error("the input must be a matrix or a batch of them");
     bool vector = B.sizes.size() + 1 == A.sizes.size();
-    if (B.sizes.size() < (vector ? 1 : 2)) throw Error("the right-hand side must be a vector, a matrix or a batch of them");
+    if (B.sizes.size() < (vector ? 1 : 2))
+      throw Error("the right-hand side must be a vector, a matrix or a batch of them");
     int64_t m = A.sizes.end()[-2], n = A.sizes.back(), k = vector ? 1 : B.sizes.back();
     if ((vector ? B.sizes.back() : B.sizes.end()[-2]) != m) throw Error("A and B must have the same number of rows");
     auto batch = at::infer_size(c10::IntArrayRef(A.sizes).slice(0, A.sizes.size() - 2),
@@ -495,9 +537,11 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
     auto options = on_meta(A).options();
     at::Tensor X = vector ? at::empty(with({std::max(m, n)}), options).narrow(-1, 0, n)
                           : at::empty(with({k, std::max(m, n)}), options).mT().narrow(-2, 0, n);
-    std::string driver = a.at(3).kind == ArgKind::None ? (A.device.is_cpu() ? "gelsy" : "gels") : a.at(3).value.toStringRef();
+    std::string driver =
+        a.at(3).kind == ArgKind::None ? (A.device.is_cpu() ? "gelsy" : "gels") : a.at(3).value.toStringRef();
     bool residuals = m > n && driver != "gelsy", singular = driver == "gelsd" || driver == "gelss";
-    std::vector<TensorMeta> out = {on_device_of(X, A), like(A, residuals ? with({k}) : std::vector<int64_t>{0}, A.dtype),
+    std::vector<TensorMeta> out = {on_device_of(X, A),
+                                   like(A, residuals ? with({k}) : std::vector<int64_t>{0}, A.dtype),
                                    like(A, driver == "gels" ? std::vector<int64_t>{0} : batch, c10::kLong),
                                    like(A, singular ? with({std::min(m, n)}) : std::vector<int64_t>{0}, A.dtype)};
     return out;
@@ -538,8 +582,9 @@ bool value_dependent_shape(const Node& n, size_t output) {
 }
 
 bool is_fused_attention(const std::string& op) {
-  return op == "aten::_scaled_dot_product_flash_attention_for_cpu" || op == "aten::_scaled_dot_product_flash_attention" ||
-         op == "aten::_scaled_dot_product_efficient_attention" || op == "aten::_scaled_dot_product_cudnn_attention";
+  return op == "aten::_scaled_dot_product_flash_attention_for_cpu" ||
+         op == "aten::_scaled_dot_product_flash_attention" || op == "aten::_scaled_dot_product_efficient_attention" ||
+         op == "aten::_scaled_dot_product_cudnn_attention";
 }
 
 std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,

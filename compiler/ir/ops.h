@@ -78,8 +78,7 @@ bool is_impure(const OpInfo& info, const std::vector<Arg>& args);
 /// Throws jvpc::Error naming the op when the arguments are inconsistent with it, and
 /// NoShapeRule when neither a Meta kernel nor a shape rule exists.
 std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,
-                                      const std::vector<TensorMeta>& inputs,
-                                      std::vector<int>* return_counts = nullptr);
+                                      const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts = nullptr);
 /// The same for an existing node: its op, arguments and operands' current metadata.
 std::vector<TensorMeta> infer_outputs(const Node& n, std::vector<int>* return_counts = nullptr);
 

@@ -31,15 +31,24 @@ std::string list(const std::vector<T>& xs, F f) {
 std::string arg_text(const Node& n, const Arg& a) {
   auto operand = [&](int o) { return o < 0 ? std::string("None") : ref(n.input(static_cast<size_t>(o))); };
   switch (a.kind) {
-    case ArgKind::None: return "None";
-    case ArgKind::Bool: return a.value.toBool() ? "true" : "false";
-    case ArgKind::Int: return std::to_string(a.value.toInt());
-    case ArgKind::Float: return format_double(a.value.toDouble());
-    case ArgKind::Str: return "'" + a.value.toStringRef() + "'";
-    case ArgKind::Ints: return list(a.value.toIntVector(), [](int64_t i) { return std::to_string(i); });
-    case ArgKind::Floats: return list(a.value.toDoubleVector(), format_double);
-    case ArgKind::Bools: return list(a.value.toBoolList().vec(), [](bool b) { return std::string(b ? "true" : "false"); });
-    case ArgKind::ScalarType: return c10::toString(static_cast<c10::ScalarType>(a.value.toInt()));
+    case ArgKind::None:
+      return "None";
+    case ArgKind::Bool:
+      return a.value.toBool() ? "true" : "false";
+    case ArgKind::Int:
+      return std::to_string(a.value.toInt());
+    case ArgKind::Float:
+      return format_double(a.value.toDouble());
+    case ArgKind::Str:
+      return "'" + a.value.toStringRef() + "'";
+    case ArgKind::Ints:
+      return list(a.value.toIntVector(), [](int64_t i) { return std::to_string(i); });
+    case ArgKind::Floats:
+      return list(a.value.toDoubleVector(), format_double);
+    case ArgKind::Bools:
+      return list(a.value.toBoolList().vec(), [](bool b) { return std::string(b ? "true" : "false"); });
+    case ArgKind::ScalarType:
+      return c10::toString(static_cast<c10::ScalarType>(a.value.toInt()));
     case ArgKind::Layout: {
       std::ostringstream os;
       os << static_cast<c10::Layout>(a.value.toInt());
@@ -50,10 +59,13 @@ std::string arg_text(const Node& n, const Arg& a) {
       os << static_cast<c10::MemoryFormat>(a.value.toInt());
       return os.str();
     }
-    case ArgKind::Device: return a.value.toDevice().str();
-    case ArgKind::Tensor: return operand(a.operands.at(0));
+    case ArgKind::Device:
+      return a.value.toDevice().str();
+    case ArgKind::Tensor:
+      return operand(a.operands.at(0));
     case ArgKind::TensorList:
-    case ArgKind::OptTensorList: return list(a.operands, operand);
+    case ArgKind::OptTensorList:
+      return list(a.operands, operand);
   }
   return "?";
 }
@@ -117,13 +129,15 @@ std::string to_dot(const Graph& g, const std::string& title) {
   auto src = [&](const Value* v) { return v->producer() ? node_id.at(v->producer()) : vname(v); };
   for (const Input& in : g.inputs()) {
     const char* color = in.role == Role::Tangent ? "lightblue" : in.role == Role::Constant ? "lightgrey" : "palegreen";
-    os << "  " << vname(in.value) << " [shape=box, style=filled, fillcolor=" << color << ", label=\"" << dot_escape(in.name) << "\\n"
+    os << "  " << vname(in.value) << " [shape=box, style=filled, fillcolor=" << color << ", label=\""
+       << dot_escape(in.name) << "\\n"
        << in.value->meta().str() << "\"];\n";
   }
   for (const Node* n : g.nodes()) {
     std::string id = "n" + std::to_string(node_id.size());
     node_id[n] = id;
-    bool heavy = n->op() == "aten::bmm" || n->op() == "aten::mm" || n->op() == "aten::addmm" || n->op() == "aten::baddbmm";
+    bool heavy =
+        n->op() == "aten::bmm" || n->op() == "aten::mm" || n->op() == "aten::addmm" || n->op() == "aten::baddbmm";
     os << "  " << id << " [label=\"" << n->op() << "\"" << (heavy ? ", style=filled, fillcolor=orange" : "") << "];\n";
     for (const Value* v : n->inputs()) {
       os << "  " << src(v) << " -> " << id << " [label=\"" << v->meta().str() << "\"];\n";
@@ -131,7 +145,8 @@ std::string to_dot(const Graph& g, const std::string& title) {
   }
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const Value* v = g.outputs()[i];
-    os << "  out" << i << " [shape=box, style=filled, fillcolor=gold, label=\"" << dot_escape(g.output_names()[i]) << "\"];\n";
+    os << "  out" << i << " [shape=box, style=filled, fillcolor=gold, label=\"" << dot_escape(g.output_names()[i])
+       << "\"];\n";
     os << "  " << src(v) << " -> out" << i << " [label=\"" << v->meta().str() << "\"];\n";
   }
   os << "}\n";

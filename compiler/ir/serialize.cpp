@@ -87,7 +87,8 @@ json meta_json(const TensorMeta& m) {
   try {  // what the loader refuses is not written: a graph that saves must load back
     parse_dtype(c10::toString(m.dtype));
   } catch (const Error&) {
-    throw Error(std::string("dtype ") + c10::toString(m.dtype) + " cannot be saved (jvpc's files hold real, integer and bool tensors)");
+    throw Error(std::string("dtype ") + c10::toString(m.dtype) +
+                " cannot be saved (jvpc's files hold real, integer and bool tensors)");
   }
   return {{"sizes", m.sizes}, {"strides", m.strides}, {"dtype", c10::toString(m.dtype)}, {"device", m.device.str()}};
 }
@@ -95,24 +96,35 @@ json meta_json(const TensorMeta& m) {
 json arg_json(const Node& n, const Arg& a) {
   auto id = [&](int o) { return o < 0 ? json(nullptr) : json(n.input(static_cast<size_t>(o))->id()); };
   switch (a.kind) {
-    case ArgKind::None: return {{"none", nullptr}};
-    case ArgKind::Bool: return {{"bool", a.value.toBool()}};
-    case ArgKind::Int: return {{"int", a.value.toInt()}};
-    case ArgKind::Float: return {{"float", float_json(a.value.toDouble())}};
-    case ArgKind::Str: return {{"str", a.value.toStringRef()}};
-    case ArgKind::Ints: return {{"ints", a.value.toIntVector()}};
+    case ArgKind::None:
+      return {{"none", nullptr}};
+    case ArgKind::Bool:
+      return {{"bool", a.value.toBool()}};
+    case ArgKind::Int:
+      return {{"int", a.value.toInt()}};
+    case ArgKind::Float:
+      return {{"float", float_json(a.value.toDouble())}};
+    case ArgKind::Str:
+      return {{"str", a.value.toStringRef()}};
+    case ArgKind::Ints:
+      return {{"ints", a.value.toIntVector()}};
     case ArgKind::Floats: {
       json l = json::array();
       for (double d : a.value.toDoubleVector()) l.push_back(float_json(d));
       return {{"floats", l}};
     }
-    case ArgKind::Bools: return {{"bools", a.value.toBoolList().vec()}};
-    case ArgKind::ScalarType: return {{"scalar_type", c10::toString(static_cast<c10::ScalarType>(a.value.toInt()))}};
-    case ArgKind::Layout: return {{"layout", layout_name(static_cast<c10::Layout>(a.value.toInt()))}};
+    case ArgKind::Bools:
+      return {{"bools", a.value.toBoolList().vec()}};
+    case ArgKind::ScalarType:
+      return {{"scalar_type", c10::toString(static_cast<c10::ScalarType>(a.value.toInt()))}};
+    case ArgKind::Layout:
+      return {{"layout", layout_name(static_cast<c10::Layout>(a.value.toInt()))}};
     case ArgKind::MemoryFormat:
       return {{"memory_format", memory_format_name(static_cast<c10::MemoryFormat>(a.value.toInt()))}};
-    case ArgKind::Device: return {{"device", a.value.toDevice().str()}};
-    case ArgKind::Tensor: return {{"tensor", id(a.operands.at(0))}};
+    case ArgKind::Device:
+      return {{"device", a.value.toDevice().str()}};
+    case ArgKind::Tensor:
+      return {{"tensor", id(a.operands.at(0))}};
     case ArgKind::TensorList:
     case ArgKind::OptTensorList: {
       json l = json::array();
@@ -132,7 +144,8 @@ json to_json(const Graph& g, const std::string& constants_file) {
   if (!constants_file.empty()) j["constants_file"] = constants_file;
   json inputs = json::array();
   for (const Input& in : g.inputs()) {
-    json ji = {{"name", in.name}, {"id", in.value->id()}, {"role", role_name(in.role)}, {"meta", meta_json(in.value->meta())}};
+    json ji = {
+        {"name", in.name}, {"id", in.value->id()}, {"role", role_name(in.role)}, {"meta", meta_json(in.value->meta())}};
     if (in.role == Role::Primal) ji["differentiable"] = in.differentiable;
     if (in.role == Role::Constant) ji["stored"] = in.data.defined();
     if (!in.aliases.empty()) ji["aliases"] = in.aliases;
@@ -155,7 +168,8 @@ json to_json(const Graph& g, const std::string& constants_file) {
   }
   j["nodes"] = std::move(nodes);
   json outs = json::array();
-  for (size_t i = 0; i < g.outputs().size(); ++i) outs.push_back({{"name", g.output_names()[i]}, {"id", g.outputs()[i]->id()}});
+  for (size_t i = 0; i < g.outputs().size(); ++i)
+    outs.push_back({{"name", g.output_names()[i]}, {"id", g.outputs()[i]->id()}});
   j["outputs"] = std::move(outs);
   return j;
 }
@@ -280,7 +294,8 @@ Arg read_arg(const At& a, const std::function<int(const At&)>& operand) {
     return Arg{ArgKind::Bools, bs, {}};
   }
   if (key == "scalar_type") return Arg::of_scalar_type(wrap(v, [&] { return parse_dtype(v.str()); }));
-  if (key == "layout") return Arg{ArgKind::Layout, static_cast<int64_t>(wrap(v, [&] { return parse_layout(v.str()); })), {}};
+  if (key == "layout")
+    return Arg{ArgKind::Layout, static_cast<int64_t>(wrap(v, [&] { return parse_layout(v.str()); })), {}};
   if (key == "memory_format")
     return Arg{ArgKind::MemoryFormat, static_cast<int64_t>(wrap(v, [&] { return parse_memory_format(v.str()); })), {}};
   if (key == "device") return Arg::of_device(wrap(v, [&] { return parse_device(v.str()); }));
@@ -288,8 +303,10 @@ Arg read_arg(const At& a, const std::function<int(const At&)>& operand) {
   if (key == "tensors" || key == "opt_tensors") {
     Arg out{key == "tensors" ? ArgKind::TensorList : ArgKind::OptTensorList, {}, {}};
     for (size_t i = 0; i < v.array().size(); ++i) {
-      if (v[i].j.is_null() && out.kind == ArgKind::OptTensorList) out.operands.push_back(-1);
-      else out.operands.push_back(operand(v[i]));
+      if (v[i].j.is_null() && out.kind == ArgKind::OptTensorList)
+        out.operands.push_back(-1);
+      else
+        out.operands.push_back(operand(v[i]));
     }
     return out;
   }
@@ -309,14 +326,15 @@ std::unique_ptr<Graph> from_json(const json& j, bool trusted) {
   if (root.has("format") && root["format"].str() != "jvpc-graph") root.fail("format is not \"jvpc-graph\"");
 
   auto g = std::make_unique<Graph>();
-  std::unordered_map<int, Value*> by_id;        // ids defined so far
+  std::unordered_map<int, Value*> by_id;         // ids defined so far
   std::unordered_map<int, std::string> all_ids;  // every id the file defines, and where
   // First pass: where is each id defined? (To tell "dangling" from "used before defined".)
   {
     At ins = root["inputs"];
     for (size_t i = 0; i < ins.array().size(); ++i) {
       int id = ins[i]["id"].id();
-      if (!all_ids.emplace(id, ins[i].path).second) ins[i]["id"].fail("value id %" + std::to_string(id) + " is defined twice");
+      if (!all_ids.emplace(id, ins[i].path).second)
+        ins[i]["id"].fail("value id %" + std::to_string(id) + " is defined twice");
     }
     At nodes = root["nodes"];
     for (size_t i = 0; i < nodes.array().size(); ++i) {
@@ -343,7 +361,8 @@ std::unique_ptr<Graph> from_json(const json& j, bool trusted) {
     At in = ins[i];
     Role role = parse_role(in["role"]);
     bool diff = in.has("differentiable") ? in["differentiable"].boolean() : false;
-    if (in.has("stored") && in["stored"].boolean() && role != Role::Constant) in["stored"].fail("only constants are stored");
+    if (in.has("stored") && in["stored"].boolean() && role != Role::Constant)
+      in["stored"].fail("only constants are stored");
     if (in.has("view_of")) {
       if (!in.has("stored") || !in["stored"].boolean()) in["view_of"].fail("only a stored constant can be a view");
       in["view_of"]["tensor"].name();
@@ -593,17 +612,28 @@ std::string basename_of(const std::string& path) {
 
 const char* safetensors_dtype(c10::ScalarType t) {
   switch (t) {
-    case c10::kDouble: return "F64";
-    case c10::kFloat: return "F32";
-    case c10::kHalf: return "F16";
-    case c10::kBFloat16: return "BF16";
-    case c10::kLong: return "I64";
-    case c10::kInt: return "I32";
-    case c10::kShort: return "I16";
-    case c10::kChar: return "I8";
-    case c10::kByte: return "U8";
-    case c10::kBool: return "BOOL";
-    default: throw Error(std::string("dtype ") + c10::toString(t) + " cannot be stored");
+    case c10::kDouble:
+      return "F64";
+    case c10::kFloat:
+      return "F32";
+    case c10::kHalf:
+      return "F16";
+    case c10::kBFloat16:
+      return "BF16";
+    case c10::kLong:
+      return "I64";
+    case c10::kInt:
+      return "I32";
+    case c10::kShort:
+      return "I16";
+    case c10::kChar:
+      return "I8";
+    case c10::kByte:
+      return "U8";
+    case c10::kBool:
+      return "BOOL";
+    default:
+      throw Error(std::string("dtype ") + c10::toString(t) + " cannot be stored");
   }
 }
 c10::ScalarType from_safetensors_dtype(const std::string& s) {
@@ -635,7 +665,8 @@ std::string safetensors_bytes(const std::vector<std::pair<std::string, at::Tenso
     if (header.contains(name)) throw Error("safetensors: tensor '" + name + "' is given twice");  // one would be lost
     at::Tensor c = t.to(at::kCPU).contiguous();
     int64_t nbytes = static_cast<int64_t>(c.nbytes());
-    header[name] = {{"dtype", safetensors_dtype(c.scalar_type())}, {"shape", c.sizes().vec()},
+    header[name] = {{"dtype", safetensors_dtype(c.scalar_type())},
+                    {"shape", c.sizes().vec()},
                     {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
     blobs.push_back(c);
@@ -652,7 +683,6 @@ std::string safetensors_bytes(const std::vector<std::pair<std::string, at::Tenso
   return out;
 }
 
-
 // The safetensors format's own limit on the header (the reference implementation's).
 constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 
@@ -666,7 +696,8 @@ std::unordered_map<std::string, at::Tensor> parse_safetensors(const std::string&
   auto bad = [&](const std::string& why) { return Error(what + " " + quoted_path(path) + ": " + why); };
   if (bytes.size() < 8) throw bad("too short for a safetensors file");
   uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[static_cast<size_t>(i)])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[static_cast<size_t>(i)])) << (8 * i);
   if (n > kMaxSafetensorsHeader)
     throw bad("header length exceeds the limit of " + std::to_string(kMaxSafetensorsHeader) + " bytes");
   if (n > bytes.size() - 8) throw bad("header length exceeds the file");
@@ -794,8 +825,9 @@ std::unordered_map<std::string, at::Tensor> read_constants(const json& j, const 
 }
 
 /// A stored constant that is a view into a shared 1-D entry of the constants file.
-at::Tensor view_of_entry(const TensorMeta& m, const json& view, const std::unordered_map<std::string, at::Tensor>& tensors,
-                         const std::string& file, const std::string& name) {
+at::Tensor view_of_entry(const TensorMeta& m, const json& view,
+                         const std::unordered_map<std::string, at::Tensor>& tensors, const std::string& file,
+                         const std::string& name) {
   const std::string& entry = view["tensor"].get_ref<const std::string&>();
   int64_t offset = view["offset"].get<int64_t>();
   auto bad = [&](const std::string& why) {
@@ -890,8 +922,8 @@ void save(const Graph& g, const std::string& path, const SaveOptions& options) {
                                  [&](const Input* in) { return in->data.scalar_type() == first.scalar_type(); });
     // A constant alone in its storage is stored as itself, unless it has gaps or repeats
     // (a step slice, an expand): then, like a group, as the span of storage it reaches.
-    bool dense = first.is_non_overlapping_and_dense() &&
-                 first.strides() == c10::IntArrayRef(group[0]->value->meta().strides);
+    bool dense =
+        first.is_non_overlapping_and_dense() && first.strides() == c10::IntArrayRef(group[0]->value->meta().strides);
     if ((group.size() == 1 && dense) || !one_dtype) {
       for (const Input* in : group) entries.emplace_back(in->name, in->data);
       continue;
@@ -958,7 +990,8 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
     }
     for (const auto& in : j["inputs"])
       if (in.value("stored", false) && !j.contains("constants_file"))
-        throw Error(printable_path(path) + ": constant '" + in["name"].get<std::string>() + "' is stored but no constants_file is named");
+        throw Error(printable_path(path) + ": constant '" + in["name"].get<std::string>() +
+                    "' is stored but no constants_file is named");
     if (j.contains("constants_file")) {
       if (!j["constants_file"].is_string()) throw Error(printable_path(path) + ": constants_file must be a string");
       const std::string& named = j["constants_file"].get_ref<const std::string&>();
@@ -982,8 +1015,8 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
       if (it == tensors.end()) throw Error(printable_path(constants_file) + ": constant '" + name + "' is missing");
       TensorMeta got = TensorMeta::of(it->second);
       if (got.sizes != m.sizes || got.dtype != m.dtype)
-        throw Error(printable_path(constants_file) + ": constant '" + name + "' is " + got.str() + " but the graph declares " +
-                    TensorMeta::contiguous(m.sizes, m.dtype, c10::kCPU).str());
+        throw Error(printable_path(constants_file) + ": constant '" + name + "' is " + got.str() +
+                    " but the graph declares " + TensorMeta::contiguous(m.sizes, m.dtype, c10::kCPU).str());
       at::Tensor t = it->second;
       if (!m.is_contiguous()) {
         if (!on_meta(m).is_non_overlapping_and_dense())
@@ -1002,7 +1035,8 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
   if (!device)
     for (const Input& in : g->inputs()) target = in.value->meta().device;  // the graph's own device
   if (!device && target.is_cuda() && !at::hasCUDA())
-    throw Error(printable_path(path) + ": the graph is on " + target.str() + " but CUDA is not available (load it for the CPU)");
+    throw Error(printable_path(path) + ": the graph is on " + target.str() +
+                " but CUDA is not available (load it for the CPU)");
   retarget(*g, target);
   return g;
 }
@@ -1027,8 +1061,7 @@ void rederive_outputs(Graph& g, const std::function<void(TensorMeta&)>& fallback
         }
         continue;
       }
-    } catch (const NoShapeRule&) {
-    }
+    } catch (const NoShapeRule&) {}
     for (Value* o : n->outputs()) {
       TensorMeta m = o->meta();
       fallback(m);
@@ -1040,7 +1073,8 @@ void rederive_outputs(Graph& g, const std::function<void(TensorMeta&)>& fallback
 }  // namespace
 
 void retarget(Graph& g, c10::Device device) {
-  if (device.is_cuda() && !at::hasCUDA()) throw Error("device " + device.str() + ": CUDA is not available on this machine");
+  if (device.is_cuda() && !at::hasCUDA())
+    throw Error("device " + device.str() + ": CUDA is not available on this machine");
   // The constants first, so that a failure (out of memory) leaves the graph as it was.
   std::vector<at::Tensor> moved;
   for (const Input& in : g.inputs()) {

@@ -40,7 +40,8 @@ struct Call {
   const std::vector<TensorMeta>& in;
 
   const TensorMeta& meta(size_t i) const {
-    if (i >= a.size() || a[i].kind != ArgKind::Tensor) throw Error("argument " + std::to_string(i) + " must be a tensor");
+    if (i >= a.size() || a[i].kind != ArgKind::Tensor)
+      throw Error("argument " + std::to_string(i) + " must be a tensor");
     return in.at(static_cast<size_t>(a[i].operands.at(0)));
   }
   at::Tensor t(size_t i) const { return on_meta(meta(i)); }
@@ -57,7 +58,8 @@ struct Call {
   std::optional<c10::ScalarType> dtype(size_t i) const {
     if (!given(i)) return std::nullopt;
     int64_t v = i64(i);
-    if (v < 0 || v >= static_cast<int64_t>(c10::ScalarType::NumOptions)) throw Error("argument " + std::to_string(i) + " is not a dtype");
+    if (v < 0 || v >= static_cast<int64_t>(c10::ScalarType::NumOptions))
+      throw Error("argument " + std::to_string(i) + " is not a dtype");
     return static_cast<c10::ScalarType>(v);
   }
   /// The device of the results: operand 0's.
@@ -227,7 +229,8 @@ Metas channel_shuffle(const Call& c) {
   at::Tensor x = c.t(0);
   int64_t groups = c.i64(1);
   TORCH_CHECK(groups > 0, "Number of groups to divide channels in must be positive. Value of groups:", groups);
-  TORCH_CHECK(x.dim() > 2, "channel_shuffle expects input to have at least 3 dimensions, but got input with sizes ", x.sizes());
+  TORCH_CHECK(x.dim() > 2, "channel_shuffle expects input to have at least 3 dimensions, but got input with sizes ",
+              x.sizes());
   TORCH_CHECK(x.size(1) % groups == 0, "Number of channels must be divisible by groups. Got ", x.size(1),
               " channels and ", groups, " groups.");
   return {c.out(at::empty(x.sizes(), x.options().memory_format(x.suggest_memory_format())))};
@@ -274,12 +277,15 @@ Metas huber_loss(const Call& c) {
 Metas nll_loss2d_forward(const Call& c) {
   at::Tensor x = c.t(0), target = c.t(1);
   auto w = c.opt(2);
-  TORCH_CHECK(target.dim() == 3, "only batches of spatial targets supported (3D tensors) but got targets of dimension: ", target.dim());
-  TORCH_CHECK(x.dim() == 4, "only batches of spatial inputs supported (4D tensors), but got input of dimension: ", x.dim());
+  TORCH_CHECK(target.dim() == 3,
+              "only batches of spatial targets supported (3D tensors) but got targets of dimension: ", target.dim());
+  TORCH_CHECK(x.dim() == 4,
+              "only batches of spatial inputs supported (4D tensors), but got input of dimension: ", x.dim());
   TORCH_CHECK(!w || w->numel() == x.size(1), "weight tensor should be defined either for all or no classes");
   TORCH_CHECK(x.size(0) == target.size(0) && x.size(2) == target.size(1) && x.size(3) == target.size(2),
               "input and target batch or spatial sizes don't match: target ", target.sizes(), ", input ", x.sizes());
-  TensorMeta output = c.i64(3) == 0 ? c.contiguous({x.size(0), x.size(2), x.size(3)}, x.scalar_type()) : c.contiguous({}, x.scalar_type());
+  TensorMeta output = c.i64(3) == 0 ? c.contiguous({x.size(0), x.size(2), x.size(3)}, x.scalar_type())
+                                    : c.contiguous({}, x.scalar_type());
   return {output, c.contiguous({}, x.scalar_type())};
 }
 
@@ -308,9 +314,12 @@ Metas cdist_forward(const Call& c) {
   at::Tensor x1 = c.t(0), x2 = c.t(1);
   TORCH_CHECK(x1.dim() >= 2, "cdist only supports at least 2D tensors, X1 got: ", x1.dim(), "D");
   TORCH_CHECK(x2.dim() >= 2, "cdist only supports at least 2D tensors, X2 got: ", x2.dim(), "D");
-  TORCH_CHECK(x1.size(-1) == x2.size(-1), "X1 and X2 must have the same number of columns. X1: ", x1.size(-1), " X2: ", x2.size(-1));
-  TORCH_CHECK(at::isFloatingType(x1.scalar_type()), "cdist only supports floating-point dtypes, X1 got: ", x1.scalar_type());
-  TORCH_CHECK(x1.scalar_type() == x2.scalar_type(), "cdist: X1 and X2 must have the same dtype, got ", x1.scalar_type(), " and ", x2.scalar_type());
+  TORCH_CHECK(x1.size(-1) == x2.size(-1), "X1 and X2 must have the same number of columns. X1: ", x1.size(-1),
+              " X2: ", x2.size(-1));
+  TORCH_CHECK(at::isFloatingType(x1.scalar_type()),
+              "cdist only supports floating-point dtypes, X1 got: ", x1.scalar_type());
+  TORCH_CHECK(x1.scalar_type() == x2.scalar_type(), "cdist: X1 and X2 must have the same dtype, got ", x1.scalar_type(),
+              " and ", x2.scalar_type());
   TORCH_CHECK(c.f64(2) >= 0, "cdist only supports non-negative p values");
   TORCH_CHECK(!c.given(3) || (c.i64(3) >= 0 && c.i64(3) <= 2), "possible modes: None, 0, 1, 2, but was: ", c.i64(3));
   auto sizes = at::infer_size(x1.sizes().slice(0, x1.dim() - 2), x2.sizes().slice(0, x2.dim() - 2));
@@ -329,11 +338,14 @@ Metas adaptive_avg_pool(const Call& c) {
   auto size = c.ints(1);
   const char* name = kDims == 2 ? "adaptive_avg_pool2d" : "adaptive_avg_pool3d";
   TORCH_CHECK(size.size() == kDims, name, ": output_size must be ", kDims);
-  for (int64_t s : size) TORCH_CHECK(s >= 0, name, ": elements of output_size must be greater than or equal to 0, got ", s);
-  TORCH_CHECK(x.dim() == kDims + 1 || x.dim() == kDims + 2, name, "(): Expected ", kDims + 1, "D or ", kDims + 2, "D tensor, but got ", x.sizes());
+  for (int64_t s : size)
+    TORCH_CHECK(s >= 0, name, ": elements of output_size must be greater than or equal to 0, got ", s);
+  TORCH_CHECK(x.dim() == kDims + 1 || x.dim() == kDims + 2, name, "(): Expected ", kDims + 1, "D or ", kDims + 2,
+              "D tensor, but got ", x.sizes());
   for (int64_t i = 1; i < x.dim(); ++i)
-    TORCH_CHECK(x.size(i) > 0, name, "(): Expected input to have non-zero size for non-batch dimensions, but input has sizes ",
-                x.sizes(), " with dimension ", i, " being empty");
+    TORCH_CHECK(x.size(i) > 0, name,
+                "(): Expected input to have non-zero size for non-batch dimensions, but input has sizes ", x.sizes(),
+                " with dimension ", i, " being empty");
   std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end() - kDims);
   sizes.insert(sizes.end(), size.begin(), size.end());
   auto format = kDims == 2 ? x.suggest_memory_format() : at::MemoryFormat::Contiguous;
@@ -346,13 +358,19 @@ Metas max_pool3d_with_indices(const Call& c) {
   at::Tensor x = c.t(0);
   auto k = c.ints(1), s = c.ints(2), p = c.ints(3), d = c.ints(4);
   bool ceil_mode = c.flag(5);
-  TORCH_CHECK(k.size() == 1 || k.size() == 3, "max_pool3d: kernel_size must either be a single int, or a tuple of three ints");
-  TORCH_CHECK(s.empty() || s.size() == 1 || s.size() == 3, "max_pool3d: stride must either be omitted, a single int, or a tuple of three ints");
-  TORCH_CHECK(p.size() == 1 || p.size() == 3, "max_pool3d: padding must either be a single int, or a tuple of three ints");
-  TORCH_CHECK(d.size() == 1 || d.size() == 3, "max_pool3d: dilation must be either a single int, or a tuple of three ints");
+  TORCH_CHECK(k.size() == 1 || k.size() == 3,
+              "max_pool3d: kernel_size must either be a single int, or a tuple of three ints");
+  TORCH_CHECK(s.empty() || s.size() == 1 || s.size() == 3,
+              "max_pool3d: stride must either be omitted, a single int, or a tuple of three ints");
+  TORCH_CHECK(p.size() == 1 || p.size() == 3,
+              "max_pool3d: padding must either be a single int, or a tuple of three ints");
+  TORCH_CHECK(d.size() == 1 || d.size() == 3,
+              "max_pool3d: dilation must be either a single int, or a tuple of three ints");
   TORCH_CHECK(x.dim() == 4 || x.dim() == 5, "non-empty 4D or 5D (batch mode) tensor expected for input");
   if (s.empty()) s = k;
-  auto pick = [](const std::vector<int64_t>& v, size_t i, const char* what) { return as_int(v.size() == 1 ? v[0] : v[i], what); };
+  auto pick = [](const std::vector<int64_t>& v, size_t i, const char* what) {
+    return as_int(v.size() == 1 ? v[0] : v[i], what);
+  };
   int kT = pick(k, 0, "kernel_size"), kH = pick(k, 1, "kernel_size"), kW = pick(k, 2, "kernel_size");
   int dT = pick(s, 0, "stride"), dH = pick(s, 1, "stride"), dW = pick(s, 2, "stride");
   int pT = pick(p, 0, "padding"), pH = pick(p, 1, "padding"), pW = pick(p, 2, "padding");
@@ -379,12 +397,15 @@ Metas reflection_pad2d(const Call& c) {
   auto pad = c.ints(1);
   at::native::padding::check_valid_input<2>(x, pad);
   int64_t dim_h = x.dim() - 2, dim_w = x.dim() - 1, ih = x.size(dim_h), iw = x.size(dim_w);
-  TORCH_CHECK(pad[0] < iw && pad[1] < iw, "Argument #4: Padding size should be less than the corresponding input dimension, but got: padding (",
+  TORCH_CHECK(pad[0] < iw && pad[1] < iw,
+              "Argument #4: Padding size should be less than the corresponding input dimension, but got: padding (",
               pad[0], ", ", pad[1], ") at dimension ", dim_w, " of input ", x.sizes());
-  TORCH_CHECK(pad[2] < ih && pad[3] < ih, "Argument #6: Padding size should be less than the corresponding input dimension, but got: padding (",
+  TORCH_CHECK(pad[2] < ih && pad[3] < ih,
+              "Argument #6: Padding size should be less than the corresponding input dimension, but got: padding (",
               pad[2], ", ", pad[3], ") at dimension ", dim_h, " of input ", x.sizes());
   int64_t oh = ih + pad[2] + pad[3], ow = iw + pad[0] + pad[1];
-  TORCH_CHECK(oh >= 1 && ow >= 1, "input (H: ", ih, ", W: ", iw, ") is too small. Calculated output H: ", oh, " W: ", ow);
+  TORCH_CHECK(oh >= 1 && ow >= 1, "input (H: ", ih, ", W: ", iw, ") is too small. Calculated output H: ", oh,
+              " W: ", ow);
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes[dim_h] = oh;
   sizes[dim_w] = ow;
@@ -443,9 +464,12 @@ Metas grid_sampler(const Call& c) {
   at::Tensor x = c.t(0), grid = c.t(1);
   TORCH_CHECK(x.dim() >= 1 && grid.dim() >= 1, "grid_sampler(): expected ", kDims + 2, "D input and grid");
   at::native::check_grid_sampler_common(x, grid);
-  if (kDims == 2) at::native::check_grid_sampler_2d(x, grid);
-  else at::native::check_grid_sampler_3d(x, grid, c.i64(2));
-  TORCH_CHECK(x.scalar_type() == grid.scalar_type(), "expected scalar type ", x.scalar_type(), " but found ", grid.scalar_type());
+  if (kDims == 2)
+    at::native::check_grid_sampler_2d(x, grid);
+  else
+    at::native::check_grid_sampler_3d(x, grid, c.i64(2));
+  TORCH_CHECK(x.scalar_type() == grid.scalar_type(), "expected scalar type ", x.scalar_type(), " but found ",
+              grid.scalar_type());
   std::vector<int64_t> sizes = {x.size(0), x.size(1)};
   for (int i = 1; i <= kDims; ++i) sizes.push_back(grid.size(i));
   return {c.contiguous(sizes, x.scalar_type())};
@@ -459,7 +483,8 @@ bool is_index_dtype(c10::ScalarType t) { return t == c10::kLong || t == c10::kIn
 Metas embedding(const Call& c) {
   at::Tensor w = c.t(0), idx = c.t(1);
   TORCH_CHECK(w.dim() == 2, "'weight' must be 2-D");
-  TORCH_CHECK(is_index_dtype(idx.scalar_type()), "embedding(): Expected dtype int64 or int32 for indices, got ", idx.scalar_type());
+  TORCH_CHECK(is_index_dtype(idx.scalar_type()), "embedding(): Expected dtype int64 or int32 for indices, got ",
+              idx.scalar_type());
   std::vector<int64_t> sizes = idx.sizes().vec();
   sizes.push_back(w.size(1));
   return {c.contiguous(sizes, w.scalar_type())};
@@ -477,7 +502,8 @@ Metas embedding_bag(const Call& c) {
   TORCH_CHECK(is_index_dtype(offsets.scalar_type()), "expected offsets to be long or int, got ", offsets.scalar_type());
   TORCH_CHECK(at::isFloatingType(w.scalar_type()), "expected weight to be floating point type, got ", w.scalar_type());
   TORCH_CHECK(w.dim() == 2, "embedding_bag: weight must be 2-D, got ", w.dim(), "-D");
-  TORCH_CHECK(idx.dim() == 1 || idx.dim() == 2, "input has to be a 1D or 2D Tensor, but got Tensor of dimension ", idx.dim());
+  TORCH_CHECK(idx.dim() == 1 || idx.dim() == 2, "input has to be a 1D or 2D Tensor, but got Tensor of dimension ",
+              idx.dim());
   TORCH_CHECK(offsets.dim() == 1, "offsets has to be a 1D Tensor, but got Tensor of dimension ", offsets.dim());
   TORCH_CHECK(mode >= 0 && mode <= 2, "embedding_bag: mode must be 0 (sum), 1 (mean) or 2 (max), got ", mode);
   int64_t bags = offsets.size(0);
@@ -512,7 +538,8 @@ Metas embedding_bag(const Call& c) {
 Metas index_tensor(const Call& c) {
   at::Tensor x = c.t(0);
   const Arg& list = c.a.at(1);
-  if (list.kind != ArgKind::OptTensorList && list.kind != ArgKind::TensorList) throw Error("indices must be a list of tensors");
+  if (list.kind != ArgKind::OptTensorList && list.kind != ArgKind::TensorList)
+    throw Error("indices must be a list of tensors");
   c10::List<std::optional<at::Tensor>> indices;
   int64_t dim = 0;
   for (int o : list.operands) {
@@ -529,8 +556,8 @@ Metas index_tensor(const Call& c) {
     }
     TORCH_CHECK(i.dim() > 0, "index: a 0-dim boolean index is not supported");
     for (int64_t k = 0; k < i.dim(); ++k)
-      TORCH_CHECK(dim + k < x.dim() && i.size(k) == x.size(dim + k), "The shape of the mask ", i.sizes(), " at index ", k,
-                  " does not match the shape of the indexed tensor ", x.sizes(), " at index ", dim + k);
+      TORCH_CHECK(dim + k < x.dim() && i.size(k) == x.size(dim + k), "The shape of the mask ", i.sizes(), " at index ",
+                  k, " does not match the shape of the indexed tensor ", x.sizes(), " at index ", dim + k);
     for (int64_t k = 0; k < i.dim(); ++k) indices.push_back(at::empty({i.numel()}, i.options().dtype(c10::kLong)));
     dim += i.dim();
   }
@@ -555,8 +582,10 @@ int64_t batch_norm_channels(const Call& c) {
   int64_t channels = x.size(1);
   const char* names[] = {"weight", "bias", "running_mean", "running_var"};
   for (size_t i = 1; i <= 4; ++i)
-    if (auto t = c.opt(i)) TORCH_CHECK(t->numel() == channels, names[i - 1], " should contain ", channels, " elements not ", t->numel());
-  TORCH_CHECK(c.flag(5) || (c.given(3) && c.given(4)), "batch_norm: running_mean and running_var must be defined in evaluation mode");
+    if (auto t = c.opt(i))
+      TORCH_CHECK(t->numel() == channels, names[i - 1], " should contain ", channels, " elements not ", t->numel());
+  TORCH_CHECK(c.flag(5) || (c.given(3) && c.given(4)),
+              "batch_norm: running_mean and running_var must be defined in evaluation mode");
   return channels;
 }
 
@@ -599,10 +628,12 @@ struct Qkv {
 /// Query [B,H,Sq,D], key [B,Hk,Sk,D], value [B,Hk,Sk,Dv].
 Qkv attention_operands(const Call& c, const char* op) {
   Qkv a{c.t(0), c.t(1), c.t(2), 0, 0, 0, 0, 0};
-  TORCH_CHECK(a.q.dim() == 4 && a.k.dim() == 4 && a.v.dim() == 4, op, ": query, key and value must be 4-D {B, H, T, D}");
+  TORCH_CHECK(a.q.dim() == 4 && a.k.dim() == 4 && a.v.dim() == 4, op,
+              ": query, key and value must be 4-D {B, H, T, D}");
   TORCH_CHECK(a.q.scalar_type() == a.k.scalar_type() && a.q.scalar_type() == a.v.scalar_type(), op,
               ": query, key and value must have the same dtype");
-  TORCH_CHECK(a.k.size(0) == a.q.size(0) && a.v.size(0) == a.q.size(0), op, ": query, key and value must have the same batch size");
+  TORCH_CHECK(a.k.size(0) == a.q.size(0) && a.v.size(0) == a.q.size(0), op,
+              ": query, key and value must have the same batch size");
   TORCH_CHECK(a.k.size(2) == a.v.size(2), op, ": key and value must have the same sequence length");
   TORCH_CHECK(a.k.size(1) == a.v.size(1) && a.k.size(1) > 0 && a.q.size(1) % a.k.size(1) == 0, op,
               ": the key/value heads must be equal and divide the query heads");
@@ -619,7 +650,8 @@ at::Tensor bshd(const Qkv& a) { return at::empty({a.b, a.sq, a.h, a.dv}, a.q.opt
 // float64 operands, else float32).
 Metas flash_attention_cpu(const Call& c) {
   Qkv a = attention_operands(c, "scaled_dot_product_attention_flash_attention");
-  TORCH_CHECK(a.dv == a.q.size(3), "scaled_dot_product_attention_flash_attention: Q/K/V should have the same head size");
+  TORCH_CHECK(a.dv == a.q.size(3),
+              "scaled_dot_product_attention_flash_attention: Q/K/V should have the same head size");
   auto acc = a.q.scalar_type() == c10::kDouble ? c10::kDouble : c10::kFloat;
   return {c.out(at::empty_like(a.q, at::MemoryFormat::Preserve)),
           c.out(at::empty({a.b, a.sq, a.h}, a.q.options().dtype(acc)).transpose(1, 2))};
@@ -633,8 +665,15 @@ Metas flash_attention(const Call& c) {
   Qkv a = attention_operands(c, "_scaled_dot_product_flash_attention");
   std::vector<int64_t> debug = {0};
   if (c.flag(5)) debug = {a.b, a.h, round_up(a.sq, 128), round_up(a.sk, 128)};
-  return {c.out(bshd(a)), c.contiguous({a.b, a.h, a.sq}, c10::kFloat), absent_return(), absent_return(), absent_return(),
-          absent_return(), c.contiguous({2}, c10::kUInt64), c.contiguous({}, c10::kUInt64), c.contiguous(debug, a.q.scalar_type())};
+  return {c.out(bshd(a)),
+          c.contiguous({a.b, a.h, a.sq}, c10::kFloat),
+          absent_return(),
+          absent_return(),
+          absent_return(),
+          absent_return(),
+          c.contiguous({2}, c10::kUInt64),
+          c.contiguous({}, c10::kUInt64),
+          c.contiguous(debug, a.q.scalar_type())};
 }
 
 // _scaled_dot_product_efficient_attention (CUDA) -> (output, log_sumexp float32 [B,H,Sq rounded
@@ -642,7 +681,8 @@ Metas flash_attention(const Call& c) {
 Metas efficient_attention(const Call& c) {
   Qkv a = attention_operands(c, "_scaled_dot_product_efficient_attention");
   int64_t lse = c.flag(4) ? round_up(a.sq, 32) : 0;
-  return {c.out(bshd(a)), c.contiguous({a.b, a.h, lse}, c10::kFloat), c.contiguous({}, c10::kLong), c.contiguous({}, c10::kLong)};
+  return {c.out(bshd(a)), c.contiguous({a.b, a.h, lse}, c10::kFloat), c.contiguous({}, c10::kLong),
+          c.contiguous({}, c10::kLong)};
 }
 
 // _scaled_dot_product_cudnn_attention (CUDA) -> (output [B,H,Sq,Dv] laid out in the query's
@@ -664,8 +704,15 @@ Metas cudnn_attention(const Call& c) {
     }
     out = at::empty(permuted, a.q.options()).permute(back);
   }
-  return {c.out(out), c.contiguous({a.b, a.h, a.sq, 1}, c10::kFloat), absent_return(), absent_return(), absent_return(),
-          absent_return(), c.contiguous({}, c10::kLong), c.contiguous({}, c10::kLong), absent_return()};
+  return {c.out(out),
+          c.contiguous({a.b, a.h, a.sq, 1}, c10::kFloat),
+          absent_return(),
+          absent_return(),
+          absent_return(),
+          absent_return(),
+          c.contiguous({}, c10::kLong),
+          c.contiguous({}, c10::kLong),
+          absent_return()};
 }
 
 }  // namespace
@@ -726,9 +773,12 @@ void add_shape_rules(std::unordered_map<std::string, ShapeRule>& rules) {
       {"aten::_scaled_dot_product_cudnn_attention", cudnn_attention},
   };
   for (const auto& [name, rule] : table) {
-    bool added = rules.emplace(name, [rule = rule](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
-                          return rule(Call{a, in});
-                        }).second;
+    bool added = rules
+                     .emplace(name,
+                              [rule = rule](const std::vector<Arg>& a, const std::vector<TensorMeta>& in) {
+                                return rule(Call{a, in});
+                              })
+                     .second;
     TORCH_INTERNAL_ASSERT(added, name, " has two shape rules");
   }
 }

@@ -74,8 +74,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
     for (size_t i = 0; i < n->inputs().size(); ++i) {
       const Value* v = n->inputs()[i];
       if (!defined.count(v))
-        throw Error(where + ": operand " + std::to_string(i) + " (" + name(v) +
-                    ") is not defined before use");
+        throw Error(where + ": operand " + std::to_string(i) + " (" + name(v) + ") is not defined before use");
       reads[{v, {n, i}}]++;
     }
     std::vector<bool> referenced(n->inputs().size(), false);
@@ -83,9 +82,11 @@ void verify(const Graph& g, const VerifyOptions& options) {
       for (int o : a.operands) {
         if (o < -1 || o >= static_cast<int>(n->inputs().size()))
           throw Error(where + ": argument refers to missing operand " + std::to_string(o));
-        if (o == -1 && a.kind != ArgKind::OptTensorList) throw Error(where + ": absent operand outside an optional list");
+        if (o == -1 && a.kind != ArgKind::OptTensorList)
+          throw Error(where + ": absent operand outside an optional list");
         if (o >= 0) {
-          if (referenced[static_cast<size_t>(o)]) throw Error(where + ": operand " + std::to_string(o) + " is passed twice");
+          if (referenced[static_cast<size_t>(o)])
+            throw Error(where + ": operand " + std::to_string(o) + " is passed twice");
           referenced[static_cast<size_t>(o)] = true;
         }
       }
@@ -101,7 +102,8 @@ void verify(const Graph& g, const VerifyOptions& options) {
                   std::to_string(n->outputs().size()) + " outputs");
     for (size_t i = 0; i < n->outputs().size(); ++i) {
       const Value* o = n->outputs()[i];
-      if (o->producer() != n || o->output_index() != i) throw Error(where + ": output " + std::to_string(i) + " is not linked to it");
+      if (o->producer() != n || o->output_index() != i)
+        throw Error(where + ": output " + std::to_string(i) + " is not linked to it");
       check_meta(o->meta(), where + " output " + name(o));
     }
 
@@ -109,8 +111,10 @@ void verify(const Graph& g, const VerifyOptions& options) {
       const OpInfo& info = op_info(n->op());
       const auto& schema = info.schema();
       if (info.mutates)
-        throw Error(where + ": " + n->op() + " writes to an argument; jvpc graphs are functional (use the out-of-place op)");
-      if (n->outputs().empty()) throw Error(where + ": produces no tensor; a graph records only ops with tensor results");
+        throw Error(where + ": " + n->op() +
+                    " writes to an argument; jvpc graphs are functional (use the out-of-place op)");
+      if (n->outputs().empty())
+        throw Error(where + ": produces no tensor; a graph records only ops with tensor results");
       if (n->args().size() != schema.arguments().size())
         throw Error(where + ": " + n->op() + " takes " + std::to_string(schema.arguments().size()) +
                     " arguments, the node has " + std::to_string(n->args().size()));
@@ -138,14 +142,15 @@ void verify(const Graph& g, const VerifyOptions& options) {
             if (!options.trust_declared_shapes && value_dependent && got.numel() > expect[i].numel())
               sizes_differ = true;  // bounded by the shape inferred
             if (sizes_differ || got.dtype != expect[i].dtype)
-              throw Error(where + ": output " + name(n->outputs()[i]) + " is declared " + got.str() +
-                          " but " + n->op() + " produces " + expect[i].str());
+              throw Error(where + ": output " + name(n->outputs()[i]) + " is declared " + got.str() + " but " +
+                          n->op() + " produces " + expect[i].str());
           }
         } catch (const NoShapeRule&) {
           // Kernels without a Meta implementation or shape rule: declared shapes are trusted,
           // except in graphs from files.
           if (!options.trust_declared_shapes)
-            throw Error(where + ": " + n->op() + " has no Meta kernel or shape rule, so its declared shapes cannot be checked");
+            throw Error(where + ": " + n->op() +
+                        " has no Meta kernel or shape rule, so its declared shapes cannot be checked");
         }
       }
     }

@@ -19,7 +19,8 @@ namespace {
 constexpr c10::DispatchKey kTraceKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
 
 Error computes_outside_the_dispatcher(const std::string& op) {
-  return Error(op + " computes its result outside the dispatcher, where jvpc's tracer cannot see it; jvpc cannot "
+  return Error(op +
+               " computes its result outside the dispatcher, where jvpc's tracer cannot see it; jvpc cannot "
                "trace this op");
 }
 
@@ -57,12 +58,13 @@ class Recorder {
       if (!specialize_on_scalars_ && shared != by_storage_.end())
         for (const Value* v : shared->second)
           if (from_inputs_.count(v))
-            throw Error(reader + " reads a tensor that aliases a value computed from the inputs but was made outside "
+            throw Error(reader +
+                        " reads a tensor that aliases a value computed from the inputs but was made outside "
                         "the dispatcher (.data(), variable_data()); the graph would replay it as a constant");
       auto written = written_captured_.find(storage_of(t));
       if (written != written_captured_.end())
-        throw Error(reader + " reads a tensor the callable captured after it was written in place by " + written->second +
-                    ", which the graph does not record; pass that tensor as an input instead");
+        throw Error(reader + " reads a tensor the callable captured after it was written in place by " +
+                    written->second + ", which the graph does not record; pass that tensor as an input instead");
       return capture(t, t);
     }
     if (stale_.count(it->second)) {
@@ -70,7 +72,8 @@ class Recorder {
       // its base's current value, when jvpc knows how it was taken.
       auto link = view_links_.find(t.unsafeGetTensorImpl());
       if (link == view_links_.end())
-        throw Error(reader + " reads a tensor whose storage an earlier in-place op wrote through another view; "
+        throw Error(reader +
+                    " reads a tensor whose storage an earlier in-place op wrote through another view; "
                     "jvpc's functional IR cannot express this");
       Value* base = value_for(link->second.base, reader, false);
       c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);  // shape inference runs kernels on Meta
@@ -127,15 +130,18 @@ class Recorder {
       if (!specialize_on_scalars_ && reads_scalar_data(info.name))
         for (const Value* v : operands)
           if (from_inputs_.count(v))
-            throw Error(info.name + " reads a value computed from the inputs into a C++ scalar (item(), if (tensor), "
-                        "equal, allclose); the graph would replay it as a constant. Keep the computation in tensors, or "
-                        "trace with specialize_on_scalars (linearize does)");
+            throw Error(
+                info.name +
+                " reads a value computed from the inputs into a C++ scalar (item(), if (tensor), "
+                "equal, allclose); the graph would replay it as a constant. Keep the computation in tensors, or "
+                "trace with specialize_on_scalars (linearize does)");
       return;
     }
     std::vector<TensorMeta> metas;
     for (const auto& t : results) metas.push_back(TensorMeta::of(t));
     bool impure = is_impure(*call.op, args);
-    Node* n = g_.create(call.op->name, std::move(args), std::move(operands), std::move(metas), std::move(counts), impure);
+    Node* n =
+        g_.create(call.op->name, std::move(args), std::move(operands), std::move(metas), std::move(counts), impure);
     track(call, n, results);
   }
 
@@ -166,7 +172,8 @@ class Recorder {
       } else {
         c.written = c.args[0].toTensor();
         if (protected_storages_.count(storage_of(c.written)))
-          throw Error(info.name + " writes in place to an input, or to a captured tensor the traced code read before (" +
+          throw Error(info.name +
+                      " writes in place to an input, or to a captured tensor the traced code read before (" +
                       TensorMeta::of(c.written).str() + "); only values computed while tracing may be written");
         // A tensor the callable captured and has not read (a module's counter, such as BatchNorm's
         // num_batches_tracked += 1): written as eager code would, once, and not recorded, like
@@ -197,7 +204,8 @@ class Recorder {
       const auto& sarg = c.op->schema().arguments()[i];
       const c10::IValue& value = c.args[c.arg_index[i]];
       if (value.isComplexDouble())
-        throw Error(reader + ": argument '" + sarg.name() + "' is a complex number, which jvpc's graphs do not hold; "
+        throw Error(reader + ": argument '" + sarg.name() +
+                    "' is a complex number, which jvpc's graphs do not hold; "
                     "use a 0-dim complex tensor (at::scalar_tensor(c10::complex<double>(0, 1), at::kComplexDouble))");
       Arg a = arg_from_ivalue(sarg, value, [&](const at::Tensor& t) {
         // a view reads no data (it may be taken of an allocation its op is about to fill)
@@ -309,7 +317,8 @@ class Recorder {
     } else if (l.op == "aten::permute") {
       std::vector<int64_t> perm = l.args.at(1).value.toIntVector(), inverse(perm.size());
       for (size_t i = 0; i < perm.size(); ++i)
-        inverse[static_cast<size_t>(c10::maybe_wrap_dim(perm[i], static_cast<int64_t>(perm.size())))] = static_cast<int64_t>(i);
+        inverse[static_cast<size_t>(c10::maybe_wrap_dim(perm[i], static_cast<int64_t>(perm.size())))] =
+            static_cast<int64_t>(i);
       updated = b.call("aten::permute", {src, inverse});
     } else if (l.op == "aten::unsqueeze") {
       updated = b.call("aten::squeeze.dim", {src, arg(1)});
@@ -395,11 +404,14 @@ class Recorder {
     for (size_t i = 0; i < results.size(); ++i) {
       const c10::TensorImpl* part = results[i].unsafeGetTensorImpl();
       if (unbind) {
-        view_links_[part] = ViewLink{base, "aten::select.int", {Arg::tensor(0), Arg::of_int(dim), Arg::of_int(static_cast<int64_t>(i))}};
+        view_links_[part] = ViewLink{
+            base, "aten::select.int", {Arg::tensor(0), Arg::of_int(dim), Arg::of_int(static_cast<int64_t>(i))}};
       } else {
         int64_t end = start + results[i].size(dim);
-        view_links_[part] = ViewLink{base, "aten::slice.Tensor",
-                                     {Arg::tensor(0), Arg::of_int(dim), Arg::of_int(start), Arg::of_int(end), Arg::of_int(1)}};
+        view_links_[part] =
+            ViewLink{base,
+                     "aten::slice.Tensor",
+                     {Arg::tensor(0), Arg::of_int(dim), Arg::of_int(start), Arg::of_int(end), Arg::of_int(1)}};
         start = end;
       }
     }
@@ -408,8 +420,8 @@ class Recorder {
   // Views that jvpc can take again from a base, and write back into it.
   static bool invertible_view(const std::string& op) {
     static const std::unordered_set<std::string> ops = {
-        "aten::slice.Tensor", "aten::select.int", "aten::diagonal", "aten::alias", "aten::transpose.int", "aten::t",
-        "aten::permute", "aten::unsqueeze", "aten::squeeze.dim", "aten::view"};
+        "aten::slice.Tensor", "aten::select.int", "aten::diagonal",    "aten::alias", "aten::transpose.int", "aten::t",
+        "aten::permute",      "aten::unsqueeze",  "aten::squeeze.dim", "aten::view"};
     return ops.count(op) > 0;
   }
 
@@ -433,8 +445,8 @@ class Recorder {
   // ...: dropout's mask, in their functional forms).
   static bool ignores_self_data(const std::string& op) {
     static const std::unordered_set<std::string> random_fills = {
-        "aten::bernoulli.p", "aten::uniform", "aten::normal.functional", "aten::random", "aten::random.from",
-        "aten::random.to", "aten::exponential", "aten::geometric", "aten::log_normal", "aten::cauchy"};
+        "aten::bernoulli.p", "aten::uniform",     "aten::normal.functional", "aten::random",     "aten::random.from",
+        "aten::random.to",   "aten::exponential", "aten::geometric",         "aten::log_normal", "aten::cauchy"};
     return reads_only_metadata_of_self(op) || is_view_scatter(op) || random_fills.count(op) > 0;
   }
 
@@ -452,7 +464,8 @@ class Recorder {
       if (schema.arguments()[i].alias_info() && schema.arguments()[i].alias_info()->isWrite())
         throw Error(info.name + " writes to its argument '" + schema.arguments()[i].name() +
                     "' (out= variants are not supported)");
-    if (!schema.arguments().empty() && !(schema.arguments()[0].alias_info() && schema.arguments()[0].alias_info()->isWrite()))
+    if (!schema.arguments().empty() &&
+        !(schema.arguments()[0].alias_info() && schema.arguments()[0].alias_info()->isWrite()))
       throw Error(info.name + " mutates an argument in a way jvpc cannot record");
     // In-place ops whose functional form has another overload name.
     static const std::unordered_map<std::string, std::string> renamed = {
@@ -487,16 +500,16 @@ class Recorder {
   std::unordered_map<const void*, std::vector<Value*>> by_storage_;
   std::unordered_set<const Value*> stale_;
   std::unordered_map<const void*, std::string> written_captured_;  // storage -> the unrecorded write
-  struct ViewLink {  // how a view tensor was taken from its base
+  struct ViewLink {                                                // how a view tensor was taken from its base
     at::Tensor base;
     std::string op;
     std::vector<Arg> args;
   };
   std::unordered_map<const c10::TensorImpl*, ViewLink> view_links_;
-  std::unordered_set<const Value*> from_inputs_;    // values computed from the inputs
-  std::unordered_set<const Value*> uninitialized_;  // outputs of empty and its kin
+  std::unordered_set<const Value*> from_inputs_;                    // values computed from the inputs
+  std::unordered_set<const Value*> uninitialized_;                  // outputs of empty and its kin
   std::unordered_map<const Value*, std::string> allocated_inside_;  // ... allocated by a decomposed op
-  std::unordered_set<const Value*> copied_;         // values copied before an in-place write
+  std::unordered_set<const Value*> copied_;                         // values copied before an in-place write
   std::unordered_set<const void*> protected_storages_;
   std::vector<at::Tensor> keep_;  // keeps TensorImpl pointers unique for the whole trace
   int constants_ = 0;
@@ -594,7 +607,8 @@ Trace trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const Tra
   }
   t_recorder = nullptr;
   for (size_t i = 0; i < result.outputs.size(); ++i) {
-    if (!result.outputs[i].defined()) throw Error("output " + std::to_string(i) + " of the traced callable is undefined");
+    if (!result.outputs[i].defined())
+      throw Error("output " + std::to_string(i) + " of the traced callable is undefined");
     result.graph->add_output(rec.value_for(result.outputs[i], "output " + std::to_string(i)));
   }
   rec.drop_unread_allocations();

@@ -171,8 +171,8 @@ int main(int argc, char** argv) {
     int64_t lin_peak = peak_bytes([&] { linearize_once(); });
     std::vector<double> lin_times;
     for (int i = 0; i < fresh; ++i) lin_times.push_back(time_once([&] { linearize_once(); }));
-    phases["linearize"] = {{"matmul_flops", lin.report.linearize_matmul_flops}, {"time_s", median(lin_times)},
-                           {"peak_bytes", lin_peak}};
+    phases["linearize"] = {
+        {"matmul_flops", lin.report.linearize_matmul_flops}, {"time_s", median(lin_times)}, {"peak_bytes", lin_peak}};
 
     std::vector<at::Tensor> tangents = random_like(lin.jvp_fn->arguments());
     // A CUDA-graph replay launches the captured kernels without ATen's per-op callbacks, and
@@ -189,14 +189,17 @@ int main(int argc, char** argv) {
     for (int i = 0; i <= fresh; ++i) {
       jvpc::Linearized l = linearize_once();
       sync();
-      if (i == 0) first_flops = matmul_flops(graphed ? std::function<void()>(eager_call) : [&] { l.jvp(tangents); });
-      else first_times.push_back(time_once([&] { l.jvp(tangents); }));
+      if (i == 0)
+        first_flops = matmul_flops(graphed ? std::function<void()>(eager_call) : [&] { l.jvp(tangents); });
+      else
+        first_times.push_back(time_once([&] { l.jvp(tangents); }));
     }
     phases["jvp_fn_first"] = {{"matmul_flops", first_flops}, {"time_s", median(first_times)}};
     auto call = [&] { lin.jvp(tangents); };
     call();
     std::function<void()> counted = graphed ? std::function<void()>(eager_call) : call;
-    phases["jvp_fn_later"] = {{"matmul_flops", matmul_flops(counted)}, {"time_s", median_time(call, warmup, repeats)},
+    phases["jvp_fn_later"] = {{"matmul_flops", matmul_flops(counted)},
+                              {"time_s", median_time(call, warmup, repeats)},
                               {"peak_bytes", peak_bytes(counted)}};
 
     // LibTorch's forward AD in C++, on the untraced callable (math backend), and the plain forward.
@@ -210,7 +213,8 @@ int main(int argc, char** argv) {
     auto forward_ad = [&] { jvpc::forward_ad_jvp(math, primals, ad_tangents); };
     try {  // LibTorch's forward AD has gaps of its own (float16 layer_norm on CUDA): report them
       phases["forward_ad"] = {{"matmul_flops", matmul_flops(forward_ad, /*nested=*/true)},
-                              {"time_s", median_time(forward_ad, warmup, repeats)}, {"peak_bytes", peak_bytes(forward_ad)}};
+                              {"time_s", median_time(forward_ad, warmup, repeats)},
+                              {"peak_bytes", peak_bytes(forward_ad)}};
     } catch (const std::exception& e) {
       phases["forward_ad"] = {{"unavailable", "failed: " + jvpc::one_line(e)}};
     }
@@ -218,7 +222,8 @@ int main(int argc, char** argv) {
       at::NoGradGuard no_grad;
       fn(primals);
     };
-    phases["forward"] = {{"matmul_flops", matmul_flops(forward)}, {"time_s", median_time(forward, warmup, repeats)},
+    phases["forward"] = {{"matmul_flops", matmul_flops(forward)},
+                         {"time_s", median_time(forward, warmup, repeats)},
                          {"peak_bytes", peak_bytes(forward)}};
 
     // The tangent graph's matrix products alone (cuBLAS or the CPU BLAS, same shapes and dtype):
@@ -226,7 +231,8 @@ int main(int argc, char** argv) {
     std::vector<std::pair<at::Tensor, at::Tensor>> products;
     for (const jvpc::Node* n : lin.tangent_graph->nodes()) {
       size_t a = n->op() == "aten::bmm" || n->op() == "aten::mm" ? 0 : 1;
-      if (n->op() != "aten::bmm" && n->op() != "aten::mm" && n->op() != "aten::baddbmm" && n->op() != "aten::addmm") continue;
+      if (n->op() != "aten::bmm" && n->op() != "aten::mm" && n->op() != "aten::baddbmm" && n->op() != "aten::addmm")
+        continue;
       auto operand = [&](size_t i) {
         const auto& m = n->tensor_arg(i)->meta();
         return at::randn(m.sizes, at::TensorOptions().dtype(m.dtype).device(m.device));
@@ -236,20 +242,25 @@ int main(int argc, char** argv) {
     auto matmuls_alone = [&] {
       for (const auto& [x, y] : products) (void)(x.dim() == 3 ? at::bmm(x, y) : at::mm(x, y));
     };
-    phases["matmuls_alone"] = {{"matmul_flops", matmul_flops(matmuls_alone)}, {"time_s", median_time(matmuls_alone, warmup, repeats)},
+    phases["matmuls_alone"] = {{"matmul_flops", matmul_flops(matmuls_alone)},
+                               {"time_s", median_time(matmuls_alone, warmup, repeats)},
                                {"kernels", static_cast<int64_t>(products.size())}};
 
     const jvpc::GraphCost& t = lin.report.tangent;
-    json out = {{"config", ex.description},
-                {"runtime", "jvpc (LibTorch " TORCH_VERSION ")"},
-                {"device", device_name(ex.device)},
-                {"phases", phases},
-                {"residual_bytes", t.residual_bytes},
-                {"aliased_input_bytes", t.aliased_input_bytes},
-                {"residual_tensors", static_cast<int64_t>(lin.tangent_graph->inputs().size() - lin.jvp_fn->arguments().size())},
-                {"predicted", {{"jvp_matmul_flops", t.matmul_flops}, {"jvp_peak_bytes", t.peak_bytes}, {"jvp_nodes", t.nodes},
-                               {"cuda_graph", lin.jvp_fn->replaying_cuda_graph()}}},
-                {"counted_on", graphed ? "an eager run of the tangent graph (jvp_fn replays a CUDA graph)" : "jvp_fn"}};
+    json out = {
+        {"config", ex.description},
+        {"runtime", "jvpc (LibTorch " TORCH_VERSION ")"},
+        {"device", device_name(ex.device)},
+        {"phases", phases},
+        {"residual_bytes", t.residual_bytes},
+        {"aliased_input_bytes", t.aliased_input_bytes},
+        {"residual_tensors", static_cast<int64_t>(lin.tangent_graph->inputs().size() - lin.jvp_fn->arguments().size())},
+        {"predicted",
+         {{"jvp_matmul_flops", t.matmul_flops},
+          {"jvp_peak_bytes", t.peak_bytes},
+          {"jvp_nodes", t.nodes},
+          {"cuda_graph", lin.jvp_fn->replaying_cuda_graph()}}},
+        {"counted_on", graphed ? "an eager run of the tangent graph (jvp_fn replays a CUDA graph)" : "jvp_fn"}};
     if (!json_out.empty()) jvpc::write_file_atomically(json_out, out.dump(1) + "\n");
     std::cout << out.dump(1) << "\n";
     return 0;

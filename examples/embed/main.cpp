@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < calls; ++i) out = jvp_fn(tangents);
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / calls;
     for (size_t i = 0; i < out.size(); ++i)
-      std::cout << jvp_fn.graph().output_names()[i] << " : " << jvpc::TensorMeta::of(out[i]).str()
-                << "  sum " << out[i].sum().item<double>() << "\n";
+      std::cout << jvp_fn.graph().output_names()[i] << " : " << jvpc::TensorMeta::of(out[i]).str() << "  sum "
+                << out[i].sum().item<double>() << "\n";
     std::cout << "mean time per call: " << us << " us over " << calls << " calls\n";
     return 0;
   } catch (const std::exception& e) {

@@ -36,8 +36,8 @@ void register_activations(Registry& r) {
   r.add("aten::hardshrink", via_backward("aten::hardshrink_backward"));
   r.add("aten::threshold", masked([](Ctx& c) { return c.call("aten::gt.Scalar", {c.x(0), c.a(1)}); }));
   r.add("aten::celu", unary([](Ctx& c) {  // celu(x, a) = elu(x, alpha a, scale 1, input scale 1/a)
-    return c.call("aten::elu_backward", {ones(c), c.a(1), 1.0, 1.0 / scalar(c.c(1)), false, c.x(0)});
-  }));
+          return c.call("aten::elu_backward", {ones(c), c.a(1), 1.0, 1.0 / scalar(c.c(1)), false, c.x(0)});
+        }));
   // prelu: x where x > 0, else w·x: d = tx·(1 or w) + tw·(0 or x)
   r.add("aten::_prelu_kernel", [](Ctx& c) -> std::vector<Value*> {
     Value* positive = c.call("aten::gt.Scalar", {c.x(0), 0});
@@ -52,19 +52,20 @@ void register_activations(Registry& r) {
     int64_t h = c.x(0)->meta().sizes.at(static_cast<size_t>(dim)) / 2;
     auto half = [&](Value* v, int64_t i) { return c.call("aten::slice.Tensor", {v, dim, i * h, (i + 1) * h}); };
     Value* s = c.call("aten::sigmoid", {half(c.x(0), 1)});
-    Value* ds = c.call("aten::mul.Tensor", {half(c.x(0), 0), c.call("aten::mul.Tensor", {s, c.call("aten::rsub.Scalar", {s, 1})})});
+    Value* ds = c.call("aten::mul.Tensor",
+                       {half(c.x(0), 0), c.call("aten::mul.Tensor", {s, c.call("aten::rsub.Scalar", {s, 1})})});
     return {c.add(c.mul(half(c.t(0), 0), s), c.mul(half(c.t(0), 1), ds))};
   });
   r.add("aten::leaky_relu", unary([](Ctx& c) {
-    return c.call("aten::leaky_relu_backward", {ones(c), c.x(0), c.a(1), false});
-  }));
+          return c.call("aten::leaky_relu_backward", {ones(c), c.x(0), c.a(1), false});
+        }));
   r.add("aten::elu", unary([](Ctx& c) {
-    return c.call("aten::elu_backward", {ones(c), c.a(1), c.a(2), c.a(3), false, c.x(0)});
-  }));
+          return c.call("aten::elu_backward", {ones(c), c.a(1), c.a(2), c.a(3), false, c.x(0)});
+        }));
   // log_sigmoid_forward returns the output and a buffer its backward reads; the buffer has no tangent.
   r.add("aten::log_sigmoid_forward", unary([](Ctx& c) {
-    return c.call("aten::log_sigmoid_backward", {ones(c), c.x(0), c.out(1)});
-  }));
+          return c.call("aten::log_sigmoid_backward", {ones(c), c.x(0), c.out(1)});
+        }));
 }
 
 }  // namespace jvpc::jvp_rules

@@ -33,7 +33,8 @@ struct Layout {  // argument positions in each kernel's schema
 Value* as3d(Ctx& c, Value* x) {
   const auto& s = x->meta().sizes;
   std::vector<int64_t> shape = {s[0] * s[1], s[2], s[3]};
-  if (!at::detail::computeStride(s, x->meta().strides, shape)) x = c.call("aten::clone", {x, c10::MemoryFormat::Contiguous});
+  if (!at::detail::computeStride(s, x->meta().strides, shape))
+    x = c.call("aten::clone", {x, c10::MemoryFormat::Contiguous});
   return c.call("aten::view", {x, shape});
 }
 
@@ -45,7 +46,8 @@ Value* repeat_heads(Ctx& c, Value* x, int64_t heads) {
   auto s = x->meta().sizes;
   if (s[1] == heads) return x;
   int64_t r = heads / s[1];
-  Value* e = c.call("aten::expand", {c.call("aten::unsqueeze", {x, 2}), std::vector<int64_t>{s[0], s[1], r, s[2], s[3]}});
+  Value* e =
+      c.call("aten::expand", {c.call("aten::unsqueeze", {x, 2}), std::vector<int64_t>{s[0], s[1], r, s[2], s[3]}});
   e = c.call("aten::clone", {e, c10::MemoryFormat::Contiguous});
   return c.call("aten::view", {e, std::vector<int64_t>{s[0], heads, s[2], s[3]}});
 }

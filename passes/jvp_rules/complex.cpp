@@ -28,7 +28,8 @@ Value* pairs_over_abs(Ctx& c, Value* z, double power) {
   Value* r = c.call("aten::abs", {z});
   Value* inv = c.call("aten::reciprocal", {power == 1.0 ? r : c.call("aten::mul.Tensor", {r, r})});
   inv = c.call("aten::masked_fill.Scalar", {inv, c.call("aten::eq.Scalar", {r, 0}), 0.0});
-  return c.call("aten::mul.Tensor", {c.call("aten::view_as_real", {c.call("aten::resolve_conj", {z})}), c.call("aten::unsqueeze", {inv, -1})});
+  return c.call("aten::mul.Tensor", {c.call("aten::view_as_real", {c.call("aten::resolve_conj", {z})}),
+                                     c.call("aten::unsqueeze", {inv, -1})});
 }
 
 }  // namespace
@@ -58,36 +59,36 @@ void register_complex(Registry& r) {
   r.add("aten::angle", [](Ctx& c) -> std::vector<Value*> {  // Im(conj(z)·dz)/|z|²; 0 for real x
     if (!c.t(0) || !c10::isComplexType(c.x(0)->meta().dtype)) return {};
     Value* pairs = pairs_over_abs(c, c.x(0), 2.0);  // (re, im) → (−im, re): Im(conj(z)·dz) = re·dim − im·dre
-    Value* rotated = c.call("aten::cat", {std::vector<Value*>{c.call("aten::neg", {narrow(c, pairs, -1, 1, 1)}), narrow(c, pairs, -1, 0, 1)}, -1});
+    Value* rotated = c.call(
+        "aten::cat",
+        {std::vector<Value*>{c.call("aten::neg", {narrow(c, pairs, -1, 1, 1)}), narrow(c, pairs, -1, 0, 1)}, -1});
     return {pair_dot(c, c.t(0), rotated)};
   });
 
   // Which rules hold for complex tensors (see the banner).
-  for (const char* op : {
-           // linear
-           "aten::view", "aten::expand", "aten::transpose.int", "aten::t", "aten::permute",
-           "aten::unsqueeze", "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int",
-           "aten::slice.Tensor", "aten::split.Tensor", "aten::split_with_sizes", "aten::unsafe_split.Tensor",
-           "aten::unsafe_split_with_sizes", "aten::unbind.int", "aten::alias", "aten::diagonal_copy", "aten::expand_copy",
-           "aten::permute_copy", "aten::transpose_copy.int", "aten::select_copy.int", "aten::slice_copy.Tensor",
-           "aten::diagonal", "aten::unfold", "aten::index_select", "aten::gather", "aten::repeat", "aten::flip",
-           "aten::roll", "aten::index.Tensor", "aten::cat", "aten::stack", "aten::constant_pad_nd", "aten::clone",
-           "aten::_to_copy", "aten::tril", "aten::triu", "aten::sum", "aten::sum.dim_IntList", "aten::mean",
-           "aten::mean.dim", "aten::cumsum", "aten::neg", "aten::mul.Scalar", "aten::div.Scalar", "aten::add.Scalar",
-           "aten::sub.Scalar", "aten::rsub.Scalar", "aten::add.Tensor", "aten::sub.Tensor", "aten::rsub.Tensor",
-           "aten::where.self", "aten::masked_fill.Scalar", "aten::slice_scatter", "aten::select_scatter", "aten::index_put",
-           "aten::scatter_add", "aten::index_add", "aten::scatter.src",
-           "aten::copy", "aten::detach", "aten::zeros_like", "aten::ones_like", "aten::empty_like", "aten::full_like",
-           "aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c", "aten::view_as_real", "aten::view_as_complex",
-           "aten::_conj", "aten::_conj_physical", "aten::_neg_view",
-           // bilinear
-           "aten::mul.Tensor", "aten::mm", "aten::bmm", "aten::dot", "aten::mv", "aten::addmm", "aten::baddbmm",
-           // holomorphic
-           "aten::div.Tensor", "aten::exp", "aten::log", "aten::reciprocal", "aten::sqrt", "aten::rsqrt",
-           "aten::sin", "aten::cos", "aten::tanh", "aten::sinh", "aten::cosh", "aten::sigmoid",
-           "aten::pow.Tensor_Scalar",
-           // the complex-aware rules: real results of complex operands
-           "aten::abs", "aten::angle"})
+  for (const char* op :
+       {// linear
+        "aten::view", "aten::expand", "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze",
+        "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor",
+        "aten::split.Tensor", "aten::split_with_sizes", "aten::unsafe_split.Tensor", "aten::unsafe_split_with_sizes",
+        "aten::unbind.int", "aten::alias", "aten::diagonal_copy", "aten::expand_copy", "aten::permute_copy",
+        "aten::transpose_copy.int", "aten::select_copy.int", "aten::slice_copy.Tensor", "aten::diagonal",
+        "aten::unfold", "aten::index_select", "aten::gather", "aten::repeat", "aten::flip", "aten::roll",
+        "aten::index.Tensor", "aten::cat", "aten::stack", "aten::constant_pad_nd", "aten::clone", "aten::_to_copy",
+        "aten::tril", "aten::triu", "aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim",
+        "aten::cumsum", "aten::neg", "aten::mul.Scalar", "aten::div.Scalar", "aten::add.Scalar", "aten::sub.Scalar",
+        "aten::rsub.Scalar", "aten::add.Tensor", "aten::sub.Tensor", "aten::rsub.Tensor", "aten::where.self",
+        "aten::masked_fill.Scalar", "aten::slice_scatter", "aten::select_scatter", "aten::index_put",
+        "aten::scatter_add", "aten::index_add", "aten::scatter.src", "aten::copy", "aten::detach", "aten::zeros_like",
+        "aten::ones_like", "aten::empty_like", "aten::full_like", "aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c",
+        "aten::view_as_real", "aten::view_as_complex", "aten::_conj", "aten::_conj_physical", "aten::_neg_view",
+        // bilinear
+        "aten::mul.Tensor", "aten::mm", "aten::bmm", "aten::dot", "aten::mv", "aten::addmm", "aten::baddbmm",
+        // holomorphic
+        "aten::div.Tensor", "aten::exp", "aten::log", "aten::reciprocal", "aten::sqrt", "aten::rsqrt", "aten::sin",
+        "aten::cos", "aten::tanh", "aten::sinh", "aten::cosh", "aten::sigmoid", "aten::pow.Tensor_Scalar",
+        // the complex-aware rules: real results of complex operands
+        "aten::abs", "aten::angle"})
     r.allow_complex(op);
 }
 

@@ -42,14 +42,16 @@ Value* euclidean_distance_tangent(Ctx& c) {
   if (x == y && tx == ty && tx) {  // distances within one set: x·dxᵀ is the transpose of dx·xᵀ
     Value* m = matmul(c, tx, mT(c, x));
     Value* r = rows_dot(x, tx);
-    num = c.call("aten::sub.Tensor", {c.call("aten::add.Tensor", {column(r), row(r)}), c.call("aten::add.Tensor", {m, mT(c, m)})});
+    num = c.call("aten::sub.Tensor",
+                 {c.call("aten::add.Tensor", {column(r), row(r)}), c.call("aten::add.Tensor", {m, mT(c, m)})});
   } else {
     if (tx) num = c.call("aten::sub.Tensor", {column(rows_dot(x, tx)), matmul(c, tx, mT(c, y))});
     if (ty) num = c.add(num, c.call("aten::sub.Tensor", {row(rows_dot(y, ty)), matmul(c, x, mT(c, ty))}));
   }
   if (!num) return nullptr;
   Value* d = c.out();
-  Value* inv = c.call("aten::masked_fill.Scalar", {c.call("aten::reciprocal", {d}), c.call("aten::eq.Scalar", {d, 0}), 0.0});
+  Value* inv =
+      c.call("aten::masked_fill.Scalar", {c.call("aten::reciprocal", {d}), c.call("aten::eq.Scalar", {d, 0}), 0.0});
   return c.mul(num, inv);
 }
 
@@ -104,11 +106,11 @@ void register_linalg(Registry& r) {
   r.add("aten::baddbmm", add_product(op("aten::bmm")));
   r.add("aten::addmv", add_product(op("aten::mv")));
   r.add("aten::addbmm", add_product([](Ctx& c, Value* a, Value* b) {  // Σ over the batch of a_i·b_i
-    return c.call("aten::sum.dim_IntList", {c.call("aten::bmm", {a, b}), std::vector<int64_t>{0}});
-  }));
+          return c.call("aten::sum.dim_IntList", {c.call("aten::bmm", {a, b}), std::vector<int64_t>{0}});
+        }));
   r.add("aten::addr", add_product([](Ctx& c, Value* a, Value* b) {  // the outer product a·bᵀ
-    return c.call("aten::mul.Tensor", {c.call("aten::unsqueeze", {a, 1}), c.call("aten::unsqueeze", {b, 0})});
-  }));
+          return c.call("aten::mul.Tensor", {c.call("aten::unsqueeze", {a, 1}), c.call("aten::unsqueeze", {b, 0})});
+        }));
   r.add("aten::_cdist_forward", cdist);
   r.add("aten::_euclidean_dist", [](Ctx& c) -> std::vector<Value*> { return {euclidean_distance_tangent(c)}; });
   r.add("aten::convolution", convolution);

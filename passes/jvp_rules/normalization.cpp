@@ -64,7 +64,8 @@ Value* affine(Ctx& c, Value* t_xhat, Value* xhat, const std::function<Value*(Val
 /// x̂ = (x − μ)·rstd; without weight and bias it is the node's own output, which then serves
 /// as the residual for both (a later op's rule may keep that output too).
 Value* normalized_input(Ctx& c, Value* x, Value* mean, Value* rstd) {
-  if (!has_affine(c) && c.out()->meta().same_signature(x->meta()) && c.out()->meta().dtype == mean->meta().dtype) return c.out();
+  if (!has_affine(c) && c.out()->meta().same_signature(x->meta()) && c.out()->meta().dtype == mean->meta().dtype)
+    return c.out();
   return c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, mean}), rstd});
 }
 
@@ -142,7 +143,8 @@ void register_normalization(Registry& r) {
       }
       // eval: out = (x − m)·rstd·w + b with rstd = (v + eps)^(−1/2) from the running statistics,
       // which are buffers: like LibTorch, jvpc does not differentiate them.
-      if (c.t(3) || c.t(4)) throw Error("running_mean and running_var are not differentiable (differentiate the input, weight and bias)");
+      if (c.t(3) || c.t(4))
+        throw Error("running_mean and running_var are not differentiable (differentiate the input, weight and bias)");
       double eps = c.c(7).toDouble();
       Value* rstd = c.call("aten::rsqrt", {c.call("aten::add.Scalar", {channel(c.x(4)), eps})});
       Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, channel(c.x(3))}), rstd});

@@ -30,7 +30,7 @@ std::vector<Value*> lstm_layer(Ctx& c) {
 
   // Primal (folded): the states before each time step, the gates, and the cell states.
   Value* h_first = c.call("aten::unsqueeze", {h0, 0});
-  Value* h_prev = T == 1 ? h_first
+  Value* h_prev = T == 1    ? h_first
                   : reverse ? c.call("aten::cat", {std::vector<Value*>{narrow(c, out, 0, 1, T - 1), h_first}, 0})
                             : c.call("aten::cat", {std::vector<Value*>{h_first, narrow(c, out, 0, 0, T - 1)}, 0});
   Value* G = c.call("aten::add.Tensor", {matmul(c, x, mT(c, w_ih)), matmul(c, h_prev, mT(c, w_hh))});
@@ -45,7 +45,7 @@ std::vector<Value*> lstm_layer(Ctx& c) {
     int64_t t = step_time(s);
     cell_prev[static_cast<size_t>(t)] = cell;
     cell = c.call("aten::add.Tensor", {c.call("aten::mul.Tensor", {at_time(f, t), cell}),
-                                        c.call("aten::mul.Tensor", {at_time(i, t), at_time(g, t)})});
+                                       c.call("aten::mul.Tensor", {at_time(i, t), at_time(g, t)})});
     cells[static_cast<size_t>(t)] = cell;
   }
   Value* C = c.call("aten::stack", {cells, 0});
@@ -53,10 +53,11 @@ std::vector<Value*> lstm_layer(Ctx& c) {
   auto one_minus = [&](Value* v) { return c.call("aten::rsub.Scalar", {v, 1}); };
   auto times = [&](Value* a, Value* b) { return c.call("aten::mul.Tensor", {a, b}); };
   // dG ⊙ D gives (di·g, df·c_{t−1}, dg·i, do·tanh(c_t)) side by side
-  Value* D = c.call("aten::cat", {std::vector<Value*>{times(times(i, one_minus(i)), g),
-                                                      times(times(f, one_minus(f)), c.call("aten::stack", {cell_prev, 0})),
-                                                      times(one_minus(times(g, g)), i), times(times(o, one_minus(o)), tanh_c)},
-                                  -1});
+  Value* D =
+      c.call("aten::cat", {std::vector<Value*>{times(times(i, one_minus(i)), g),
+                                               times(times(f, one_minus(f)), c.call("aten::stack", {cell_prev, 0})),
+                                               times(one_minus(times(g, g)), i), times(times(o, one_minus(o)), tanh_c)},
+                           -1});
   Value* o_dtanh = times(o, one_minus(times(tanh_c, tanh_c)));
 
   // Tangent: the parts of dG without the recurrence, for all steps at once.
@@ -70,12 +71,15 @@ std::vector<Value*> lstm_layer(Ctx& c) {
   for (int64_t s = 0; s < T; ++s) {
     int64_t t = step_time(s);
     Value* dG_t = c.add(c.add(dG ? at_time(dG, t) : nullptr, dh ? matmul(c, dh, mT(c, w_hh)) : nullptr), db);
-    if (dG_t && dG_t->meta().sizes != at_time(D, t)->meta().sizes) dG_t = c.call("aten::expand", {dG_t, at_time(D, t)->meta().sizes});
+    if (dG_t && dG_t->meta().sizes != at_time(D, t)->meta().sizes)
+      dG_t = c.call("aten::expand", {dG_t, at_time(D, t)->meta().sizes});
     Value* parts = c.mul(dG_t, at_time(D, t));
     Value* dc_new = c.mul(dc, at_time(f, t));
     if (parts)
-      dc_new = c.add(dc_new, c.call("aten::add.Tensor", {c.call("aten::add.Tensor", {narrow(c, parts, -1, 0, H), narrow(c, parts, -1, H, H)}),
-                                                          narrow(c, parts, -1, 2 * H, H)}));
+      dc_new =
+          c.add(dc_new, c.call("aten::add.Tensor",
+                               {c.call("aten::add.Tensor", {narrow(c, parts, -1, 0, H), narrow(c, parts, -1, H, H)}),
+                                narrow(c, parts, -1, 2 * H, H)}));
     dh = c.add(parts ? narrow(c, parts, -1, 3 * H, H) : nullptr, c.mul(dc_new, at_time(o_dtanh, t)));
     dc = dc_new;
     dout[static_cast<size_t>(t)] = dh ? dh : c.zeros_like(h0);

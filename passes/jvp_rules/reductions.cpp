@@ -41,7 +41,8 @@ Value* others_product(Ctx& c, Value* x, int64_t dim) {
     Value* cp = c.call("aten::cumprod", {v, dim});
     return c.call("aten::cat", {std::vector<Value*>{one, c.call("aten::slice.Tensor", {cp, dim, 0, n - 1})}, dim});
   };
-  Value* suffix = c.call("aten::flip", {exclusive(c.call("aten::flip", {x, std::vector<int64_t>{dim}})), std::vector<int64_t>{dim}});
+  Value* suffix = c.call("aten::flip",
+                         {exclusive(c.call("aten::flip", {x, std::vector<int64_t>{dim}})), std::vector<int64_t>{dim}});
   return c.call("aten::mul.Tensor", {exclusive(x), suffix});
 }
 
@@ -54,7 +55,9 @@ Value* reduce(Ctx& c, Value* v, int64_t reduction) {
 /// l(x, y) with ∂l/∂y = −∂l/∂x = −derivative(c), reduced by argument 2.
 Rule pointwise_loss(std::function<Value*(Ctx&)> derivative) {
   return [derivative](Ctx& c) -> std::vector<Value*> {
-    Value* dt = c.t(0) && c.t(1) ? c.call("aten::sub.Tensor", {c.t(0), c.t(1)}) : c.t(0) ? c.t(0) : c.scale(c.t(1), -1.0);
+    Value* dt = c.t(0) && c.t(1) ? c.call("aten::sub.Tensor", {c.t(0), c.t(1)})
+                : c.t(0)         ? c.t(0)
+                                 : c.scale(c.t(1), -1.0);
     return {reduce(c, c.mul(dt, derivative(c)), c.c(2).toInt())};
   };
 }
@@ -69,7 +72,8 @@ Value* norm_tangent(Ctx& c, Value* x, Value* t, double p, const std::vector<int6
   Value* sgn = c.call("aten::sgn", {x});
   Value* f;
   if (std::isinf(p)) {
-    f = c.call("aten::mul.Tensor", {sgn, tie_shares(c, c.call("aten::eq.Tensor", {c.call("aten::abs", {x}), norm}), dims)});
+    f = c.call("aten::mul.Tensor",
+               {sgn, tie_shares(c, c.call("aten::eq.Tensor", {c.call("aten::abs", {x}), norm}), dims)});
   } else if (p == 1.0) {
     f = sgn;
   } else {
@@ -88,7 +92,8 @@ void register_reductions(Registry& r) {
     if (!c.t(0)) return {};
     Value* nan = c.call("aten::ne.Tensor", {c.x(0), c.x(0)});  // (isnan has no kernel of its own)
     // a plain sum: a NaN tangent where x is a number stays NaN, as in forward AD (found by a review)
-    return {c.call("aten::sum.dim_IntList", {c.call("aten::masked_fill.Scalar", {c.t(0), nan, 0.0}), c.a(1), c.a(2), c.a(3)})};
+    return {c.call("aten::sum.dim_IntList",
+                   {c.call("aten::masked_fill.Scalar", {c.t(0), nan, 0.0}), c.a(1), c.a(2), c.a(3)})};
   });
   for (const char* op : {"aten::nll_loss_forward", "aten::nll_loss2d_forward"})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
@@ -118,8 +123,10 @@ void register_reductions(Registry& r) {
     Value* seen = c.call("aten::cumsum", {zero, dim});  // zeros up to i
     Value* first = c.call("aten::bitwise_and.Tensor", {zero, c.call("aten::eq.Scalar", {seen, 1})});
     Value* before_first = c.call("aten::eq.Scalar", {seen, 0});
-    Value* before = c.call("aten::prod.dim_int", {ones_where(c.call("aten::gt.Scalar", {seen, 0})), dim, true});  // Π_{k<z} x_k
-    Value* after = c.call("aten::cumprod", {ones_where(c.call("aten::bitwise_or.Tensor", {before_first, first})), dim});  // Π_{z<k≤i} x_k
+    Value* before =
+        c.call("aten::prod.dim_int", {ones_where(c.call("aten::gt.Scalar", {seen, 0})), dim, true});  // Π_{k<z} x_k
+    Value* after = c.call(
+        "aten::cumprod", {ones_where(c.call("aten::bitwise_or.Tensor", {before_first, first})), dim});  // Π_{z<k≤i} x_k
     Value* f = c.call("aten::masked_fill.Scalar", {c.call("aten::mul.Tensor", {before, after}), before_first, 0.0});
     Value* tz = weighted_sum(c, c.call("aten::_to_copy", {first, dt}), {dim}, true);
     return {c.add(no_zero, c.mul(tz, f))};
@@ -132,13 +139,17 @@ void register_reductions(Registry& r) {
     if (!c.t(0)) return {};
     if (c.x(0)->meta().sizes.empty()) return {c.t(0)};
     int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);
-    Value* e = c.call("aten::exp", {c.call("aten::sub.Tensor", {c.x(0), c.call("aten::amax", {c.x(0), std::vector<int64_t>{dim}, true})})});
+    Value* e =
+        c.call("aten::exp",
+               {c.call("aten::sub.Tensor", {c.x(0), c.call("aten::amax", {c.x(0), std::vector<int64_t>{dim}, true})})});
     Value* sums = c.call("aten::cumsum", {e, dim});
-    Value* f = c.call("aten::masked_fill.Scalar", {c.call("aten::reciprocal", {sums}), c.call("aten::eq.Scalar", {sums, 0}), 0.0});
+    Value* f = c.call("aten::masked_fill.Scalar",
+                      {c.call("aten::reciprocal", {sums}), c.call("aten::eq.Scalar", {sums, 0}), 0.0});
     return {c.mul(c.call("aten::cumsum", {c.mul(c.t(0), e), dim}), f)};
   });
   // var and std, and var_mean and std_mean, which also return the mean (linear).
-  for (const char* op : {"aten::var.correction", "aten::std.correction", "aten::var_mean.correction", "aten::std_mean.correction"})
+  for (const char* op :
+       {"aten::var.correction", "aten::std.correction", "aten::var_mean.correction", "aten::std_mean.correction"})
     r.add(op, [std = std::string(op).find("std") != std::string::npos](Ctx& c) -> std::vector<Value*> {
       if (!c.t(0)) return {};
       auto dims = reduced_dims(c.x(0), c.c(1));
@@ -146,7 +157,8 @@ void register_reductions(Registry& r) {
       Value* f = c.call("aten::mul.Scalar", {centred(c, dims), 2.0});
       if (std) {  // d(std) = d(var) / (2 std), 0 where std is 0
         Value* s = c.call("aten::mul.Scalar", {keep_dims(c, c.out(), c.x(0), dims), 2.0});
-        f = c.call("aten::masked_fill.Scalar", {c.call("aten::div.Tensor", {f, s}), c.call("aten::eq.Scalar", {s, 0}), 0.0});
+        f = c.call("aten::masked_fill.Scalar",
+                   {c.call("aten::div.Tensor", {f, s}), c.call("aten::eq.Scalar", {s, 0}), 0.0});
       }
       std::vector<Value*> out = {weighted_sum(c, f, dims, keepdim)};
       if (c.n.outputs().size() == 2) out.push_back(c.call("aten::mean.dim", {c.t(0), dims, keepdim}));
@@ -169,29 +181,32 @@ void register_reductions(Registry& r) {
   });
   r.add("aten::prod", [](Ctx& c) -> std::vector<Value*> {  // over all elements, flattened
     if (!c.t(0)) return {};
-    Value* flat = c.call("aten::view", {c.call("aten::clone", {c.x(0), c10::MemoryFormat::Contiguous}), std::vector<int64_t>{-1}});
+    Value* flat = c.call("aten::view",
+                         {c.call("aten::clone", {c.x(0), c10::MemoryFormat::Contiguous}), std::vector<int64_t>{-1}});
     Value* f = c.call("aten::view", {others_product(c, flat, 0), c.x(0)->meta().sizes});
     return {c.call("aten::sum", {c.mul(c.t(0), f)})};
   });
   // Pointwise losses l(x, y), reduced: d = reduce(tx·∂l/∂x + ty·∂l/∂y); for these ∂l/∂y = −∂l/∂x.
   r.add("aten::mse_loss", pointwise_loss([](Ctx& c) {  // 2(x − y)
-    return c.call("aten::mul.Scalar", {c.call("aten::sub.Tensor", {c.x(0), c.x(1)}), 2.0});
-  }));
+          return c.call("aten::mul.Scalar", {c.call("aten::sub.Tensor", {c.x(0), c.x(1)}), 2.0});
+        }));
   for (const char* op : {"aten::smooth_l1_loss", "aten::huber_loss"})
     r.add(op, pointwise_loss([op = std::string(op)](Ctx& c) {  // the loss's backward kernel, unreduced
-      return c.call(op + "_backward", {c.call("aten::ones_like", {c.x(0)}), c.x(0), c.x(1), 0, c.a(3)});
-    }));
+            return c.call(op + "_backward", {c.call("aten::ones_like", {c.x(0)}), c.x(0), c.x(1), 0, c.a(3)});
+          }));
   // binary_cross_entropy(p, y, w, reduction) = −w·(y·log p + (1 − y)·log(1 − p)), logs clamped at −100:
   // ∂/∂p from its backward kernel, ∂/∂y = w·(log(1 − p) − log p).
   r.add("aten::binary_cross_entropy", [](Ctx& c) -> std::vector<Value*> {
     if (c.n.arg(2).kind == ArgKind::Tensor && c.t(2)) throw Error("no tangent through the weight");
     Value* a = nullptr;
     if (c.t(0))
-      a = c.mul(c.t(0), c.call("aten::binary_cross_entropy_backward", {c.call("aten::ones_like", {c.x(0)}), c.x(0), c.x(1), c.a(2), 0}));
+      a = c.mul(c.t(0), c.call("aten::binary_cross_entropy_backward",
+                               {c.call("aten::ones_like", {c.x(0)}), c.x(0), c.x(1), c.a(2), 0}));
     Value* b = nullptr;
     if (c.t(1)) {
       auto clamped_log = [&](Value* v) { return c.call("aten::clamp_min", {c.call("aten::log", {v}), -100.0}); };
-      Value* f = c.call("aten::sub.Tensor", {clamped_log(c.call("aten::rsub.Scalar", {c.x(0), 1})), clamped_log(c.x(0))});
+      Value* f =
+          c.call("aten::sub.Tensor", {clamped_log(c.call("aten::rsub.Scalar", {c.x(0), 1})), clamped_log(c.x(0))});
       if (c.n.arg(2).kind == ArgKind::Tensor) f = c.call("aten::mul.Tensor", {f, c.x(2)});
       b = c.mul(c.t(1), f);
     }
@@ -207,7 +222,10 @@ void register_reductions(Registry& r) {
     Value *fx, *fy;
     if (has_q) {
       Value* qy = c.call("aten::mul.Tensor", {c.x(3), y});
-      fx = c.call("aten::sub.Tensor", {c.call("aten::mul.Tensor", {sig, c.call("aten::add.Tensor", {c.call("aten::rsub.Scalar", {y, 1}), qy})}), qy});
+      fx = c.call(
+          "aten::sub.Tensor",
+          {c.call("aten::mul.Tensor", {sig, c.call("aten::add.Tensor", {c.call("aten::rsub.Scalar", {y, 1}), qy})}),
+           qy});
       Value* log_sig = c.call("aten::neg", {c.call("aten::softplus", {c.call("aten::neg", {x})})});  // log σ(x)
       Value* log_sig_neg = c.call("aten::neg", {c.call("aten::softplus", {x})});                     // log σ(−x)
       fy = c.call("aten::sub.Tensor", {log_sig_neg, c.call("aten::mul.Tensor", {c.x(3), log_sig})});

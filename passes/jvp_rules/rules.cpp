@@ -157,7 +157,8 @@ Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes) {
 Value* matmul(Ctx& c, Value* a, Value* b) {
   const auto &sa = a->meta().sizes, &sb = b->meta().sizes;
   if (sa.size() == 2 && sb.size() == 2) return c.call("aten::mm", {a, b});
-  std::vector<int64_t> batch = at::infer_size(c10::IntArrayRef(sa).slice(0, sa.size() - 2), c10::IntArrayRef(sb).slice(0, sb.size() - 2));
+  std::vector<int64_t> batch =
+      at::infer_size(c10::IntArrayRef(sa).slice(0, sa.size() - 2), c10::IntArrayRef(sb).slice(0, sb.size() - 2));
   int64_t n = c10::multiply_integers(batch);
   auto flat = [&](Value* v, int64_t rows, int64_t cols) {
     std::vector<int64_t> full = batch;

@@ -50,14 +50,14 @@ void register_selection(Registry& r) {
 
   // Clamps with scalar bounds: the tangent passes where min <= x <= max.
   r.add("aten::clamp", masked([](Ctx& c) {
-    Value* in = nullptr;
-    if (c.n.arg(1).kind != ArgKind::None) in = c.call("aten::ge.Scalar", {c.x(0), c.a(1)});
-    if (c.n.arg(2).kind != ArgKind::None) {
-      Value* le = c.call("aten::le.Scalar", {c.x(0), c.a(2)});
-      in = in ? c.call("aten::bitwise_and.Tensor", {in, le}) : le;
-    }
-    return in ? in : c.call("aten::eq.Tensor", {c.x(0), c.x(0)});
-  }));
+          Value* in = nullptr;
+          if (c.n.arg(1).kind != ArgKind::None) in = c.call("aten::ge.Scalar", {c.x(0), c.a(1)});
+          if (c.n.arg(2).kind != ArgKind::None) {
+            Value* le = c.call("aten::le.Scalar", {c.x(0), c.a(2)});
+            in = in ? c.call("aten::bitwise_and.Tensor", {in, le}) : le;
+          }
+          return in ? in : c.call("aten::eq.Tensor", {c.x(0), c.x(0)});
+        }));
   r.add("aten::clamp_min", masked([](Ctx& c) { return c.call("aten::ge.Scalar", {c.x(0), c.a(1)}); }));
   r.add("aten::clamp_max", masked([](Ctx& c) { return c.call("aten::le.Scalar", {c.x(0), c.a(1)}); }));
   // Tensor bounds have tangents of their own: below min, the result is min (and takes min's
@@ -94,8 +94,8 @@ void register_selection(Registry& r) {
       return {gather(c, dim, c.out(1), c.c(2).toBool()), nullptr};
     });
   // median, kthvalue and mode along a dim pick one element each, as max does.
-  for (auto [op, dim] : {std::pair{"aten::median.dim", 1}, std::pair{"aten::nanmedian.dim", 1}, std::pair{"aten::mode", 1},
-                         std::pair{"aten::kthvalue", 2}})
+  for (auto [op, dim] : {std::pair{"aten::median.dim", 1}, std::pair{"aten::nanmedian.dim", 1},
+                         std::pair{"aten::mode", 1}, std::pair{"aten::kthvalue", 2}})
     r.add(op, [dim = static_cast<size_t>(dim)](Ctx& c) -> std::vector<Value*> {
       return {gather(c, reduced_dims(c.x(0), c.c(dim)).at(0), c.out(1), c.c(dim + 1).toBool()), nullptr};
     });

@@ -81,7 +81,8 @@ bool factored_transpose(const Value* a) { return on_meta(a->meta()).is_contiguou
 /// A⁻ᵀ from the LU factorization det and slogdet return.
 Value* inverse_transposed(Ctx& c, Value* lu, Value* pivots) {
   const TensorMeta& m = lu->meta();
-  Value* eye = c.call("aten::expand", {c.call("aten::eye", {m.sizes.back(), m.dtype, std::nullopt, m.device}), m.sizes});
+  Value* eye =
+      c.call("aten::expand", {c.call("aten::eye", {m.sizes.back(), m.dtype, std::nullopt, m.device}), m.sizes});
   return c.call("aten::linalg_lu_solve", {lu, pivots, eye, true, /*adjoint=*/!factored_transpose(c.x(0))});
 }
 
@@ -98,14 +99,18 @@ Value* cofactors(Ctx& c, Value* lu, Value* pivots) {
   int64_t n = m.sizes.back();
   Value* rows = c.call("aten::arange.start", {1, n + 1, pivots->meta().dtype, std::nullopt, m.device});
   Value* swapped = c.call("aten::ne.Tensor", {pivots, rows});
-  Value* sign = c.call("aten::rsub.Scalar", {c.call("aten::mul.Scalar", {c.call("aten::_to_copy", {swapped, m.dtype}), 2}), 1});
-  Value* det = c.call("aten::mul.Tensor", {c.call("aten::prod.dim_int", {diagonal, -1, true}), c.call("aten::prod.dim_int", {sign, -1, true})});
+  Value* sign =
+      c.call("aten::rsub.Scalar", {c.call("aten::mul.Scalar", {c.call("aten::_to_copy", {swapped, m.dtype}), 2}), 1});
+  Value* det = c.call("aten::mul.Tensor", {c.call("aten::prod.dim_int", {diagonal, -1, true}),
+                                           c.call("aten::prod.dim_int", {sign, -1, true})});
   return c.call("aten::mul.Tensor", {inverse_transposed(c, perturbed, pivots), c.call("aten::unsqueeze", {det, -1})});
 }
 
 /// The matrix of 1/(w_k − w_j) at [j, k] off the diagonal, 0 on it (eigh's and svd's gaps).
 Value* inverse_gaps(Ctx& c, Value* w) {
-  Value* E = c.call("aten::reciprocal", {c.call("aten::sub.Tensor", {c.call("aten::unsqueeze", {w, -2}), c.call("aten::unsqueeze", {w, -1})})});
+  Value* E =
+      c.call("aten::reciprocal",
+             {c.call("aten::sub.Tensor", {c.call("aten::unsqueeze", {w, -2}), c.call("aten::unsqueeze", {w, -1})})});
   Value* eye = c.call("aten::eye", {w->meta().sizes.back(), c10::kBool, std::nullopt, w->meta().device});
   return c.call("aten::masked_fill.Scalar", {E, eye, 0.0});
 }
@@ -152,7 +157,8 @@ std::vector<Value*> cholesky(Ctx& c) {
   Value* dA = symmetric_from(c, c.t(0), upper ? "U" : "L");
   Value* s = c.call("aten::linalg_solve_triangular", {L, dA, false, true, false});
   s = c.call("aten::linalg_solve_triangular", {mT(c, L), s, true, false, false});
-  Value* half_diagonal = c.call("aten::diag_embed", {c.call("aten::mul.Scalar", {c.call("aten::diagonal", {s, 0, -2, -1}), 0.5}), 0, -2, -1});
+  Value* half_diagonal = c.call(
+      "aten::diag_embed", {c.call("aten::mul.Scalar", {c.call("aten::diagonal", {s, 0, -2, -1}), 0.5}), 0, -2, -1});
   Value* dL = matmul(c, L, c.call("aten::sub.Tensor", {c.call("aten::tril", {s, 0}), half_diagonal}));
   return {upper ? mT(c, dL) : dL};
 }
@@ -241,7 +247,8 @@ std::vector<Value*> qr(Ctx& c) {
   const std::string& mode = c.c(1).toStringRef();
   const std::vector<int64_t>& sizes = c.x(0)->meta().sizes;
   int64_t m = sizes.end()[-2], n = sizes.back();
-  if (mode == "complete" && m > n) throw Error("Q of a complete QR of a matrix with more rows than columns has no tangent (use mode='reduced')");
+  if (mode == "complete" && m > n)
+    throw Error("Q of a complete QR of a matrix with more rows than columns has no tangent (use mode='reduced')");
   Value *Q = c.out(0), *R = c.out(1), *dA = c.t(0);
   if (mode == "r") Q = c.b.emit("aten::linalg_qr", {c.x(0), std::string("reduced")}).at(0);  // folded
   if (m >= n) {
@@ -255,7 +262,8 @@ std::vector<Value*> qr(Ctx& c) {
   // m < n: Qᵀ·dQ is the skew matrix whose strict lower triangle is that of Qᵀ·dA₁·R₁⁻¹ (the
   // first m columns), and dR = Qᵀ·dA − Qᵀ·dQ·R
   Value* QtdA = matmul(c, mT(c, Q), dA);
-  Value* X = c.call("aten::linalg_solve_triangular", {narrow(c, R, -1, 0, m), narrow(c, QtdA, -1, 0, m), true, false, false});
+  Value* X =
+      c.call("aten::linalg_solve_triangular", {narrow(c, R, -1, 0, m), narrow(c, QtdA, -1, 0, m), true, false, false});
   Value* lower = c.call("aten::tril", {X, -1});
   Value* QtdQ = sub(c, lower, mT(c, lower));
   return {mode == "r" ? nullptr : matmul(c, Q, QtdQ), sub(c, QtdA, matmul(c, QtdQ, R))};
@@ -277,10 +285,13 @@ std::pair<Value*, Value*> lu_tangents(Ctx& c, Value* P, Value* L, Value* U, Valu
   Value *dL = dL1, *dU = dU1;
   if (m > k) {  // dL₂ = (Pᵀ·dA)₂·U⁻¹ − L₂·dU·U⁻¹
     Value* rest = sub(c, narrow(c, PtdA, -2, k, m - k), matmul(c, narrow(c, L, -2, k, m - k), dU1));
-    dL = c.call("aten::cat", {std::vector<Value*>{dL1, c.call("aten::linalg_solve_triangular", {U1, rest, true, false, false})}, -2});
+    dL =
+        c.call("aten::cat",
+               {std::vector<Value*>{dL1, c.call("aten::linalg_solve_triangular", {U1, rest, true, false, false})}, -2});
   } else if (n > k) {  // dU₂ = L⁻¹·((Pᵀ·dA)₂ − dL·U₂)
     Value* rest = sub(c, narrow(c, PtdA, -1, k, n - k), matmul(c, dL1, narrow(c, U, -1, k, n - k)));
-    dU = c.call("aten::cat", {std::vector<Value*>{dU1, c.call("aten::linalg_solve_triangular", {L1, rest, false, true, true})}, -1});
+    dU = c.call("aten::cat",
+                {std::vector<Value*>{dU1, c.call("aten::linalg_solve_triangular", {L1, rest, false, true, true})}, -1});
   }
   return {dL, dU};
 }
@@ -292,7 +303,7 @@ std::pair<Value*, Value*> lu_tangents(Ctx& c, Value* P, Value* L, Value* U, Valu
 Value* pinv_tangent(Ctx& c, Value* P, Value* dA, Value* B) {
   auto times_b = [&](Value* f) { return B ? matmul(c, f, B) : f; };
   Value* A = c.call("aten::linalg_pinv.atol_rtol_tensor", {P, std::nullopt, std::nullopt, false});  // folded
-  Value* Pt = mT(c, P), *dAt = mT(c, dA);
+  Value *Pt = mT(c, P), *dAt = mT(c, dA);
   Value* t1 = matmul(c, c.call("aten::neg", {P}), matmul(c, dA, times_b(P)));
   Value* t2 = matmul(c, matmul(c, P, Pt), matmul(c, dAt, times_b(complement(c, A, P))));
   Value* t3 = matmul(c, complement(c, P, A), matmul(c, dAt, times_b(matmul(c, Pt, P))));
@@ -308,7 +319,8 @@ std::vector<Value*> lu_solve(Ctx& c) {
   if (!c.c(3).toBool() || c.c(4).toBool()) throw Error("no tangent through LU for left=false or adjoint=true");
   Value *LU = c.x(0), *X = c.out(), *dLU = c.t(0);
   Value* UX = matmul(c, c.call("aten::triu", {LU, 0}), X);  // folded
-  Value* a = c.call("aten::linalg_solve_triangular", {LU, matmul(c, c.call("aten::tril", {dLU, -1}), UX), false, true, true});
+  Value* a =
+      c.call("aten::linalg_solve_triangular", {LU, matmul(c, c.call("aten::tril", {dLU, -1}), UX), false, true, true});
   Value* b = c.call("aten::add.Tensor", {a, matmul(c, c.call("aten::triu", {dLU, 0}), X)});
   Value* dX_LU = c.call("aten::neg", {c.call("aten::linalg_solve_triangular", {LU, b, true, true, false})});
   return {c.add(dX, dX_LU)};
@@ -325,8 +337,8 @@ std::vector<Value*> lstsq(Ctx& c) {
   // pinv's too, eps·max(m, n)); folded
   BArg rtol = std::nullopt;
   if (!c.c(2).isNone())
-    rtol = c.call("aten::scalar_tensor",
-                  {c.c(2).toDouble(), c10::toRealValueType(A->meta().dtype), std::nullopt, A->meta().device, std::nullopt});
+    rtol = c.call("aten::scalar_tensor", {c.c(2).toDouble(), c10::toRealValueType(A->meta().dtype), std::nullopt,
+                                          A->meta().device, std::nullopt});
   Value* P = c.call("aten::linalg_pinv.atol_rtol_tensor", {A, std::nullopt, rtol, false});
   Value* dX = c.add(dA ? pinv_tangent(c, P, dA, B) : nullptr, dB ? matmul(c, P, dB) : nullptr);
   std::vector<Value*> out = {as_vector(c, dX, vector, true), nullptr, nullptr, nullptr};
@@ -383,7 +395,8 @@ void register_solvers(Registry& r) {
     if (!c.t(0) || !c.c(2).toBool()) return {};
     const std::vector<int64_t>& sizes = c.x(0)->meta().sizes;
     int64_t k = std::min(sizes.end()[-2], sizes.back());
-    return {nullptr, c.call("aten::tril", {narrow(c, c.t(0), -1, 0, k), -1}), c.call("aten::triu", {narrow(c, c.t(0), -2, 0, k), 0})};
+    return {nullptr, c.call("aten::tril", {narrow(c, c.t(0), -1, 0, k), -1}),
+            c.call("aten::triu", {narrow(c, c.t(0), -2, 0, k), 0})};
   });
   r.add("aten::linalg_lu", [](Ctx& c) -> std::vector<Value*> {  // (A, pivot) -> (P, L, U)
     if (!c.t(0)) return {};

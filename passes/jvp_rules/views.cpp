@@ -32,7 +32,8 @@ bool adds(const Ctx&) { return true; }
 std::vector<Value*> scatter_reduce(Ctx& c) {
   const std::string& reduce = c.c(4).toStringRef();
   if (reduce == "sum" || reduce == "mean") return linear_in_self_and(3)(c);
-  if (reduce != "amax" && reduce != "amin") throw Error("no tangent for reduce='" + reduce + "' (sum, mean, amax and amin have one)");
+  if (reduce != "amax" && reduce != "amin")
+    throw Error("no tangent for reduce='" + reduce + "' (sum, mean, amax and amin have one)");
   Value *self = c.x(0), *index = c.x(2), *out = c.out(), *src = c.x(3), *t_src = c.t(3);
   // the op reads src where the index has entries: narrowed to the index's shape
   const std::vector<int64_t>& is = index->meta().sizes;
@@ -81,8 +82,10 @@ std::vector<Value*> grid_sampler(Ctx& c) {
   Value* g = c.call("aten::ones", {ones, m.dtype, std::nullopt, m.device});
   std::vector<BArg> how = {0, 0, true};  // cuDNN's: bilinear, zeros, align_corners
   if (!cudnn) how = {c.a(2), c.a(3), c.a(4)};
-  Value* partials = c.b.emit(cudnn ? std::string("aten::grid_sampler_2d_backward") : c.n.op() + "_backward",
-                             {g, reshape(c, c.x(0), x_flat), grid, how[0], how[1], how[2], c10::List<bool>({true, true})}).at(1);
+  Value* partials =
+      c.b.emit(cudnn ? std::string("aten::grid_sampler_2d_backward") : c.n.op() + "_backward",
+               {g, reshape(c, c.x(0), x_flat), grid, how[0], how[1], how[2], c10::List<bool>({true, true})})
+          .at(1);
   Value* f = c.call("aten::view", {partials, per_channel});
   Value* tg = c.call("aten::unsqueeze", {c.t(1), 1});
   return {c.add(t, c.call("aten::sum.dim_IntList", {c.mul(tg, f), std::vector<int64_t>{-1}}))};
@@ -108,26 +111,49 @@ std::vector<Value*> embedding_bag(Ctx& c) {
 }  // namespace
 
 void register_views(Registry& r) {
-  for (const char* op : {"aten::expand", "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze",
-                         "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor",
-                         "aten::split.Tensor", "aten::split_with_sizes", "aten::unsafe_split.Tensor",
-                         "aten::unsafe_split_with_sizes", "aten::unbind.int", "aten::alias",
-                         "aten::diagonal", "aten::unfold", "aten::index_select", "aten::gather",
-                         "aten::repeat", "aten::flip", "aten::roll", "aten::index.Tensor", "aten::embedding",
-                         // the copying forms of views (diag() is diagonal_copy)
-                         "aten::diagonal_copy", "aten::expand_copy", "aten::permute_copy", "aten::transpose_copy.int",
-                         "aten::select_copy.int", "aten::slice_copy.Tensor"})
+  for (const char* op :
+       {"aten::expand", "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze", "aten::squeeze",
+        "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor", "aten::split.Tensor",
+        "aten::split_with_sizes", "aten::unsafe_split.Tensor", "aten::unsafe_split_with_sizes", "aten::unbind.int",
+        "aten::alias", "aten::diagonal", "aten::unfold", "aten::index_select", "aten::gather", "aten::repeat",
+        "aten::flip", "aten::roll", "aten::index.Tensor", "aten::embedding",
+        // the copying forms of views (diag() is diagonal_copy)
+        "aten::diagonal_copy", "aten::expand_copy", "aten::permute_copy", "aten::transpose_copy.int",
+        "aten::select_copy.int", "aten::slice_copy.Tensor"})
     r.add(op, linear_in(0));
   // Pooling by averages, resampling and padding by reflection or replication: linear too.
-  for (const char* op : {"aten::avg_pool2d", "aten::avg_pool3d", "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d",
-                         "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
-                         "aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d",
-                         "aten::upsample_linear1d", "aten::upsample_bilinear2d", "aten::upsample_bicubic2d",
-                         "aten::upsample_trilinear3d", "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
-                         "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", "aten::pixel_shuffle",
-                         "aten::pixel_unshuffle", "aten::channel_shuffle", "aten::trace", "aten::_upsample_bilinear2d_aa",
-                         "aten::_upsample_bicubic2d_aa", "aten::im2col", "aten::col2im", "aten::narrow_copy",
-                         "aten::masked_select", "aten::diag_embed", "aten::affine_grid_generator"})
+  for (const char* op : {"aten::avg_pool2d",
+                         "aten::avg_pool3d",
+                         "aten::_adaptive_avg_pool2d",
+                         "aten::_adaptive_avg_pool3d",
+                         "aten::upsample_nearest1d",
+                         "aten::upsample_nearest2d",
+                         "aten::upsample_nearest3d",
+                         "aten::_upsample_nearest_exact1d",
+                         "aten::_upsample_nearest_exact2d",
+                         "aten::_upsample_nearest_exact3d",
+                         "aten::upsample_linear1d",
+                         "aten::upsample_bilinear2d",
+                         "aten::upsample_bicubic2d",
+                         "aten::upsample_trilinear3d",
+                         "aten::reflection_pad1d",
+                         "aten::reflection_pad2d",
+                         "aten::reflection_pad3d",
+                         "aten::replication_pad1d",
+                         "aten::replication_pad2d",
+                         "aten::replication_pad3d",
+                         "aten::pixel_shuffle",
+                         "aten::pixel_unshuffle",
+                         "aten::channel_shuffle",
+                         "aten::trace",
+                         "aten::_upsample_bilinear2d_aa",
+                         "aten::_upsample_bicubic2d_aa",
+                         "aten::im2col",
+                         "aten::col2im",
+                         "aten::narrow_copy",
+                         "aten::masked_select",
+                         "aten::diag_embed",
+                         "aten::affine_grid_generator"})
     r.add(op, linear_in(0));
   // Max pooling picks elements: the tangent at the indices it returns, which index each
   // channel's flattened spatial dims (the last 2 or 3).
@@ -186,7 +212,8 @@ void register_views(Registry& r) {
       same_elements = in.sizes[d] == 1 || in.strides[d] == out.strides[d];
     if (same_elements) return {t};
     if (t->meta().sizes != in.sizes || t->meta().strides != in.strides || c.n.arg(3).kind != ArgKind::None)
-      throw Error("as_strided of a tangent laid out unlike its primal (or at an explicit storage offset) is not supported");
+      throw Error(
+          "as_strided of a tangent laid out unlike its primal (or at an explicit storage offset) is not supported");
     return c.reapply(0, t);
   });
   r.add("aten::grid_sampler_2d", grid_sampler);

@@ -13,8 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     auto g = jvpc::parse_graph(std::string(reinterpret_cast<const char*>(data), size));
     (void)jvpc::to_json(*g).dump();  // whatever loads must also print
-    (void)jvpc::memory_needed(*g);    // and be counted against the memory limit
-  } catch (const jvpc::Error&) {
-  }
+    (void)jvpc::memory_needed(*g);   // and be counted against the memory limit
+  } catch (const jvpc::Error&) {}
   return 0;
 }
