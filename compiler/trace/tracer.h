@@ -19,7 +19,8 @@
 // The IR is functional. In-place ops on intermediates (`add_` in SDPA's masked path) are
 // recorded as their out-of-place forms; reading, after such a write, another view of the
 // written storage is an error, as is writing to an input. `_reshape_alias` and `_unsafe_view`
-// are recorded as `view`. Fused attention kernels are asked for their logsumexp.
+// are recorded as `view`. Fused attention kernels are asked for their logsumexp. Recording is in
+// tracer.cpp, functionalization in functionalize.{h,cpp}.
 #pragma once
 
 #include "compiler/ir/graph.h"

@@ -1,0 +1,72 @@
+// What the tracer knows about the tensors it has seen, shared by recording (tracer.cpp) and
+// functionalization (functionalize.cpp): which graph value each tensor stands for, which values
+// share a storage, which are computed from the inputs or allocated without contents, and the
+// values kept for folding. Internal to compiler/trace.
+#pragma once
+
+#include "compiler/ir/graph.h"
+#include "compiler/trace/tracer.h"
+
+#include <c10/core/DispatchKey.h>
+
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace jvpc {
+
+/// The dispatch key whose fallback records; excluded wherever the tracer runs kernels itself
+/// (shape inference runs them on Meta).
+constexpr c10::DispatchKey kTraceKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
+
+struct TraceState {
+  TraceState(Graph& graph, const TraceOptions& options) : g(graph), keep_values(options.keep_values) {}
+
+  /// The storage `t` lives in (the TensorImpl itself for a tensor without storage).
+  static const void* storage_of(const at::Tensor& t) {
+    return t.has_storage() ? static_cast<const void*>(t.storage().unsafeGetStorageImpl())
+                           : static_cast<const void*>(t.unsafeGetTensorImpl());
+  }
+
+  /// `t` stands for `v` from now on.
+  void bind(const at::Tensor& t, Value* v) {
+    value_of[t.unsafeGetTensorImpl()] = v;
+    by_storage[storage_of(t)].push_back(v);
+    keep.push_back(t);
+    if (keep_values) values[v->id()] = t;
+  }
+
+  // A tensor the trace has not produced (or whose recorded producer left it uninitialized)
+  // becomes a constant holding `value`; `t` stands for it from now on.
+  Value* capture(const at::Tensor& t, const at::Tensor& value) {
+    std::string name;  // c0, c1, ...: fresh, whatever the inputs are called (an LSTM's c0)
+    do name = "c" + std::to_string(constants++);
+    while (g.find_input(name));
+    Value* c = g.add_constant(name, value);
+    bind(t, c);
+    if (value.is_same(t)) protected_storages.insert(storage_of(t));  // a copy may be written on
+    return c;
+  }
+
+  /// Bookkeeping for a value the tracer built itself (not a recorded kernel's result).
+  void derived(Value* v, std::initializer_list<const Value*> from) {
+    for (const Value* f : from)
+      if (from_inputs.count(f)) from_inputs.insert(v);
+  }
+
+  Graph& g;
+  bool keep_values;
+  std::unordered_map<const c10::TensorImpl*, Value*> value_of;
+  std::unordered_map<const void*, std::vector<Value*>> by_storage;
+  std::unordered_set<const Value*> from_inputs;                    // values computed from the inputs
+  std::unordered_set<const Value*> uninitialized;                  // outputs of empty and its kin
+  std::unordered_map<const Value*, std::string> allocated_inside;  // ... allocated by a decomposed op
+  std::unordered_set<const void*> protected_storages;
+  /// Value id -> tensor computed by the tracing run, when keep_values.
+  std::unordered_map<int, at::Tensor> values;
+  std::vector<at::Tensor> keep;  // keeps TensorImpl pointers unique for the whole trace
+  int constants = 0;
+};
+
+}  // namespace jvpc
