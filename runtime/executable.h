@@ -25,6 +25,9 @@
 // shared), and on the GPU by an event: a call on one stream waits until the previous call's
 // replay and output copies, on whatever stream, are done. Capture is thread-local, so other
 // threads may use CUDA meanwhile. bind() must not race with run().
+//
+// Files: the plan (slots, steps, in-place forms, releases) is made in runtime/plan.cpp, the
+// CUDA-graph capture and replay are in runtime/cuda_graph.cpp; this file binds, checks and runs.
 #pragma once
 
 #include "compiler/ir/graph.h"
@@ -35,6 +38,9 @@
 #include <optional>
 
 namespace jvpc {
+
+struct Plan;
+class CudaGraph;
 
 struct ExecutableOptions {
   /// Capture and replay a CUDA graph where that is safe (CUDA device, no impure nodes).
@@ -88,13 +94,13 @@ class Executable {
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) { return run(inputs); }
 
   /// The non-constant inputs run() takes, in order.
-  const std::vector<const Input*>& arguments() const { return arguments_; }
+  const std::vector<const Input*>& arguments() const;
   const Graph& graph() const { return *graph_; }
 
   /// True once a CUDA graph has been captured and is being replayed.
   bool replaying_cuda_graph() const;
   /// Whether this executable will capture a CUDA graph on its first call.
-  bool cuda_graph_enabled() const { return use_cuda_graph_; }
+  bool cuda_graph_enabled() const { return cuda_device_.has_value(); }
   /// With a CUDA graph: the static input buffers, one per argument (captured on first use with
   /// these shapes). A caller may write inputs into them and pass them to run() to skip copies.
   std::vector<at::Tensor> input_buffers();
@@ -102,24 +108,15 @@ class Executable {
  private:
   /// Runs without CUDA-graph capture (what a capture records). `inputs` are already checked.
   std::vector<at::Tensor> run_eager(const std::vector<at::Tensor>& inputs) const;
-  struct Step;
-  struct CudaGraphState;
   std::vector<at::Tensor> checked(const std::vector<at::Tensor>& inputs) const;
 
   std::shared_ptr<const Graph> graph_;
   ExecutableOptions options_;
-  std::vector<const Input*> arguments_;
-  std::vector<int> argument_slots_;
-  std::vector<std::pair<int, at::Tensor>> constants_;  // slot, tensor
-  std::vector<const Input*> constant_inputs_;          // per constant: its graph input (name, aliases)
-  std::vector<std::optional<int64_t>> versions_;       // per constant: its version when bound (none: inference tensor)
-  std::vector<Step> steps_;
-  std::vector<int> output_slots_;
-  std::vector<bool> copied_outputs_;  // outputs that repeat an earlier one, returned as copies
-  int num_slots_ = 0;
-  c10::Device device_ = c10::Device(c10::kCPU);  // where the graph's arguments and results live
-  bool use_cuda_graph_ = false;
-  std::unique_ptr<CudaGraphState> cuda_;
+  std::unique_ptr<const Plan> plan_;              // slots and steps (runtime/plan.h)
+  std::vector<at::Tensor> constants_;             // per plan constant: its tensor
+  std::vector<std::optional<int64_t>> versions_;  // per constant: its version when bound (none: inference tensor)
+  std::optional<c10::Device> cuda_device_;        // where a CUDA graph is captured; none: no CUDA graph
+  std::unique_ptr<CudaGraph> cuda_;
   std::mutex mu_;
   mutable std::atomic<bool> results_checked_{false};
 };

@@ -188,7 +188,10 @@ std::string describe_bytes(int64_t bytes) {
 
 int64_t MemoryNeed::total() const { return saturating_add(saturating_add(constants, inputs), intermediates); }
 
-MemoryNeed memory_needed(const Graph& g) {
+namespace {
+
+// Constants and inputs; the caller adds the intermediates.
+MemoryNeed inputs_needed(const Graph& g) {
   MemoryNeed need;
   auto declared = [](const Value* v) {
     try {
@@ -208,12 +211,37 @@ MemoryNeed memory_needed(const Graph& g) {
       need.constants = saturating_add(need.constants, declared(in.value));
     }
   }
+  return need;
+}
+
+}  // namespace
+
+MemoryNeed memory_needed(const Graph& g) {
+  MemoryNeed need = inputs_needed(g);
   try {
     need.intermediates = peak_intermediate_bytes(g);
   } catch (const Error&) {  // bytes past 2^63
     need.intermediates = kNoMemoryLimit;
   }
   return need;
+}
+
+MemoryNeed memory_needed(const Graph& g, const Liveness& live) {
+  MemoryNeed need = inputs_needed(g);
+  try {
+    need.intermediates = peak_intermediate_bytes(g, live);
+  } catch (const Error&) {  // bytes past 2^63
+    need.intermediates = kNoMemoryLimit;
+  }
+  return need;
+}
+
+c10::Device execution_device(const Graph& g) {
+  for (const Input& in : g.inputs())
+    if (in.role != Role::Constant) return in.value->meta().device;
+  for (const Node* n : g.nodes())
+    if (!n->outputs().empty()) return n->output(0)->meta().device;
+  return c10::Device(c10::kCPU);
 }
 
 int64_t memory_limit_or_default(std::optional<int64_t> limit, c10::Device device) {

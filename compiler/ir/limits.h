@@ -18,6 +18,8 @@
 
 namespace jvpc {
 
+struct Liveness;
+
 /// A limit of this many bytes is no limit: nothing can need more ("inf" parses to it).
 constexpr int64_t kNoMemoryLimit = std::numeric_limits<int64_t>::max();
 
@@ -69,6 +71,13 @@ struct MemoryNeed {
 /// The memory `g` needs, from its metadata and its constants' storages. Sizes whose bytes pass
 /// 2^63 give kNoMemoryLimit in that field.
 MemoryNeed memory_needed(const Graph& g);
+/// The same, given the liveness of `g` (analyze_liveness), which the caller also needs.
+MemoryNeed memory_needed(const Graph& g, const Liveness& live);
+
+/// The device whose memory one execution of `g` uses, and whose limit applies to it: its first
+/// non-constant input's, else its first node result's, else the CPU (constants may live
+/// elsewhere, e.g. CPU scalars).
+c10::Device execution_device(const Graph& g);
 
 /// The limit a setting gives: `limit` itself, or default_memory_limit(device) where it is none.
 int64_t memory_limit_or_default(std::optional<int64_t> limit, c10::Device device);

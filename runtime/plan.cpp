@@ -1,0 +1,115 @@
+// The Executable's plan: slots, steps, in-place forms and releases, from a Graph and its liveness.
+#include "runtime/plan.h"
+
+#include "compiler/ir/loadable_ops.h"
+#include "compiler/ir/ops.h"
+#include "compiler/ir/verifier.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace jvpc {
+
+namespace {
+
+// Ops whose in-place form (op_) the runtime may call when their first operand dies at the node:
+// the result then reuses that operand's buffer instead of allocating (baddbmm would otherwise
+// copy its `self` into a fresh output first).
+bool has_safe_inplace_form(const std::string& op) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::baddbmm",    "aten::addmm",      "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor",
+      "aten::div.Tensor", "aten::mul.Scalar", "aten::div.Scalar", "aten::add.Scalar", "aten::sub.Scalar"};
+  return ops.count(op) > 0;
+}
+
+// The in-place form of `n`, if its first operand can be overwritten: an intermediate with its own
+// storage (no view shares it), read for the last time here, not a graph output, and laid out as
+// the result.
+const OpInfo* inplace_form(const Graph& g, const Node* n, const Liveness& live, int position,
+                           const std::unordered_map<const Value*, int>& storage_users) {
+  if (!has_safe_inplace_form(n->op()) || n->inputs().empty() || n->outputs().size() != 1) return nullptr;
+  if (n->arg(0).kind != ArgKind::Tensor || n->arg(0).operands[0] != 0) return nullptr;
+  const Value* self = n->input(0);
+  const Value* out = n->output();
+  if (g.is_input(self) || live.storage_root.at(self) != self || storage_users.at(self) != 1) return nullptr;
+  if (live.last_use.at(self) != position) return nullptr;
+  for (size_t i = 1; i < n->inputs().size(); ++i)
+    if (n->input(i) == self) return nullptr;
+  if (self->meta().sizes != out->meta().sizes || self->meta().strides != out->meta().strides ||
+      self->meta().dtype != out->meta().dtype)
+    return nullptr;
+  auto [name, overload] = split_op_name(n->op());
+  try {
+    return &op_info(name + "_" + (overload.empty() ? "" : "." + overload));
+  } catch (const Error&) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
+  Plan p;
+  std::unordered_map<const Value*, int> slot;
+  auto slot_of = [&](const Value* v) {
+    auto [it, added] = slot.emplace(v, p.num_slots);
+    if (added) ++p.num_slots;
+    return it->second;
+  };
+  for (const Input& in : g.inputs()) {
+    int s = slot_of(in.value);
+    if (in.role == Role::Constant) {
+      p.constants.push_back(&in);
+      p.constant_slots.push_back(s);
+    } else {
+      p.arguments.push_back(&in);
+      p.argument_slots.push_back(s);
+    }
+  }
+  std::unordered_map<const Value*, int> storage_users;  // storage root -> values living in it
+  for (const auto& [v, root] : live.storage_root) storage_users[root]++;
+  auto nodes = g.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node* n = nodes[i];
+    p.impure |= n->impure();
+    std::string written = hidden_write(*n);  // it would write a constant or an input
+    if (!written.empty()) throw Error("node " + describe(n) + ": " + written);
+    PlanStep st;
+    const OpInfo* inplace = reuse_buffers ? inplace_form(g, n, live, static_cast<int>(i), storage_users) : nullptr;
+    st.info = inplace ? inplace : &op_info(n->op());
+    if (inplace) st.functional = &op_info(n->op());
+    st.where = "node " + describe(n);
+    st.return_counts = n->return_counts();
+    for (size_t a = 0; a < n->args().size(); ++a) {
+      const Arg& arg = n->arg(a);
+      if (arg.kind == ArgKind::Tensor) {
+        st.tensors.push_back({a, slot_of(n->input(static_cast<size_t>(arg.operands[0])))});
+        st.stack.emplace_back();
+      } else if (arg.kind == ArgKind::TensorList || arg.kind == ArgKind::OptTensorList) {
+        PlanStep::ListArg l{a, {}, arg.kind == ArgKind::OptTensorList};
+        for (int o : arg.operands) l.slots.push_back(o < 0 ? -1 : slot_of(n->input(static_cast<size_t>(o))));
+        st.lists.push_back(std::move(l));
+        st.stack.emplace_back();
+      } else {
+        st.stack.push_back(arg.value);
+      }
+    }
+    for (const Value* o : n->outputs()) st.out_slots.push_back(slot_of(o));
+    st.outs.assign(n->outputs().begin(), n->outputs().end());
+    // Release what dies here: operands read for the last time, and outputs nobody reads.
+    auto dies = [&](const Value* v) { return !g.is_input(v) && live.last_use.at(v) <= static_cast<int>(i); };
+    for (const Value* v : n->inputs())
+      if (dies(v) && std::find(st.release.begin(), st.release.end(), slot.at(v)) == st.release.end())
+        st.release.push_back(slot.at(v));
+    for (const Value* o : n->outputs())
+      if (dies(o)) st.release.push_back(slot.at(o));
+    p.steps.push_back(std::move(st));
+  }
+  for (const Value* o : g.outputs()) p.output_slots.push_back(slot_of(o));
+  std::unordered_set<const Value*> returned;
+  for (const Value* o : g.outputs()) p.copied_outputs.push_back(!returned.insert(o).second);
+  return p;
+}
+
+}  // namespace jvpc

@@ -1,0 +1,62 @@
+// The plan an Executable runs: computed once from a Graph, before any call. Every value gets a
+// slot (an index into the tensors a call holds), every node a Step (its dispatcher handle, a
+// boxed-argument template with the slots to fill in, where its results go and which slots die
+// there), and a node whose first operand is an intermediate that dies there runs in its in-place
+// form where it has a safe one (baddbmm_, add_, ...). The plan holds no tensors: binding
+// constants and running are the Executable's.
+#pragma once
+
+#include "compiler/ir/graph.h"
+#include "compiler/ir/liveness.h"
+
+#include <vector>
+
+namespace jvpc {
+
+struct OpInfo;
+
+/// One node as a call runs it.
+struct PlanStep {
+  const OpInfo* info = nullptr;    ///< may be the in-place form of the node's op (see inplace_form)
+  std::string where;               ///< "node ...", for error messages
+  std::vector<c10::IValue> stack;  ///< boxed arguments; tensor positions are filled per call
+  struct TensorArg {
+    size_t pos;
+    int slot;
+  };
+  std::vector<TensorArg> tensors;
+  struct ListArg {
+    size_t pos;
+    std::vector<int> slots;  ///< -1: absent (optional lists)
+    bool optional;
+  };
+  std::vector<ListArg> lists;
+  std::vector<int> return_counts;  ///< per schema return, as Node::return_counts
+  std::vector<int> out_slots;
+  std::vector<const Value*> outs;  ///< the node's outputs, for checking the first call's results
+  std::vector<int> release;        ///< slots whose last use is this step
+  /// Where `info` is an in-place form: the op itself, run instead when the first operand's buffer
+  /// turns out to be shared at run time (an op that returned an alias without saying so).
+  const OpInfo* functional = nullptr;
+};
+
+struct Plan {
+  int num_slots = 0;
+  std::vector<const Input*> arguments;  ///< the non-constant inputs, in graph order
+  std::vector<int> argument_slots;      ///< per argument
+  std::vector<const Input*> constants;  ///< the constant inputs, in graph order
+  std::vector<int> constant_slots;      ///< per constant
+  std::vector<PlanStep> steps;          ///< per node, in order
+  std::vector<int> output_slots;        ///< per graph output
+  /// Per graph output: whether it repeats an earlier one (cse merges equal results), so that it
+  /// is returned as a tensor of its own, as eager code would.
+  std::vector<bool> copied_outputs;
+  bool impure = false;  ///< some node is impure (random): no CUDA graph
+};
+
+/// The plan of `g` (verified), given its liveness. `reuse_buffers`: run nodes in place where
+/// their first operand dies there (ExecutableOptions::reuse_buffers). Throws jvpc::Error naming
+/// a node that would write a constant or an input without its schema saying so (hidden_write).
+Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers);
+
+}  // namespace jvpc
