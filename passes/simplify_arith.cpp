@@ -6,8 +6,8 @@
 //
 // Multiplication or division by one, addition or subtraction of zero (where exact: see below),
 // double negation. Only where the result has the operand's shape and dtype (mul.Scalar(int, 1.)
-// promotes: kept). Merging scales is a reassociation: in float16 an intermediate that would
-// overflow no longer does.
+// promotes: kept). Merging scales is a reassociation: in float16 it can keep finite an
+// intermediate that the unmerged product overflows.
 #include "passes/passes.h"
 
 #include <cmath>

@@ -29,6 +29,30 @@ void check_result(const std::string& where, const Value* v, const at::Tensor& t)
                 m.str());
 }
 
+// A node's results from its call's boxed returns (unpack_returns), in the form the node
+// declares: `traced` holds its count per return (Node::return_counts). A return the node does not
+// use (count 0) is skipped; one that now holds another number of tensors is an error. An
+// undefined tensor where one was traced is kept, for check_result to name.
+std::vector<at::Tensor> node_results(const std::string& where, const std::vector<c10::IValue>& stack,
+                                     const std::vector<int>& traced) {
+  std::vector<int> counts;
+  std::vector<at::Tensor> returned = unpack_returns(stack, 0, counts);
+  std::vector<at::Tensor> results;
+  size_t next = 0;
+  for (size_t r = 0; r < traced.size(); ++r) {
+    int got = r < counts.size() ? counts[r] : 0;
+    if (traced[r] == got) {
+      for (int k = 0; k < got; ++k) results.push_back(std::move(returned[next + static_cast<size_t>(k)]));
+    } else if (traced[r] == 1 && got == 0 && stack[r].isTensor()) {
+      results.emplace_back();
+    } else if (traced[r] != 0) {
+      throw Error(where + ": return " + std::to_string(r) + " does not have the traced form");
+    }
+    next += static_cast<size_t>(got);
+  }
+  return results;
+}
+
 }  // namespace
 
 Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options)
@@ -153,19 +177,8 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
     } catch (const std::exception& e) {
       throw Error(st.where + ": " + one_line(e));
     }
-    size_t out = 0;
-    for (size_t r = 0; r < st.return_counts.size(); ++r) {
-      int c = st.return_counts[r];
-      if (c == 0) continue;
-      const c10::IValue& v = stack[r];
-      if (c == 1 && v.isTensor()) {
-        slots[static_cast<size_t>(st.out_slots[out++])] = v.toTensor();
-      } else if (v.isTensorList() && static_cast<int>(v.toTensorList().size()) == c) {
-        for (const at::Tensor& t : v.toTensorVector()) slots[static_cast<size_t>(st.out_slots[out++])] = t;
-      } else {
-        throw Error(st.where + ": return " + std::to_string(r) + " does not have the traced form");
-      }
-    }
+    std::vector<at::Tensor> results = node_results(st.where, stack, st.return_counts);
+    for (size_t k = 0; k < results.size(); ++k) slots[static_cast<size_t>(st.out_slots[k])] = std::move(results[k]);
     if (check)
       for (size_t k = 0; k < st.outs.size(); ++k)
         check_result(st.where, st.outs[k], slots[static_cast<size_t>(st.out_slots[k])]);
@@ -219,14 +232,7 @@ std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor
   } catch (const std::exception& e) {
     throw Error("node " + describe(&n) + ": " + one_line(e));
   }
-  std::vector<at::Tensor> out;
-  for (size_t r = 0; r < n.return_counts().size(); ++r) {
-    if (n.return_counts()[r] == 0) continue;
-    if (stack[r].isTensor())
-      out.push_back(stack[r].toTensor());
-    else
-      for (const at::Tensor& t : stack[r].toTensorVector()) out.push_back(t);
-  }
+  std::vector<at::Tensor> out = node_results("node " + describe(&n), stack, n.return_counts());
   if (out.size() != n.outputs().size()) throw Error("node " + describe(&n) + ": unexpected number of results");
   for (size_t i = 0; i < out.size(); ++i) check_result("node " + describe(&n), n.output(i), out[i]);
   return out;

@@ -165,7 +165,7 @@ else
 fi
 JVPC_MAX_INPUT_BYTES=1000 expect 2 "inputs over the size limit" -- "$JVPC" run "$DIR/sdpa.json"
 
-# Files and paths. A FIFO is refused at once (std::ifstream used to wait for a writer forever).
+# Files and paths. A FIFO is refused at once (a plain std::ifstream would wait for a writer forever).
 F=$DIR/files; mkdir "$F"
 mkfifo "$F/fifo.json"
 expect 2 "a FIFO as the graph (show)" -- timeout 20 "$JVPC" show "$F/fifo.json"; contains err "is not a regular file (a FIFO)"

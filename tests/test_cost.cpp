@@ -126,8 +126,8 @@ TEST(Cost, OtherFlopsFollowTheConvention) {
   EXPECT_EQ(node_cost(*chol->producer()).other_flops, 2 * 2 * 16 * 16 * 3);
 }
 
-// Counts past 2^63 are an error naming the op, never a wrapped number (found by review:
-// matmul_flops read 0 for this bmm).
+// Counts past 2^63 are an error naming the op, never a wrapped number (this bmm's matmul_flops
+// would wrap to 0).
 // An op without a FLOP convention is counted as elementwise and named as uncosted.
 TEST(Cost, OpsWithoutAConventionAreReportedAsUncosted) {
   Graph g;

@@ -73,8 +73,8 @@ namespace jvpc {
 namespace {
 
 // The zeros a rule materializes for a tangent that is zero (here, the cached half of a cat) are
-// made per call, not held as residuals (found by a probe: a KV cache's tangent held the cache's
-// size in zeros).
+// made per call, not held as residuals (a KV cache's tangent would hold the cache's size in
+// zeros).
 TEST(Fold, ZerosOfATangentAreMadePerCallNotHeld) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) {
     return std::vector<at::Tensor>{at::cat({x[1], x[0]}, 1).sum(-1)};

@@ -280,8 +280,8 @@ TEST(Ir, ShapeRulesAgreeWithTheCpuKernels) {
   }
 }
 
-// Group norm of a channels-last input (found by a probe: its composite fallback, which shape
-// inference ran, views the input and failed).
+// Group norm of a channels-last input (its composite fallback views the input, which fails there,
+// so shape inference uses jvpc's rule).
 TEST(Ir, GroupNormKeepsAChannelsLastInputsFormat) {
   at::Tensor x = at::randn({2, 4, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast);
   Graph g;
@@ -295,8 +295,8 @@ TEST(Ir, GroupNormKeepsAChannelsLastInputsFormat) {
   }
 }
 
-// A convolution's result is channels-last when its input or its weight is (found by a review:
-// the rule looked at the input only, and a later view of a tangent failed at run time).
+// A convolution's result is channels-last when its input or its weight is (a rule that looked at
+// the input only would declare a layout that a later view of a tangent fails on at run time).
 TEST(Ir, ConvolutionTakesChannelsLastFromEitherOperand) {
   for (int cl = 1; cl < 4; ++cl) {
     at::Tensor x = at::randn({2, 3, 6, 6}), w = at::randn({4, 3, 3, 3});

@@ -340,12 +340,12 @@ std::vector<RuleCase> cases() {
          return at::conv_transpose2d(x[0], x[1], x[2], 2, 1, 1);
        })},
       {"aten::convolution", {{1, 2, 5, 6, 7}, {3, 2, 2, 3, 3}}, one([](auto& x) { return at::conv3d(x[0], x[1], {}, 1, 1, 2); })},
-      {"aten::as_strided", {{2, 3, 4, 4}}, one([](auto& x) {  // squeeze-and-excitation on channels-last (found by a probe)
+      {"aten::as_strided", {{2, 3, 4, 4}}, one([](auto& x) {  // squeeze-and-excitation on channels-last
          at::Tensor cl = x[0].contiguous(at::MemoryFormat::ChannelsLast);
          return cl * at::adaptive_avg_pool2d(cl, {1, 1});
        })},
       {"aten::as_strided", {{4, 6}}, one([](auto& x) { return (x[0] * 2).as_strided({3, 4}, {4, 1}); })},
-      {"aten::native_group_norm", {{2, 4, 3, 3}}, one([](auto& x) {  // channels-last (found by a probe); LibTorch's
+      {"aten::native_group_norm", {{2, 4, 3, 3}}, one([](auto& x) {  // channels-last; LibTorch's
          return at::group_norm(x[0].contiguous(at::MemoryFormat::ChannelsLast), 2);  // forward AD fails there: the
        }), one([](auto& x) { return at::group_norm(x[0], 2); })},                  // reference runs contiguous
       {"aten::view", {{3, 4}}, one([](auto& x) { return x[0].view({2, 6}); })},
@@ -465,7 +465,7 @@ std::vector<RuleCase> cases() {
       {"aten::atan2", {{3, 4}, {3, 4}}, one([](auto& x) { return at::atan2(x[0], x[1]); })},
       {"aten::hypot", {{3, 4}, {3, 4}}, one([](auto& x) { return at::hypot(x[0], x[1]); })},
       {"aten::xlogy.Tensor", {{3, 4}, {3, 4}}, one([](auto& x) { return at::xlogy(x[0], x[1]); }), nullptr, true},
-      {"aten::xlogy.Tensor", {{3, 4}, {3, 4}}, one([](auto& x) {  // x = 0 in places, its tangent not (found by a review)
+      {"aten::xlogy.Tensor", {{3, 4}, {3, 4}}, one([](auto& x) {  // x = 0 in places, its tangent not
          return at::xlogy(x[0] - x[0].detach() * (x[0] < 1.0), x[1]);
        }), nullptr, true, 99, false},
       // selection
@@ -994,7 +994,7 @@ TEST(JvpRules, ComplexGraphsAreNotSaved) {
 }
 
 // nansum's tangent sums the tangent where x is a number: a NaN tangent there stays NaN (forward
-// AD's answer), which a nansum of the tangent would drop (found by a review).
+// AD's answer), which a nansum of the tangent would drop.
 TEST(JvpRules, NansumKeepsANanTangentWhereXIsANumber) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::nansum(x[0])}; };
   at::Tensor x = at::tensor({1.0, NAN, 2.0}, at::kDouble), t = at::tensor({NAN, 5.0, 1.0}, at::kDouble);
@@ -1025,7 +1025,7 @@ TEST(JvpRules, ARealRuleOnComplexTensorsIsAnError) {
 }
 
 // A norm asked for in float32 of float16 values: computed in float32, where the norm does not
-// overflow (found by a review: the factor was cast down to float16, inf, and the tangent 0).
+// overflow (a factor cast down to float16 would be inf, and the tangent 0).
 // det at a singular matrix: the tangent is Σ cof(A) ⊙ dA, which central differences confirm
 // (LibTorch's forward AD gives 0 there: det times an inverse that does not exist).
 TEST(SolverRules, DetOfASingularMatrixHasItsCofactorsAsTangent) {
@@ -1041,7 +1041,7 @@ TEST(SolverRules, DetOfASingularMatrixHasItsCofactorsAsTangent) {
 }
 
 // det and slogdet factor Aᵀ when A is contiguous as LibTorch counts it, ignoring the strides of
-// size-1 dims (found by a probe: [1, 3, 3] with strides (3, 3, 1) flipped the adjoint, 159% off).
+// size-1 dims ([1, 3, 3] with strides (3, 3, 1) is contiguous; taking it as transposed flips the adjoint).
 TEST(SolverRules, ContiguityIsLibTorchsForDetAndSlogdet) {
   at::Tensor a = at::randn({3, 1, 3}, at::kDouble).transpose(0, 1), t = at::randn({1, 3, 3}, at::kDouble);
   ASSERT_TRUE(a.is_contiguous());
@@ -1122,7 +1122,7 @@ TEST(SolverRules, CompleteQrOfATallMatrixIsAnError) {
 }
 
 // logcumsumexp where a prefix's exponentials underflow or are exp(−inf): 0 there, as in LibTorch,
-// not NaN (found by a probe).
+// not NaN.
 TEST(ScanRules, LogcumsumexpIsFiniteWherePrefixesUnderflow) {
   at::Tensor x = at::tensor({-INFINITY, -1000., 0., 1.}, at::kDouble), t = at::randn({4}, at::kDouble);
   TensorFn fn = [](const std::vector<at::Tensor>& v) { return std::vector<at::Tensor>{v[0].logcumsumexp(0)}; };
@@ -1142,8 +1142,8 @@ TEST(NormRule, WidensToTheResultsDtype) {
 }
 
 // The tangent of a softmax's input filled with −inf keeps its mask: where the fill hides the
-// log of a zero, the tangent there is inf, and out · t = 0 · inf would make the row NaN (found by
-// a probe of an optimization, since removed, that dropped the mask as the output is 0 there).
+// log of a zero, the tangent there is inf, and out · t = 0 · inf would make the row NaN (so the
+// mask stays even though the output is 0 there).
 TEST(SoftmaxRules, TheTangentOfAMaskedFillKeepsItsMask) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) {
     return std::vector<at::Tensor>{
@@ -1156,7 +1156,7 @@ TEST(SoftmaxRules, TheTangentOfAMaskedFillKeepsItsMask) {
 }
 
 // Without weight and bias, a normalization's output is x̂: the rule reads it rather than a
-// recomputed copy, so a matmul reading that output too keeps one residual (found by a probe).
+// recomputed copy, so a matmul reading that output too keeps one residual.
 TEST(NormalizationRules, AnOutputWithoutAffineIsItsOwnNormalizedInput) {
   for (const char* norm : {"layer", "group"}) {
     TensorFn fn = [norm](const std::vector<at::Tensor>& x) {

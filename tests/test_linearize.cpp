@@ -192,8 +192,8 @@ TEST(Linearize, JvpCallsCopyNoTangent) {
   }
 }
 
-// In-place ops on intermediates whose earlier values a rule reads (found by a probe: the tracer
-// kept each value by reference, so folding saw it after the write; tangents were 80% off).
+// In-place ops on intermediates whose earlier values a rule reads: folding must see each value as
+// it was before the write (a value kept by reference would be seen after it).
 TEST(Linearize, InPlaceUpdatesKeepTheValuesFoldingSees) {
   using V = std::vector<at::Tensor>;
   std::vector<std::pair<const char*, TensorFn>> fns = {
@@ -238,7 +238,7 @@ TEST(Linearize, InPlaceUpdatesKeepTheValuesFoldingSees) {
 }
 
 // A zero tangent folds to a constant; each call returns a copy of it, so writing into one
-// result changes no later result (found by a probe). Identity tangents are the caller's own.
+// result changes no later result. Identity tangents are the caller's own.
 TEST(Linearize, ConstantResultsAreCopiesAndIdentitiesAreTheCallersTangents) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) {
     return std::vector<at::Tensor>{x[0] * 2, at::ones({3}, at::kDouble) * 3, x[0]};
@@ -339,8 +339,8 @@ TEST(Linearize, UnknownWrtIsAnError) {
   expect_error([&] { linearize(ex.fn(), ex.inputs, opt); }, "wrt: no primal input named 'mask'");
 }
 
-// Tangents are taken in wrt's order (found by a probe: they followed graph order, so wrt = {v, k}
-// silently swapped two tangents of one shape).
+// Tangents are taken in wrt's order, not graph order (with wrt = {v, k} graph order would swap two
+// tangents of one shape, silently).
 TEST(Linearize, TangentsFollowWrtsOrder) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{x[0] * 2 + x[1] * 3}; };
   at::Tensor k = at::randn({4}, at::kDouble), v = at::randn({4}, at::kDouble), dk = at::randn({4}, at::kDouble),
@@ -355,8 +355,8 @@ TEST(Linearize, TangentsFollowWrtsOrder) {
 }
 
 // A residual that is a view of a caller's input holds the caller's tensor; writing into that input
-// after linearize would mix new values with residuals computed from the old ones (found by a probe:
-// 38% off after W.mul_(2)). jvp() refuses, naming the input.
+// after linearize would mix new values with residuals computed from the old ones (W.mul_(2)).
+// jvp() refuses, naming the input.
 TEST(Linearize, WritingAnAliasedInputAfterLinearizeIsAnError) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::matmul(x[0], x[1]).sin()}; };
   at::Tensor x = at::randn({3, 4}, at::kDouble), w = at::randn({4, 5}, at::kDouble);
@@ -375,8 +375,8 @@ TEST(Linearize, WritingAnAliasedInputAfterLinearizeIsAnError) {
 }
 
 // The same hazard through the other ways a caller shares a residual: a tensor the function
-// captured (weights in a closure), and the graph saved or compiled again after the write (all
-// found by a probe: results matched neither the old point nor the new one, silently).
+// captured (weights in a closure), and the graph saved or compiled again after the write (each
+// would silently give results that match neither the old point nor the new one).
 TEST(Linearize, WritingACapturedTensorAfterLinearizeIsAnError) {
   at::Tensor w = at::randn({4, 4}, at::kDouble), x = at::randn({3, 4}, at::kDouble),
              dx = at::randn({3, 4}, at::kDouble);
@@ -394,7 +394,7 @@ TEST(Linearize, WritingACapturedTensorAfterLinearizeIsAnError) {
 }
 
 // A primal output that is a residual (exp's output is its derivative) goes to the caller as a
-// copy: writing into one's result does not change later jvp calls (found by a probe: 9× off).
+// copy: writing into one's result does not change later jvp calls.
 TEST(Linearize, WritingAPrimalOutputLeavesTheJvpAlone) {
   TensorFn fn = [](const std::vector<at::Tensor>& a) { return std::vector<at::Tensor>{a[0].exp(), a[0].softmax(-1)}; };
   at::Tensor x = at::randn({3, 4}, at::kDouble), dx = at::randn({3, 4}, at::kDouble);
@@ -406,8 +406,8 @@ TEST(Linearize, WritingAPrimalOutputLeavesTheJvpAlone) {
 }
 
 // ATen's recurrent cells and layers: the cells chunk their gates (unsafe_chunk) and apply the
-// activations in place, which the tracer writes through to the gates (found by a probe: every
-// LSTM and GRU was refused). In float32 on the CPU, at::lstm runs oneDNN's fused layer
+// activations in place, which the tracer writes through to the gates (so LSTMs and GRUs trace at
+// all). In float32 on the CPU, at::lstm runs oneDNN's fused layer
 // (mkldnn_rnn_layer), whose rule is checked against forward AD of the unfused path.
 TEST(Linearize, RecurrentCellsAndLayersFromATen) {
   auto o = at::TensorOptions().dtype(at::kDouble);
@@ -469,7 +469,7 @@ TEST(Linearize, OneDnnLstmLayersMatchForwardAdOfTheUnfusedPath) {
       ref.push_back(t.back());
       in.push_back({"x" + std::to_string(i), x[i]});
     }
-    // the biases alone too: their tangent has no time or batch dims (found by a review: 93% off)
+    // the biases alone too: their tangent has no time or batch dims
     LinearizeOptions biases_only;
     biases_only.wrt = {"x5"};
     std::vector<at::Tensor> got_b = linearize(fn, in, biases_only).jvp({t[5]});

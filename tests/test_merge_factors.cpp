@@ -52,8 +52,8 @@ TEST(MergeFactors, MergesTwoPrimalFactorsIntoOne) {
   EXPECT_EQ(test::count_op(c.g, "aten::mul.Tensor"), 2);
 }
 
-// (t·2)·sin(a) -> t·(2·sin(a)) (found by a probe: leaky_relu_ after a scaling kept the
-// scaling on the tangent, a pass per call).
+// (t·2)·sin(a) -> t·(2·sin(a)), so the scaling is not a pass over the tangent per call (leaky_relu_
+// after a scaling).
 TEST(MergeFactors, MergesANumberIntoAFactor) {
   Chain c({4, 8});
   Builder bld(c.g);
@@ -78,7 +78,7 @@ TEST(MergeFactors, FactorsATangentOutOfASum) {
   EXPECT_EQ(out->input(1)->producer()->op(), "aten::sub.Tensor");
 }
 
-// alpha given as the float 1.0 is alpha 1 (found by a review: only the integer 1 was merged).
+// alpha given as the float 1.0 is alpha 1, as the integer 1 is.
 TEST(MergeFactors, TakesAFloatAlphaOfOneAsOne) {
   Chain c({4, 8});
   Builder bld(c.g);
@@ -101,7 +101,7 @@ TEST(MergeFactors, LeavesChainsWhoseMergedFactorTakesMoreBytes) {
 }
 
 // x.t()·r with x a primal input: the view of x is the caller's bytes, not a residual of its
-// own; merging would make a new [n, d] residual where there was an [n, 1] one (found by a review).
+// own; merging would make a new [n, d] residual where there was an [n, 1] one.
 TEST(MergeFactors, CountsAViewOfAnInputAsNoBytes) {
   Graph g;
   Value* x = g.add_input("x", f32({8, 4}), Role::Primal, true);

@@ -74,7 +74,7 @@ TEST(Runtime, ConstantsCanBeRebound) {
 }
 
 // Without a GPU, a CUDA graph is a one-line jvpc::Error from the library, and a failed move
-// leaves the graph as it was (found by a probe: a raw multi-line c10::Error, a half-moved graph).
+// leaves the graph as it was (not a raw multi-line c10::Error, not a half-moved graph).
 TEST(Runtime, CudaGraphsWithoutAGpuAreOneLineErrors) {
   if (at::hasCUDA()) GTEST_SKIP() << "a CUDA device is present";
   auto g = std::make_shared<Graph>();
@@ -145,9 +145,9 @@ TEST(Runtime, NeverReusesBuffersThatAViewShares) {
   EXPECT_EQ(kernels.back(), "aten::add.Tensor");
 }
 
-// Ops that return their operand, or a view of it, without their schema saying so (found by a
-// probe: add_ ran into the caller's input through _unsafe_view, into a live value through
-// unsafe_split, into a constant through type_as). Inputs and constants are never written.
+// Ops that return their operand, or a view of it, without their schema saying so: add_ in place
+// would write the caller's input through _unsafe_view, a live value through unsafe_split, a
+// constant through type_as. Inputs and constants are never written.
 TEST(Runtime, OpsThatReturnUnmarkedAliasesAreNeverRunInPlaceOn) {
   auto g = std::make_shared<Graph>();
   Value* x = g->add_input("x", TensorMeta::contiguous({4, 4}, c10::kFloat, c10::kCPU), Role::Primal);

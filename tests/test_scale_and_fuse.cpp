@@ -39,7 +39,7 @@ TEST(ScaleToResidual, LeavesScalesOfTwoTangentOperandsAlone) {
 }
 
 // (x.expand({2, 3}) * 2).view({6}): the product is contiguous, the expanded tangent is not, so
-// the view cannot sink below the scaling (found by a probe: the pass failed the pipeline).
+// the view cannot sink below the scaling.
 TEST(ScaleToResidual, LeavesViewsTheUnscaledLayoutCannotTake) {
   Graph g;
   Value* dx = g.add_input("dx", f32({3}), Role::Tangent);
@@ -54,7 +54,7 @@ TEST(ScaleToResidual, LeavesViewsTheUnscaledLayoutCannotTake) {
   EXPECT_TRUE(Executable(g.clone()).run({t})[0].equal((t.expand({2, 3}) * 2).view({6})));
 }
 
-// Views that reinterpret storage do not commute with scaling (found by a probe).
+// Views that reinterpret storage do not commute with scaling.
 TEST(ScaleToResidual, LeavesStorageViewsAlone) {
   Graph g;
   Value* dx = g.add_input("dx", f32({4, 6}), Role::Tangent);

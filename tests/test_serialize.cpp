@@ -80,7 +80,7 @@ TEST(Serialize, RejectsInvalidJson) {
 
 TEST(Serialize, RejectsDeepNesting) { expect_load_error(std::string(100, '[') + std::string(100, ']'), "nesting"); }
 
-TEST(Serialize, RejectsNumbersPastDoubleRange) {  // found by the fuzzer: nlohmann's out_of_range 406
+TEST(Serialize, RejectsNumbersPastDoubleRange) {  // nlohmann's out_of_range 406
   expect_load_error(R"({"schema_version": 1, "x": 0.3E535533905932738})", "invalid JSON: number overflow parsing");
 }
 
@@ -320,8 +320,8 @@ TEST(Serialize, SharedStorageIsStoredOnceAndSharedAgainAfterLoading) {
 }
 
 // A constant alone in its storage but with gaps or repeats (a step slice, a column slice, an
-// expand) is stored as the span it reaches and rebuilt with its strides (found by a probe: such
-// graphs saved but did not load). A constant named like safetensors' own header is refused.
+// expand) is stored as the span it reaches and rebuilt with its strides, so such graphs load
+// back. A constant named like safetensors' own header is refused.
 TEST(Serialize, StridedConstantsAloneInTheirStorageRoundTrip) {
   at::Tensor cols = at::randn({4, 8}).slice(1, 0, 3), steps = at::randn({8}).slice(0, 0, 8, 2),
              repeated = at::randn({3}).expand({4, 3});

@@ -68,7 +68,7 @@ TEST(SimplifyArith, KeepsPromotingMultiplications) {
   EXPECT_FALSE(simplify_arith(g));
 }
 
-// x + 0.0 is not x when x is -0.0 (found by a probe: 1/x changed sign); x + (-0.0) and
+// x + 0.0 is not x when x is -0.0 (1/x would change sign); x + (-0.0) and
 // x - 0.0 are. Scales that cancel leave no multiplication.
 TEST(SimplifyArith, AddsOfZeroGoOnlyWhereExact) {
   Graph g;
@@ -95,7 +95,7 @@ namespace jvpc {
 namespace {
 
 // Writes through views leave slice_scatter/select_scatter nodes, and reads of the written part
-// or of the rest (found by a probe: a rotary embedding's tangent kept them).
+// or of the rest (a rotary embedding's tangent has them).
 TEST(SimplifyViews, ReadsAroundAScatterReadItsSourceOrItsBase) {
   Graph g;
   Value* base = g.add_input("base", test::f32({4, 6}), Role::Primal);

@@ -127,7 +127,7 @@ TEST(Tracer, InPlaceOpsOnIntermediatesBecomeFunctional) {
 }
 
 // unbind of a batch of 1 (and chunk(1)): the one part is linked to its base too, so a write into it
-// reaches the base (found by a review).
+// reaches the base.
 TEST(Tracer, AWriteIntoTheOnlyPartOfAnUnbindReachesTheBase) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) {
     at::Tensor y = x[0] * 2;
@@ -141,7 +141,7 @@ TEST(Tracer, AWriteIntoTheOnlyPartOfAnUnbindReachesTheBase) {
 }
 
 // pow_'s functional forms have other overload names: pow_.Scalar is pow.Tensor_Scalar (pow.Scalar
-// is Scalar ** Tensor), pow_.Tensor is pow.Tensor_Tensor (found by a probe).
+// is Scalar ** Tensor), pow_.Tensor is pow.Tensor_Tensor.
 TEST(Tracer, InPlacePowersBecomeTheirFunctionalForms) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) {
     at::Tensor a = x[0] * 2, b = x[0] + 1;
@@ -156,7 +156,7 @@ TEST(Tracer, InPlacePowersBecomeTheirFunctionalForms) {
 }
 
 // index_add with an empty index (a graph without edges): LibTorch's C++ Meta kernel fails there,
-// so its shape rule is jvpc's (found by a probe).
+// so its shape rule is jvpc's.
 TEST(Tracer, IndexAddWithAnEmptyIndexLinearizes) {
   at::Tensor e = at::empty({0}, at::kLong);
   TensorFn fn = [e](const std::vector<at::Tensor>& x) {
@@ -253,11 +253,10 @@ TEST(Tracer, WritesThroughViewsReachTheirBase) {
   }
 }
 
-// Found by a probe of the above: a view taken again from its base and then written in place
-// (rotary embeddings written into halves) kept its post-write value for folding: the JVP was
-// off by 30%. In-place view ops (t_, unsqueeze_) change metadata, not data: they were taken for
-// writes, and wrote a transposed copy into the base. A view of at::tensor's values replayed
-// uninitialized memory.
+// A view taken again from its base and then written in place (rotary embeddings written into
+// halves) keeps its pre-write value for folding. In-place view ops (t_, unsqueeze_) change
+// metadata, not data: they are not writes, and write no transposed copy into the base. A view of
+// at::tensor's values replays those values, not uninitialized memory.
 TEST(Tracer, InPlaceViewsAndRetakenViewsKeepTheirValues) {
   using T = const std::vector<at::Tensor>&;
   std::vector<std::pair<const char*, TensorFn>> cases = {
@@ -306,9 +305,9 @@ TEST(Tracer, InPlaceViewsAndRetakenViewsKeepTheirValues) {
          at::Tensor c = at::tensor({1., 2., 3., 4.}, at::kDouble).view({4, 1});
          return std::vector<at::Tensor>{x[0] * c};
        }},
-      // found by a review of the above: kept values that are the restrided tensor itself took its
-      // new metadata; a tensor literal written in part replayed uninitialized memory; batch norm's
-      // running statistics, when traced values, were written where the tracer could not see it
+      // kept values that are the restrided tensor itself keep their metadata; a tensor literal
+      // written in part replays its values, not uninitialized memory; batch norm's running
+      // statistics, when traced values, are not written where the tracer cannot see it
       {"t_ after its value was used",
        [](T x) {
          at::Tensor h = x[0].slice(0, 0, 3).sin(), p = h * x[0].slice(0, 0, 3);
@@ -346,7 +345,7 @@ TEST(Tracer, InPlaceViewsAndRetakenViewsKeepTheirValues) {
 }
 
 // t_ on a tensor the tracer meets for the first time there (memory the callable wraps): it is
-// captured, with the metadata it had (found by a review: the constant took the new metadata).
+// captured, with the metadata it had, not the one t_ gives it.
 TEST(Tracer, AConstantCapturedByAnInPlaceViewOpKeepsItsMetadata) {
   auto buf = std::make_shared<std::vector<double>>(std::vector<double>{1, 2, 3, 4, 5, 6});
   TensorFn fn = [buf](const std::vector<at::Tensor>& x) {
@@ -496,8 +495,8 @@ TEST(Tracer, ValuesWrittenOutsideTheDispatcherAreCaptured) {
 }
 
 // A decomposed op whose kernel fills an `empty` in a plain loop: captured like at::tensor's
-// values, its result was a constant and its tangent silently zero (found by a probe, with CPU
-// max_pool1d, which the tracer now runs as max_pool1d_with_indices).
+// values, its result would be a constant and its tangent silently zero (CPU max_pool1d does
+// this; the tracer runs it as max_pool1d_with_indices).
 at::Tensor filled_outside(const at::Tensor& x) {
   at::Tensor c = x.contiguous();
   at::Tensor out = at::empty(c.sizes(), c.options());
@@ -570,7 +569,7 @@ TEST(Tracer, ADecomposedOpReturningATensorNoKernelMadeIsAnError) {
 }
 
 // Batch norm in training mode writes its running statistics, which its schema does not say
-// (found by a probe: replaying the graph wrote them again, into the caller's tensors).
+// (replaying such a graph would write them again, into the caller's tensors).
 TEST(Tracer, BatchNormInTrainingModeRecordsNoRunningStatistics) {
   TensorFn fn = [](const std::vector<at::Tensor>& x) {
     return std::vector<at::Tensor>{at::batch_norm(x[0], {}, {}, x[1], x[2], true, 0.5, 1e-5, false)};
@@ -628,10 +627,10 @@ TEST(Tracer, ScalarsReadFromTracedValuesAreAnError) {
   EXPECT_TRUE(lin.jvp({t})[0].allclose(forward_ad_jvp(pick, {x}, {t})[0]));
 }
 
-// Found by a probe: a captured tensor written in place changed the constant the graph replays;
-// LibTorch's own errors inside the callable came out as many lines; sparse inputs were taken.
+// A captured tensor written in place would change the constant the graph replays; LibTorch's own
+// errors inside the callable are many lines; sparse inputs are not supported.
 TEST(Tracer, BadCallablesAndInputsAreOneLineErrors) {
-  // A name the loader would refuse (found by a probe: such a graph saved but did not load back).
+  // A name the loader would refuse (such a graph would save but not load back).
   test::expect_error(
       [] {
         trace([](const std::vector<at::Tensor>& x) { return x; }, {{"a\nb", at::ones({2})}});

@@ -12,8 +12,8 @@ using test::f32;
 using test::run;
 
 // A decoding step over a KV cache: the tangents of cat([past, new]) are cat([zeros, dnew]); the
-// matmuls skip the zero blocks (found by a probe: two cache-sized zero blocks made and
-// multiplied per call).
+// matmuls skip the zero blocks (rather than make and multiply two cache-sized zero blocks per
+// call).
 TEST(ZeroBlocks, ADecodingStepSkipsTheCachesZeroTangent) {
   at::Tensor past_k = at::randn({1, 2, 64, 8}, at::kDouble), past_v = at::randn({1, 2, 64, 8}, at::kDouble);
   TensorFn fn = [past_k, past_v](const std::vector<at::Tensor>& x) {

@@ -3,8 +3,8 @@
 // jvpc does not keep its own list of ops: any operator registered with the dispatcher can
 // appear in a graph. This file resolves names to schemas, converts between the boxed calling
 // convention (c10::IValue) and the IR's typed Args, classifies ops (view, mutating, random,
-// composite) and infers output metadata by running the op on Meta tensors, with a short table
-// of shape rules for the few kernels that have no Meta implementation in C++.
+// composite) and infers output metadata by running the op on Meta tensors, with a table of
+// shape rules (compiler/ir/shape_rules.cpp) for the kernels that have no Meta implementation in C++.
 #pragma once
 
 #include "compiler/ir/graph.h"

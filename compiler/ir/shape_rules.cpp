@@ -1,5 +1,8 @@
-// Shape rules for kernels without a C++ Meta kernel in LibTorch 2.11: reductions, losses,
-// pooling, padding, im2col, embeddings, indexing, batch norm and the fused attention kernels.
+// Shape rules for kernels without a C++ Meta kernel in LibTorch 2.11: where, _safe_softmax and
+// the math path of attention, reductions, losses, pooling, padding, im2col, embeddings,
+// indexing, layer, group and batch norm, convolution, linear-algebra solvers and the fused
+// attention kernels; and for native_group_norm, whose C++ fallback fails on channels-last inputs.
+// One named function per op or family, registered in one table (shape_rules()).
 //
 // Where a sibling op with a Meta kernel computes the same output shape (a reduction's from sum
 // or max.dim, an elementwise op's from add or sub), the rule runs it on Meta tensors, so that
@@ -715,10 +718,294 @@ Metas cudnn_attention(const Call& c) {
           absent_return()};
 }
 
+// --- Selection, softmax, layouts, normalization, convolution, linear algebra -----------------
+
+// These build their results on the device of the operand they follow (`like`, `on_device_of`),
+// which is operand 0's for most of them.
+
+/// A contiguous result with `sizes` and `dtype` on m's device.
+TensorMeta like(const TensorMeta& m, std::vector<int64_t> sizes, c10::ScalarType dtype) {
+  return TensorMeta::contiguous(std::move(sizes), dtype, m.device);
+}
+
+/// The metadata of a Meta tensor a shape rule made, on the device of `like`.
+TensorMeta on_device_of(const at::Tensor& meta, const TensorMeta& like) {
+  TensorMeta m = TensorMeta::of(meta);
+  m.device = like.device;
+  return m;
+}
+
+/// An elementwise result laid out like `x` where x is dense, as TensorIterator and empty_like
+/// (preserve format) do it.
+TensorMeta preserving_layout(const TensorMeta& x) {
+  return on_device_of(at::empty_like(on_meta(x), at::MemoryFormat::Preserve), x);
+}
+
+/// A result of x's shape in x's suggested memory format (contiguous or channels-last).
+TensorMeta preserving_format(const TensorMeta& x) {
+  at::Tensor meta = on_meta(x);
+  return on_device_of(at::empty(x.sizes, meta.options().memory_format(meta.suggest_memory_format())), x);
+}
+
+// where.self(condition, self, other): the broadcast shape. Type promotion as the kernel does it:
+// a 0-dim operand does not widen a dimensioned one.
+Metas where_self(const Call& c) {
+  const auto &cond = c.meta(0), &x = c.meta(1), &y = c.meta(2);
+  auto sizes = at::infer_size(at::infer_size(cond.sizes, x.sizes), y.sizes);
+  return {like(x, sizes, at::result_type(on_meta(x), on_meta(y)))};
+}
+
+// where with one scalar branch (the tangent of a where with one differentiable branch).
+Metas where_scalar_other(const Call& c) {
+  const auto &cond = c.meta(0), &x = c.meta(1);
+  return {like(x, at::infer_size(cond.sizes, x.sizes), at::result_type(on_meta(x), c.scalar(2)))};
+}
+
+Metas where_scalar_self(const Call& c) {
+  const auto &cond = c.meta(0), &y = c.meta(2);
+  return {like(y, at::infer_size(cond.sizes, y.sizes), at::result_type(on_meta(y), c.scalar(1)))};
+}
+
+// The math path of attention (the reference for graph files with fused kernels): its composite
+// runs _safe_softmax, which has no Meta kernel.
+Metas attention_math(const Call& c) {
+  const auto &q = c.meta(0), &k = c.meta(1), &v = c.meta(2);
+  if (q.sizes.size() < 2 || k.sizes.size() < 2 || v.sizes.size() < 2) throw Error("query, key and value need 2 dims");
+  auto out = q.sizes, attn = q.sizes;
+  out.back() = v.sizes.back();
+  attn.back() = k.sizes[k.sizes.size() - 2];
+  return {like(q, out, q.dtype), like(q, attn, q.dtype)};
+}
+
+Metas safe_softmax(const Call& c) {
+  const auto& x = c.meta(0);
+  auto dt = c.a.size() > 2 && c.a[2].kind == ArgKind::ScalarType ? static_cast<c10::ScalarType>(c.a[2].value.toInt())
+                                                                 : x.dtype;
+  return {like(x, x.sizes, dt)};
+}
+
+// flip keeps the input's layout where it is dense (empty_like, preserve format).
+Metas flip(const Call& c) {
+  const auto& x = c.meta(0);
+  for (int64_t d : c.ints(1)) c10::maybe_wrap_dim(d, static_cast<int64_t>(x.sizes.size()));
+  return {preserving_layout(x)};
+}
+
+// roll's result is contiguous.
+Metas roll(const Call& c) {
+  const auto& x = c.meta(0);
+  auto shifts = c.ints(1), dims = c.ints(2);
+  if (dims.empty() ? shifts.size() != 1 : shifts.size() != dims.size())
+    throw Error("shifts and dims must have the same length (or one shift and no dims)");
+  for (int64_t d : dims) c10::maybe_wrap_dim(d, static_cast<int64_t>(x.sizes.size()));
+  return {like(x, x.sizes, x.dtype)};
+}
+
+Metas index_select(const Call& c) {
+  const auto& x = c.meta(0);
+  const auto& idx = c.meta(2);
+  auto sizes = x.sizes;
+  int64_t dim = c10::maybe_wrap_dim(c.i64(1), static_cast<int64_t>(sizes.size()));
+  sizes.at(static_cast<size_t>(dim)) = idx.numel();
+  return {like(x, sizes, x.dtype)};
+}
+
+Metas dot(const Call& c) {
+  const auto& x = c.meta(0);
+  return {like(x, {}, x.dtype)};
+}
+
+Metas mv(const Call& c) {
+  const auto& m = c.meta(0);
+  if (m.sizes.size() != 2) throw Error("aten::mv: the matrix must be 2-D");
+  return {like(m, {m.sizes[0]}, m.dtype)};
+}
+
+// native_layer_norm(x, normalized_shape, weight, bias, eps) -> (out, mean, rstd).
+Metas native_layer_norm(const Call& c) {
+  const auto& x = c.meta(0);
+  auto normalized = c.ints(1);
+  if (normalized.size() > x.sizes.size()) throw Error("normalized_shape has more dims than the input");
+  auto stat = x.sizes;
+  for (size_t i = stat.size() - normalized.size(); i < stat.size(); ++i) stat[i] = 1;
+  // float16/bfloat16 statistics are float32 on CUDA; the CPU kernel keeps the input's dtype
+  // unless the weight or bias is of another (float32) dtype.
+  auto other_dtype = [&](size_t i) { return c.a.at(i).kind == ArgKind::Tensor && c.meta(i).dtype != x.dtype; };
+  bool wide = c10::isReducedFloatingType(x.dtype) && (!x.device.is_cpu() || other_dtype(2) || other_dtype(3));
+  auto acc = wide ? c10::kFloat : x.dtype;
+  return {like(x, x.sizes, x.dtype), like(x, stat, acc), like(x, stat, acc)};
+}
+
+// native_group_norm(x, w, b, N, C, HxW, group, eps): its composite fallback views x, which fails
+// for a channels-last x; the kernel keeps x's memory format. Statistics [N, group], in x's dtype
+// unless a reduced-precision x meets float32 weights (as layer norm).
+Metas native_group_norm(const Call& c) {
+  const auto& x = c.meta(0);
+  int64_t n = c.i64(3), ch = c.i64(4), hw = c.i64(5), g = c.i64(6);
+  if (x.sizes.size() < 2 || x.sizes[0] != n || x.sizes[1] != ch || n * ch * hw != x.numel() || g < 1 || ch % g != 0)
+    throw Error("N, C, HxW and group do not describe the input");
+  for (size_t i : {size_t{1}, size_t{2}})
+    if (c.a.at(i).kind == ArgKind::Tensor && c.meta(i).sizes != std::vector<int64_t>{ch})
+      throw Error("weight and bias must have C elements");
+  auto other_dtype = [&](size_t i) { return c.a.at(i).kind == ArgKind::Tensor && c.meta(i).dtype != x.dtype; };
+  auto acc = c10::isReducedFloatingType(x.dtype) && (other_dtype(1) || other_dtype(2)) ? c10::kFloat : x.dtype;
+  std::vector<int64_t> stat = {n, g};
+  return {preserving_format(x), like(x, stat, acc), like(x, stat, acc)};
+}
+
+// convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups); a list of
+// one entry applies to every spatial dim. The result is channels-last when x or w is (as mkldnn
+// and cuDNN choose), else contiguous.
+Metas convolution(const Call& c) {
+  const auto &x = c.meta(0), &w = c.meta(1);
+  if (x.sizes.size() < 3 || w.sizes.size() != x.sizes.size())
+    throw Error("input and weight need the same rank, 3 or more");
+  size_t space = x.sizes.size() - 2;
+  auto at_dim = [&](size_t arg, size_t d) {
+    auto v = c.ints(arg);
+    if (v.size() != 1 && v.size() != space)
+      throw Error("stride, padding and dilation need 1 or " + std::to_string(space) + " entries");
+    return v.size() == 1 ? v[0] : v[d];
+  };
+  bool transposed = c.flag(6);
+  int64_t groups = c.i64(8);
+  std::vector<int64_t> out = {x.sizes[0], transposed ? w.sizes[1] * groups : w.sizes[0]};
+  for (size_t d = 0; d < space; ++d) {
+    int64_t in = x.sizes[d + 2], k = w.sizes[d + 2], s = at_dim(3, d), p = at_dim(4, d), dl = at_dim(5, d);
+    if (s < 1 || dl < 1 || p < 0) throw Error("stride and dilation must be positive and padding not negative");
+    if (!transposed && dl * (k - 1) + 1 > in + 2 * p) throw Error("the kernel is larger than the padded input");
+    out.push_back(transposed ? (in - 1) * s - 2 * p + dl * (k - 1) + at_dim(7, d) + 1
+                             : (in + 2 * p - dl * (k - 1) - 1) / s + 1);
+    if (out.back() < 1) throw Error("the output would have no elements along spatial dim " + std::to_string(d));
+  }
+  auto format = on_meta(x).suggest_memory_format();
+  if (format == at::MemoryFormat::Contiguous) format = on_meta(w).suggest_memory_format();
+  return {on_device_of(at::empty(out, on_meta(x).options().memory_format(format)), x)};
+}
+
+// Elementwise kernels of one operand's shape and dtype (the backward kernels read a gradient of
+// the operand's shape: relu, hardtanh_backward, hardswish_backward, log_sigmoid_backward,
+// binary_cross_entropy_backward, _conj_physical): the result is laid out like operand 0, as
+// TensorIterator does it for a dense operand.
+Metas elementwise_like_self(const Call& c) { return {preserving_layout(c.meta(0))}; }
+
+// abs: elementwise, and real for a complex operand.
+Metas abs_real(const Call& c) {
+  TensorMeta out = preserving_layout(c.meta(0));
+  out.dtype = c10::toRealValueType(out.dtype);
+  return {out};
+}
+
+// Kernels that allocate their result contiguous, of operand 0's shape and dtype, whatever its
+// layout (smooth_l1_loss_backward, huber_loss_backward, linalg_matrix_exp, index_add; index_add's
+// C++ Meta kernel also fails on an empty index).
+Metas contiguous_like_self(const Call& c) {
+  const auto& x = c.meta(0);
+  return {like(x, x.sizes, x.dtype)};
+}
+
+// A triangular or Cholesky solve: B's matrix shape over the broadcast batch of A and B, each
+// matrix column-major (as LAPACK writes it). `matrix`: the operand that is A.
+Metas solve(const Call& c, size_t matrix) {
+  const auto &A = c.meta(matrix), &B = c.meta(1 - matrix);
+  if (A.sizes.size() < 2 || B.sizes.size() < 2)
+    throw Error("the matrix and the right-hand side must be matrices or batches of them");
+  auto batch = at::infer_size(c10::IntArrayRef(A.sizes).slice(0, A.sizes.size() - 2),
+                              c10::IntArrayRef(B.sizes).slice(0, B.sizes.size() - 2));
+  std::vector<int64_t> transposed = batch;
+  transposed.insert(transposed.end(), {B.sizes.end()[-1], B.sizes.end()[-2]});
+  return {on_device_of(at::empty(transposed, on_meta(B).options()).mT(), B)};
+}
+
+// linalg_solve_triangular(A, B, ...).
+Metas linalg_solve_triangular(const Call& c) { return solve(c, 0); }
+
+// cholesky_solve(B, L, upper).
+Metas cholesky_solve(const Call& c) { return solve(c, 1); }
+
+// linalg_pinv(A, atol, rtol, hermitian): [.., n, m], contiguous (in C++ the Meta path is missing).
+Metas linalg_pinv(const Call& c) {
+  const auto& A = c.meta(0);
+  if (A.sizes.size() < 2) throw Error("the input must be a matrix or a batch of them");
+  std::vector<int64_t> sizes = A.sizes;
+  std::swap(sizes.end()[-1], sizes.end()[-2]);
+  return {like(A, sizes, A.dtype)};
+}
+
+// linalg_lstsq(A, B, rcond, driver) -> (solution, residuals, rank, singular_values), as LAPACK
+// leaves them: each solution column-major in a buffer of max(m, n) rows, narrowed to n.
+// Residuals exist for m > n with a driver other than gelsy, and A of full rank, which this rule
+// assumes; the graph's declared shape is trusted there (value_dependent_shape).
+Metas linalg_lstsq(const Call& c) {
+  const auto &A = c.meta(0), &B = c.meta(1);
+  if (A.sizes.size() < 2) throw Error("the input must be a matrix or a batch of them");
+  bool vector = B.sizes.size() + 1 == A.sizes.size();
+  if (B.sizes.size() < (vector ? 1 : 2))
+    throw Error("the right-hand side must be a vector, a matrix or a batch of them");
+  int64_t m = A.sizes.end()[-2], n = A.sizes.back(), k = vector ? 1 : B.sizes.back();
+  if ((vector ? B.sizes.back() : B.sizes.end()[-2]) != m) throw Error("A and B must have the same number of rows");
+  auto batch = at::infer_size(c10::IntArrayRef(A.sizes).slice(0, A.sizes.size() - 2),
+                              c10::IntArrayRef(B.sizes).slice(0, B.sizes.size() - (vector ? 1 : 2)));
+  auto with = [&](std::vector<int64_t> tail) {
+    std::vector<int64_t> s = batch;
+    s.insert(s.end(), tail.begin(), tail.end());
+    return s;
+  };
+  auto options = on_meta(A).options();
+  at::Tensor X = vector ? at::empty(with({std::max(m, n)}), options).narrow(-1, 0, n)
+                        : at::empty(with({k, std::max(m, n)}), options).mT().narrow(-2, 0, n);
+  std::string driver =
+      c.a.at(3).kind == ArgKind::None ? (A.device.is_cpu() ? "gelsy" : "gels") : c.a.at(3).value.toStringRef();
+  bool residuals = m > n && driver != "gelsy", singular = driver == "gelsd" || driver == "gelss";
+  return {on_device_of(X, A), like(A, residuals ? with({k}) : std::vector<int64_t>{0}, A.dtype),
+          like(A, driver == "gels" ? std::vector<int64_t>{0} : batch, c10::kLong),
+          like(A, singular ? with({std::min(m, n)}) : std::vector<int64_t>{0}, A.dtype)};
+}
+
+// grid_sampler_{2,3}d_backward(grad, input, grid, ..., output_mask): gradients of input and grid,
+// contiguous.
+Metas grid_sampler_backward(const Call& c) {
+  const auto &x = c.meta(1), &grid = c.meta(2);
+  return {like(x, x.sizes, x.dtype), like(grid, grid.sizes, grid.dtype)};
+}
+
 }  // namespace
 
-void add_shape_rules(std::unordered_map<std::string, ShapeRule>& rules) {
+namespace {
+
+std::unordered_map<std::string, ShapeRule> make_shape_rules() {
+  std::unordered_map<std::string, ShapeRule> rules;
   const std::pair<const char*, Rule> table[] = {
+      {"aten::where.self", where_self},
+      {"aten::where.ScalarOther", where_scalar_other},
+      {"aten::where.ScalarSelf", where_scalar_self},
+      {"aten::_scaled_dot_product_attention_math", attention_math},
+      {"aten::_safe_softmax", safe_softmax},
+      {"aten::flip", flip},
+      {"aten::roll", roll},
+      {"aten::index_select", index_select},
+      {"aten::dot", dot},
+      {"aten::mv", mv},
+      {"aten::native_layer_norm", native_layer_norm},
+      {"aten::native_group_norm", native_group_norm},
+      {"aten::convolution", convolution},
+      {"aten::relu", elementwise_like_self},
+      {"aten::abs", abs_real},
+      {"aten::hardtanh_backward", elementwise_like_self},
+      {"aten::hardswish_backward", elementwise_like_self},
+      {"aten::log_sigmoid_backward", elementwise_like_self},
+      {"aten::binary_cross_entropy_backward", elementwise_like_self},
+      {"aten::_conj_physical", elementwise_like_self},
+      {"aten::smooth_l1_loss_backward", contiguous_like_self},
+      {"aten::huber_loss_backward", contiguous_like_self},
+      {"aten::linalg_matrix_exp", contiguous_like_self},
+      {"aten::index_add", contiguous_like_self},
+      {"aten::linalg_solve_triangular", linalg_solve_triangular},
+      {"aten::cholesky_solve", cholesky_solve},
+      {"aten::linalg_pinv.atol_rtol_tensor", linalg_pinv},
+      {"aten::linalg_lstsq", linalg_lstsq},
+      {"aten::grid_sampler_2d_backward", grid_sampler_backward},
+      {"aten::grid_sampler_3d_backward", grid_sampler_backward},
       {"aten::std.correction", std_var},
       {"aten::var.correction", std_var},
       {"aten::std_mean.correction", std_var_mean},
@@ -781,6 +1068,14 @@ void add_shape_rules(std::unordered_map<std::string, ShapeRule>& rules) {
                      .second;
     TORCH_INTERNAL_ASSERT(added, name, " has two shape rules");
   }
+  return rules;
+}
+
+}  // namespace
+
+const std::unordered_map<std::string, ShapeRule>& shape_rules() {
+  static const std::unordered_map<std::string, ShapeRule> rules = make_shape_rules();
+  return rules;
 }
 
 }  // namespace jvpc::detail

@@ -1,6 +1,6 @@
-// Shape rules for the kernels a graph file may use that have no Meta kernel in C++ (PyTorch
-// registers theirs from Python, or has CUDA kernels only). Internal to compiler/ir: ops.cpp adds
-// them to its table of shape rules, which infer_outputs() consults before the Meta kernel.
+// Shape rules for the kernels that have no Meta kernel in C++ (PyTorch registers theirs from
+// Python, or has CUDA kernels only), or whose C++ fallback fails on some layouts. Internal to
+// compiler/ir: infer_outputs() (ops.cpp) looks an op up here before it runs the Meta kernel.
 #pragma once
 
 #include "compiler/ir/graph.h"
@@ -20,7 +20,7 @@ using ShapeRule = std::function<std::vector<TensorMeta>(const std::vector<Arg>&,
 TensorMeta absent_return();
 inline bool is_absent(const TensorMeta& m) { return m.dtype == c10::ScalarType::Undefined; }
 
-/// Adds the rules of shape_rules.cpp to `rules`.
-void add_shape_rules(std::unordered_map<std::string, ShapeRule>& rules);
+/// The shape rules by qualified op name ("aten::where.self"), one named function per op or family.
+const std::unordered_map<std::string, ShapeRule>& shape_rules();
 
 }  // namespace jvpc::detail

@@ -103,7 +103,7 @@ void register_elementwise(Registry& r) {
         }));
   r.add("aten::exp2", unary([](Ctx& c) { return c.call("aten::mul.Scalar", {c.out(), std::log(2.0)}); }));
   // log(eᵃ + eᵇ): ta·σ(a − b) + tb·σ(b − a), finite where a or b is +inf (e^(a − out) would be
-  // inf − inf there: found by a probe); base 2: σ((a − b)·ln 2).
+  // inf − inf there); base 2: σ((a − b)·ln 2).
   for (auto [op, scale] : {std::pair{"aten::logaddexp", 1.0}, std::pair{"aten::logaddexp2", std::log(2.0)}})
     r.add(op, [scale = scale](Ctx& c) -> std::vector<Value*> {
       auto share = [&](size_t i) {

@@ -91,7 +91,7 @@ void register_reductions(Registry& r) {
   r.add("aten::nansum", [](Ctx& c) -> std::vector<Value*> {  // the sum of the tangent where x is a number
     if (!c.t(0)) return {};
     Value* nan = c.call("aten::ne.Tensor", {c.x(0), c.x(0)});  // (isnan has no kernel of its own)
-    // a plain sum: a NaN tangent where x is a number stays NaN, as in forward AD (found by a review)
+    // a plain sum: a NaN tangent where x is a number stays NaN, as in forward AD
     return {c.call("aten::sum.dim_IntList",
                    {c.call("aten::masked_fill.Scalar", {c.t(0), nan, 0.0}), c.a(1), c.a(2), c.a(3)})};
   });

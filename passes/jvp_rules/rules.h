@@ -22,19 +22,21 @@ class Ctx {
   Ctx(Builder& b, const Node& n, std::vector<Value*> operand_tangents)
       : b(b), n(n), tangents_(std::move(operand_tangents)) {}
 
+  /// b: the builder that emits the tangent's nodes.
   Builder& b;
+  /// n: the primal node whose outputs' tangents the rule builds.
   const Node& n;
 
-  /// The primal value passed for schema argument `arg` (a tensor).
+  /// x(arg): the primal tensor passed for schema argument `arg`.
   Value* x(size_t arg) const { return n.tensor_arg(arg); }
-  /// Its tangent, or nullptr for zero.
+  /// t(arg): the tangent of x(arg), or nullptr for a zero tangent.
   Value* t(size_t arg) const;
   /// The tangent of operand `i` (in Node::inputs() order).
   Value* operand_tangent(size_t i) const { return tangents_.at(i); }
   Value* out(size_t i = 0) const { return n.output(i); }
-  /// A constant argument.
+  /// c(arg): the value of the constant (non-tensor) schema argument `arg`: an int, a float, a list.
   const c10::IValue& c(size_t arg) const { return n.arg(arg).value; }
-  /// Argument `arg` exactly as the primal node holds it, to pass on to another op.
+  /// a(arg): schema argument `arg` as the primal node holds it (tensor or constant), to pass to another op.
   BArg a(size_t arg) const { return BArg::of_arg(n.arg(arg), &n); }
 
   Value* call(const std::string& op, std::vector<BArg> args) { return b.call(op, std::move(args)); }

@@ -221,7 +221,7 @@ std::vector<Value*> svd(Ctx& c) {
     Value* scaled = c.call("aten::unsqueeze", {inv_s, -2});
     dU = c.add(c.mul(half, scaled), matmul(c, U, sub(c, dU_core, c.mul(dP, scaled))));
     if (full) {  // U₂, a basis of the rest: dU₂ = −U₁·(dU₁ᵀ·U₂), which keeps [U₁ U₂] orthogonal and
-                 // gives the projector U₂U₂ᵀ its tangent −d(U₁U₁ᵀ) (LibTorch: 0; found by a probe)
+                 // gives the projector U₂U₂ᵀ its tangent −d(U₁U₁ᵀ) (LibTorch's forward AD gives 0)
       Value* dU2 = c.call("aten::neg", {matmul(c, U, matmul(c, mT(c, dU), narrow(c, c.out(0), -1, k, m - k)))});
       dU = c.call("aten::cat", {std::vector<Value*>{dU, dU2}, -1});
     }
@@ -299,7 +299,7 @@ std::pair<Value*, Value*> lu_tangents(Ctx& c, Value* P, Value* L, Value* U, Valu
 /// dA⁺·B for the pseudoinverse P [.., n, m] of A [.., m, n], with B primal (nullptr: the
 /// identity, dA⁺ itself): −P·dA·(P·B) + P·Pᵀ·dAᵀ·((I − A·P)·B) + (I − P·A)·dAᵀ·(Pᵀ·P·B). A
 /// truncated pinv (small singular values dropped) is that of the truncated A = P⁺, whose
-/// projections the complements are (with A itself they were off: found by a probe).
+/// projections the complements are (not A's own, which keep the dropped directions).
 Value* pinv_tangent(Ctx& c, Value* P, Value* dA, Value* B) {
   auto times_b = [&](Value* f) { return B ? matmul(c, f, B) : f; };
   Value* A = c.call("aten::linalg_pinv.atol_rtol_tensor", {P, std::nullopt, std::nullopt, false});  // folded
