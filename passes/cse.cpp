@@ -70,7 +70,7 @@ bool cse(Graph& g) {
       same = n->output(i)->meta().same_signature(first->output(i)->meta());
     if (!same) continue;
     for (size_t i = 0; i < n->outputs().size(); ++i) {
-      if (n->output(i)->has_uses() || std::count(g.outputs().begin(), g.outputs().end(), n->output(i))) {
+      if (n->output(i)->has_uses()) {
         n->output(i)->replace_all_uses_with(first->output(i));
         changed = true;
       }

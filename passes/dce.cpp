@@ -8,8 +8,6 @@
 // primal inputs too when asked (a tangent graph after folding reads none).
 #include "passes/passes.h"
 
-#include <unordered_set>
-
 namespace jvpc {
 
 bool dce(Graph& g, bool prune_primal_inputs) {
@@ -19,21 +17,16 @@ bool dce(Graph& g, bool prune_primal_inputs) {
     Node* n = *it;
     if (n->impure()) continue;
     bool used = false;
-    for (Value* o : n->outputs()) {
-      if (o->has_uses()) used = true;
-      for (Value* out : g.outputs())
-        if (out == o) used = true;
-    }
+    for (Value* o : n->outputs()) used |= o->has_uses();  // returning a value is a use
     if (!used) {
       g.erase(n);
       changed = true;
     }
   }
-  std::unordered_set<const Value*> outputs(g.outputs().begin(), g.outputs().end());
   for (size_t i = g.inputs().size(); i-- > 0;) {
     const Input& in = g.inputs()[i];
     bool removable = in.role == Role::Constant || (prune_primal_inputs && in.role == Role::Primal);
-    if (removable && !in.value->has_uses() && !outputs.count(in.value)) {
+    if (removable && !in.value->has_uses()) {
       g.erase_input(i);
       changed = true;
     }

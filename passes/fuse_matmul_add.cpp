@@ -18,6 +18,7 @@ namespace jvpc {
 bool fuse_matmul_add(Graph& g) {
   bool changed = false;
   Builder b(g);
+  InsertionGuard at(g);
   for (Node* n : g.nodes()) {
     if (n->op() != "aten::add.Tensor" || n->inputs().size() != 2) continue;
     if (!n->arg(2).is_number(1.0)) continue;  // alpha
@@ -25,15 +26,15 @@ bool fuse_matmul_add(Graph& g) {
       Value* prod = n->input(side);
       Value* other = n->input(1 - side);
       const Node* p = prod->producer();
-      if (!p || (p->op() != "aten::bmm" && p->op() != "aten::mm") || prod->uses().size() != 1) continue;
+      if (!p || (p->op() != "aten::bmm" && p->op() != "aten::mm") || prod->uses().size() != 1)
+        continue;  // read by n alone
       const TensorMeta& out = n->output()->meta();
-      if (is_graph_output(prod) || !prod->meta().same_signature(out) || other->meta().dtype != out.dtype ||
-          other->meta().device != out.device)
+      if (!prod->meta().same_signature(out) || other->meta().dtype != out.dtype || other->meta().device != out.device)
         continue;
-      g.set_insertion_point(n);
+      at.move_to(n);
       Value* fused =
           b.call(p->op() == "aten::bmm" ? "aten::baddbmm" : "aten::addmm", {other, p->input(0), p->input(1)});
-      g.set_insertion_point(nullptr);
+      at.move_to(nullptr);
       if (!fused->meta().same_signature(n->output()->meta())) {  // not the sum's shape or dtype: undone
         erase_if_dead(g, fused->producer());
         continue;

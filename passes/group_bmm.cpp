@@ -82,6 +82,7 @@ std::optional<Repeat> repeated(Value* x) {
 bool group_bmm(Graph& g) {
   bool changed = false;
   Builder b(g);
+  InsertionGuard at(g);
   for (Node* n : g.nodes()) {
     if (n->op() != "aten::bmm") continue;
     Value *a = n->input(0), *x = n->input(1);
@@ -93,7 +94,7 @@ bool group_bmm(Graph& g) {
     std::vector<int64_t> stacked = {groups, rep->r * m, as[2]};
     if (!viewable(a, stacked)) continue;
 
-    g.set_insertion_point(n);
+    at.move_to(n);
     Value* y = rep->base;
     for (const Node* s : rep->steps) {
       if (s->op() == "aten::transpose.int")
@@ -106,7 +107,7 @@ bool group_bmm(Graph& g) {
     y = b.call("aten::view", {y, shared});
     Value* out = b.call("aten::bmm", {b.call("aten::view", {a, stacked}), y});
     out = b.call("aten::view", {out, n->output()->meta().sizes});
-    g.set_insertion_point(nullptr);
+    at.move_to(nullptr);
     replace_output(g, n, out);
     changed = true;
   }

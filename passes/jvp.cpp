@@ -92,7 +92,7 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
     if (!rule) throw Error("no JVP rule for " + n->op());
     if ((complex_valued(n->inputs()) || complex_valued(n->outputs())) && !rules.holds_for_complex(n->op()))
       throw Error("no JVP rule for " + n->op() + " of complex tensors (its rule is for real ones)");
-    g.set_insertion_point(g.next(n));
+    InsertionGuard at(g, g.next(n));  // restored however the rule ends
     jvp_rules::Ctx ctx(b, *n, std::move(in_t));
     std::vector<Value*> outs;
     try {
@@ -109,7 +109,6 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
       throw Error("JVP rule of " + n->op() + ": " + one_line(e));
     }
   }
-  g.set_insertion_point(nullptr);
   size_t n_out = g.outputs().size();
   for (size_t i = 0; i < n_out; ++i) {
     Value* o = g.outputs()[i];

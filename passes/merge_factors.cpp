@@ -30,9 +30,9 @@ namespace {
 // `except`: an intermediate's own. A graph input is the caller's (or stays bound), and a view
 // holds no bytes of its own (of an input, it costs nothing; of another value, that value's).
 int64_t freed_bytes(const Value* v, const Node* except, const std::unordered_set<const Value*>& dep) {
-  if (!v->producer() || is_graph_output(v) || op_info(v->producer()->op()).is_view) return 0;
+  if (!v->producer() || op_info(v->producer()->op()).is_view) return 0;
   for (const Use& u : v->uses())
-    if (u.user != except && dep.count(u.user->output(0))) return 0;
+    if (u.user->is_return() || (u.user != except && dep.count(u.user->output(0)))) return 0;
   return distinct_bytes(v->meta());
 }
 
@@ -58,7 +58,7 @@ bool mergeable_dtype(c10::ScalarType t) { return t == c10::kFloat || t == c10::k
 
 // The producer of `v` as a scaled tangent, when `n` is its only reader.
 std::optional<Scaled> sole_scaled(const Value* v, const std::unordered_set<const Value*>& dep) {
-  if (!v->producer() || v->uses().size() != 1 || is_graph_output(v)) return std::nullopt;
+  if (!v->producer() || v->uses().size() != 1) return std::nullopt;  // read by the node at hand alone
   return scaled(v->producer(), dep);
 }
 
@@ -85,7 +85,7 @@ bool merge_chain(Graph& g, Builder& b, Node* n, const std::unordered_set<const V
   int64_t freed = (inner->factor ? freed_bytes(inner->factor, m, dep) : 0) +
                   (outer->factor ? freed_bytes(outer->factor, n, dep) : 0);
   if (bytes_of(sizes, dt) > freed) return false;
-  g.set_insertion_point(n);
+  InsertionGuard at(g, n);
   Value* factor = inner->factor && outer->factor ? b.call("aten::mul.Tensor", {inner->factor, outer->factor})
                   : inner->factor                ? b.call("aten::mul.Scalar", {inner->factor, outer->number})
                                                  : b.call("aten::mul.Scalar", {outer->factor, inner->number});
@@ -106,7 +106,7 @@ bool merge_sum(Graph& g, Builder& b, Node* n, const std::unordered_set<const Val
   int64_t freed =
       freed_bytes(l->factor, n->input(0)->producer(), dep) + freed_bytes(r->factor, n->input(1)->producer(), dep);
   if (bytes_of(sizes, dt) > freed) return false;
-  g.set_insertion_point(n);
+  InsertionGuard at(g, n);
   Value* factor = b.call(op, {l->factor, r->factor});
   return replace_output_if_same_layout(g, n, b.call("aten::mul.Tensor", {l->tangent, factor}));
 }
@@ -127,7 +127,6 @@ bool merge_factors(Graph& g) {
       }
     }
   }
-  g.set_insertion_point(nullptr);
   return changed;
 }
 

@@ -19,7 +19,7 @@ void erase_if_dead(Graph& g, Node* n) {
     work.pop_back();
     if (!m || erased.count(m) || m->impure()) continue;
     bool dead = true;
-    for (Value* o : m->outputs()) dead &= !o->has_uses() && !is_graph_output(o);
+    for (Value* o : m->outputs()) dead &= !o->has_uses();  // returning a value is a use
     if (!dead) continue;
     for (Value* v : m->inputs())
       if (v->producer()) work.push_back(v->producer());
@@ -45,11 +45,6 @@ bool replace_output_if_same_layout(Graph& g, Node* n, Value* v) {
 
 bool viewable(const Value* v, const std::vector<int64_t>& shape) {
   return at::detail::computeStride(v->meta().sizes, v->meta().strides, shape).has_value();
-}
-
-bool is_graph_output(const Value* v) {
-  const auto& outs = v->graph()->outputs();
-  return std::find(outs.begin(), outs.end(), v) != outs.end();
 }
 
 std::unordered_set<const Value*> tangent_dependent(const Graph& g, bool impure_too) {

@@ -48,7 +48,7 @@ const Node* sole_scalar_mul(const Value* v) {
   const Node* p = v->producer();
   if (!p || p->op() != "aten::mul.Scalar" || v->uses().size() != 1) return nullptr;
   if (!p->arg(1).number()) return nullptr;
-  return is_graph_output(v) ? nullptr : p;
+  return p;  // v is read by the node at hand alone
 }
 
 BArg scalar_of(const Node* mul) { return BArg::of_arg(mul->arg(1), mul); }
@@ -58,7 +58,7 @@ BArg scalar_of(const Node* mul) { return BArg::of_arg(mul->arg(1), mul); }
 // operand of v's dtype, a sum of such (alpha 1) or a simple view of one. False if any is not.
 bool scaled_operands(const Value* v, const std::unordered_set<const Value*>& dep,
                      std::vector<std::pair<Node*, size_t>>& out) {
-  if (!dep.count(v) || v->uses().size() != 1 || is_graph_output(v) || !v->producer()) return false;
+  if (!dep.count(v) || v->uses().size() != 1 || !v->producer()) return false;
   Node* p = v->producer();
   const std::string& op = p->op();
   if ((op == "aten::mm" || op == "aten::bmm" || op == "aten::mul.Tensor") && p->inputs().size() == 2) {
@@ -80,6 +80,7 @@ bool scaled_operands(const Value* v, const std::unordered_set<const Value*>& dep
 bool scale_to_residual(Graph& g) {
   bool changed = false;
   Builder b(g);
+  InsertionGuard at(g);
   // Step 1: view(mul(t, s)) -> mul(view(t), s), for tangent-dependent t.
   auto dep = tangent_dependent(g);
   for (Node* n : g.nodes()) {
@@ -88,7 +89,7 @@ bool scale_to_residual(Graph& g) {
     if (!m || !dep.count(m->input(0))) continue;
     if (!c10::isFloatingType(m->input(0)->meta().dtype) || m->input(0)->meta().dtype != m->output()->meta().dtype)
       continue;
-    g.set_insertion_point(n);
+    at.move_to(n);
     std::vector<BArg> args;
     for (size_t i = 0; i < n->args().size(); ++i)
       args.push_back(i == 0 ? BArg(m->input(0)) : BArg::of_arg(n->arg(i), n));
@@ -115,7 +116,7 @@ bool scale_to_residual(Graph& g) {
       Value* other = n->input(1 - side);
       if (!m || dep.count(other) || !dep.count(m->input(0))) continue;
       if (m->input(0)->meta().dtype != other->meta().dtype) continue;
-      g.set_insertion_point(n);
+      at.move_to(n);
       Value* scaled_other = b.call("aten::mul.Scalar", {other, scalar_of(m)});
       Node* old = n->input(side)->producer();
       n->replace_input(1 - side, scaled_other);
@@ -138,13 +139,12 @@ bool scale_to_residual(Graph& g) {
     for (const auto& [p, side] : targets) bytes += p->input(side)->meta().nbytes();
     if (bytes > n->output()->meta().nbytes()) continue;
     for (const auto& [p, side] : targets) {
-      g.set_insertion_point(p);
+      at.move_to(p);
       p->replace_input(side, b.call(n->op(), {p->input(side), scalar_of(n)}));
     }
     replace_output(g, n, n->input(0));
     changed = true;
   }
-  g.set_insertion_point(nullptr);
   return changed;
 }
 

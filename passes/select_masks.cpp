@@ -20,6 +20,7 @@ namespace jvpc {
 bool select_masks(Graph& g) {
   bool changed = false;
   Builder b(g);
+  InsertionGuard at(g);
   auto dep = tangent_dependent(g);
   for (Node* n : g.nodes()) {
     if (n->op() != "aten::mul.Tensor" || n->inputs().size() != 2) continue;
@@ -30,14 +31,13 @@ bool select_masks(Graph& g) {
           cast->input(0)->meta().dtype != c10::kBool || f->meta().dtype != t->meta().dtype ||
           n->output()->meta().dtype != t->meta().dtype)
         continue;
-      g.set_insertion_point(n);
+      at.move_to(n);
       if (!replace_output_if_same_layout(g, n, b.call("aten::where.ScalarOther", {cast->input(0), t, 0.0}))) continue;
       changed = true;
       dep = tangent_dependent(g);
       break;
     }
   }
-  g.set_insertion_point(nullptr);
   return changed;
 }
 

@@ -134,10 +134,10 @@ bool simplify_views(Graph& g) {
           same_layout(n->input(0), n->output()) && same_layout(n->input(1), n->output()) &&
           p->input(0)->meta().is_contiguous()) {
         Builder b(g);
-        g.set_insertion_point(n);
+        InsertionGuard at(g, n);
         Value* sum = b.call("aten::add.Tensor", {p->input(0), q->input(0), BArg::of_arg(n->arg(2), n)});
         Value* v = b.call("aten::view", {sum, n->output()->meta().sizes});
-        g.set_insertion_point(nullptr);
+        at.move_to(nullptr);
         replace_output(g, n, v);
         changed = true;
         continue;

@@ -38,7 +38,7 @@ struct Blocks {
 // `x` as the blocks of a cat with a zero block, through the views between them, each replayed on
 // the non-zero blocks; every value on the way read only once. The nodes it builds are in `made`.
 std::optional<Blocks> blocks_of(Builder& b, Value* x, std::vector<Node*>& made) {
-  if (x->uses().size() != 1 || is_graph_output(x)) return std::nullopt;
+  if (x->uses().size() != 1) return std::nullopt;  // read by the node at hand alone
   Node* n = x->producer();
   if (!n) return std::nullopt;
   int64_t rank = static_cast<int64_t>(x->meta().sizes.size());
@@ -117,10 +117,11 @@ Value* multiply_blocks(Builder& b, Value* other, const Blocks& bl, size_t side) 
 bool zero_blocks(Graph& g) {
   bool changed = false;
   Builder b(g);
+  InsertionGuard at(g);
   for (Node* n : g.nodes()) {
     if (n->op() != "aten::bmm") continue;
     for (size_t side : {size_t(1), size_t(0)}) {
-      g.set_insertion_point(n);
+      at.move_to(n);
       std::vector<Node*> made;
       auto bl = blocks_of(b, n->input(side), made);
       if (bl && bl->dim != 0 &&
@@ -132,7 +133,6 @@ bool zero_blocks(Graph& g) {
       for (auto it = made.rbegin(); it != made.rend(); ++it) erase_if_dead(g, *it);
     }
   }
-  g.set_insertion_point(nullptr);
   return changed;
 }
 

@@ -1,46 +1,56 @@
+// Dead-code elimination (passes/dce.cpp), as IR text in and checks on IR text out.
+#include "compiler/ir/text.h"
+#include "tests/filecheck.h"
 #include "tests/pass_helpers.h"
 
 namespace jvpc {
 namespace {
-using test::f32;
 
 TEST(Dce, RemovesUnreadNodesAndKeepsTheRest) {
-  Graph g;
-  Value* x = g.add_input("x", f32({4}), Role::Primal);
-  Builder b(g);
-  Value* a = b.call("aten::exp", {x});
-  b.call("aten::neg", {b.call("aten::sin", {x})});  // unread chain
-  g.add_output(a);
-  EXPECT_TRUE(dce(g));
-  EXPECT_EQ(g.num_nodes(), 1u);
-  EXPECT_EQ(g.nodes()[0]->op(), "aten::exp");
-  EXPECT_FALSE(dce(g));
-  verify(g);
+  auto g = parse_text(R"(
+    graph(%0 : f32[4] x [primal]):
+      %1 : f32[4] = aten::exp(%0)
+      %2 : f32[4] = aten::sin(%0)
+      %3 : f32[4] = aten::neg(%2)
+      return (%1 out0))");
+  EXPECT_TRUE(dce(*g));
+  EXPECT_TRUE(test::filecheck(to_text(*g), R"(
+    CHECK:      graph(%0 : f32[4] x [primal]):
+    CHECK-NEXT:   %1 : f32[4] = aten::exp(%0)
+    CHECK-NEXT:   return (%1 out0)
+  )"));
+  EXPECT_FALSE(dce(*g));
+  verify(*g);
 }
 
 TEST(Dce, KeepsImpureNodes) {
-  Graph g;
-  Value* x = g.add_input("x", f32({4}), Role::Primal);
-  Builder b(g);
-  b.call("aten::rand", {std::vector<int64_t>{4}});
-  g.add_output(x);
-  EXPECT_FALSE(dce(g));
-  EXPECT_EQ(g.num_nodes(), 1u);
+  auto g = parse_text(R"(
+    graph(%0 : f32[4] x [primal]):
+      %1 : f32[4] = aten::rand([4], None, None, None, None)  # impure
+      return (%0 out0))");
+  EXPECT_FALSE(dce(*g));
+  EXPECT_TRUE(test::filecheck(to_text(*g), "CHECK: %1 : f32[4] = aten::rand("));
 }
 
 TEST(Dce, RemovesUnreadConstantsAndOptionallyPrimals) {
-  Graph g;
-  Value* x = g.add_input("x", f32({4}), Role::Primal);
-  g.add_input("unused", f32({4}), Role::Primal);
-  g.add_constant("c", at::ones({4}));
-  g.add_input("dx", f32({4}), Role::Tangent);
-  g.add_output(x);
-  EXPECT_TRUE(dce(g));
-  EXPECT_EQ(g.inputs().size(), 3u);  // x, unused primal, dx: tangents and primals stay by default
-  EXPECT_TRUE(dce(g, true));
-  ASSERT_EQ(g.inputs().size(), 2u);
-  EXPECT_EQ(g.inputs()[0].name, "x");  // an output
-  EXPECT_EQ(g.inputs()[1].name, "dx");
+  auto g = parse_text(R"(
+    graph(%0 : f32[4] x [primal],
+          %1 : f32[4] unused [primal],
+          %2 : f32[4] c [constant, stored],
+          %3 : f32[4] dx [tangent]):
+      return (%0 out0))");
+  EXPECT_TRUE(dce(*g));  // tangents and primals stay by default
+  EXPECT_TRUE(test::filecheck(to_text(*g), R"(
+    CHECK:      graph(%0 : f32[4] x [primal],
+    CHECK-NEXT: %1 : f32[4] unused [primal],
+    CHECK-NEXT: %3 : f32[4] dx [tangent]):
+  )"));
+  EXPECT_TRUE(dce(*g, true));
+  EXPECT_TRUE(test::filecheck(to_text(*g), R"(
+    CHECK:      graph(%0 : f32[4] x [primal],
+    CHECK-NEXT: %3 : f32[4] dx [tangent]):
+    CHECK-NEXT:   return (%0 out0)
+  )"));  // x stays: it is an output
 }
 
 }  // namespace

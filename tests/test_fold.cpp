@@ -1,4 +1,9 @@
+// fold: primal-only values become residual constants. The graph tests as IR text in and checks
+// on IR text out.
+#include "compiler/ir/text.h"
+#include "tests/filecheck.h"
 #include "tests/pass_helpers.h"
+#include "tests/same_structure.h"
 
 #include "compiler/api/linearize.h"
 
@@ -7,63 +12,65 @@ namespace {
 using test::f32;
 
 // y = exp(x) * dx: exp(x) is primal-only and becomes a residual; the tangent path stays.
-struct Small {
-  Graph g;
-  Value *x, *dx, *e, *y;
-  Small() {
-    x = g.add_input("x", f32({4}), Role::Primal, true);
-    dx = g.add_input("dx", f32({4}), Role::Tangent);
-    Builder b(g);
-    e = b.call("aten::exp", {x});
-    y = b.call("aten::mul.Tensor", {dx, e});
-    g.add_output(y);
-  }
-};
+const char* kSmall = R"(
+  graph(%0 : f32[4] x,
+        %1 : f32[4] dx [tangent]):
+    %2 : f32[4] = aten::exp(%0)
+    %3 : f32[4] = aten::mul.Tensor(%1, %2)
+    return (%3 out0))";
 
 TEST(Fold, PrimalValuesReadByTheTangentPathBecomeResiduals) {
-  Small s;
+  auto g = parse_text(kSmall);
   at::Tensor xv = at::randn({4});
-  EXPECT_TRUE(fold(s.g, {{s.x->id(), xv}}));
-  dce(s.g, true);
-  ASSERT_EQ(s.g.num_nodes(), 1u);
-  const Input& r = s.g.inputs().back();
-  EXPECT_EQ(r.role, Role::Constant);
-  EXPECT_TRUE(r.data.allclose(xv.exp()));
-  EXPECT_TRUE(r.aliases.empty());
-  verify(s.g);
+  EXPECT_TRUE(fold(*g, {{0, xv}}));
+  EXPECT_TRUE(dce(*g, true));
+  EXPECT_TRUE(test::filecheck(to_text(*g), R"(
+    CHECK:      graph(%1 : f32[4] dx [tangent],
+    CHECK-NEXT:       [[R:%[0-9]+]] : f32[4] {{[a-z0-9_]+}} [constant, stored]):
+    CHECK-NEXT:   %3 : f32[4] = aten::mul.Tensor(%1, [[R]])
+    CHECK-NEXT:   return (%3 out0)
+  )"));
+  EXPECT_TRUE(g->inputs().back().data.allclose(xv.exp()));
+  verify(*g);
 }
 
 TEST(Fold, ReusesKnownValuesInsteadOfRecomputing) {
-  Small s;
+  auto g = parse_text(kSmall);
   at::Tensor marker = at::full({4}, 42.0);  // not exp(x): proves the known value was used
-  fold(s.g, {{s.x->id(), at::randn({4})}, {s.e->id(), marker}});
-  EXPECT_TRUE(s.g.inputs().back().data.equal(marker));
+  fold(*g, {{0, at::randn({4})}, {2, marker}});
+  EXPECT_TRUE(g->inputs().back().data.equal(marker));
 }
 
 TEST(Fold, MarksResidualsThatAliasAPrimalInput) {
-  Graph g;
-  Value* x = g.add_input("x", f32({2, 3}), Role::Primal, true);
-  Value* dx = g.add_input("dx", f32({3, 2}), Role::Tangent);
-  Builder b(g);
-  g.add_output(b.call("aten::mm", {b.call("aten::t", {x}), b.call("aten::t", {dx})}));
+  auto g = parse_text(R"(
+    graph(%0 : f32[2,3] x,
+          %1 : f32[3,2] dx [tangent]):
+      %2 : f32[3,2]{1,3} = aten::t(%0)
+      %3 : f32[2,3]{1,2} = aten::t(%1)
+      %4 : f32[3,3] = aten::mm(%2, %3)
+      return (%4 out0))");
   at::Tensor xv = at::randn({2, 3});
-  fold(g, {{x->id(), xv}});
-  const Input& r = g.inputs().back();
-  EXPECT_EQ(r.aliases, "x");
-  EXPECT_EQ(r.data.data_ptr(), xv.data_ptr());
+  EXPECT_TRUE(fold(*g, {{0, xv}}));
+  EXPECT_TRUE(test::filecheck(to_text(*g), R"(
+    CHECK:      [[R:%[0-9]+]] : f32[3,2]{1,3} {{[a-z0-9_]+}} [constant, stored, aliases x]):
+    CHECK:      %4 : f32[3,3] = aten::mm([[R]], %3)
+  )"));
+  EXPECT_EQ(g->inputs().back().data.data_ptr(), xv.data_ptr());
 }
 
 TEST(Fold, LeavesGraphsWithoutPrimalWorkAlone) {
-  Graph g;
-  Value* dx = g.add_input("dx", f32({4}), Role::Tangent);
-  Builder b(g);
-  g.add_output(b.call("aten::neg", {dx}));
-  EXPECT_FALSE(fold(g, {}));
+  const char* text = R"(
+    graph(%0 : f32[4] dx [tangent]):
+      %1 : f32[4] = aten::neg(%0)
+      return (%1 out0))";
+  auto g = parse_text(text);
+  EXPECT_FALSE(fold(*g, {}));
+  EXPECT_TRUE(test::same_structure(*g, *parse_text(text)));
 }
 
 TEST(Fold, NeedsAValueForEveryPrimalInput) {
-  Small s;
-  EXPECT_THROW(fold(s.g, {}), Error);
+  auto g = parse_text(kSmall);
+  EXPECT_THROW(fold(*g, {}), Error);
 }
 
 }  // namespace

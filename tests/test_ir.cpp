@@ -66,11 +66,93 @@ TEST(Ir, InsertionPointPlacesNodesBefore) {
   Value* x = g.add_input("x", f32({4}), Role::Primal);
   Builder b(g);
   Value* e = b.call("aten::exp", {x});
-  g.set_insertion_point(e->producer());
-  b.call("aten::neg", {x});
-  g.set_insertion_point(nullptr);
-  ASSERT_EQ(g.nodes().size(), 2u);
+  {
+    InsertionGuard at(g, e->producer());
+    b.call("aten::neg", {x});
+    EXPECT_EQ(g.insertion_point(), e->producer());
+  }
+  EXPECT_EQ(g.insertion_point(), nullptr);
+  b.call("aten::sin", {x});
+  ASSERT_EQ(g.nodes().size(), 3u);
   EXPECT_EQ(g.nodes()[0]->op(), "aten::neg");
+  EXPECT_EQ(g.nodes()[2]->op(), "aten::sin");
+}
+
+TEST(Ir, InsertionGuardRestoresWhenItsScopeThrows) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  Value* e = b.call("aten::exp", {x});
+  EXPECT_THROW(
+      {
+        InsertionGuard at(g, e->producer());
+        b.call("aten::neg", {x});
+        throw Error("a rule that fails");
+      },
+      Error);
+  EXPECT_EQ(g.insertion_point(), nullptr);
+  // Nested guards restore in turn; a saved point whose node is erased moves to the next node.
+  Value* n = b.call("aten::neg", {x});
+  Value* s = b.call("aten::sin", {x});
+  {
+    InsertionGuard outer(g, n->producer());
+    {
+      InsertionGuard inner(g, e->producer());
+      g.erase(n->producer());
+    }
+    EXPECT_EQ(g.insertion_point(), s->producer());  // the node after the erased one
+  }
+  EXPECT_EQ(g.insertion_point(), nullptr);
+}
+
+TEST(Ir, OutputsAreUsesOfTheReturnNode) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  Value* a = b.call("aten::neg", {x});
+  Value* c = b.call("aten::exp", {x});
+  g.add_output(a, "a");
+  g.add_output(c, "c");
+  g.add_output(a, "a2");
+  ASSERT_EQ(a->uses().size(), 2u);
+  EXPECT_TRUE(a->uses()[0].user->is_return());
+  EXPECT_EQ(a->uses()[0].user, g.return_node());
+  EXPECT_TRUE(a->is_graph_output());
+  EXPECT_FALSE(x->is_graph_output());
+  EXPECT_EQ(g.nodes().size(), 2u);  // the return node is not among the nodes
+  EXPECT_THROW(g.erase(a->producer()), Error);
+  // Replacing a value replaces it as an output; the outputs after an erased one move up.
+  a->replace_all_uses_with(c);
+  EXPECT_FALSE(a->has_uses());
+  EXPECT_EQ(g.outputs(), (std::vector<Value*>{c, c, c}));
+  g.erase(a->producer());
+  g.erase_output(0);
+  EXPECT_EQ(g.output_names(), (std::vector<std::string>{"c", "a2"}));
+  ASSERT_EQ(c->uses().size(), 2u);
+  EXPECT_EQ(c->uses()[0].user, g.return_node());
+  EXPECT_EQ(c->uses()[0].index, 0u);
+  EXPECT_EQ(c->uses()[1].index, 1u);
+  verify(g);
+  EXPECT_THROW(g.erase_output(2), Error);
+}
+
+TEST(Ir, ErasedValuesAreNotInputs) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Value* unused = g.add_input("u", f32({4}), Role::Primal);
+  Builder b(g);
+  Value* a = b.call("aten::neg", {x});
+  g.add_output(x);
+  EXPECT_THROW(g.erase_input(0), Error);  // returned
+  g.erase(a->producer());
+  EXPECT_TRUE(a->erased());
+  EXPECT_FALSE(g.is_input(a));
+  EXPECT_EQ(a->producer(), nullptr);
+  g.erase_input(1);
+  EXPECT_TRUE(unused->erased());
+  EXPECT_FALSE(g.is_input(unused));
+  EXPECT_THROW(g.add_output(a), Error);
+  verify(g);
 }
 
 TEST(Ir, CloneIsIndependentAndEqualInText) {
@@ -95,7 +177,7 @@ TEST(Ir, TextFormIsOneLinePerNode) {
             "graph(%0 : f32[5,128,64] x,\n"
             "      %1 : f32[5,64,128] w):\n"
             "  %2 : f32[5,128,128] = aten::bmm(%0, %1)\n"
-            "  return (%2)\n");
+            "  return (%2 out0)\n");
 }
 
 TEST(Ir, NumelOverflowIsAnError) {

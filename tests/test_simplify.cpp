@@ -1,5 +1,8 @@
-// simplify-views and simplify-arith.
+// simplify-views and simplify-arith; the simplify-views tests as IR text in and checks on IR text out.
+#include "compiler/ir/text.h"
+#include "tests/filecheck.h"
 #include "tests/pass_helpers.h"
+#include "tests/same_structure.h"
 
 #include "runtime/executable.h"
 
@@ -11,39 +14,47 @@ using test::f32;
 using test::run;
 
 TEST(SimplifyViews, RemovesIdentityExpandAndCollapsesViewChains) {
-  Graph g;
-  Value* x = g.add_input("x", f32({1, 5, 128, 64}), Role::Primal);
-  Builder b(g);
-  Value* e = b.call("aten::expand", {x, std::vector<int64_t>{1, 5, 128, 64}});
-  Value* v = b.call("aten::view", {e, std::vector<int64_t>{5, 128, 64}});
-  Value* w = b.call("aten::view", {v, std::vector<int64_t>{640, 64}});
-  g.add_output(w);
-  EXPECT_TRUE(simplify_views(g));
-  ASSERT_EQ(g.num_nodes(), 1u) << to_text(g);
-  EXPECT_EQ(g.nodes()[0]->op(), "aten::view");
-  EXPECT_EQ(g.nodes()[0]->input(0), x);
-  EXPECT_FALSE(simplify_views(g));
-  verify(g);
+  auto g = parse_text(R"(
+    graph(%0 : f32[1,5,128,64] x [primal]):
+      %1 : f32[1,5,128,64] = aten::expand(%0, [1, 5, 128, 64], false)
+      %2 : f32[5,128,64] = aten::view(%1, [5, 128, 64])
+      %3 : f32[640,64] = aten::view(%2, [640, 64])
+      return (%3 out0))");
+  EXPECT_TRUE(simplify_views(*g));
+  EXPECT_TRUE(test::filecheck(to_text(*g), R"(
+    CHECK:      graph(%0 : f32[1,5,128,64] x [primal]):
+    CHECK-NEXT:   %3 : f32[640,64] = aten::view(%0, [640, 64])
+    CHECK-NEXT:   return (%3 out0)
+  )"));
+  EXPECT_FALSE(simplify_views(*g));
+  verify(*g);
 }
 
 TEST(SimplifyViews, DoubleTransposeIsTheIdentity) {
-  Graph g;
-  Value* x = g.add_input("x", f32({2, 3, 4}), Role::Primal);
-  Builder b(g);
-  Value* t = b.call("aten::transpose.int", {b.call("aten::transpose.int", {x, -1, 0}), 0, 2});
-  g.add_output(b.call("aten::exp", {t}));
-  EXPECT_TRUE(simplify_views(g));
-  EXPECT_EQ(g.nodes().back()->input(0), x);
+  auto g = parse_text(R"(
+    graph(%0 : f32[2,3,4] x [primal]):
+      %1 : f32[4,3,2]{1,4,12} = aten::transpose.int(%0, -1, 0)
+      %2 : f32[2,3,4] = aten::transpose.int(%1, 0, 2)
+      %3 : f32[2,3,4] = aten::exp(%2)
+      return (%3 out0))");
+  EXPECT_TRUE(simplify_views(*g));
+  EXPECT_TRUE(test::filecheck(to_text(*g), R"(
+    CHECK:      graph(%0 : f32[2,3,4] x [primal]):
+    CHECK-NEXT:   %3 : f32[2,3,4] = aten::exp(%0)
+    CHECK-NEXT:   return (%3 out0)
+  )"));
 }
 
 TEST(SimplifyViews, KeepsRealReshapes) {
-  Graph g;
-  Value* x = g.add_input("x", f32({2, 3}), Role::Primal);
-  Builder b(g);
-  g.add_output(b.call("aten::expand", {x, std::vector<int64_t>{4, 2, 3}}));
-  g.add_output(b.call("aten::clone", {b.call("aten::t", {x})}));  // a copy of a non-contiguous view
-  EXPECT_FALSE(simplify_views(g));
-  EXPECT_EQ(g.num_nodes(), 3u);
+  const char* text = R"(
+    graph(%0 : f32[2,3] x [primal]):
+      %1 : f32[4,2,3]{0,3,1} = aten::expand(%0, [4, 2, 3], false)
+      %2 : f32[3,2]{1,3} = aten::t(%0)
+      %3 : f32[3,2]{1,3} = aten::clone(%2, None)
+      return (%1 out0, %3 out1))";  // a copy of a non-contiguous view
+  auto g = parse_text(text);
+  EXPECT_FALSE(simplify_views(*g));
+  EXPECT_TRUE(test::same_structure(*g, *parse_text(text)));
 }
 
 TEST(SimplifyArith, RemovesMultiplicationByOneAndMergesScales) {
@@ -97,47 +108,52 @@ namespace {
 // Writes through views leave slice_scatter/select_scatter nodes, and reads of the written part
 // or of the rest (a rotary embedding's tangent has them).
 TEST(SimplifyViews, ReadsAroundAScatterReadItsSourceOrItsBase) {
-  Graph g;
-  Value* base = g.add_input("base", test::f32({4, 6}), Role::Primal);
-  Value* src = g.add_input("src", test::f32({4, 2}), Role::Primal);
-  Value* row = g.add_input("row", test::f32({6}), Role::Primal);
-  Builder b(g);
-  Value* sc = b.call("aten::slice_scatter", {base, src, 1, 2, 4, 1});
-  g.add_output(b.call("aten::slice.Tensor", {sc, -1, 2, 4, 1}));            // the source
-  g.add_output(b.call("aten::slice.Tensor", {sc, 1, 4, std::nullopt, 1}));  // the base's
-  g.add_output(b.call("aten::slice.Tensor", {sc, 1, 1, 3, 1}));             // overlaps: kept
-  Value* sel = b.call("aten::select_scatter", {base, row, 0, -1});
-  g.add_output(b.call("aten::select.int", {sel, 0, 3}));  // the source
-  g.add_output(b.call("aten::select.int", {sel, 0, 0}));  // the base's
-  std::unique_ptr<Graph> before = g.clone();
-  EXPECT_TRUE(simplify_views(g));
-  verify(g);
-  EXPECT_EQ(g.outputs()[0], src);
-  EXPECT_EQ(g.outputs()[1]->producer()->input(0), base);
-  EXPECT_EQ(g.outputs()[2]->producer()->input(0)->producer()->op(), "aten::slice_scatter");
-  EXPECT_EQ(g.outputs()[3], row);
-  EXPECT_EQ(g.outputs()[4]->producer()->input(0), base);
+  auto g = parse_text(R"(
+    graph(%0 : f32[4,6] base [primal],
+          %1 : f32[4,2] src [primal],
+          %2 : f32[6] row [primal]):
+      %3 : f32[4,6] = aten::slice_scatter(%0, %1, 1, 2, 4, 1)
+      %4 : f32[4,2]{6,1} = aten::slice.Tensor(%3, -1, 2, 4, 1)
+      %5 : f32[4,2]{6,1} = aten::slice.Tensor(%3, 1, 4, None, 1)
+      %6 : f32[4,2]{6,1} = aten::slice.Tensor(%3, 1, 1, 3, 1)
+      %7 : f32[4,6] = aten::select_scatter(%0, %2, 0, -1)
+      %8 : f32[6] = aten::select.int(%7, 0, 3)
+      %9 : f32[6] = aten::select.int(%7, 0, 0)
+      return (%4 source, %5 of_base, %6 overlaps, %8 row_source, %9 row_of_base))");
+  std::unique_ptr<Graph> before = g->clone();
+  EXPECT_TRUE(simplify_views(*g));
+  verify(*g);
+  EXPECT_TRUE(test::filecheck(to_text(*g), R"(
+    CHECK:      %3 : f32[4,6] = aten::slice_scatter(%0, %1, 1, 2, 4, 1)
+    CHECK-NEXT: %5 : f32[4,2]{6,1} = aten::slice.Tensor(%0, 1, 4, None, 1)
+    CHECK-NEXT: %6 : f32[4,2]{6,1} = aten::slice.Tensor(%3, 1, 1, 3, 1)
+    CHECK-NOT:  select_scatter
+    CHECK-NEXT: %9 : f32[6] = aten::select.int(%0, 0, 0)
+    CHECK-NEXT: return (%1 source, %5 of_base, %6 overlaps, %2 row_source, %9 row_of_base)
+  )"));
   std::vector<at::Tensor> in = {at::randn({4, 6}), at::randn({4, 2}), at::randn({6})};
-  auto want = Executable(std::move(before)).run(in), got = Executable(g.clone()).run(in);
+  auto want = Executable(std::move(before)).run(in), got = Executable(g->clone()).run(in);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << i;
 }
 
 TEST(SimplifyViews, AnAddOfTwoViewsIsAViewOfTheAdd) {
-  Graph g;
-  Value* x = g.add_input("x", f32({2, 6, 3}), Role::Primal);
-  Value* y = g.add_input("y", f32({2, 6, 3}), Role::Primal);
-  Builder b(g);
-  std::vector<int64_t> s = {4, 3, 3};
-  g.add_output(b.call("aten::add.Tensor", {b.call("aten::view", {x, s}), b.call("aten::view", {y, s}), 2.0}));
+  auto g = parse_text(R"(
+    graph(%0 : f32[2,6,3] x [primal],
+          %1 : f32[2,6,3] y [primal]):
+      %2 : f32[4,3,3] = aten::view(%0, [4, 3, 3])
+      %3 : f32[4,3,3] = aten::view(%1, [4, 3, 3])
+      %4 : f32[4,3,3] = aten::add.Tensor(%2, %3, 2.)
+      return (%4 out0))");
   std::vector<at::Tensor> in = {at::randn({2, 6, 3}), at::randn({2, 6, 3})};
-  at::Tensor before = run(g, in)[0];
-  EXPECT_TRUE(simplify_views(g));
-  verify(g);
-  const Node* out = g.outputs()[0]->producer();
-  ASSERT_EQ(out->op(), "aten::view") << to_text(g);
-  EXPECT_EQ(out->input(0)->producer()->op(), "aten::add.Tensor");
-  EXPECT_EQ(out->input(0)->meta().sizes, (std::vector<int64_t>{2, 6, 3}));
-  EXPECT_TRUE(run(g, in)[0].equal(before));
+  at::Tensor before = run(*g, in)[0];
+  EXPECT_TRUE(simplify_views(*g));
+  verify(*g);
+  EXPECT_TRUE(test::filecheck(to_text(*g), R"(
+    CHECK:      [[S:%[0-9]+]] : f32[2,6,3] = aten::add.Tensor(%0, %1, 2.)
+    CHECK-NEXT: [[V:%[0-9]+]] : f32[4,3,3] = aten::view([[S]], [4, 3, 3])
+    CHECK-NEXT: return ([[V]] out0)
+  )"));
+  EXPECT_TRUE(run(*g, in)[0].equal(before));
 }
 
 }  // namespace

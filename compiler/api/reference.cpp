@@ -88,11 +88,11 @@ std::unique_ptr<Graph> with_math_attention(const Graph& src) {
     const Arg* scale = find("scale");
     BArg sc = scale && !scale->value.isNone() ? BArg(scale->value.toDouble()) : BArg(std::nullopt);
     bool gqa = q->meta().sizes[1] != k->meta().sizes[1];
-    g->set_insertion_point(n);
+    InsertionGuard at(*g, n);
     Value* out =
         b.emit("aten::_scaled_dot_product_attention_math", {q, k, v, m, 0.0, is_causal, std::nullopt, sc, gqa})[0];
     n->output(0)->replace_all_uses_with(with_layout(b, out, n->output(0)->meta()));
-    g->set_insertion_point(nullptr);
+    at.move_to(nullptr);
     g->erase(n);
   }
   verify(*g);

@@ -145,9 +145,21 @@ void Value::replace_all_uses_with(Value* other) {
   if (other == this) return;
   auto uses = uses_;  // replace_input edits uses_
   for (const Use& u : uses) u.user->replace_input(u.index, other);
-  for (size_t i = 0; i < graph_->outputs_.size(); ++i)
-    if (graph_->outputs_[i] == this) graph_->outputs_[i] = other;
 }
+
+bool Value::is_graph_output() const {
+  return std::any_of(uses_.begin(), uses_.end(), [](const Use& u) { return u.user->is_return(); });
+}
+
+void Value::remove_use(Use u) {
+  auto it = std::find(uses_.begin(), uses_.end(), u);
+  if (it == uses_.end())
+    throw Error("internal error: use list of %" + std::to_string(id_) + " does not list operand " +
+                std::to_string(u.index) + " of " + (u.user ? u.user->op() : std::string("a null node")));
+  uses_.erase(it);
+}
+
+bool Node::is_return() const { return graph_ && graph_->return_node() == this; }
 
 Value* Node::tensor_arg(size_t i) const {
   const Arg& a = args_.at(i);
@@ -158,10 +170,10 @@ Value* Node::tensor_arg(size_t i) const {
 
 void Node::replace_input(size_t i, Value* v) {
   Value* old = inputs_.at(i);
-  auto& uses = old->uses_;
-  uses.erase(std::find(uses.begin(), uses.end(), Use{this, i}));
+  if (!v || v->graph_ != graph_) throw Error(op_ + ": operand from another graph");
+  old->remove_use(Use{this, i});
   inputs_[i] = v;
-  v->uses_.push_back(Use{this, i});
+  v->add_use(Use{this, i});
 }
 
 void Node::set_constant_arg(size_t i, Arg a) {
@@ -171,6 +183,20 @@ void Node::set_constant_arg(size_t i, Arg a) {
 }
 
 // --- Graph --------------------------------------------------------------------------------
+
+Graph::Graph() : return_(std::make_unique<Node>()) {
+  return_->graph_ = this;
+  return_->op_ = "prim::Return";
+}
+
+InsertionGuard::InsertionGuard(Graph& g) : g_(g), saved_(g.insert_before_) { g_.saved_points_.push_back(&saved_); }
+
+InsertionGuard::InsertionGuard(Graph& g, Node* before) : InsertionGuard(g) { move_to(before); }
+
+InsertionGuard::~InsertionGuard() {
+  g_.insert_before_ = saved_;
+  g_.saved_points_.pop_back();
+}
 
 Value* Graph::new_value(TensorMeta meta) {
   auto v = std::make_unique<Value>();
@@ -225,9 +251,10 @@ const Input& Graph::input_of(const Value* v) const {
 }
 
 void Graph::erase_input(size_t i) {
-  if (inputs_.at(i).value->has_uses()) throw Error("erase_input: input '" + inputs_[i].name + "' is used");
-  for (Value* o : outputs_)
-    if (o == inputs_[i].value) throw Error("erase_input: input '" + inputs_[i].name + "' is an output");
+  Value* v = inputs_.at(i).value;
+  if (v->is_graph_output()) throw Error("erase_input: input '" + inputs_[i].name + "' is an output");
+  if (v->has_uses()) throw Error("erase_input: input '" + inputs_[i].name + "' is used");
+  v->erased_ = true;
   inputs_.erase(inputs_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
@@ -238,13 +265,24 @@ const Input* Graph::find_input(const std::string& name) const {
 }
 
 void Graph::add_output(Value* v, std::string name) {
-  if (name.empty()) name = "out" + std::to_string(outputs_.size());
-  outputs_.push_back(v);
+  if (!v || v->graph_ != this || v->erased_) throw Error("add_output: the value is not in this graph");
+  auto& outs = return_->inputs_;
+  if (name.empty()) name = "out" + std::to_string(outs.size());
+  v->add_use(Use{return_.get(), outs.size()});
+  outs.push_back(v);
   output_names_.push_back(std::move(name));
 }
 
 void Graph::erase_output(size_t i) {
-  outputs_.erase(outputs_.begin() + static_cast<std::ptrdiff_t>(i));
+  auto& outs = return_->inputs_;
+  if (i >= outs.size()) throw Error("erase_output: no output " + std::to_string(i));
+  outs[i]->remove_use(Use{return_.get(), i});
+  // The outputs after it move up one place, and so do their uses' indices.
+  for (size_t j = i + 1; j < outs.size(); ++j) {
+    outs[j]->remove_use(Use{return_.get(), j});
+    outs[j]->add_use(Use{return_.get(), j - 1});
+  }
+  outs.erase(outs.begin() + static_cast<std::ptrdiff_t>(i));
   output_names_.erase(output_names_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
@@ -264,7 +302,7 @@ Node* Graph::create(std::string op, std::vector<Arg> args, std::vector<Value*> i
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i] || inputs[i]->graph_ != this) throw Error(n->op_ + ": operand from another graph");
     n->inputs_.push_back(inputs[i]);
-    inputs[i]->uses_.push_back(Use{n, i});
+    inputs[i]->add_use(Use{n, i});
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     Value* v = new_value(std::move(outputs[i]));
@@ -280,18 +318,22 @@ Node* Graph::create(std::string op, std::vector<Arg> args, std::vector<Value*> i
 }
 
 void Graph::erase(Node* n) {
+  if (!n || n->graph_ != this || n->is_return()) throw Error("erase: the node is not one of this graph's nodes");
   for (Value* o : n->outputs_) {
-    if (o->has_uses()) throw Error("erase: output %" + std::to_string(o->id()) + " of " + n->op_ + " is used");
-    if (std::find(outputs_.begin(), outputs_.end(), o) != outputs_.end())
+    if (o->is_graph_output())
       throw Error("erase: output %" + std::to_string(o->id()) + " of " + n->op_ + " is a graph output");
+    if (o->has_uses()) throw Error("erase: output %" + std::to_string(o->id()) + " of " + n->op_ + " is used");
   }
-  for (size_t i = 0; i < n->inputs_.size(); ++i) {
-    auto& uses = n->inputs_[i]->uses_;
-    uses.erase(std::find(uses.begin(), uses.end(), Use{n, i}));
-  }
-  if (insert_before_ == n) insert_before_ = next(n);
+  for (size_t i = 0; i < n->inputs_.size(); ++i) n->inputs_[i]->remove_use(Use{n, i});
+  Node* after = next(n);
+  if (insert_before_ == n) insert_before_ = after;
+  for (Node** p : saved_points_)
+    if (*p == n) *p = after;
   // Values stay allocated (ids are never reused) but are detached from the node.
-  for (Value* o : n->outputs_) o->producer_ = nullptr;
+  for (Value* o : n->outputs_) {
+    o->producer_ = nullptr;
+    o->erased_ = true;
+  }
   nodes_.erase(n->self_);
 }
 
@@ -332,7 +374,7 @@ std::unique_ptr<Graph> Graph::clone(std::unordered_map<const Value*, Value*>* ma
     Node* c = g->create(n->op_, n->args_, ins, outs, n->return_counts_, n->impure_);
     for (size_t i = 0; i < outs.size(); ++i) m[n->outputs_[i]] = c->outputs_[i];
   }
-  for (size_t i = 0; i < outputs_.size(); ++i) g->add_output(m.at(outputs_[i]), output_names_[i]);
+  for (size_t i = 0; i < outputs().size(); ++i) g->add_output(m.at(outputs()[i]), output_names_[i]);
   return g;
 }
 

@@ -13,10 +13,21 @@
 //     %3 : f32[1,5,64,128] = aten::transpose.int(%1, -2, -1)
 //     ...
 //
+// The graph's outputs are the operands of its return node (Graph::return_node(), "prim::Return",
+// as in TorchScript), which the graph owns apart from nodes(): returning a value is a use of
+// it, so a value with no uses is dead, and replace_all_uses_with redirects outputs as it
+// redirects any reader.
+//
 // Invariants (checked by verify()):
-//  - every input of a node is a graph input or the output of an earlier node;
-//  - Value::uses() lists exactly the (node, operand) pairs that read the value;
-//  - a node's Args refer to valid operand indices, and its op exists with that many arguments.
+//  - every input of a node is a graph input or the output of an earlier node, and every
+//    output is a graph input or the output of a node;
+//  - Value::uses() lists exactly the (node, operand) pairs that read the value, the return
+//    node's included; removing a use that is not listed throws jvpc::Error;
+//  - a node's Args refer to valid operand indices, and its op exists with that many arguments;
+//  - a value whose node or input was erased is neither a graph input nor an output of a node
+//    (Value::erased()).
+// The insertion point of new nodes is set only through an InsertionGuard, so a rule or pass
+// that throws cannot leave it set.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -67,7 +78,8 @@ struct TensorMeta {
 class Node;
 class Graph;
 
-/// A read of a value: operand `index` of `user`.
+/// A read of a value: operand `index` of `user`. A graph output is a use by the graph's return
+/// node (Graph::return_node(); `index` is the output's position).
 struct Use {
   Node* user;
   size_t index;
@@ -91,8 +103,14 @@ class Value {
   Node* producer() const { return producer_; }
   /// Position in producer()->outputs().
   size_t output_index() const { return index_; }
+  /// Every read of this value, graph outputs included: a value without uses is dead.
   const std::vector<Use>& uses() const { return uses_; }
   bool has_uses() const { return !uses_.empty(); }
+  /// Whether the graph returns this value (one of its uses is by the return node).
+  bool is_graph_output() const;
+  /// Whether its node (or, for a graph input, the input) was erased: it is no longer part of
+  /// the graph, though the object stays allocated (ids are never reused).
+  bool erased() const { return erased_; }
   /// Makes every reader of this value read `other` instead. Graph outputs are redirected too.
   void replace_all_uses_with(Value* other);
   Graph* graph() const { return graph_; }
@@ -105,7 +123,11 @@ class Value {
   TensorMeta meta_;
   Node* producer_ = nullptr;
   size_t index_ = 0;
+  bool erased_ = false;
   std::vector<Use> uses_;
+  void add_use(Use u) { uses_.push_back(u); }
+  /// Throws jvpc::Error (a broken invariant) if `u` is not listed.
+  void remove_use(Use u);
 };
 
 /// How a schema argument is given. Tensor kinds refer to Node operands; the rest are constants
@@ -174,6 +196,8 @@ class Node {
   /// Random ops: never folded, deduplicated or differentiated.
   bool impure() const { return impure_; }
   Graph* graph() const { return graph_; }
+  /// Whether this is its graph's return node (Graph::return_node()).
+  bool is_return() const;
 
   void replace_input(size_t i, Value* v);
   /// Replaces schema argument `i`, a constant, by another constant.
@@ -227,7 +251,7 @@ struct Input {
 
 class Graph {
  public:
-  Graph() = default;
+  Graph();
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
@@ -238,14 +262,19 @@ class Graph {
   std::vector<Input>& inputs() { return inputs_; }
   const Input& input_of(const Value* v) const;             ///< throws if v is not a graph input
   const Input* find_input(const std::string& name) const;  ///< nullptr if no input has the name
-  bool is_input(const Value* v) const { return v->producer() == nullptr; }
-  /// Removes an input that nothing reads.
+  bool is_input(const Value* v) const { return v->producer() == nullptr && !v->erased(); }
+  /// Removes an input that nothing reads (nor returns); its value becomes erased().
   void erase_input(size_t i);
 
-  const std::vector<Value*>& outputs() const { return outputs_; }
+  /// The returned values: the return node's operands.
+  const std::vector<Value*>& outputs() const { return return_->inputs(); }
   const std::vector<std::string>& output_names() const { return output_names_; }
+  /// Returns `v` as well, under `name` ("out<i>" when empty). A value may be returned twice.
   void add_output(Value* v, std::string name = "");
   void erase_output(size_t i);
+  /// The node whose operands are the outputs ("prim::Return"; no args, no outputs). It is not in
+  /// nodes(): passes that walk the nodes never see it, but its reads are uses like any other.
+  const Node* return_node() const { return return_.get(); }
   /// Gives every value the id `id(v)` (unique, 0 or more; values created later get larger ones):
   /// a loaded graph takes its file's ids, so that every error names values as the file does.
   void renumber(const std::function<int(const Value*)>& id);
@@ -255,10 +284,10 @@ class Graph {
   /// index `inputs`. Output metadata is given, one per produced output.
   Node* create(std::string op, std::vector<Arg> args, std::vector<Value*> inputs, std::vector<TensorMeta> outputs,
                std::vector<int> return_counts = {}, bool impure = false);
-  /// Removes a node none of whose outputs is used.
+  /// Removes a node none of whose outputs is used (nor returned); its outputs become erased().
   void erase(Node* n);
-  /// Nodes are created before `n` until reset; nullptr means at the end.
-  void set_insertion_point(Node* before) { insert_before_ = before; }
+  /// Where create() puts nodes: before this node, or at the end (nullptr). Set it with an
+  /// InsertionGuard.
   Node* insertion_point() const { return insert_before_; }
 
   /// Nodes in execution order, as a copy: a loop over it may erase the current node.
@@ -275,13 +304,39 @@ class Graph {
  private:
   Value* new_value(TensorMeta meta);
   friend class Value;
+  friend class InsertionGuard;
   std::list<std::unique_ptr<Node>> nodes_;
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<Input> inputs_;
-  std::vector<Value*> outputs_;
+  std::unique_ptr<Node> return_;  // operands: the outputs
   std::vector<std::string> output_names_;
   Node* insert_before_ = nullptr;
+  // The points that live guards restore, innermost last: erase() moves any that is the erased
+  // node to the node after it, so that no guard restores a dangling pointer.
+  std::vector<Node**> saved_points_;
   int next_id_ = 0;
+};
+
+/// Sets a graph's insertion point for its lifetime and restores the earlier one when it ends,
+/// also when a rule or pass throws:
+///
+///   InsertionGuard at(g, n);      // nodes are created before n
+///   Value* y = b.call("aten::exp", {x});
+///   at.move_to(g.next(n));        // and now before the node after n
+class InsertionGuard {
+ public:
+  /// Keeps the current insertion point until move_to().
+  explicit InsertionGuard(Graph& g);
+  /// Inserts before `before` (nullptr: at the end).
+  InsertionGuard(Graph& g, Node* before);
+  ~InsertionGuard();
+  InsertionGuard(const InsertionGuard&) = delete;
+  InsertionGuard& operator=(const InsertionGuard&) = delete;
+  void move_to(Node* before) { g_.insert_before_ = before; }
+
+ private:
+  Graph& g_;
+  Node* saved_;
 };
 
 /// Splits "aten::mul.Tensor" into {"aten::mul", "Tensor"}; "aten::bmm" into {"aten::bmm", ""}.

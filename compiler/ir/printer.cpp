@@ -1,5 +1,8 @@
+// The text form of a graph (one line per input, node and the return) and its Graphviz form.
+// compiler/ir/text.cpp reads the text form back; the two must change together.
 #include "compiler/ir/printer.h"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <sstream>
@@ -15,6 +18,32 @@ std::string format_double(double d) {
   std::string s(buf, r.ptr);
   if (s.find_first_of(".en") == std::string::npos) s += ".";
   return s;
+}
+
+std::string meta_text(const TensorMeta& m) {
+  std::string s = m.str();  // "f32[2,3]" or "f32[2,3]@cuda:0"
+  bool contiguous = false;
+  try {
+    contiguous = m.is_contiguous();
+  } catch (const Error&) {  // sizes that overflow: print what is there
+  }
+  if (contiguous) return s;
+  std::string strides = "{";
+  for (size_t i = 0; i < m.strides.size(); ++i) strides += (i ? "," : "") + std::to_string(m.strides[i]);
+  strides += "}";
+  return s.insert(s.find(']') + 1, strides);
+}
+
+std::string name_text(const std::string& name) {
+  bool bare = !name.empty();
+  for (unsigned char c : name) bare &= std::isalnum(c) || c == '_' || c == '.' || c == '\'' || c == '-';
+  if (bare && name != "None") return name;
+  std::string out = "\"";
+  for (char c : name) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
 }
 
 namespace {
@@ -39,8 +68,14 @@ std::string arg_text(const Node& n, const Arg& a) {
       return std::to_string(a.value.toInt());
     case ArgKind::Float:
       return format_double(a.value.toDouble());
-    case ArgKind::Str:
-      return "'" + a.value.toStringRef() + "'";
+    case ArgKind::Str: {
+      std::string out = "'";
+      for (char c : a.value.toStringRef()) {
+        if (c == '\'' || c == '\\') out += '\\';
+        out += c;
+      }
+      return out + "'";
+    }
     case ArgKind::Ints:
       return list(a.value.toIntVector(), [](int64_t i) { return std::to_string(i); });
     case ArgKind::Floats:
@@ -73,7 +108,7 @@ std::string arg_text(const Node& n, const Arg& a) {
 std::string outputs_text(const Node& n) {
   std::string s;
   for (size_t i = 0; i < n.outputs().size(); ++i)
-    s += (i ? ", " : "") + ref(n.output(i)) + " : " + n.output(i)->meta().str();
+    s += (i ? ", " : "") + ref(n.output(i)) + " : " + meta_text(n.output(i)->meta());
   return s.empty() ? "()" : s;
 }
 
@@ -83,7 +118,11 @@ std::string to_text(const Node& n) {
   std::string s = outputs_text(n) + " = " + n.op() + "(";
   for (size_t i = 0; i < n.args().size(); ++i) s += (i ? ", " : "") + arg_text(n, n.arg(i));
   s += ")";
-  if (n.impure()) s += "  # impure";
+  std::vector<std::string> flags;
+  if (n.impure()) flags.push_back("impure");
+  if (n.return_counts() != std::vector<int>(n.outputs().size(), 1))
+    flags.push_back("returns " + list(n.return_counts(), [](int c) { return std::to_string(c); }));
+  for (size_t i = 0; i < flags.size(); ++i) s += (i ? ", " : "  # ") + flags[i];
   return s;
 }
 
@@ -92,17 +131,22 @@ std::string to_text(const Graph& g) {
   os << "graph(";
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     const Input& in = g.inputs()[i];
-    os << (i ? ",\n      " : "") << ref(in.value) << " : " << in.value->meta().str() << " " << in.name;
-    if (in.role != Role::Primal || !in.differentiable) {
+    os << (i ? ",\n      " : "") << ref(in.value) << " : " << meta_text(in.value->meta()) << " " << name_text(in.name);
+    bool plain = in.role == Role::Primal && in.differentiable && in.aliases.empty() && in.tangent_of.empty();
+    if (!plain) {  // a differentiable primal input says so only when it has other flags
       os << " [" << role_name(in.role);
-      if (!in.aliases.empty()) os << ", aliases " << in.aliases;
+      if (in.role == Role::Primal && in.differentiable) os << ", differentiable";
+      if (in.role == Role::Constant && in.data.defined()) os << ", stored";
+      if (!in.aliases.empty()) os << ", aliases " << name_text(in.aliases);
+      if (!in.tangent_of.empty()) os << ", tangent_of " << name_text(in.tangent_of);
       os << "]";
     }
   }
   os << "):\n";
   for (const Node* n : g.nodes()) os << "  " << to_text(*n) << "\n";
   os << "  return (";
-  for (size_t i = 0; i < g.outputs().size(); ++i) os << (i ? ", " : "") << ref(g.outputs()[i]);
+  for (size_t i = 0; i < g.outputs().size(); ++i)
+    os << (i ? ", " : "") << ref(g.outputs()[i]) << " " << name_text(g.output_names()[i]);
   os << ")\n";
   return os.str();
 }

@@ -157,15 +157,21 @@ void verify(const Graph& g, const VerifyOptions& options) {
     for (const Value* o : n->outputs()) define(o, where);
   }
 
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    const Value* v = g.outputs()[i];
+    if (!defined.count(v)) throw Error("output " + std::to_string(i) + " (" + name(v) + ") is not defined");
+    reads[{v, {g.return_node(), i}}]++;  // returning a value is a use of it
+  }
+  if (g.return_node()->graph() != &g || !g.return_node()->args().empty() || !g.return_node()->outputs().empty())
+    throw Error("the return node is not this graph's, or has arguments or outputs");
+
   // Use lists must list exactly the reads.
   std::map<std::pair<const Value*, std::pair<const Node*, size_t>>, int> listed;
-  for (const Value* v : defined)
+  for (const Value* v : defined) {
+    if (v->erased()) throw Error("value " + name(v) + " is erased but still in the graph");
     for (const Use& u : v->uses()) listed[{v, {u.user, u.index}}]++;
+  }
   if (listed != reads) throw Error("use lists are out of date (a pass edited operands without replace_input)");
-
-  for (size_t i = 0; i < g.outputs().size(); ++i)
-    if (!defined.count(g.outputs()[i]))
-      throw Error("output " + std::to_string(i) + " (" + name(g.outputs()[i]) + ") is not defined");
 }
 
 }  // namespace jvpc
