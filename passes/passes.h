@@ -6,6 +6,7 @@
 #include "passes/rewrite.h"
 
 #include <functional>
+#include <optional>
 #include <unordered_map>
 
 namespace jvpc {
@@ -54,6 +55,27 @@ bool merge_factors(Graph& g);
 /// select_masks.cpp: t·float(m) -> where(m, t, 0) for a tangent t and a boolean primal m, so
 /// that the residual is the boolean mask (1 byte per element) rather than a float copy of it.
 bool select_masks(Graph& g);
+
+/// What attention_form chose for one attention, and why.
+struct AttentionChoice {
+  std::string node;  ///< the jvpc::attention_tangent node the rule emitted, as describe() names it
+  struct Form {
+    int64_t residual_bytes = 0;  ///< what the form holds between calls
+    int64_t peak_bytes = 0;      ///< what it allocates at once during a call
+    int64_t matmul_flops = 0;    ///< per call
+    int64_t bytes() const;       ///< residual_bytes + peak_bytes: what the budget counts
+  };
+  Form p, o_l;  ///< the P form and the O(L) form
+  bool o_l_form = false;
+  std::string reason;
+};
+
+/// attention_form.cpp: per jvpc::attention_tangent node (the O(L) form the fused attention
+/// rules emit), chooses the O(L) form or the P form under `residual_budget` bytes (none: the
+/// default, default_memory_limit() of the graph's device; 0: O(L) everywhere; kNoMemoryLimit:
+/// P everywhere), and expands those that hold P. Throws when no choice fits, naming the smallest
+/// budget that would do. Returns one choice per attention, in graph order.
+std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> residual_budget);
 
 /// zero_blocks.cpp: a bmm reading cat([zeros, t]) through views (a KV cache's tangent) skips
 /// the zero block: bmm(slice(a), t) along the contracted dim, cat([zeros, bmm(a, t)]) along

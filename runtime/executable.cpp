@@ -1,5 +1,7 @@
 #include "runtime/executable.h"
 
+#include "runtime/attention_tangent.h"
+
 #include "compiler/ir/limits.h"
 #include "compiler/ir/liveness.h"
 #include "compiler/ir/ops.h"
@@ -58,6 +60,7 @@ std::vector<at::Tensor> node_results(const std::string& where, const std::vector
 Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options)
     : graph_(std::move(graph)), options_(options), cuda_(std::make_unique<CudaGraph>()) {
   if (!graph_) throw Error("Executable: null graph");
+  runtime::register_ops();  // keeps the runtime's operators in a static link
   if (!at::hasCUDA())
     for (const Input& in : graph_->inputs())
       if (in.value->meta().device.is_cuda())

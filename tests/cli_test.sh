@@ -78,6 +78,27 @@ expect 0 "run the tangent graph" -- "$JVPC" run "$DIR/tangent.json"
 # The saved tangent graph holds the probabilities once (as [1,5,128,128] and [5,128,128]) plus a copy of v.
 expect 0 "cost of the saved tangent graph" -- "$JVPC" cost "$DIR/tangent.json" --json
 contains out '"residual_bytes": 819200'; contains out '"aliased_input_bytes": 0'
+# Attention's tangent under a residual budget: 0 forces the O(L) form (5 bmms: 52,428,800 FLOPs
+# at the seed's size), inf the P form (41,943,040); the report lists each attention's choice.
+expect 0 "linearize --residual-budget 0" -- "$JVPC" linearize sdpa --device cpu --backend flash --residual-budget 0 \
+  -o "$DIR/ol.json" --report "$DIR/ol-report.json"
+contains out "52428800"; contains out "attention  O(L) form"; contains out "PASS"
+python3 - "$DIR/ol-report.json" <<'PY' && pass "  ...--report has the attention list" || fail "  ...--report has the attention list"
+import json, sys
+a = json.load(open(sys.argv[1]))["attention"]
+assert len(a) == 1 and a[0]["choice"] == "O(L)" and a[0]["matmul_flops"] == 52428800, a
+assert a[0]["forms"]["P"]["matmul_flops"] == 41943040 and a[0]["residual_bytes"] > 0 and a[0]["reason"], a
+PY
+expect 0 "cost of the O(L) tangent graph" -- "$JVPC" cost "$DIR/ol.json"; contains out "O(L) form, scores \[1,5,128,128\]"
+expect 0 "run the O(L) tangent graph" -- "$JVPC" run "$DIR/ol.json"
+expect 0 "linearize --residual-budget inf" -- "$JVPC" linearize sdpa --device cpu --backend flash --residual-budget inf
+contains out "41943040"; contains out "attention  P form"
+expect 0 "linearize --residual-budget 64MiB" -- "$JVPC" linearize sdpa --device cpu --backend flash --residual-budget 64MiB
+contains out "the P form fits the budget"
+expect 2 "a residual budget nothing meets" -- "$JVPC" linearize sdpa --device cpu --backend flash --residual-budget 1000
+contains err "residual budget 1000 bytes is too small: the attentions need at least"
+expect 2 "a residual budget that is not a size" -- "$JVPC" linearize sdpa --device cpu --residual-budget lots
+contains err "--residual-budget: 'lots' is not a size"
 expect 0 "linearize a graph file" -- "$JVPC" linearize "$DIR/sdpa.json"; contains out "41943040"
 contains out "primals from $DIR/sdpa.inputs.safetensors"
 expect 0 "linearize a graph file, --inputs" -- "$JVPC" linearize "$DIR/sdpa.json" --inputs "$DIR/sdpa.inputs.safetensors"
@@ -92,9 +113,9 @@ if grep '^{' "$DIR/out" | python3 -c '
 import json, sys
 d = [json.loads(l) for l in sys.stdin]
 assert d[0]["after"] == "trace" and d[0]["position"] == 0, d[0]["after"]
-assert [x["position"] for x in d] == list(range(len(d))) and len(d) == 17, len(d)
+assert [x["position"] for x in d] == list(range(len(d))) and len(d) == 18, len(d)
 assert [x["after"] for x in d].count("dce") == 2 and all("nodes" in x["graph"] for x in d)'; then
-  pass "  ...17 dumps, trace first, positions in order"; else fail "  ...the JSON dumps"; fi
+  pass "  ...18 dumps, trace first, positions in order"; else fail "  ...the JSON dumps"; fi
 expect 1 "a failed check exits 1" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --tolerance 0; contains out "FAIL"
 expect 0 "linearize mlp" -- "$JVPC" linearize mlp --device cpu --seq-len 16
 expect 0 "linearize block" -- "$JVPC" linearize block --device cpu --seq-len 16 --causal

@@ -20,6 +20,13 @@ cmake --build "$WORK/build" >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; 
 "$JVPC" linearize sdpa --device cpu -o "$WORK/tangent.json" >/dev/null
 "$WORK/build/embed" "$WORK/tangent.json" 3 | tee "$WORK/out.txt"
 grep -q "out0 : f32\[1,5,128,64\]" "$WORK/out.txt" || grep -q "dout0 : f32\[1,5,128,64\]" "$WORK/out.txt"
+# A graph that uses the runtime's own operator (jvpc::attention_tangent, the O(L) attention
+# tangent): its registration must survive the static link of an application that names only
+# Executable and load.
+"$JVPC" linearize sdpa --device cpu --backend flash --residual-budget 0 -o "$WORK/tangent-ol.json" >/dev/null
+grep -q '"jvpc::attention_tangent"' "$WORK/tangent-ol.json"
+"$WORK/build/embed" "$WORK/tangent-ol.json" 3 | tee "$WORK/out-ol.txt"
+grep -q "out0 : f32\[1,5,128,64\]" "$WORK/out-ol.txt" || grep -q "dout0 : f32\[1,5,128,64\]" "$WORK/out-ol.txt"
 # The embedding links the runtime, not the tracer or the passes.
 ! nm -C "$WORK/build/embed" | grep -q "jvpc::trace\|jvpc::fold\|jvpc::jvp("
 echo "embed example built with $MODE and ran"

@@ -13,6 +13,7 @@
 // runs the real ones.
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
+#include "compiler/ir/limits.h"
 #include "compiler/ir/serialize.h"
 #include "examples/examples.h"
 #include "runtime/executable.h"
@@ -199,6 +200,35 @@ TEST_P(FusedEmulated, MatchesMathPathForwardAdAtTheFourBmmFloor) {
   EXPECT_EQ(lin.report.tangent.matmul_flops, 4 * qk);
   EXPECT_EQ(lin.report.forward.matmul_flops, 2 * qk);
   EXPECT_EQ(lin.report.linearize_matmul_flops, 3 * qk);
+}
+
+// The O(L) form (jvpc::attention_tangent, residual budget 0) on each kernel's real schema and
+// output layouts, in float64: equal to the P form and to forward AD of the math path. These
+// kernels return their logsumexp in float32 whatever the dtype, which bounds both forms'
+// agreement in float64 near float32's precision (the CPU flash kernel's, in the dtype, is held
+// to 1e-10 in test_attention_form.cpp).
+TEST_P(FusedEmulated, TheOLFormMatchesThePFormAndForwardAdInFloat64) {
+  Case c = GetParam();
+  c.dtype = at::kDouble;
+  std::vector<TraceInput> in = inputs(c);
+  LinearizeOptions ol, p;
+  ol.residual_budget = 0;
+  p.residual_budget = kNoMemoryLimit;
+  Linearized a = linearize(fused(c), in, ol), b = linearize(fused(c), in, p);
+  ASSERT_EQ(a.report.attention.size(), 1u);
+  EXPECT_TRUE(a.report.attention[0].o_l_form);
+  EXPECT_FALSE(b.report.attention[0].o_l_form);
+  std::vector<at::Tensor> tangents;
+  std::vector<std::optional<at::Tensor>> ref(in.size());
+  for (size_t i = 0; i < 3; ++i) ref[i] = tangents.emplace_back(at::randn_like(in[i].value));
+  std::vector<at::Tensor> got = a.jvp(tangents);
+  EXPECT_LT(compare(got, b.jvp(tangents)).rel_error, 1e-6) << "O(L) vs P";
+  std::vector<at::Tensor> primals;
+  for (auto& i : in) primals.push_back(i.value);
+  EXPECT_LT(compare(got, forward_ad_jvp(math(c), primals, ref)).rel_error, 1e-6) << "O(L) vs forward AD";
+  // Five bmms per block where P takes four.
+  int64_t qk = 2 * c.batch * c.heads * c.sq * c.sk * c.d;
+  EXPECT_EQ(a.report.tangent.matmul_flops, 5 * qk);
 }
 
 // A graph file holding a fused kernel (with its non-tensor and undefined outputs) loads, folds

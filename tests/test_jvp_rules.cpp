@@ -983,6 +983,27 @@ TEST(LoadableOps, EveryCasesGraphsSaveLoadAndRunWithoutWritingTheirOperands) {
       }
     }
   }
+  // Attention's O(L) tangent (residual budget 0): the tangent graph of the CPU flash kernel.
+  {
+    examples::Instance ex = test::make_example({"sdpa", "--mask", "float"},
+                                               {"--backend", "flash", "--dtype", "float64", "--seq-len", "24"});
+    LinearizeOptions ol;
+    ol.residual_budget = 0;
+    Linearized lin = linearize(ex.fn(), ex.inputs, ol);
+    std::vector<at::Tensor> tangents;
+    for (const Input* in : lin.jvp_fn->arguments()) tangents.push_back(at::randn(in->value->meta().sizes, at::kDouble));
+    std::string path = test::temp_path("attention_tangent.json");
+    save(*lin.tangent_graph, path);
+    std::unique_ptr<Graph> back = load(path);
+    verify(*back, VerifyOptions::untrusted());
+    for (const Node* n : back->nodes()) ran.insert(n->op());
+    std::vector<at::Tensor> before = snapshot(*back, tangents);
+    std::vector<at::Tensor> got =
+        Executable(std::shared_ptr<const Graph>(back.get(), [](const Graph*) {}), ExecutableOptions::eager())
+            .run(tangents);
+    expect_unwritten(*back, tangents, before, "attention's O(L) tangent graph");
+    EXPECT_TRUE(at::equal(got[0], lin.jvp(tangents)[0]));
+  }
   // Not run here: the ops only CUDA runs (their rules are checked on a GPU, and on kernels that
   // emulate them), oneDNN's LSTM layer (float32 only: Linearize.OneDnnLstmLayersMatchForwardAdOfTheUnfusedPath),
   // and ops of complex tensors, which graph files cannot hold.

@@ -28,6 +28,15 @@ const std::vector<LinearizePass>& linearize_passes() {
          return c.primal_outputs > 0;
        }},
       {"dce", false, [](Graph& g, const Ctx&) { return dce(g); }},
+      // Before the simplifications: the P form it expands is minimised like any other graph.
+      {"attention-form", false,
+       [](Graph& g, const Ctx& c) {
+         auto choices = attention_form(g, c.residual_budget);
+         bool changed = false;
+         for (const AttentionChoice& a : choices) changed |= !a.o_l_form;
+         if (c.attention) *c.attention = choices;
+         return changed;
+       }},
       {"simplify-views", true, [](Graph& g, const Ctx&) { return simplify_views(g); }},
       {"simplify-arith", true, [](Graph& g, const Ctx&) { return simplify_arith(g); }},
       {"cse", true, [](Graph& g, const Ctx&) { return cse(g); }},
@@ -80,7 +89,9 @@ Linearized compile(Trace&& t, const LinearizeOptions& options, const KernelWatch
   auto known = std::make_shared<std::unordered_map<int, at::Tensor>>(std::move(t.values));
   Pipeline p;
   p.verify_each(options.verify_each);
-  add_linearize_passes(p, {options.wrt, t.graph->outputs().size(), known}, options.disabled_passes);
+  auto attention = std::make_shared<std::vector<AttentionChoice>>();
+  add_linearize_passes(p, {options.wrt, t.graph->outputs().size(), known, options.residual_budget, attention},
+                       options.disabled_passes);
   CostTable table("trace");
   p.observe(&table);
   for (PassObserver* o : options.observers) p.observe(o);
@@ -90,6 +101,7 @@ Linearized compile(Trace&& t, const LinearizeOptions& options, const KernelWatch
   lin.report.passes = table.rows();
   lin.report.timings = p.timings();
   lin.report.tangent = graph_cost(*g);
+  lin.report.attention = *attention;
   lin.report.linearize_matmul_flops = watch.matmul_flops();
   lin.report.linearize_matmul_by_op = watch.matmul_flops_by_op();
   lin.tangent_graph = g;

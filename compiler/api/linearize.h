@@ -19,6 +19,7 @@
 #include "compiler/trace/tracer.h"
 #include "passes/cost_table.h"
 #include "passes/pass.h"
+#include "passes/passes.h"
 #include "runtime/executable.h"
 
 #include <functional>
@@ -40,6 +41,11 @@ struct LinearizeOptions {
   /// Verify the whole graph after every pass, not only after those that changed it (the test
   /// suite's default: JVPC_VERIFY_EACH=1).
   bool verify_each = verify_each_by_default();
+  /// Bytes the attentions' tangents may take (residuals plus peak per call, see
+  /// passes/attention_form.cpp): each attention holds P where that fits, else takes the O(L)
+  /// form. None: default_memory_limit() of the device (compiler/ir/limits.h); 0: the O(L) form
+  /// everywhere; kNoMemoryLimit: the P form everywhere.
+  std::optional<int64_t> residual_budget;
   ExecutableOptions runtime;
 };
 
@@ -53,6 +59,8 @@ struct CompileReport {
   std::map<std::string, int64_t> linearize_matmul_by_op;
   /// Cost of the final tangent graph.
   GraphCost tangent;
+  /// Per attention, the form of its tangent chosen under the residual budget, and why.
+  std::vector<AttentionChoice> attention;
   /// Wall time of each pass and of its verification (not deterministic: --timing and --report).
   std::vector<PassTime> timings;
 };
@@ -83,6 +91,9 @@ struct LinearizePassContext {
   size_t primal_outputs = 0;     ///< the traced graph's outputs, dropped from the tangent graph
   /// Values by id, from the tracing run, for fold.
   std::shared_ptr<std::unordered_map<int, at::Tensor>> known;
+  std::optional<int64_t> residual_budget;  ///< see LinearizeOptions::residual_budget
+  /// Where attention-form writes its choices (the CompileReport's), if anywhere.
+  std::shared_ptr<std::vector<AttentionChoice>> attention;
 };
 
 /// One pass of linearize's pipeline: its name, whether --disable-pass may leave it out, and how

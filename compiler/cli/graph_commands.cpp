@@ -4,6 +4,7 @@
 #include "compiler/cost/cost_model.h"
 #include "compiler/ir/files.h"
 #include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
 #include "compiler/ir/serialize.h"
 #include "examples/examples.h"
 #include "examples/flags.h"
@@ -154,8 +155,24 @@ void add_cost(CLI::App& app) {
   cmd->callback([o] {
     auto g = load(o->file, cpu_options(o->trusted, o->limits));
     GraphCost c = graph_cost(*g);
+    // Attentions in the O(L) form (jvpc::attention_tangent): what each computes per call.
+    nlohmann::json attention = nlohmann::json::array();
+    for (const Node* n : g->nodes()) {
+      if (n->op() != "jvpc::attention_tangent") continue;
+      AttentionTangentShape a = attention_tangent_shape(*n);
+      NodeCost nc = node_cost(*n);
+      attention.push_back({{"node", describe(n)},
+                           {"choice", "O(L)"},
+                           {"scores", std::vector<int64_t>{a.B, a.H, a.Lq, a.Lk}},
+                           {"causal", a.causal},
+                           {"blocks", std::vector<int64_t>{a.block_q, a.block_k}},
+                           {"matmul_flops", nc.matmul_flops},
+                           {"workspace_bytes", nc.workspace_bytes}});
+    }
     if (o->json) {
-      std::cout << to_json(c).dump(1) << "\n";
+      nlohmann::json j = to_json(c);
+      j["attention"] = attention;
+      std::cout << j.dump(1) << "\n";
       return;
     }
     CostTable t(o->file);
@@ -164,6 +181,11 @@ void add_cost(CLI::App& app) {
     std::cout << "ops:";
     for (const auto& [op, n] : c.ops) std::cout << " " << op << "×" << n;
     std::cout << "\n";
+    for (const auto& a : attention)
+      std::cout << "attention " << a["node"].get<std::string>() << ": O(L) form, scores " << a["scores"].dump()
+                << (a["causal"].get<bool>() ? " causal" : "") << ", blocks " << a["blocks"].dump() << ", matmul FLOPs "
+                << a["matmul_flops"].get<int64_t>() << " per call, workspace "
+                << human_bytes(a["workspace_bytes"].get<int64_t>()) << "\n";
     if (!c.uncosted_ops.empty()) {
       std::cout << "uncosted ops (no FLOP convention; counted as 1 FLOP per output element):";
       for (const auto& [op, n] : c.uncosted_ops) std::cout << " " << op << "×" << n;

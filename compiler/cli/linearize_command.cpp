@@ -4,6 +4,7 @@
 #include "compiler/cli/cli.h"
 
 #include "compiler/api/linearize.h"
+#include "compiler/ir/limits.h"
 #include "compiler/api/reference.h"
 #include "compiler/ir/files.h"
 #include "compiler/ir/ops.h"
@@ -27,7 +28,7 @@ namespace jvpc::cli {
 namespace {
 
 struct Opts {
-  std::string target, report, out, dump_format = "text", device, wrt, inputs;
+  std::string target, report, out, dump_format = "text", device, wrt, inputs, residual_budget;
   std::vector<std::string> dump_after, disabled;
   uint64_t seed = 0;
   std::optional<double> tolerance;
@@ -201,7 +202,15 @@ void print_summary(const Problem& p, const Linearized& lin, const Check& c, bool
   std::cout << "residuals  " << human_bytes(r.tangent.residual_bytes) << " held by the tangent graph";
   if (r.tangent.aliased_input_bytes)
     std::cout << ", plus " << human_bytes(r.tangent.aliased_input_bytes) << " aliasing the inputs (" << aliased << ")";
-  std::cout << "; peak " << human_bytes(r.tangent.peak_bytes) << " per call\n";
+  std::cout << "; peak " << human_bytes(r.tangent.peak_bytes) << " per call";
+  if (r.tangent.workspace_bytes) std::cout << " (+ " << human_bytes(r.tangent.workspace_bytes) << " inside a kernel)";
+  std::cout << "\n";
+  for (const AttentionChoice& a : r.attention) {
+    const AttentionChoice::Form& f = a.o_l_form ? a.o_l : a.p;
+    std::cout << "attention  " << (a.o_l_form ? "O(L) form" : "P form   ") << ": residuals "
+              << human_bytes(f.residual_bytes) << ", peak " << human_bytes(f.peak_bytes) << ", matmul FLOPs "
+              << human_count(f.matmul_flops) << " per call (" << a.reason << ")\n";
+  }
   std::string reference =
       is_graph ? "LibTorch forward AD of the graph (attention on the math path" : "LibTorch forward AD (math backend";
   reference += p.reference_in_float32 ? ", in float32)" : ")";
@@ -230,6 +239,21 @@ void write_report(const std::string& path, const Problem& p, const Linearized& l
   rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
   rep["jvp"] = to_json(r.tangent);
   rep["jvp"]["tangents"] = lin.tangent_names();
+  rep["attention"] = nlohmann::json::array();
+  for (const AttentionChoice& a : r.attention) {
+    auto form = [](const AttentionChoice::Form& f) {
+      return nlohmann::json{
+          {"residual_bytes", f.residual_bytes}, {"peak_bytes", f.peak_bytes}, {"matmul_flops", f.matmul_flops}};
+    };
+    const AttentionChoice::Form& f = a.o_l_form ? a.o_l : a.p;
+    rep["attention"].push_back({{"node", a.node},
+                                {"choice", a.o_l_form ? "O(L)" : "P"},
+                                {"reason", a.reason},
+                                {"residual_bytes", f.residual_bytes},
+                                {"peak_bytes", f.peak_bytes},
+                                {"matmul_flops", f.matmul_flops},
+                                {"forms", {{"P", form(a.p)}, {"O(L)", form(a.o_l)}}}});
+  }
   rep["check"] = {{"reference", "forward_ad"},
                   {"reference_dtype", p.reference_in_float32 ? "float32" : "as traced"},
                   {"max_abs_error", c.err.max_abs_error},
@@ -280,6 +304,12 @@ void add_linearize(CLI::App& app) {
          "--tolerance", o->tolerance,
          "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2)")
       ->check(examples::kNonNegative);
+  cmd->add_option("--residual-budget", o->residual_budget,
+                  "bytes the attentions' tangents may hold and allocate per call (residuals plus peak): an attention "
+                  "holds its probabilities P (B·H·Lq·Lk, 4 matmuls per call) where that fits, else takes the O(L) "
+                  "form (5 matmuls); bytes, or 64MiB, 2GiB, 1.5G; 0: O(L) everywhere; inf: P everywhere (default: "
+                  "3/4 of memory, as --max-memory)")
+      ->type_name("SIZE");
   add_max_memory(cmd, o->limits);
   add_max_flops(cmd, o->limits);
   cmd->allow_extras();
@@ -298,6 +328,7 @@ void add_linearize(CLI::App& app) {
     if (cmd->count("--wrt")) opts.wrt = split_names(o->wrt);
     opts.disabled_passes = std::set<std::string>(o->disabled.begin(), o->disabled.end());
     if (o->verify_each) opts.verify_each = true;
+    if (cmd->count("--residual-budget")) opts.residual_budget = parse_size(o->residual_budget, "--residual-budget");
     check_pass_names(o->dump_after, opts.disabled_passes);  // before tracing: a bad name fails fast
     std::set<std::string> dumps(o->dump_after.begin(), o->dump_after.end());
     IrDump dump(dumps, o->dump_format, std::cout, "trace");

@@ -44,8 +44,8 @@ int64_t distinct_bytes(const TensorMeta& m) {
 }
 
 bool is_matmul(const std::string& op) {
-  return op == "aten::mm" || op == "aten::addmm" || op == "aten::bmm" || op == "aten::baddbmm" ||
-         op == "aten::convolution" || is_fused_attention(op);
+  return op == "jvpc::attention_tangent" || op == "aten::mm" || op == "aten::addmm" || op == "aten::bmm" ||
+         op == "aten::baddbmm" || op == "aten::convolution" || is_fused_attention(op);
 }
 
 int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& s,
@@ -73,6 +73,54 @@ int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<in
     return add(product({2, bh, sq, d, sk}), product({2, bh, sq, sk, dv}));
   }
   return -1;
+}
+
+int64_t attention_tangent_score_elements(const AttentionTangentShape& a) {
+  int64_t total = 0;
+  for (int64_t i0 = 0; i0 < a.Lq; i0 += a.block_q) {
+    int64_t bq = std::min(a.block_q, a.Lq - i0);
+    // Causal (top left): key block [j0, j0 + bk) runs while j0 <= the block's last query.
+    int64_t keys = a.causal ? std::min(a.Lk, ((i0 + bq - 1) / a.block_k + 1) * a.block_k) : a.Lk;
+    accumulate(total, product({bq, keys}));
+  }
+  return total;
+}
+
+int64_t attention_tangent_matmul_flops(const AttentionTangentShape& a) {
+  bool ds = a.dq || a.dk || a.dmask;
+  if (!ds && !a.dv) return 0;
+  int64_t per = add(product({a.D, 1 + a.dq + a.dk}), product({a.Dv, int64_t(ds) + a.dv}));
+  return product({2, a.B, a.H, attention_tangent_score_elements(a), per});
+}
+
+int64_t attention_tangent_workspace_bytes(const AttentionTangentShape& a) {
+  int64_t bq = std::min(a.block_q, a.Lq), bk = std::min(a.block_k, a.Lk);
+  // Per key block: scores/P, dS (and one bmm result added to it), a mask block and the causal
+  // mask; the key block's operands k, dk, v, dv in the accumulation type.
+  int64_t block = product({a.B, a.H, bq, bk, 3 * a.acc_bytes + (a.mask ? a.acc_bytes : 0) + 1});
+  int64_t keys = product({a.B, a.Hkv, bk, 2 * (a.D + a.Dv) * a.acc_bytes});
+  // Per query block: q, dq, out and the accumulator rows, the row sums, lse and its mask.
+  int64_t rows = product({a.B, a.H, bq, (2 * a.D + 2 * a.Dv + 3) * a.acc_bytes + 1});
+  return add(add(block, keys), rows);
+}
+
+AttentionTangentShape attention_tangent_shape(const Node& n) {
+  auto tensor = [&](size_t arg) -> const Value* {
+    return n.arg(arg).kind == ArgKind::Tensor ? n.tensor_arg(arg) : nullptr;
+  };
+  const auto &q = tensor(0)->meta(), &k = tensor(1)->meta(), &v = tensor(2)->meta();
+  if (q.sizes.size() != 4 || k.sizes.size() != 4 || v.sizes.size() != 4)
+    throw std::out_of_range("attention_tangent shapes");
+  AttentionTangentShape a;
+  a.B = q.sizes[0], a.H = q.sizes[1], a.Lq = q.sizes[2], a.D = q.sizes[3];
+  a.Hkv = k.sizes[1], a.Lk = k.sizes[2], a.Dv = v.sizes[3];
+  a.dq = tensor(5), a.dk = tensor(6), a.dv = tensor(7), a.mask = tensor(8), a.dmask = tensor(9);
+  a.causal = n.arg(10).value.toBool();
+  a.block_q = n.arg(12).value.toInt(), a.block_k = n.arg(13).value.toInt();
+  if (a.block_q <= 0 || a.block_k <= 0) throw std::out_of_range("attention_tangent block sizes");
+  a.dtype_bytes = static_cast<int64_t>(c10::elementSize(q.dtype));
+  a.acc_bytes = c10::isReducedFloatingType(q.dtype) ? 4 : a.dtype_bytes;
+  return a;
 }
 
 namespace {
@@ -255,6 +303,22 @@ NodeCost cost_of(const Node& n) {
   }
   int64_t in_elems = n.inputs().empty() ? 0 : n.input(0)->meta().numel();
   int64_t mm = -1;
+  if (n.op() == "jvpc::attention_tangent") {
+    try {
+      AttentionTangentShape a = attention_tangent_shape(n);
+      c.matmul_flops = attention_tangent_matmul_flops(a);
+      // Per computed score element: scale, mask, subtract lse, exp; dS scale and mask, P⊙dS,
+      // its row sum; the accumulations.
+      int64_t scores = product({a.B, a.H, attention_tangent_score_elements(a)});
+      c.other_flops = product({8, scores});
+      c.transcendentals = scores;
+      c.workspace_bytes = attention_tangent_workspace_bytes(a);
+      c.note = "the O(L) attention tangent: its bmms over the blocks it computes";
+    } catch (const std::out_of_range&) {
+      throw Error("node " + n.op() + ": operand shapes do not fit the operator");
+    }
+    return c;
+  }
   try {
     bool transposed = n.op() == "aten::convolution" && n.arg(6).value.toBool();
     mm = matmul_flops_for(n.op(), shapes, n.output(0)->meta().sizes, transposed);
@@ -324,6 +388,7 @@ GraphCost graph_cost(const Graph& g) {
     } catch (const Error& e) {
       throw Error(std::string("graph total: ") + e.what());
     }
+    c.workspace_bytes = std::max(c.workspace_bytes, nc.workspace_bytes);
     c.ops[n->op()]++;
     if (nc.uncosted) c.uncosted_ops[n->op()]++;
   }
@@ -350,6 +415,7 @@ nlohmann::json to_json(const GraphCost& c) {
           {"residual_bytes", c.residual_bytes},
           {"aliased_input_bytes", c.aliased_input_bytes},
           {"peak_bytes", c.peak_bytes},
+          {"workspace_bytes", c.workspace_bytes},
           {"ops", c.ops},
           {"uncosted_ops", c.uncosted_ops}};
 }

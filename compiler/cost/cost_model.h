@@ -30,6 +30,8 @@ struct NodeCost {
   int64_t transcendentals = 0;
   int64_t bytes = 0;
   const char* note = nullptr;  ///< set where jvpc extends FlopCounterMode's rules
+  /// Temporaries the kernel allocates and frees inside itself (jvpc::attention_tangent).
+  int64_t workspace_bytes = 0;
   /// The op has no FLOP convention in docs/cost-model.md: its FLOPs (1 per output element) are
   /// a guess.
   bool uncosted = false;
@@ -50,6 +52,9 @@ struct GraphCost {
   /// Peak bytes of intermediates and outputs alive at once during one execution, from liveness
   /// (graph inputs and constants excluded: they are held by the caller and residual_bytes).
   int64_t peak_bytes = 0;
+  /// The largest workspace of one node (NodeCost::workspace_bytes), held during that node on
+  /// top of what liveness counts: peak_bytes + workspace_bytes bounds a call's memory.
+  int64_t workspace_bytes = 0;
   std::map<std::string, int64_t> ops;
   /// Nodes per op that has no FLOP convention (NodeCost::uncosted).
   std::map<std::string, int64_t> uncosted_ops;
@@ -58,8 +63,30 @@ struct GraphCost {
 GraphCost graph_cost(const Graph& g);
 
 /// {"nodes", "matmul_flops", "other_flops", "transcendentals", "bytes", "residual_bytes",
-///  "aliased_input_bytes", "peak_bytes", "ops", "uncosted_ops"}: what `jvpc cost --json` and reports print.
+///  "aliased_input_bytes", "peak_bytes", "workspace_bytes", "ops", "uncosted_ops"}: what `jvpc cost --json` and reports print.
 nlohmann::json to_json(const GraphCost& c);
+
+/// jvpc::attention_tangent (runtime/attention_tangent.h), the O(L) form of attention's tangent:
+/// its sizes and which of its optional operands are present.
+struct AttentionTangentShape {
+  int64_t B = 1, H = 1, Hkv = 1, Lq = 1, Lk = 1, D = 1, Dv = 1;
+  bool dq = false, dk = false, dv = false, mask = false, dmask = false, causal = false;
+  int64_t block_q = 1, block_k = 1;
+  int64_t dtype_bytes = 4, acc_bytes = 4;  ///< element sizes of q and of its accumulation type
+};
+/// Score elements (query, key) the operator computes per batch and head: those of every
+/// (query block, key block) pair that a causal mask does not hide entirely, as it skips them.
+int64_t attention_tangent_score_elements(const AttentionTangentShape& a);
+/// Its matmul FLOPs: 2·B·H·(score elements)·(D·(1 + [dq] + [dk]) + Dv·([dS ≠ 0] + [dv])), the
+/// bmms it runs (S = q·kᵀ; dq·kᵀ; q·dkᵀ; (P⊙dS)·v; P·dv). With every tangent present that is
+/// 2·B·H·Lq·Lk·(3D + 2Dv) without causal skipping.
+int64_t attention_tangent_matmul_flops(const AttentionTangentShape& a);
+/// Bytes of the temporaries it holds at once while it runs (block scores, probabilities and
+/// their tangent, one block of operands, the accumulators of a query block): bounded by the
+/// block sizes, independent of Lq·Lk.
+int64_t attention_tangent_workspace_bytes(const AttentionTangentShape& a);
+/// The shape of a jvpc::attention_tangent node.
+AttentionTangentShape attention_tangent_shape(const Node& n);
 
 /// Bytes of one tensor as a kernel reads it: distinct elements × element size.
 int64_t distinct_bytes(const TensorMeta& m);

@@ -14,6 +14,9 @@ struct Entered : at::ObserverContext {
   std::string conv;
   std::vector<std::vector<int64_t>> shapes;
   bool transposed = false;
+  // A jvpc:: operator (written in ATen ops): its children's depth, to restore when it returns.
+  bool opens = false;
+  int outer_inner = -1;
 };
 
 }  // namespace
@@ -39,9 +42,19 @@ struct KernelWatchAccess {
     // Shape inference runs kernels on Meta tensors: nothing is computed, nothing is counted.
     bool meta = false;
     for (const c10::IValue& v : fn.inputs()) meta |= v.isTensor() && v.toTensor().defined() && v.toTensor().is_meta();
-    bool top = w->depth_++ == 0;
+    bool top = w->depth_ == 0;
+    // Directly inside a jvpc:: operator, whose FLOPs are those of the kernels it calls.
+    bool inside_ours = w->depth_ == w->inner_;
+    w->depth_++;
     if (top && !meta) w->kernels_.push_back(info->name);
-    if ((top || w->nested_matmuls_) && !meta) {
+    if (info->name.rfind("jvpc::", 0) == 0) {
+      auto entered = std::make_unique<Entered>();
+      entered->opens = true;
+      entered->outer_inner = w->inner_;
+      if (!meta) w->inner_ = w->depth_;
+      return entered;
+    }
+    if ((top || inside_ours || w->nested_matmuls_) && !meta) {
       std::vector<std::vector<int64_t>> shapes;
       for (const c10::IValue& v : fn.inputs()) {
         if (v.isTensor() && v.toTensor().defined())
@@ -76,6 +89,7 @@ struct KernelWatchAccess {
     if (!ctx || !w) return;
     w->depth_--;
     auto* e = static_cast<Entered*>(ctx);
+    if (e->opens) w->inner_ = e->outer_inner;
     if (e->conv.empty() || fn.outputs().empty() || !fn.outputs()[0].isTensor()) return;
     int64_t f = -1;
     try {

@@ -2,7 +2,8 @@
 // the tracer records and FlopCounterMode counts: ops that are not CompositeImplicitAutograd
 // decompositions, called from outside any other kernel. Built on ATen's RecordFunction
 // callbacks (the profiler's mechanism), so it measures what actually ran, not what a graph
-// says. Kernels run on Meta tensors (shape inference) compute nothing and are not counted. Used for linearize's measured FLOPs and to cross-check the cost model.
+// says. jvpc's own operators (jvpc::attention_tangent) are written in ATen ops: the matmul
+// kernels they call directly are counted, as the kernels that did their work. Kernels run on Meta tensors (shape inference) compute nothing and are not counted. Used for linearize's measured FLOPs and to cross-check the cost model.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,7 @@ class KernelWatch {
   uint64_t handle_ = 0;
   KernelWatch* outer_ = nullptr;
   int depth_ = 0;
+  int inner_ = -1;  // the depth of the kernels a jvpc:: operator calls, while one runs
   bool nested_matmuls_ = false;
   std::vector<std::string> kernels_;
   int64_t matmul_flops_ = 0;

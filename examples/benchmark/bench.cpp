@@ -12,6 +12,7 @@
 #include "compiler/api/reference.h"
 #include "compiler/cost/kernel_watch.h"
 #include "compiler/ir/files.h"
+#include "compiler/ir/limits.h"
 #include "compiler/ir/ops.h"
 #include "examples/examples.h"
 
@@ -144,13 +145,19 @@ std::string device_name(const c10::Device& d) {
 
 int main(int argc, char** argv) {
   CLI::App app("jvpc_bench: time and count jvpc's linearize and jvp calls, and LibTorch's forward AD", "jvpc_bench");
-  std::string example, json_out;
+  std::string example, json_out, residual_budget;
   int repeats = 50, warmup = 5, fresh = 5;
+  bool jvpc_only = false;
   app.add_option("example", example, "sdpa, mlp or block")->required();
   app.add_option("--repeats", repeats, "timed calls per phase (median reported)")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed calls first")->capture_default_str();
   app.add_option("--fresh", fresh, "fresh linearize runs timed (median reported)")->capture_default_str();
   app.add_option("--json", json_out, "write the measurements as JSON");
+  app.add_option("--residual-budget", residual_budget,
+                 "jvpc linearize's --residual-budget (attention's P or O(L) form): bytes, 64MiB, 0, inf")
+      ->type_name("SIZE");
+  app.add_flag("--jvpc-only", jvpc_only,
+               "measure jvpc's phases only (no LibTorch forward AD, forward or matmul floor): for long sequences");
   app.allow_extras();
   try {
     app.parse(argc, argv);
@@ -166,7 +173,9 @@ int main(int argc, char** argv) {
     json phases;
 
     // linearize: FLOPs and peak of one run, time as the median of fresh runs.
-    auto linearize_once = [&] { return jvpc::linearize(fn, ex.inputs); };
+    jvpc::LinearizeOptions lin_opts;
+    if (!residual_budget.empty()) lin_opts.residual_budget = jvpc::parse_size(residual_budget, "--residual-budget");
+    auto linearize_once = [&] { return jvpc::linearize(fn, ex.inputs, lin_opts); };
     jvpc::Linearized lin = linearize_once();
     int64_t lin_peak = peak_bytes([&] { linearize_once(); });
     std::vector<double> lin_times;
@@ -202,6 +211,23 @@ int main(int argc, char** argv) {
                               {"time_s", median_time(call, warmup, repeats)},
                               {"peak_bytes", peak_bytes(counted)}};
 
+    for (const jvpc::AttentionChoice& a : lin.report.attention)
+      phases["attention"].push_back({{"choice", a.o_l_form ? "O(L)" : "P"}, {"reason", a.reason}});
+    if (jvpc_only) {
+      const jvpc::GraphCost& c = lin.report.tangent;
+      json out = {{"example", example},
+                  {"config", ex.description},
+                  {"phases", phases},
+                  {"predicted",
+                   {{"jvp_matmul_flops", c.matmul_flops},
+                    {"residual_bytes", c.residual_bytes},
+                    {"aliased_input_bytes", c.aliased_input_bytes},
+                    {"peak_bytes", c.peak_bytes},
+                    {"workspace_bytes", c.workspace_bytes}}}};
+      std::cout << out.dump(1) << "\n";
+      if (!json_out.empty()) jvpc::write_file_atomically(json_out, out.dump(1) + "\n");
+      return 0;
+    }
     // LibTorch's forward AD in C++, on the untraced callable (math backend), and the plain forward.
     std::vector<std::optional<at::Tensor>> ad_tangents(ex.inputs.size());
     {

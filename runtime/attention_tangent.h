@@ -1,0 +1,44 @@
+// jvpc::attention_tangent, attention's tangent in O(L) memory: a dispatcher operator that the
+// runtime library registers (CPU and CUDA through ATen ops, a Meta kernel for shape inference).
+//
+//   jvpc::attention_tangent(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dq,
+//       Tensor? dk, Tensor? dv, Tensor? mask, Tensor? dmask, bool causal, float scale,
+//       int block_q, int block_k) -> Tensor
+//
+// q [B, H, Lq, D], k [B, Hkv, Lk, D], v [B, Hkv, Lk, Dv] with H a multiple of Hkv (grouped-query
+// attention: query head h reads key head h / (H / Hkv)); out [B, H, Lq, Dv] = softmax(S)·v with
+// S = q·kᵀ·scale + mask (causal: key j > query i hidden, aligned to the top left); lse [B, H, Lq]
+// (or [B, H, Lq, 1]) its row logsumexp. dq, dk, dv are the tangents of q, k, v (None: zero),
+// mask a boolean or float mask broadcastable to [B, H, Lq, Lk], dmask the float mask's tangent.
+// Returns d(out) [B, H, Lq, Dv] in q's dtype.
+//
+// Because lse is known, every block of P = exp(S − lse) is exact by itself. For each block of
+// block_q queries and block_k keys the operator runs, in the accumulation type (float32 for
+// float16 and bfloat16, else q's dtype), one bmm per line:
+//   S  = q·kᵀ·scale (+ mask)                      recomputed
+//   dS = (dq·kᵀ + q·dkᵀ)·scale (+ dmask)           the bmms with dq and dk, where present
+//   acc += (P ⊙ dS)·v ;  c += rowsum(P ⊙ dS)       where dS is not zero
+//   acc += P·dv                                    where dv is present
+// and d(out) = acc − c ⊙ out. Key blocks a causal mask hides entirely are skipped. Grouped heads
+// share their key block: the G query heads of a key head are one bmm batch row of G·block_q
+// rows, so k, v, dk and dv are never repeated. A row whose lse is −inf (every key masked)
+// gives 0. Memory per call: the output and O(B·H·block_q·block_k) of block temporaries.
+#pragma once
+
+#include <cstdint>
+
+namespace jvpc::runtime {
+
+/// The operator's name in graphs.
+inline constexpr const char* kAttentionTangentOp = "jvpc::attention_tangent";
+/// Block sizes linearize uses unless told otherwise.
+inline constexpr int64_t kAttentionBlockQ = 256;
+inline constexpr int64_t kAttentionBlockK = 512;
+
+/// Registers the runtime's operators (jvpc::attention_tangent). They are registered by static
+/// initializers in the runtime library; this function does nothing, but a call to it (the
+/// Executable's constructor makes one) keeps the object file that holds them in a static link,
+/// where a linker drops an object that nothing references.
+void register_ops();
+
+}  // namespace jvpc::runtime
