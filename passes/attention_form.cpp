@@ -198,10 +198,11 @@ std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> res
     if (choices[i].o_l_form) continue;
     Node* n = nodes[i];
     Builder b(g);
-    Node* before = g.insertion_point();
-    g.set_insertion_point(n);
-    Value* dout = p_form(b, *n);
-    g.set_insertion_point(before);
+    Value* dout = nullptr;
+    {
+      InsertionGuard at(g, n);
+      dout = p_form(b, *n);
+    }
     replace_output(g, n, dout);
   }
   return choices;
