@@ -10,6 +10,7 @@
 #include "runtime/plan.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 
 namespace jvpc {
 
@@ -142,7 +143,7 @@ std::vector<at::Tensor> Executable::checked(const std::vector<at::Tensor>& input
   return out;
 }
 
-std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inputs) const {
+std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inputs, bool functional) const {
   const Plan& plan = *plan_;
   std::vector<at::Tensor> slots(static_cast<size_t>(plan.num_slots));
   for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(plan.argument_slots[i])] = inputs[i];
@@ -169,7 +170,9 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
     // input as it is: the slot and the stack hold it, nobody else), and not memory an op mapped
     // or wrapped from elsewhere (a file, a blob): its storage must come from the device's allocator.
     const OpInfo* info = st.info;
-    if (st.functional) {
+    if (st.functional && functional) {
+      info = st.functional;
+    } else if (st.functional) {
       const at::Tensor& self = stack[0].toTensor();
       if (self.storage().use_count() != 1 || self.use_count() > 2 ||
           self.storage().allocator() != device_allocator(self.device()))
@@ -207,6 +210,9 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
 
 std::vector<at::Tensor> Executable::run(const std::vector<at::Tensor>& inputs) {
   std::vector<at::Tensor> in = checked(inputs);
+  // Under a Python dispatch mode (FlopCounterMode) the mode sees the kernels the graph names:
+  // no in-place forms it may not know (baddbmm_), no CUDA-graph replay (which dispatches nothing).
+  if (options_.functional_under_dispatch_mode && c10::impl::dispatch_mode_enabled()) return run_eager(in, true);
   if (!cuda_device_) return run_eager(in);
   for (const at::Tensor& t : in)  // a graph declared on "cuda" accepts any GPU; its capture is on one
     if (t.device() != *cuda_device_) return run_eager(in);

@@ -52,6 +52,11 @@ struct ExecutableOptions {
   /// Run a node in place (add_, baddbmm_, ...) when its first operand is an intermediate that
   /// dies there, reusing its buffer.
   bool reuse_buffers = true;
+  /// While a Python dispatch mode is active on the calling thread (FlopCounterMode around a call
+  /// from Python), run every node as the graph names it (no in-place forms, which such a mode may
+  /// not know: FlopCounterMode counts baddbmm, not baddbmm_) and eagerly (a CUDA-graph replay
+  /// dispatches nothing, so a mode would see nothing).
+  bool functional_under_dispatch_mode = true;
   /// The constructor refuses a graph whose constants, inputs and peak of intermediates
   /// (memory_needed in compiler/ir/limits.h) pass this many bytes on its device. None:
   /// default_memory_limit() of the device (3/4 of its memory); kNoMemoryLimit: no check.
@@ -107,7 +112,8 @@ class Executable {
 
  private:
   /// Runs without CUDA-graph capture (what a capture records). `inputs` are already checked.
-  std::vector<at::Tensor> run_eager(const std::vector<at::Tensor>& inputs) const;
+  /// `functional`: every node in the form the graph names (no in-place reuse).
+  std::vector<at::Tensor> run_eager(const std::vector<at::Tensor>& inputs, bool functional = false) const;
   std::vector<at::Tensor> checked(const std::vector<at::Tensor>& inputs) const;
 
   std::shared_ptr<const Graph> graph_;

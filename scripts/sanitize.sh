@@ -14,7 +14,7 @@ export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=1
 if [ ! -f "$BUILD/build.ninja" ]; then
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DJVPC_SANITIZE=ON -DJVPC_FUZZ=ON >"$BUILD.configure.log" 2>&1 ||
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DJVPC_SANITIZE=ON -DJVPC_FUZZ=ON -DJVPC_PYTHON=OFF >"$BUILD.configure.log" 2>&1 ||
     { cat "$BUILD.configure.log"; exit 1; }
 fi
 cmake --build "$BUILD" --target jvpc_tests fuzz_graph_json jvpc_cli

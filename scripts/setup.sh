@@ -3,7 +3,9 @@
 # Idempotent: quick when everything is already there. Used by quickstart.sh, test.sh and CI.
 #
 #   Debian packages: cmake, ninja, g++, ccache, nlohmann-json3-dev, libgtest-dev, libcli11-dev
-#   Python:          torch==2.11.0 (LibTorch comes from this wheel), numpy
+#   Python:          torch==2.11.0 (LibTorch comes from this wheel), numpy; for the Python module
+#                    and its tests: CPython's headers (python3-dev where that Python lacks them),
+#                    pytest, tabulate (FlopCounterMode's table), expecttest (PyTorch's OpInfo)
 #
 # Environment: JVPC_PYTHON (a python3 with torch 2.11), JVPC_BUILD_DIR (default build),
 # JVPC_BUILD_TYPE (default Release), JVPC_CMAKE_ARGS (extra configure arguments),
@@ -48,6 +50,21 @@ if [ -z "$PY" ]; then
   fi
 fi
 "$PY" -c "import numpy" 2>/dev/null || "$PY" -m pip install -q numpy
+# The Python module (python/) builds where that Python has its headers: pyenv's and python.org's
+# builds ship them, Debian's python3 (and a venv made from it) needs python3-dev.
+has_headers() { "$PY" -c 'import os, sys, sysconfig; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)'; }
+if ! has_headers && "$PY" -c 'import sys; sys.exit(0 if sys.base_prefix == "/usr" else 1)'; then
+  log "installing python3-dev (CPython's headers, for the Python module)"
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get install -y -qq python3-dev >/dev/null
+fi
+PY_PACKAGES="pytest==9.2.0 tabulate==0.9.0 expecttest==0.3.0"
+if ! "$PY" -c "import sys, importlib.metadata as m; sys.exit(0 if all(m.version(p.split('==')[0]) == p.split('==')[1] for p in sys.argv[1:]) else 1)" $PY_PACKAGES 2>/dev/null; then
+  log "installing $PY_PACKAGES"
+  # shellcheck disable=SC2086
+  "$PY" -m pip install -q $PY_PACKAGES
+fi
+PY=$("$PY" -c 'import sys; print(sys.executable)')  # the interpreter itself, not a pyenv shim
 TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 log "torch $("$PY" -c 'import torch; print(torch.__version__)') from $PY"
 

@@ -15,6 +15,15 @@ std::vector<std::string> Linearized::tangent_names() const {
   return names;
 }
 
+void Linearized::check_captured() const {
+  for (const Captured& c : captured)
+    if (c.version.current_version() != c.at)
+      throw Error("constant '" + c.name + "' (" + c.meta +
+                  ") was written in place after the graph was compiled (it is a tensor the traced function "
+                  "captured, and the tangent graph holds values computed from the old one): compile (linearize) "
+                  "again");
+}
+
 const std::vector<LinearizePass>& linearize_passes() {
   using Ctx = LinearizePassContext;
   // The order matters: simplifications that move work onto primal values run before fold, so
@@ -98,6 +107,10 @@ Linearized compile(Trace&& t, const LinearizeOptions& options, const KernelWatch
   std::shared_ptr<Graph> g(std::move(t.graph));
   p.run(*g);
   known.reset();  // only the residuals stay alive
+  // Residuals and captured constants keep no autograd graph alive (a detached tensor shares the
+  // data and the version counter, so writes into it are still noticed).
+  for (Input& in : g->inputs())
+    if (in.role == Role::Constant && in.data.defined() && in.data.requires_grad()) in.data = in.data.detach();
   lin.report.passes = table.rows();
   lin.report.timings = p.timings();
   lin.report.tangent = graph_cost(*g);
@@ -131,7 +144,17 @@ Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals,
   at_these_primals.specialize_on_scalars = true;  // the linear map is for these primals
   Trace t = trace(fn, primals, at_these_primals);
   reject_random_ops(*t.graph);
+  // The outputs carry the tracing run's autograd history (its kernels ran through Autograd, as
+  // eager's do); the values kept for folding do not need it, and residuals must not hold it.
+  for (auto& [id, v] : t.values)
+    if (v.defined() && v.requires_grad()) v = v.detach();
+  std::vector<Linearized::Captured> captured;
+  for (const Input& in : t.graph->inputs())
+    if (in.role == Role::Constant && in.data.defined() && !in.data.is_inference())
+      captured.push_back({in.name, TensorMeta::of(in.data).str(), in.data.unsafeGetTensorImpl()->version_counter(),
+                          in.data._version()});
   Linearized lin = compile(std::move(t), options, watch);
+  lin.captured = std::move(captured);
   return lin;
 }
 

@@ -74,7 +74,24 @@ struct Linearized {
   std::vector<std::string> tangent_names() const;
   /// The linear map: one tangent per differentiated primal input, in tangent_names() order
   /// (LinearizeOptions::wrt's order, or graph order).
-  std::vector<at::Tensor> jvp(const std::vector<at::Tensor>& tangents) const { return jvp_fn->run(tangents); }
+  std::vector<at::Tensor> jvp(const std::vector<at::Tensor>& tangents) const {
+    check_captured();
+    return jvp_fn->run(tangents);
+  }
+
+  /// A tensor the traced callable captured (a constant of the traced graph: a module's
+  /// parameter, a global), by its version counter only (the tensor itself is not held).
+  struct Captured {
+    std::string name;  ///< "c0", ... as in the traced graph
+    std::string meta;  ///< its type, for the error
+    c10::VariableVersion version;
+    uint32_t at = 0;  ///< its version when traced
+  };
+  /// The residuals were computed from these tensors' values at linearize time, so jvp() refuses
+  /// to run once one of them has been written in place (an optimizer step): linearize again.
+  std::vector<Captured> captured;
+  /// Throws jvpc::Error naming the first captured tensor written in place since linearize.
+  void check_captured() const;
 };
 
 /// Linearizes `fn` at `primals`.

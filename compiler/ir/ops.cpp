@@ -4,6 +4,7 @@
 #include "compiler/ir/shape_rules.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
 #include <mutex>
@@ -326,6 +327,10 @@ std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>
   for (const Arg& a : args)
     if (a.kind == ArgKind::Device) device = a.value.toDevice();
 
+  // Shape inference computes nothing: Python dispatch modes (FlopCounterMode around a Python
+  // caller's linearize) must not see its kernels on Meta tensors.
+  c10::impl::ExcludeDispatchKeyGuard no_python_modes(
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
   std::vector<at::Tensor> metas;
   metas.reserve(inputs.size());
   for (const TensorMeta& m : inputs) {

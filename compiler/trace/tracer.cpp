@@ -17,6 +17,23 @@
 namespace jvpc {
 namespace {
 
+// Python dispatch modes (FlopCounterMode) are off while the callable runs, so that composites
+// decompose as they do without one (an active mode makes isTensorSubclassLike true, and SDPA's
+// math path, for one, then takes another route), and on again around each recorded kernel, so
+// that a mode sees, and counts, what runs. The keys the trace turned off, per thread.
+const c10::DispatchKeySet kPythonModeKeys({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot});
+thread_local c10::DispatchKeySet t_python_modes_off;
+
+struct PythonModesOn {
+  c10::DispatchKeySet keys = t_python_modes_off;
+  PythonModesOn() {
+    for (c10::DispatchKey k : keys) c10::impl::tls_set_dispatch_key_excluded(k, false);
+  }
+  ~PythonModesOn() {
+    for (c10::DispatchKey k : keys) c10::impl::tls_set_dispatch_key_excluded(k, true);
+  }
+};
+
 Error computes_outside_the_dispatcher(const std::string& op) {
   return Error(op +
                " computes its result outside the dispatcher, where jvpc's tracer cannot see it; jvpc cannot "
@@ -96,6 +113,7 @@ class Recorder {
     if (call.captured_write) {
       written_captured_.emplace(storage_of(call.written), info.name + " (" + TensorMeta::of(call.written).str() + ")");
       c10::impl::ExcludeDispatchKeyGuard guard(kTraceKey);
+      PythonModesOn modes;
       op.callBoxed(stack);
       return;
     }
@@ -104,6 +122,7 @@ class Recorder {
     fz_.keep_what_the_call_overwrites(call);
     {
       c10::impl::ExcludeDispatchKeyGuard guard(kTraceKey);
+      PythonModesOn modes;
       op.callBoxed(stack);
     }
     std::vector<int> counts;
@@ -198,6 +217,9 @@ class Recorder {
 
   std::vector<std::string> kernels_;
   std::unordered_map<int, at::Tensor>& values() { return s_.values; }
+  /// The first error the tracer raised inside the callable: the trace fails with it, however the
+  /// callable passed it on (Python turns it into a RuntimeError) or whether it caught it.
+  std::string error_;
 
  private:
   static bool reads_scalar_data(const std::string& op) {
@@ -233,12 +255,43 @@ std::vector<at::Tensor> tensors_of(const c10::IValue& v) {
   return {};
 }
 
+// Contexts whose dispatch keys sit below the tracer's, so that what it records is not what runs:
+// autocast casts a recorded op's operands after the tracer saw them; torch.func's transforms (vmap,
+// grad, jvp) and tensor subclasses with __torch_dispatch__ (FakeTensor under torch.compile) wrap
+// the tensors the kernels see.
+void check_context(const OpInfo& info, c10::DispatchKeySet ks, const torch::jit::Stack& stack) {
+  if (ks.has_any(c10::autocast_dispatch_keyset))
+    throw Error(info.name + " runs under autocast, whose casts jvpc's tracer cannot record; call the function " +
+                "without autocast (cast explicitly)");
+  if (ks.has_any(c10::functorch_transforms_ks) || ks.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode))
+    throw Error(info.name + " runs inside a torch.func transform (vmap, grad, jvp, ...), which jvpc's tracer cannot " +
+                "record; apply the transform outside the traced function");
+  size_t nargs = std::min(info.schema().arguments().size(), stack.size());
+  for (auto it = stack.end() - static_cast<std::ptrdiff_t>(nargs); it != stack.end(); ++it)
+    for (const at::Tensor& t : tensors_of(*it))
+      if (t.key_set().has(c10::DispatchKey::Python))
+        throw Error(info.name + " reads a tensor subclass with __torch_dispatch__ (a FakeTensor of torch.compile, " +
+                    "...), which jvpc's tracer cannot record; trace plain tensors");
+}
+
+void traced_call(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+
 void trace_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  try {
+    traced_call(op, ks, stack);
+  } catch (const Error& e) {
+    if (t_recorder && t_recorder->error_.empty()) t_recorder->error_ = e.what();
+    throw;
+  }
+}
+
+void traced_call(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const OpInfo& info = op_info(op);
   if (!t_recorder) {
     op.redispatchBoxed(ks.remove(kTraceKey), stack);
     return;
   }
+  check_context(info, ks, *stack);
   if (info.name == "aten::max_pool1d") {
     // Its CPU decomposition computes outside the dispatcher; the same op with indices does not
     // (it decomposes to max_pool2d_with_indices), and its values are the same.
@@ -307,15 +360,23 @@ Trace trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const Tra
   t_recorder = &rec;
   {
     c10::impl::IncludeDispatchKeyGuard on(kTraceKey);
+    c10::DispatchKeySet modes_off = kPythonModeKeys - c10::impl::tls_local_dispatch_key_set().excluded_;
+    c10::impl::ExcludeDispatchKeyGuard python_modes_off(modes_off);
+    struct Modes {
+      c10::DispatchKeySet saved = t_python_modes_off;
+      ~Modes() { t_python_modes_off = saved; }
+    } restore_modes;
+    t_python_modes_off = modes_off;
     try {
       result.outputs = fn(args);
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {  // LibTorch's errors carry a stack of lines
-      throw Error("the traced callable failed: " + one_line(e));
+    } catch (const std::exception& e) {
+      if (!rec.error_.empty()) throw Error(rec.error_);
+      if (dynamic_cast<const Error*>(&e)) throw;
+      throw Error("the traced callable failed: " + one_line(e));  // LibTorch's errors carry a stack of lines
     }
   }
   t_recorder = nullptr;
+  if (!rec.error_.empty()) throw Error(rec.error_);  // the callable caught it
   for (size_t i = 0; i < result.outputs.size(); ++i) {
     if (!result.outputs[i].defined())
       throw Error("output " + std::to_string(i) + " of the traced callable is undefined");

@@ -1,0 +1,238 @@
+// jvpc._C: the compiler API for Python callers (the package python/jvpc/ wraps it with
+// torch.func's pytree conventions).
+//
+// A Python callable is traced as any C++ callable is: the tracer's dispatch key is per thread
+// and Python's torch functions call the same ATen entry points. linearize runs with the GIL
+// released, and the callable takes it back for its call; Python code that runs in between (the
+// aten Meta kernels that `import torch` registers in Python, a TorchDispatchMode) takes it
+// itself. A Python exception raised inside the callable is kept and raised again, with its own
+// type, once linearize has unwound; jvpc::Error becomes jvpc.Error (a RuntimeError).
+//
+// Tangent outputs are computed without autograd (a stop-gradient); primal outputs are the
+// tracing run's results, whose kernels ran through Autograd as eager's do.
+#include "compiler/api/linearize.h"
+#include "compiler/ir/ops.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/serialize.h"
+#include "passes/cost_table.h"
+
+#include <torch/csrc/utils/pybind.h>
+
+#include <ATen/core/grad_mode.h>
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <sstream>
+
+namespace py = pybind11;
+
+namespace jvpc {
+namespace {
+
+// A Python callable (list[Tensor] -> list[Tensor]) as a TensorFn. It captures raw pointers only,
+// so that copying it needs no GIL; the caller keeps both alive for the whole trace.
+struct PyCallable {
+  PyObject* fn;
+  std::optional<py::error_already_set> raised;  // what the callable raised, if it did
+};
+
+const char* const kRaised = "the traced Python function raised an exception";
+
+TensorFn tensor_fn(PyCallable& c) {
+  PyCallable* call = &c;
+  return [call](const std::vector<at::Tensor>& args) -> std::vector<at::Tensor> {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object out = py::reinterpret_borrow<py::object>(call->fn)(py::cast(args));
+      return py::cast<std::vector<at::Tensor>>(out);
+    } catch (py::error_already_set& e) {
+      call->raised = std::move(e);
+      throw Error(kRaised);
+    }
+  };
+}
+
+// Runs `f` (a call into the compiler) with the GIL released; a Python exception the traced
+// callable raised is raised again as it was, unless it passed on an error of jvpc's own tracer
+// (which the trace reports instead, as jvpc.Error).
+template <typename F>
+auto without_gil(PyCallable& c, F&& f) {
+  try {
+    py::gil_scoped_release release;
+    return f();
+  } catch (const Error& e) {
+    if (c.raised && std::string(e.what()) == kRaised) throw *c.raised;
+    throw;
+  }
+}
+
+std::vector<TraceInput> trace_inputs(const std::vector<at::Tensor>& values, const std::vector<std::string>& names,
+                                     const std::vector<bool>& differentiable) {
+  if (values.size() != names.size() || values.size() != differentiable.size())
+    throw Error("inputs, names and differentiable flags differ in number");
+  std::vector<TraceInput> in;
+  for (size_t i = 0; i < values.size(); ++i) in.push_back({names[i], values[i], differentiable[i]});
+  return in;
+}
+
+std::string cost_json(const GraphCost& c) { return to_json(c).dump(); }
+
+std::string report_text(const CompileReport& r) {
+  std::ostringstream os;
+  print_cost_rows(r.passes, os);
+  return os.str();
+}
+
+std::string report_json(const Linearized& lin) {
+  const CompileReport& r = lin.report;
+  nlohmann::json rep;
+  rep["passes"] = nlohmann::json::array();
+  for (const auto& row : r.passes) {
+    nlohmann::json j = to_json(row.cost);
+    j["name"] = row.pass;
+    rep["passes"].push_back(j);
+  }
+  rep["forward"] = to_json(r.forward);
+  rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
+  rep["jvp"] = to_json(r.tangent);
+  rep["jvp"]["tangents"] = lin.tangent_names();
+  return rep.dump();
+}
+
+// Runs a compiled graph without autograd (tangents are a stop-gradient) and without the GIL.
+std::vector<at::Tensor> run_graph(Executable& e, const std::vector<at::Tensor>& inputs) {
+  py::gil_scoped_release release;
+  at::NoGradGuard no_grad;
+  return e.run(inputs);
+}
+
+std::vector<std::string> argument_names(const Executable& e) {
+  std::vector<std::string> names;
+  for (const Input* in : e.arguments()) names.push_back(in->name);
+  return names;
+}
+
+void bind_graph(py::module_& m) {
+  py::class_<Graph, std::shared_ptr<Graph>>(m, "Graph", "A jvpc graph: kernel-level SSA over ATen ops.")
+      .def("__str__", [](const Graph& g) { return to_text(g); })
+      .def(
+          "to_text", [](const Graph& g) { return to_text(g); }, "One line per node.")
+      .def(
+          "to_json", [](const Graph& g) { return to_json(g).dump(1); },
+          "The graph as JSON (constants named, not stored).")
+      .def(
+          "to_dot", [](const Graph& g, const std::string& title) { return to_dot(g, title); },
+          py::arg("title") = "jvpc", "Graphviz source.")
+      .def("_cost_json", [](const Graph& g) { return cost_json(graph_cost(g)); })
+      .def(
+          "save",
+          [](const Graph& g, const std::string& path, bool trusted) {
+            SaveOptions o;
+            o.trusted = trusted;
+            save(g, path, o);
+          },
+          py::arg("path"), py::arg("trusted") = false,
+          "Writes the graph as JSON, and its constants to the safetensors file beside it.")
+      .def_property_readonly("input_names",
+                             [](const Graph& g) {
+                               std::vector<std::string> names;
+                               for (const Input& in : g.inputs()) names.push_back(in.name);
+                               return names;
+                             })
+      .def_property_readonly("num_nodes", [](const Graph& g) { return g.nodes().size(); });
+}
+
+void bind_options(py::module_& m) {
+  py::class_<ExecutableOptions>(m, "ExecutableOptions", "How a compiled graph runs (runtime/executable.h).")
+      .def(py::init<>())
+      .def_readwrite("cuda_graph", &ExecutableOptions::cuda_graph)
+      .def_readwrite("static_outputs", &ExecutableOptions::static_outputs)
+      .def_readwrite("reuse_buffers", &ExecutableOptions::reuse_buffers)
+      .def_readwrite("functional_under_dispatch_mode", &ExecutableOptions::functional_under_dispatch_mode)
+      .def_readwrite("max_memory", &ExecutableOptions::max_memory);
+  py::class_<LinearizeOptions>(m, "LinearizeOptions", "Options of linearize (compiler/api/linearize.h).")
+      .def(py::init<>())
+      .def_readwrite("disabled_passes", &LinearizeOptions::disabled_passes,
+                     "optional passes to leave out (jvpc.optional_passes())")
+      .def_readwrite("verify_each", &LinearizeOptions::verify_each)
+      .def_readwrite("runtime", &LinearizeOptions::runtime);
+  m.def("optional_passes", &optional_linearize_passes, "The passes LinearizeOptions.disabled_passes may name.");
+}
+
+void bind_compiled(py::module_& m) {
+  py::class_<Linearized, std::shared_ptr<Linearized>>(m, "_Linearized")
+      .def("run",
+           [](Linearized& l, const std::vector<at::Tensor>& t) {
+             l.check_captured();
+             return run_graph(*l.jvp_fn, t);
+           })
+      .def_property_readonly("tangent_names", &Linearized::tangent_names)
+      .def_property_readonly("graph",
+                             [](const Linearized& l) { return std::const_pointer_cast<Graph>(l.tangent_graph); })
+      .def_property_readonly("report_text", [](const Linearized& l) { return report_text(l.report); })
+      .def_property_readonly("report_json", &report_json);
+  py::class_<Executable, std::shared_ptr<Executable>>(m, "_Executable")
+      .def("run", &run_graph)
+      .def_property_readonly("argument_names", &argument_names)
+      .def_property_readonly("graph", [](const std::shared_ptr<Executable>& e) {
+        // The executable holds its graph: the Graph object keeps the executable alive.
+        return std::shared_ptr<Graph>(e, const_cast<Graph*>(&e->graph()));
+      });
+}
+
+}  // namespace
+}  // namespace jvpc
+
+PYBIND11_MODULE(_C, m) {
+  using namespace jvpc;
+  m.doc() = "jvpc's compiler API (use the jvpc package, not this module)";
+  static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    } catch (const c10::Error& e) {  // LibTorch's errors carry a stack of lines
+      PyErr_SetString(error.ptr(), one_line(e).c_str());
+    }
+  });
+  bind_graph(m);
+  bind_options(m);
+  bind_compiled(m);
+
+  m.def(
+      "_linearize",
+      [](py::object fn, const std::vector<at::Tensor>& primals, const std::vector<std::string>& names,
+         const std::vector<bool>& differentiable, const std::vector<std::string>& wrt, LinearizeOptions options) {
+        options.wrt = wrt;
+        std::vector<TraceInput> in = trace_inputs(primals, names, differentiable);
+        PyCallable call{fn.ptr(), std::nullopt};
+        TensorFn f = tensor_fn(call);
+        auto lin = std::make_shared<Linearized>(without_gil(call, [&] { return linearize(f, in, options); }));
+        std::vector<at::Tensor> outputs = lin->primal_outputs;
+        lin->primal_outputs.clear();  // the caller holds them; the linear map does not
+        return py::make_tuple(outputs, lin);
+      },
+      py::arg("fn"), py::arg("primals"), py::arg("names"), py::arg("differentiable"), py::arg("wrt"),
+      py::arg("options"));
+  m.def(
+      "_trace",
+      [](py::object fn, const std::vector<at::Tensor>& inputs, const std::vector<std::string>& names) {
+        std::vector<TraceInput> in = trace_inputs(inputs, names, std::vector<bool>(inputs.size(), true));
+        PyCallable call{fn.ptr(), std::nullopt};
+        TensorFn f = tensor_fn(call);
+        Trace t = without_gil(call, [&] { return trace(f, in, TraceOptions::graph_only()); });
+        return py::make_tuple(std::shared_ptr<Graph>(std::move(t.graph)), t.outputs);
+      },
+      py::arg("fn"), py::arg("inputs"), py::arg("names"));
+  m.def(
+      "_load",
+      [](const std::string& path, bool trusted, std::optional<std::string> device, ExecutableOptions runtime) {
+        LoadOptions o;
+        o.trusted = trusted;
+        if (device) o.device = c10::Device(*device);
+        py::gil_scoped_release release;
+        return std::make_shared<Executable>(std::shared_ptr<const Graph>(load(path, o)), runtime);
+      },
+      py::arg("path"), py::arg("trusted"), py::arg("device"), py::arg("runtime"));
+}

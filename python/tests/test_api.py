@@ -1,0 +1,151 @@
+"""The rest of the API: the tangent graph's forms and report, save and load, trace, options, vmap."""
+
+import json
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention
+from torch.utils.flop_counter import FlopCounterMode
+
+import jvpc
+from models import mlp_case, sdpa_case
+
+
+def seed_like(seq=16, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(0)
+    return tuple(torch.randn(1, 5, seq, 64, generator=gen, dtype=dtype) for _ in range(6))
+
+
+def math_sdpa(q, k, v):
+    with sdpa_kernel(SDPBackend.MATH):
+        return scaled_dot_product_attention(q, k, v)
+
+
+def test_tangent_graph_forms_and_report():
+    q, dq, k, dk, v, dv = seed_like(128)
+    _, jvp_fn = jvpc.linearize(math_sdpa, q, k, v)
+    text = str(jvp_fn.graph)
+    assert text == jvp_fn.to_text() and text.count("aten::baddbmm") == 2 and text.count("aten::bmm") == 2
+    g = json.loads(jvp_fn.to_json())
+    assert len(g["nodes"]) == 12
+    assert jvp_fn.to_dot().startswith("digraph")
+    rep = jvp_fn.report()
+    assert rep["linearize"]["matmul_flops"] == 20_971_520
+    assert rep["jvp"]["matmul_flops"] == 41_943_040 and rep["jvp"]["tangents"] == ["da0", "da1", "da2"]
+    assert [p["name"] for p in rep["passes"]][:2] == ["trace", "jvp"]
+    assert jvp_fn.report_text().splitlines()[1].startswith("trace")
+    assert jvp_fn.cost()["matmul_flops"] == 41_943_040
+    assert jvp_fn.tangent_names == ["da0", "da1", "da2"]
+
+
+def test_save_and_load(tmp_path):
+    q, dq, k, dk, v, dv = seed_like()
+    _, jvp_fn = jvpc.linearize(math_sdpa, q, k, v)
+    path = tmp_path / "tangent.json"
+    jvp_fn.save(path)
+    assert (tmp_path / "tangent.safetensors").exists()
+    loaded = jvpc.load(path)
+    assert loaded.argument_names == ["da0", "da1", "da2"]
+    expected = jvp_fn(dq, dk, dv)
+    (got,) = loaded(dq, dk, dv)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    with FlopCounterMode(display=False) as mode:
+        loaded(dq, dk, dv)
+    assert mode.get_total_flops() == jvp_fn.cost()["matmul_flops"]
+    with pytest.raises(jvpc.Error, match="expected shape"):
+        loaded(dq[:, :, :3], dk, dv)
+
+
+def test_load_refuses_a_missing_file(tmp_path):
+    with pytest.raises(jvpc.Error):
+        jvpc.load(tmp_path / "nothing.json")
+
+
+def test_trace():
+    f, _, primals = mlp_case(torch.float32)
+    g = jvpc.trace(f, *primals)
+    torch.testing.assert_close(g.outputs, f(*primals))
+    assert "aten::gelu" in str(g)
+    assert json.loads(g.to_json())["nodes"]
+    assert g.to_dot().startswith("digraph")
+    cost = g.cost()
+    x, w1 = primals[0], primals[1]
+    flops = 2 * x.numel() * w1.shape[0] + 2 * x.numel() // x.shape[-1] * w1.shape[0] * x.shape[-1]
+    assert cost["matmul_flops"] == flops
+
+
+def test_options():
+    assert "cse" in jvpc.optional_passes()
+    q, dq, k, dk, v, dv = seed_like()
+    o = jvpc.LinearizeOptions()
+    o.disabled_passes = {"scale-to-residual"}
+    o.runtime.reuse_buffers = False
+    _, plain = jvpc.linearize(math_sdpa, q, k, v)
+    _, without = jvpc.linearize(math_sdpa, q, k, v, options=o)
+    assert plain.graph.num_nodes == 12 and without.graph.num_nodes == 14
+    torch.testing.assert_close(without(dq, dk, dv), plain(dq, dk, dv))
+
+
+def test_argnums_with_integer_and_constant_inputs():
+    x = torch.randn(5, 3, dtype=torch.float64)
+    w = torch.randn(3, 3, dtype=torch.float64)
+    idx = torch.tensor([4, 0, 2])
+
+    def f(x, idx, w, scale):
+        return (x[idx] @ w).tanh() * scale
+
+    out, jvp_fn = jvpc.linearize(f, x, idx, w, 0.5, argnums=(2, 0))
+    assert jvp_fn.tangent_names == ["da2", "da0"]
+    dw, dx = torch.randn_like(w), torch.randn_like(x)
+    _, ref = torch.func.jvp(lambda w, x: f(x, idx, w, 0.5), (w, x), (dw, dx))
+    torch.testing.assert_close(jvp_fn(dw, dx), ref)
+    out2, dout = jvpc.jvp(f, (x, idx, w, 0.5), (dw, dx), argnums=(2, 0))
+    torch.testing.assert_close(dout, ref)
+
+
+def test_vmap_over_jvp_fn():
+    q, dq, k, dk, v, dv = seed_like()
+    _, jvp_fn = jvpc.linearize(math_sdpa, q, k, v)
+    _, ref_fn = torch.func.linearize(math_sdpa, q, k, v)
+    batch = tuple(torch.randn(3, *t.shape) for t in (dq, dk, dv))
+    got = torch.func.vmap(jvp_fn)(*batch)
+    ref = torch.stack([ref_fn(*(t[i] for t in batch)) for i in range(3)])
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+    # in_dims other than 0, and an unbatched tangent
+    got = torch.func.vmap(jvp_fn, in_dims=(1, None, 0))(batch[0].movedim(0, 1), dk, batch[2])
+    ref = torch.stack([ref_fn(batch[0][i], dk, batch[2][i]) for i in range(3)])
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+    with FlopCounterMode(display=False) as mode:
+        torch.func.vmap(jvp_fn)(*batch)
+    assert mode.get_total_flops() == 3 * jvp_fn.cost()["matmul_flops"]
+
+
+def test_nested_vmap_over_jvp_fn():
+    x = torch.randn(4, dtype=torch.float64)
+    _, jvp_fn = jvpc.linearize(lambda x: x.sin() * x, x)
+    t = torch.randn(2, 3, 4, dtype=torch.float64)
+    got = torch.func.vmap(torch.func.vmap(jvp_fn))(t)
+    torch.testing.assert_close(got, t * (x.cos() * x + x.sin()))
+
+
+def test_many_calls_and_threads():
+    import threading
+    f, _, primals = sdpa_case(torch.float32)
+    _, jvp_fn = jvpc.linearize(f, *primals)
+    t = tuple(torch.randn_like(p) for p in primals)
+    expected = jvp_fn(*t)
+    results = []
+
+    def work():
+        for _ in range(5):
+            results.append(jvp_fn(*t))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(results) == 20
+    for r in results:
+        torch.testing.assert_close(r, expected, rtol=0, atol=0)

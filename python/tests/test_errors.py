@@ -1,0 +1,169 @@
+"""Bad input and unsupported contexts: jvpc.Error (a RuntimeError) with a one-line message;
+a Python exception raised inside func reaches the caller as it was."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import jvpc
+
+
+def x64(*shape):
+    return torch.rand(*shape, dtype=torch.float64) + 0.5
+
+
+def refused(match, f, *primals):
+    with pytest.raises(jvpc.Error, match=match) as info:
+        jvpc.linearize(f, *primals)
+    assert "\n" not in str(info.value)
+    assert isinstance(info.value, RuntimeError)
+
+
+def test_op_without_a_rule():
+    refused("no JVP rule for aten::special_zeta", lambda x: torch.special.zeta(x, x), x64(4))
+
+
+def test_random_ops():
+    refused("aten::rand_like is random", lambda x: x * torch.rand_like(x), x64(4))
+    refused("aten::bernoulli.p is random", lambda x: F.dropout(x, 0.5, training=True), x64(4))
+
+
+def test_autocast_inside_func():
+    def f(x):
+        with torch.autocast("cpu"):
+            return F.linear(x, x)
+    refused("runs under autocast", f, torch.rand(4, 4))
+
+
+def test_autocast_around_linearize():
+    with torch.autocast("cpu"):
+        refused("autocast", lambda x: x.sin(), torch.rand(4))
+
+
+@pytest.mark.parametrize("transform", ["vmap", "grad", "jvp"])
+def test_torch_func_transforms_inside_func(transform):
+    def f(x):
+        if transform == "vmap":
+            return torch.func.vmap(torch.sin)(x)
+        if transform == "grad":
+            return torch.func.grad(lambda y: y.sin().sum())(x)
+        return torch.func.jvp(torch.sin, (x,), (x,))[1]
+    refused("inside a torch.func transform", f, x64(2, 3))
+
+
+def test_linearize_inside_a_transform():
+    with pytest.raises(jvpc.Error, match="inside a torch.func transform"):
+        torch.func.vmap(lambda x: jvpc.linearize(torch.sin, x)[0])(x64(2, 3))
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_torch_compiled_code_inside_func(warm):
+    compiled = torch.compile(lambda x: x.sin() * 2, backend="eager", dynamic=False)
+    x = x64(4)
+    if warm:
+        compiled(x)  # a cached compilation: the tracer's dispatch key fails its guards
+    refused("torch.compile'd code", lambda x: compiled(x) + 1, x)
+
+
+def test_torch_compiled_code_under_force_eager_traces():
+    compiled = torch.compile(lambda x: x.sin() * 2, backend="eager", dynamic=False)
+    x = x64(4)
+    with torch.compiler.set_stance("force_eager"):
+        out, jvp_fn = jvpc.linearize(lambda x: compiled(x) + 1, x)
+    torch.testing.assert_close(jvp_fn(torch.ones_like(x)), 2 * x.cos())
+
+
+@torch.library.custom_op("jvpc_test::no_rule", mutates_args=())
+def no_rule(x: torch.Tensor) -> torch.Tensor:
+    return x.sin()
+
+
+@no_rule.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("jvpc_test::no_fake", mutates_args=())
+def no_fake(x: torch.Tensor) -> torch.Tensor:
+    return x.sin()
+
+
+def test_custom_op_without_a_rule():
+    refused("no JVP rule for jvpc_test::no_rule", no_rule, x64(4))
+    refused("jvpc_test::no_fake", no_fake, x64(4))
+
+
+def test_wrong_tangents():
+    x = {"a": x64(3), "b": [x64(2)]}
+    _, jvp_fn = jvpc.linearize(lambda d: d["a"].sum() * d["b"][0], x)
+    good = {"a": x64(3), "b": [x64(2)]}
+    jvp_fn(good)
+    cases = [
+        (({"a": x64(3)},), "structure of the primals"),
+        ((good, good), "structure of the primals"),
+        (({"a": x64(4), "b": [x64(2)]},), "expected shape"),
+        (({"a": x64(3).float(), "b": [x64(2)]},), "expected dtype"),
+        (({"a": x64(3).to("meta"), "b": [x64(2)]},), "expected device"),
+        (({"a": 1.0, "b": [x64(2)]},), "not a Tensor"),
+    ]
+    for tangents, match in cases:
+        with pytest.raises(jvpc.Error, match=match) as info:
+            jvp_fn(*tangents)
+        assert "\n" not in str(info.value)
+
+
+def test_captured_constant_written_since_linearize():
+    w = x64(3)
+    _, jvp_fn = jvpc.linearize(lambda x: (x * w).sin(), x64(3))
+    jvp_fn(x64(3))
+    with torch.no_grad():
+        w.add_(1)  # an optimizer step, say
+    with pytest.raises(jvpc.Error, match="written in place"):
+        jvp_fn(x64(3))
+
+
+def test_module_parameter_updated_since_linearize():
+    lin = torch.nn.Linear(3, 3).double()
+    _, jvp_fn = jvpc.linearize(lambda x: F.gelu(lin(x)), x64(2, 3))
+    with torch.no_grad():
+        lin.weight.mul_(2)
+    with pytest.raises(jvpc.Error, match="written in place"):
+        jvp_fn(x64(2, 3))
+
+
+def test_python_exception_keeps_its_type_and_message():
+    class Custom(Exception):
+        pass
+
+    def f(x):
+        raise Custom("from inside func")
+
+    with pytest.raises(Custom, match="from inside func"):
+        jvpc.linearize(f, x64(3))
+    with pytest.raises(KeyError):
+        jvpc.linearize(lambda x: {}["missing"], x64(3))
+
+
+def test_torch_error_inside_func_is_torch_s():
+    with pytest.raises(RuntimeError, match="size of tensor a") as info:
+        jvpc.linearize(lambda x: x + x64(4), x64(3))
+    assert not isinstance(info.value, jvpc.Error)
+
+
+def test_non_tensor_output():
+    with pytest.raises(jvpc.Error, match="pytree of Tensors"):
+        jvpc.linearize(lambda x: (x, 3), x64(3))
+
+
+def test_bad_argnums():
+    with pytest.raises(jvpc.Error, match="out of range"):
+        jvpc.linearize(lambda x: x, x64(3), argnums=2)
+    with pytest.raises(jvpc.Error, match="argnums must be"):
+        jvpc.linearize(lambda x: x, x64(3), argnums="x")
+
+
+def test_bad_disabled_pass():
+    o = jvpc.LinearizeOptions()
+    o.disabled_passes = {"fold"}
+    with pytest.raises(jvpc.Error, match="cannot be disabled"):
+        jvpc.linearize(torch.sin, x64(3), options=o)
