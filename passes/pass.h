@@ -3,7 +3,9 @@
 // A pass rewrites a Graph in place and says whether it changed anything. The pipeline runs them
 // as XLA's and MLIR's do: it verifies its input graph before the first pass; after each pass
 // that changed the graph it verifies it again (after every pass with verify_each, which the test
-// suite turns on), so that a broken graph is reported with the name of the pass that broke it;
+// suite turns on), so that a broken graph is reported with the name of the pass that broke it.
+// Without verify_each, shapes are inferred again only for the nodes a pass added or changed
+// (ShapeChecks); every other invariant is checked on the whole graph each time;
 // a pass that throws is told apart from one that left a graph that does not verify. Observers
 // see each pass before and after it runs, and the graph a failed pass left: the cost table, IR
 // dumps and timing are observers, as in MLIR's PassInstrumentation.
@@ -60,6 +62,13 @@ class Pipeline {
     verify_each_ = on;
     return *this;
   }
+  /// The input graph's declared shapes are the kernels' own (a tracing run's, or a graph that
+  /// was verified with its shapes just now): the check before the first pass infers them again
+  /// only with verify_each.
+  Pipeline& trust_input_shapes(bool on) {
+    trust_input_shapes_ = on;
+    return *this;
+  }
   /// Runs every pass in order; returns whether any changed the graph. Throws jvpc::Error: "pass
   /// 'x': ..." when a pass fails, "after pass 'x', the graph does not verify: ..." when it left a
   /// broken graph, "the pipeline's input does not verify: ..." before the first.
@@ -72,6 +81,7 @@ class Pipeline {
   std::vector<std::unique_ptr<Pass>> passes_;
   std::vector<PassObserver*> observers_;
   bool verify_each_ = verify_each_by_default();
+  bool trust_input_shapes_ = false;
   std::vector<PassTime> timings_;
 };
 

@@ -52,8 +52,18 @@ bool Pipeline::run(Graph& g) {
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   timings_.clear();
+  // verify_each: every node's shapes inferred after every pass. Otherwise a node's shapes are
+  // inferred again only when its op, arguments, operands' or its own metadata changed.
+  ShapeChecks checked;
+  VerifyOptions between;
+  if (!verify_each_) between.shape_checks = &checked;
   try {
-    verify(g);
+    if (trust_input_shapes_ && !verify_each_) {
+      verify(g, {true, false});
+      checked.trust(g);
+    } else {
+      verify(g, between);
+    }
   } catch (const std::exception& e) {
     throw Error("the pipeline's input does not verify: " + one_line(e));
   }
@@ -77,7 +87,7 @@ bool Pipeline::run(Graph& g) {
     auto t1 = clock::now();
     if (changed || verify_each_) {
       try {
-        verify(g);
+        verify(g, between);
       } catch (const std::exception& e) {
         fail("after pass '" + name + "', the graph does not verify: " + one_line(e));
       }

@@ -128,6 +128,35 @@ TEST(Pipeline, VerifiesAfterChangesOrAfterEveryPassWithVerifyEach) {
   }
 }
 
+// trust_input_shapes: the input's declared shapes are not inferred again before the first pass,
+// unless verify_each; a node a pass changes is inferred again either way.
+TEST(Pipeline, TrustsItsInputsShapesUnlessVerifyEach) {
+  for (bool each : {false, true}) {
+    Graph g;
+    Value* x = g.add_input("x", f32({4}), Role::Primal);
+    Builder b(g);
+    g.add_output(b.call("aten::exp", {x}));
+    break_output(g);
+    Pipeline p;
+    p.verify_each(each).trust_input_shapes(true).add(make_pass("nop", [](Graph&) { return false; }));
+    if (each)
+      test::expect_error([&] { p.run(g); }, "the pipeline's input does not verify: ");
+    else
+      EXPECT_NO_THROW(p.run(g));
+  }
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Value* y = g.add_input("y", f32({5}), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::exp", {x}));
+  Pipeline p;
+  p.verify_each(false).trust_input_shapes(true).add(make_pass("rewire", [y](Graph& gr) {
+    gr.outputs()[0]->producer()->replace_input(0, y);
+    return true;
+  }));
+  test::expect_error([&] { p.run(g); }, "after pass 'rewire', the graph does not verify");
+}
+
 TEST(Pipeline, ObserversSeeEveryPass) {
   Graph g;
   Value* x = g.add_input("x", f32({4}), Role::Primal);

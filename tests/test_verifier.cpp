@@ -135,5 +135,42 @@ TEST(Verifier, ChecksKernelsWithoutMetaImplementationsByTheirShapeRules) {
   expect_rejected(k, "aten::roll");
 }
 
+// With a ShapeChecks record, a node is inferred again only when what inference reads, or its
+// declared outputs, changed: a wrong shape it recorded as trusted passes, a changed one does not.
+TEST(Verifier, ShapeChecksInferOnlyNodesThatChanged) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Value* y = g.add_input("y", f32({5}), Role::Primal);
+  Builder b(g);
+  Value* e = b.call("aten::exp", {x});
+  g.add_output(e);
+  ShapeChecks checks;
+  VerifyOptions cached;
+  cached.shape_checks = &checks;
+  EXPECT_NO_THROW(verify(g, cached));
+  EXPECT_TRUE(checks.unchanged(*e->producer()));
+
+  // Its operand replaced by one of another shape: inferred again, and rejected.
+  e->producer()->replace_input(0, y);
+  EXPECT_FALSE(checks.unchanged(*e->producer()));
+  try {
+    verify(g, cached);
+    FAIL() << "a changed operand was not checked";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("produces f32[5]"), std::string::npos) << err.what();
+  }
+  e->producer()->replace_input(0, x);
+
+  // Its declared output changed: rejected.
+  TensorMeta wrong = f32({5});
+  e->set_meta(wrong);
+  EXPECT_THROW(verify(g, cached), Error);
+
+  // Taken as checked (trust): not inferred, so the wrong shape passes; without the record it does not.
+  checks.trust(g);
+  EXPECT_NO_THROW(verify(g, cached));
+  expect_rejected(g, "produces f32[4]");
+}
+
 }  // namespace
 }  // namespace jvpc

@@ -41,6 +41,51 @@ int max_tensors(const c10::Argument& r) {
 
 std::string describe(const Node* n) { return describe(n, id_name); }
 
+namespace {
+
+bool same_args(const std::vector<Arg>& a, const std::vector<Arg>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].kind != b[i].kind || a[i].operands != b[i].operands || !(a[i].value == b[i].value)) return false;
+  return true;
+}
+
+bool same_metas(const std::vector<Value*>& values, const std::vector<TensorMeta>& metas) {
+  if (values.size() != metas.size()) return false;
+  for (size_t i = 0; i < metas.size(); ++i) {
+    const TensorMeta& m = values[i]->meta();
+    if (m.sizes != metas[i].sizes || m.strides != metas[i].strides || m.dtype != metas[i].dtype ||
+        m.device != metas[i].device)
+      return false;
+  }
+  return true;
+}
+
+std::vector<TensorMeta> metas_of(const std::vector<Value*>& values) {
+  std::vector<TensorMeta> out;
+  out.reserve(values.size());
+  for (const Value* v : values) out.push_back(v->meta());
+  return out;
+}
+
+}  // namespace
+
+bool ShapeChecks::unchanged(const Node& n) const {
+  auto it = seen_.find(&n);
+  if (it == seen_.end()) return false;
+  const Seen& s = it->second;
+  return s.op == n.op() && s.return_counts == n.return_counts() && same_metas(n.inputs(), s.operands) &&
+         same_metas(n.outputs(), s.outputs) && same_args(s.args, n.args());
+}
+
+void ShapeChecks::passed(const Node& n) {
+  seen_[&n] = Seen{n.op(), n.args(), metas_of(n.inputs()), metas_of(n.outputs()), n.return_counts()};
+}
+
+void ShapeChecks::trust(const Graph& g) {
+  for (const Node* n : g.nodes()) passed(*n);
+}
+
 void verify(const Graph& g, const VerifyOptions& options) {
   const auto name = id_name;  // a loaded graph has its file's ids (Graph::renumber)
   std::unordered_set<const Value*> defined;
@@ -130,7 +175,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
           throw Error(where + ": return " + std::to_string(i) + " of " + n->op() + " is " +
                       schema.returns()[i].real_type()->str() + ", which cannot give " +
                       std::to_string(n->return_counts()[i]) + " tensor(s)");
-      if (options.check_shapes) {
+      if (options.check_shapes && !(options.shape_checks && options.shape_checks->unchanged(*n))) {
         try {
           std::vector<int> counts;
           auto expect = infer_outputs(*n, &counts);
@@ -145,12 +190,14 @@ void verify(const Graph& g, const VerifyOptions& options) {
               throw Error(where + ": output " + name(n->outputs()[i]) + " is declared " + got.str() + " but " +
                           n->op() + " produces " + expect[i].str());
           }
+          if (options.shape_checks) options.shape_checks->passed(*n);
         } catch (const NoShapeRule&) {
           // Kernels without a Meta implementation or shape rule: declared shapes are trusted,
           // except in graphs from files.
           if (!options.trust_declared_shapes)
             throw Error(where + ": " + n->op() +
                         " has no Meta kernel or shape rule, so its declared shapes cannot be checked");
+          if (options.shape_checks) options.shape_checks->passed(*n);
         }
       }
     }

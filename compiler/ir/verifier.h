@@ -7,8 +7,33 @@
 
 #include <functional>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace jvpc {
+
+/// The nodes whose declared outputs passed the shape check, with what the check read: their op,
+/// arguments, operand metadata and declared outputs. Shape inference is a function of the first
+/// three, so a verify given this record infers again only the nodes a pass added or changed.
+class ShapeChecks {
+ public:
+  /// Whether `n` reads as it did when it last passed.
+  bool unchanged(const Node& n) const;
+  void passed(const Node& n);
+  /// Takes every node of `g` as checked: for a graph whose shapes the kernels themselves gave
+  /// (a tracing run's).
+  void trust(const Graph& g);
+  void clear() { seen_.clear(); }
+
+ private:
+  struct Seen {
+    std::string op;
+    std::vector<Arg> args;
+    std::vector<TensorMeta> operands, outputs;
+    std::vector<int> return_counts;
+  };
+  std::unordered_map<const Node*, Seen> seen_;
+};
 
 struct VerifyOptions {
   /// Check op names, argument counts and argument kinds against the dispatcher's schemas.
@@ -19,6 +44,9 @@ struct VerifyOptions {
   /// Off for graphs from files (untrusted()): such a node is an error, and a declared shape
   /// that depends on values (value_dependent_shape) may not exceed the one inferred.
   bool trust_declared_shapes = true;
+  /// With check_shapes: nodes recorded here as unchanged are not inferred again, and the nodes
+  /// that pass are recorded (the pipeline's verification between passes). Null: every node.
+  ShapeChecks* shape_checks = nullptr;
 
   /// What the loader checks of a graph file.
   static VerifyOptions untrusted() {

@@ -2,7 +2,10 @@
 // AD in C++, the way scripts/bench/torch_reference.py measures PyTorch. scripts/bench.sh runs
 // both and prints the side-by-side table.
 //
-//   jvpc_bench sdpa [example flags] [--repeats 50] [--warmup 5] [--json out.json]
+//   jvpc_bench sdpa [example flags] [--repeats 50] [--warmup 5] [--compile-runs 31] [--json out.json]
+//
+// Compile time: the forward and linearize timed in interleaved pairs (--compile-runs), medians of
+// each and of their differences.
 //
 // Per phase: matmul FLOPs of one execution (counted from the kernels that ran), the median wall
 // time (CUDA events on a GPU), and the peak memory allocated during one call above what was
@@ -33,6 +36,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 namespace {
 
@@ -146,12 +150,14 @@ std::string device_name(const c10::Device& d) {
 int main(int argc, char** argv) {
   CLI::App app("jvpc_bench: time and count jvpc's linearize and jvp calls, and LibTorch's forward AD", "jvpc_bench");
   std::string example, json_out, residual_budget;
-  int repeats = 50, warmup = 5, fresh = 5;
+  int repeats = 50, warmup = 5, fresh = 5, compile_runs = 31;
   bool jvpc_only = false;
   app.add_option("example", example, "sdpa, mlp or block")->required();
   app.add_option("--repeats", repeats, "timed calls per phase (median reported)")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed calls first")->capture_default_str();
   app.add_option("--fresh", fresh, "fresh linearize runs timed (median reported)")->capture_default_str();
+  app.add_option("--compile-runs", compile_runs, "interleaved forward and linearize pairs timed (medians reported)")
+      ->capture_default_str();
   app.add_option("--json", json_out, "write the measurements as JSON");
   app.add_option("--residual-budget", residual_budget,
                  "jvpc linearize's --residual-budget (attention's P or O(L) form): bytes, 64MiB, 0, inf")
@@ -251,6 +257,28 @@ int main(int argc, char** argv) {
     phases["forward"] = {{"matmul_flops", matmul_flops(forward)},
                          {"time_s", median_time(forward, warmup, repeats)},
                          {"peak_bytes", peak_bytes(forward)}};
+
+    // Compile time: the linearize call (trace, passes, fold, the executable), as its caller pays
+    // it, against the forward it traces, in interleaved pairs in this process, so that both meet
+    // the same machine state.
+    {
+      std::vector<double> fwd, lin_t, diff;
+      for (int i = 0; i < warmup; ++i) {
+        forward();
+        linearize_once();
+      }
+      for (int i = 0; i < compile_runs; ++i) {
+        std::optional<jvpc::Linearized> result;  // freed after the clock stops
+        double f = time_once(forward), l = time_once([&] { result = linearize_once(); });
+        fwd.push_back(f);
+        lin_t.push_back(l);
+        diff.push_back(l - f);
+      }
+      phases["compile"] = {{"forward_s", median(fwd)},
+                           {"linearize_s", median(lin_t)},
+                           {"linearize_minus_forward_s", median(diff)},
+                           {"runs", compile_runs}};
+    }
 
     // The tangent graph's matrix products alone (cuBLAS or the CPU BLAS, same shapes and dtype):
     // the floor a fused kernel could approach.

@@ -75,6 +75,15 @@ def rows_for(j, t):
         rows.append((f"jvpc jvp call vs its {alone['kernels']} matmuls alone (same shapes, dtype): ratio jvpc / matmuls",
                      f"{fmt_time(jp['jvp_fn_later']['time_s'])} vs {fmt_time(alone['time_s'])}", "—",
                      ratio(jp["jvp_fn_later"]["time_s"], alone["time_s"])))
+    compile_ = jp.get("compile")
+    if compile_:  # jvpc's compile time: medians of interleaved pairs timed in one process
+        n = compile_["runs"]
+        rows += [
+            (f"compile: forward (median of {n} interleaved pairs)", fmt_time(compile_["forward_s"]), "—", "—"),
+            (f"compile: linearize call (same {n} pairs)", fmt_time(compile_["linearize_s"]), "—", "—"),
+            (f"compile: linearize minus forward (median of the {n} differences)",
+             fmt_time(compile_["linearize_minus_forward_s"]), "—", "—"),
+        ]
     return rows
 
 
