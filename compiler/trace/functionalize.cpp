@@ -152,7 +152,7 @@ void Functionalizer::track_views(const RecordedCall& c, Node* n, const std::vect
 /// The results of split, unsafe_split, split_with_sizes and unbind, linked to their base as
 /// slices (selects), so that an in-place write into one reaches the base and the others are
 /// taken again from it (ATen's LSTM and GRU cells: gates.unsafe_chunk(4, 1), then
-/// chunk[0].sigmoid_(): found by a probe).
+/// chunk[0].sigmoid_()).
 void Functionalizer::link_parts(const RecordedCall& c, const std::vector<at::Tensor>& results) {
   const std::string& op = c.op->name;
   bool unbind = op == "aten::unbind.int";

@@ -196,13 +196,12 @@ class Recorder {
 
   /// Erases the allocations whose contents were captured instead (nothing reads them now).
   void drop_unread_allocations() {
-    std::unordered_set<const Value*> outputs(s_.g.outputs().begin(), s_.g.outputs().end());
     std::vector<Node*> nodes = s_.g.nodes();
     for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {  // views of them first
       Node* n = *it;
       if (s_.uninitialized.count(n->output(0)) &&
           std::none_of(n->outputs().begin(), n->outputs().end(),
-                       [&](const Value* v) { return v->has_uses() || outputs.count(v); })) {
+                       [](const Value* v) { return v->has_uses(); })) {  // outputs are uses
         for (Value* v : n->outputs()) s_.values.erase(v->id());
         s_.g.erase(n);
       }
