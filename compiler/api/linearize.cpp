@@ -154,7 +154,7 @@ Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals,
   for (const Input& in : t.graph->inputs())
     if (in.role == Role::Constant && in.data.defined() && !in.data.is_inference())
       captured.push_back({in.name, TensorMeta::of(in.data).str(), in.data.unsafeGetTensorImpl()->version_counter(),
-                          in.data._version()});
+                          static_cast<uint32_t>(in.data._version())});
   Linearized lin = compile(std::move(t), options, watch);
   lin.captured = std::move(captured);
   return lin;
