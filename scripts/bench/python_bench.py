@@ -33,19 +33,13 @@ warnings.filterwarnings("ignore")
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", choices=["sdpa", "block"], required=True)
-    p.add_argument("--bsz", type=int, default=1)
-    p.add_argument("--model-dim", type=int, default=320)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--causal", action="store_true")
+    ref.add_config_args(p)
     p.add_argument("--rounds", type=int, default=200, help="interleaved rounds timed (medians reported)")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--skip-compile", action="store_true", help="leave torch.compile(jvp_fn) out")
     p.add_argument("--json", metavar="OUT.json")
     args = p.parse_args()
-    if args.model_dim % args.head_dim:
-        p.error("--model-dim must be a multiple of --head-dim")
+    ref.check_config(p, args)
     heads = args.model_dim // args.head_dim
     make = ref.make_sdpa if args.config == "sdpa" else ref.make_block
     f, shapes, scales, offsets = make(args, heads)

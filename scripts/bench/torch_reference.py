@@ -366,14 +366,24 @@ def device_name(device):
     return "unknown cpu"
 
 
-def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_config_args(p):
+    """The configuration flags (those of jvpc's examples), shared with python_bench.py."""
     p.add_argument("--config", choices=["sdpa", "block"], required=True)
     p.add_argument("--bsz", type=int, default=1)
     p.add_argument("--model-dim", type=int, default=320)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--causal", action="store_true")
+
+
+def check_config(p, args):
+    if args.model_dim % args.head_dim:
+        p.error("--model-dim must be a multiple of --head-dim")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_config_args(p)
     p.add_argument("--dtype", choices=list(DTYPES), help="default: float16 on CUDA, float32 on the CPU")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
     p.add_argument("--repeats", type=int, default=50)
@@ -382,8 +392,7 @@ def parse_args():
     p.add_argument("--skip-compile", action="store_true", help="do not measure torch.compile (it takes seconds to minutes)")
     p.add_argument("--json", metavar="OUT.json")
     args = p.parse_args()
-    if args.model_dim % args.head_dim:
-        p.error("--model-dim must be a multiple of --head-dim")
+    check_config(p, args)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     args.dtype = args.dtype or ("float16" if args.device == "cuda" else "float32")
     return args
