@@ -5,7 +5,8 @@ float64, CPU; every floating tensor of the sample's input, args and kwargs gets 
 Reference: torch.func.jvp; where the two disagree, central differences decide (LibTorch's forward
 AD is wrong in places). Each sample is one of:
   matching  (relative error <= 1e-7 against the reference, or against central differences where
-             the reference disagrees with them)
+             the reference disagrees with them; tangents below 1e-5 of the outputs' magnitude
+             count as that large, an absolute tolerance of 1e-12 of it, for zero derivatives)
   refused   (a clear jvpc.Error)
   wrong     (anything else; a crash or a hang of the op's subprocess counts every sample of it)
   excluded  (the reference itself fails, or the op is random)
@@ -22,13 +23,23 @@ import subprocess
 import sys
 
 REL = 1e-7
+# Tangents smaller than FLOOR times the primal outputs' magnitude count as that large in the
+# relative error: where the derivative is zero (corrcoef of two columns is ±1 everywhere), both
+# jvpc and the reference return rounding noise, ~1e-16 of the output, whose relative difference
+# means nothing. An absolute tolerance of REL·FLOOR = 1e-12 of the output's scale.
+FLOOR = 1e-5
 
 
-def rel_error(a, b):
+def magnitude(ts):
+    """The largest finite |entry| of the tensors (0 if none)."""
     import torch
+    return max((t[torch.isfinite(t)].abs().max().item() if torch.isfinite(t).any() else 0.0) for t in ts) if ts else 0.0
+
+
+def rel_error(a, b, scale=0.0):
     num = max((x - y).abs().max().item() if x.numel() else 0.0 for x, y in zip(a, b)) if a else 0.0
     den = max(y.abs().max().item() if y.numel() else 0.0 for y in b) if b else 0.0
-    return num / max(den, 1e-300) if num else 0.0
+    return num / max(den, FLOOR * scale, 1e-300) if num else 0.0
 
 
 def floating_leaves(tree):
@@ -60,7 +71,7 @@ def run_sample(op, sample):
         return tuple(floating_leaves(out))
 
     try:
-        _, ref = torch.func.jvp(f, primals, tangents)
+        out, ref = torch.func.jvp(f, primals, tangents)
     except Exception as e:  # the reference fails
         return "excluded", "reference: " + str(e).splitlines()[0][:120] if str(e) else type(e).__name__
     if not ref:
@@ -77,7 +88,8 @@ def run_sample(op, sample):
     if len(got) != len(ref) or any(g.shape != r.shape for g, r in zip(got, ref)):
         return "wrong", "shapes differ"
     nonfinite = any(not torch.isfinite(r).all() for r in ref)
-    if not nonfinite and rel_error(got, ref) <= REL:
+    scale = magnitude(out)
+    if not nonfinite and rel_error(got, ref, scale) <= REL:
         return "matching", ""
     if nonfinite and all(torch.equal(torch.nan_to_num(g), torch.nan_to_num(r)) for g, r in zip(got, ref)):
         return "matching", ""
@@ -85,10 +97,10 @@ def run_sample(op, sample):
     plus = f(*(p + eps * t for p, t in zip(primals, tangents)))
     minus = f(*(p - eps * t for p, t in zip(primals, tangents)))
     fd = tuple((a - b) / (2 * eps) for a, b in zip(plus, minus))
-    e_got, e_ref = rel_error(got, fd), rel_error(ref, fd)
+    e_got, e_ref = rel_error(got, fd, scale), rel_error(ref, fd, scale)
     if e_got <= 1e-5 and e_got < e_ref:
         return "matching", f"reference off by {e_ref:.1e} from central differences"
-    return "wrong", f"rel error {rel_error(got, ref):.2e} vs reference, {e_got:.1e} vs central differences"
+    return "wrong", f"rel error {rel_error(got, ref, scale):.2e} vs reference, {e_got:.1e} vs central differences"
 
 
 def worker(name):
