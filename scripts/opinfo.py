@@ -91,14 +91,21 @@ def run_sample(op, sample):
     got = tuple(got)
     if len(got) != len(ref) or any(g.shape != r.shape for g, r in zip(got, ref)):
         return "wrong", "shapes differ"
-    nonfinite = any(not torch.isfinite(r).all() for r in ref)
     scale = magnitude(out)
-    if not nonfinite and rel_error(got, ref, scale) <= REL:
-        return "matching", ""
-    if nonfinite and all(torch.equal(torch.nan_to_num(g), torch.nan_to_num(r)) for g, r in zip(got, ref)):
+    # Entries where the reference is NaN or infinite are compared for equality (NaN to NaN) and
+    # then left out; where jvpc differs there, central differences decide them with the rest.
+    keep = [torch.isfinite(r) | ~((g == r) | (g.isnan() & r.isnan())) for g, r in zip(got, ref)]
+
+    def cut(ts):
+        return tuple(t.where(k, 0) for t, k in zip(ts, keep))
+
+    differ = any((k & ~torch.isfinite(r)).any() for k, r in zip(keep, ref))  # non-finite, and not jvpc's
+    got, ref = cut(got), cut(ref)
+    if not differ and rel_error(got, ref, scale) <= REL:
         return "matching", ""
     best = None
     for fd in central_differences(f, primals, tangents):
+        fd = cut(fd)
         e_got, e_ref = rel_error(got, fd, scale), rel_error(ref, fd, scale)
         if e_got <= 1e-5 and e_got < e_ref:
             return "matching", f"reference off by {e_ref:.1e} from central differences"
