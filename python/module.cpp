@@ -155,6 +155,9 @@ void bind_options(py::module_& m) {
       .def_readwrite("disabled_passes", &LinearizeOptions::disabled_passes,
                      "optional passes to leave out (jvpc.optional_passes())")
       .def_readwrite("verify_each", &LinearizeOptions::verify_each)
+      .def_readwrite("residual_budget", &LinearizeOptions::residual_budget,
+                     "bytes of residuals each attention may hold (None: the device's default; 0: the O(L) form, "
+                     "jvpc::attention_tangent, everywhere)")
       .def_readwrite("runtime", &LinearizeOptions::runtime);
   m.def("optional_passes", &optional_linearize_passes, "The passes LinearizeOptions.disabled_passes may name.");
 }

@@ -142,6 +142,13 @@ std::vector<Sample> samples() {
       // All-true masks: the bound the rule gives is then the result's shape.
       {"aten::index.Tensor", {n({3, 4, 5}), index_list({std::nullopt, at::ones({4, 5}, at::kBool)})}},
       {"aten::index.Tensor", {n({3, 4, 5}), index_list({at::ones({3}, at::kBool), longs({1})})}},
+      {"aten::cummax", {n({3, 4}), int64_t{1}}},
+      {"aten::cummin", {n({4, 3}).t(), int64_t{-1}}},
+      {"aten::frexp.Tensor", {n({3, 4})}},
+      {"aten::frexp.Tensor", {n({4, 3}).t()}},
+      {"aten::vdot", {n({5}), n({5})}},
+      {"aten::index_select", {n({3, 4}), int64_t{1}, longs({0, 2, 2})}},
+      {"aten::index_select", {n({}), int64_t{0}, longs({0})}},  // 0-dim: indexed as 1-dim, stays 0-dim
       {"aten::kthvalue", {n({3, 4}), int64_t{2}, int64_t{1}, true}},
       {"aten::kthvalue", {n({3, 4}), int64_t{3}}},
       {"aten::kthvalue", {n({}), int64_t{1}, int64_t{0}}},
@@ -266,7 +273,10 @@ TEST(ShapeRules, CoverEveryOpWithoutACppMetaKernel) {
                                         "aten::cholesky",
                                         "aten::cholesky_inverse",
                                         "aten::col2im",
+                                        "aten::cummax",
+                                        "aten::cummin",
                                         "aten::embedding",
+                                        "aten::frexp.Tensor",
                                         "aten::grid_sampler_2d",
                                         "aten::grid_sampler_3d",
                                         "aten::hardswish",
@@ -298,7 +308,8 @@ TEST(ShapeRules, CoverEveryOpWithoutACppMetaKernel) {
                                         "aten::std_mean.correction",
                                         "aten::trace",
                                         "aten::var.correction",
-                                        "aten::var_mean.correction"};
+                                        "aten::var_mean.correction",
+                                        "aten::vdot"};
   std::set<std::string> sampled;
   for (const Sample& s : samples()) sampled.insert(s.op);
   for (const std::string& op : ops) {

@@ -156,6 +156,13 @@ Metas values_indices_at(const Call& c, size_t dim_arg) {
 }
 Metas values_indices(const Call& c) { return values_indices_at(c, 1); }
 
+// cummax/cummin(self, dim): (values, indices) of self's sizes, contiguous; the indices int64.
+Metas cumulative_extremum(const Call& c) {
+  at::Tensor x = c.t(0);
+  c10::maybe_wrap_dim(c.i64(1), x.dim());
+  return {c.contiguous(x.sizes().vec(), x.scalar_type()), c.contiguous(x.sizes().vec(), c10::kLong)};
+}
+
 // kthvalue(self, k, dim, keepdim): max.dim's, with k in range.
 Metas kthvalue(const Call& c) {
   at::Tensor x = c.t(0);
@@ -172,6 +179,13 @@ TensorMeta like_operand(const Call& c, size_t i) { return c.out(at::empty_like(c
 
 void check_floating(const at::Tensor& x, const char* op) {
   TORCH_CHECK(at::isFloatingType(x.scalar_type()), op, ": expected a floating-point input, got ", x.scalar_type());
+}
+
+// frexp.Tensor(self): (mantissa, exponent) laid out as self, the exponent int32; floating only.
+Metas frexp(const Call& c) {
+  at::Tensor x = c.t(0);
+  TORCH_CHECK(at::isFloatingType(x.scalar_type()), "torch.frexp() only supports floating-point dtypes");
+  return {like_operand(c, 0), c.out(at::empty_like(x, x.options().dtype(c10::kInt), at::MemoryFormat::Preserve))};
 }
 
 // hardswish(self): floating point only.
@@ -806,6 +820,11 @@ Metas index_select(const Call& c) {
   const auto& idx = c.meta(2);
   auto sizes = x.sizes;
   int64_t dim = c10::maybe_wrap_dim(c.i64(1), static_cast<int64_t>(sizes.size()));
+  // A 0-dim input is indexed as one of one element, and stays 0-dim.
+  if (sizes.empty()) {
+    if (idx.numel() != 1) throw Error("index_select(): index to a 0-dim tensor can have only 1 value");
+    return {like(x, sizes, x.dtype)};
+  }
   sizes.at(static_cast<size_t>(dim)) = idx.numel();
   return {like(x, sizes, x.dtype)};
 }
@@ -985,6 +1004,10 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       {"aten::roll", roll},
       {"aten::index_select", index_select},
       {"aten::dot", dot},
+      {"aten::vdot", dot},
+      {"aten::cummax", cumulative_extremum},
+      {"aten::cummin", cumulative_extremum},
+      {"aten::frexp.Tensor", frexp},
       {"aten::mv", mv},
       {"aten::native_layer_norm", native_layer_norm},
       {"aten::native_group_norm", native_group_norm},

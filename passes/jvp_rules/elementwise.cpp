@@ -101,6 +101,32 @@ void register_elementwise(Registry& r) {
           Value* half_square = c.call("aten::mul.Scalar", {c.call("aten::mul.Tensor", {c.out(), c.out()}), 0.5});
           return c.call("aten::mul.Scalar", {c.call("aten::exp", {half_square}), std::sqrt(2 * M_PI)});
         }));
+  // copysign(x, y) = |x|·sign(y): tx·out/x, 0 where x = 0 (as LibTorch); y's tangent is 0.
+  r.add("aten::copysign.Tensor", unary([](Ctx& c) {
+          return c.call("aten::masked_fill.Scalar",
+                        {c.call("aten::div.Tensor", {c.out(), c.x(0)}), c.call("aten::eq.Scalar", {c.x(0), 0}), 0.0});
+        }));
+  r.add("aten::deg2rad", [](Ctx& c) -> std::vector<Value*> { return {c.scale(c.t(0), M_PI / 180.0)}; });
+  r.add("aten::rad2deg", [](Ctx& c) -> std::vector<Value*> { return {c.scale(c.t(0), 180.0 / M_PI)}; });
+  // ldexp(x, e) = x·2^e: tx·2^e + te·out·log 2.
+  r.add("aten::ldexp.Tensor", [](Ctx& c) -> std::vector<Value*> {
+    Value* a = nullptr;
+    if (c.t(0)) {
+      Value* e = c.x(1);
+      if (e->meta().dtype != c.out()->meta().dtype) e = c.call("aten::_to_copy", {e, c.out()->meta().dtype});
+      a = c.mul(c.t(0), c.call("aten::exp2", {e}));
+    }
+    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::mul.Scalar", {c.out(), std::log(2.0)})) : nullptr;
+    return {c.add(a, b)};
+  });
+  r.add("aten::i0", unary([](Ctx& c) { return c.call("aten::special_i1", {c.x(0)}); }));
+  // frexp(x) = (mantissa, exponent) with x = mantissa·2^exponent: the mantissa's tangent is
+  // t / 2^exponent (the exponent is piecewise constant, an integer).
+  r.add("aten::frexp.Tensor", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    Value* e = c.call("aten::_to_copy", {c.out(1), c.out(0)->meta().dtype});
+    return {c.call("aten::div.Tensor", {c.t(0), c.call("aten::exp2", {e})}), nullptr};
+  });
   r.add("aten::exp2", unary([](Ctx& c) { return c.call("aten::mul.Scalar", {c.out(), std::log(2.0)}); }));
   // log(eᵃ + eᵇ): ta·σ(a − b) + tb·σ(b − a), finite where a or b is +inf (e^(a − out) would be
   // inf − inf there); base 2: σ((a − b)·ln 2).

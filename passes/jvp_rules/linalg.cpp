@@ -100,6 +100,7 @@ void register_linalg(Registry& r) {
   r.add("aten::mm", bilinear());
   r.add("aten::bmm", bilinear());
   r.add("aten::dot", bilinear());
+  r.add("aten::vdot", bilinear());  // Σ conj(x)·y: conjugate-linear in x, so bilinear in the tangents
   r.add("aten::mv", bilinear());
   r.add("aten::linalg_cross", bilinear());
   r.add("aten::addmm", add_product(op("aten::mm")));

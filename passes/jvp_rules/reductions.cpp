@@ -170,6 +170,16 @@ void register_reductions(Registry& r) {
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
       return {norm_tangent(c, c.x(0), c.t(0), scalar(c.c(1), 2.0), reduced_dims(c.x(0), c.c(2)), c.c(3).toBool())};
     });
+  // dist(x, y, p) = ‖x − y‖_p over all elements of the broadcast difference: norm's rule on it.
+  r.add("aten::dist", [](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0) && !c.t(1)) return {};
+    Value* d = c.call("aten::sub.Tensor", {c.x(0), c.x(1)});
+    Value* t = c.t(0) && c.t(1) ? c.call("aten::sub.Tensor", {c.t(0), c.t(1)})
+               : c.t(0)         ? c.t(0)
+                                : c.scale(c.t(1), -1.0);
+    if (t->meta().sizes != d->meta().sizes) t = c.call("aten::expand", {t, d->meta().sizes});
+    return {norm_tangent(c, d, t, scalar(c.c(2), 2.0), reduced_dims(d, c10::IValue()), false)};
+  });
   r.add("aten::norm.Scalar", [](Ctx& c) -> std::vector<Value*> {
     return {norm_tangent(c, c.x(0), c.t(0), scalar(c.c(1), 2.0), reduced_dims(c.x(0), c10::IValue()), false)};
   });

@@ -87,6 +87,15 @@ void register_selection(Registry& r) {
       return {c.add(a, b)};
     });
 
+  // fmax(x, y), fmin(x, y) ignore a NaN: x's tangent where x > y (fmin: x <= y) or y is NaN,
+  // else y's, as LibTorch's forward AD (a tie takes y's for fmax, x's for fmin).
+  for (auto [op, wins] : {std::pair{"aten::fmax", "aten::gt.Tensor"}, std::pair{"aten::fmin", "aten::le.Tensor"}})
+    r.add(op, [wins = wins](Ctx& c) -> std::vector<Value*> {
+      Value* y_nan = c.call("aten::ne.Tensor", {c.x(1), c.x(1)});  // (isnan has no kernel of its own)
+      Value* s = c.call("aten::bitwise_or.Tensor", {c.call(wins, {c.x(0), c.x(1)}), y_nan});
+      return {select(c, s, c.t(0), c.t(1))};
+    });
+
   // Reductions that pick elements.
   for (const char* op : {"aten::max.dim", "aten::min.dim"})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
@@ -98,6 +107,11 @@ void register_selection(Registry& r) {
                          std::pair{"aten::mode", 1}, std::pair{"aten::kthvalue", 2}})
     r.add(op, [dim = static_cast<size_t>(dim)](Ctx& c) -> std::vector<Value*> {
       return {gather(c, reduced_dims(c.x(0), c.c(dim)).at(0), c.out(1), c.c(dim + 1).toBool()), nullptr};
+    });
+  // cummax and cummin pick, at each position, the element their indices name.
+  for (const char* op : {"aten::cummax", "aten::cummin"})
+    r.add(op, [](Ctx& c) -> std::vector<Value*> {
+      return {gather(c, reduced_dims(c.x(0), c.c(1)).at(0), c.out(1), true), nullptr};
     });
   for (const char* op : {"aten::sort", "aten::topk"})
     r.add(op, [op = std::string(op)](Ctx& c) -> std::vector<Value*> {

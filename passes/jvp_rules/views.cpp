@@ -119,7 +119,7 @@ void register_views(Registry& r) {
         "aten::flip", "aten::roll", "aten::index.Tensor", "aten::embedding",
         // the copying forms of views (diag() is diagonal_copy)
         "aten::diagonal_copy", "aten::expand_copy", "aten::permute_copy", "aten::transpose_copy.int",
-        "aten::select_copy.int", "aten::slice_copy.Tensor"})
+        "aten::select_copy.int", "aten::slice_copy.Tensor", "aten::alias_copy"})
     r.add(op, linear_in(0));
   // Pooling by averages, resampling and padding by reflection or replication: linear too.
   for (const char* op : {"aten::avg_pool2d",
@@ -171,6 +171,7 @@ void register_views(Registry& r) {
     });
   r.add("aten::cat", linear_in_list(0));
   r.add("aten::stack", linear_in_list(0));
+  r.add("aten::block_diag", linear_in_list(0));
   r.add("aten::constant_pad_nd", [](Ctx& c) -> std::vector<Value*> {  // the padding is constant: tangent 0
     if (!c.t(0)) return {};
     return {c.call("aten::constant_pad_nd", {c.t(0), c.a(1), 0.0})};

@@ -13,6 +13,7 @@ See docs/python.md.
 import torch  # noqa: F401  (loads LibTorch and its Python bindings before the extension)
 
 from . import _C
+from . import _flops  # noqa: F401  (FlopCounterMode's formula for jvpc::attention_tangent)
 from ._C import Error, ExecutableOptions, Graph, LinearizeOptions, optional_passes
 from ._api import JvpFn, Loaded, TracedGraph, jvp, linearize, load, trace
 

@@ -149,3 +149,27 @@ def test_many_calls_and_threads():
     assert len(results) == 20
     for r in results:
         torch.testing.assert_close(r, expected, rtol=0, atol=0)
+
+
+def test_plain_calls_and_pytree_calls_agree():
+    """One tensor per argument and one out take a short path past pytree; tensor subclasses,
+    nested tangents and outputs take pytree's. Both give the same values and structure."""
+    q, k, v = seed_like(seq=4)[::2]
+    _, jvp_fn = jvpc.linearize(math_sdpa, q, k, v)
+    t = tuple(torch.randn_like(x) for x in (q, k, v))
+    plain = jvp_fn(*t)
+    assert type(plain) is torch.Tensor
+    subclass = jvp_fn(*(torch.nn.Parameter(x, requires_grad=False) for x in t))
+    assert torch.equal(plain, subclass)
+    with pytest.raises(jvpc.Error, match="tangent"):
+        jvp_fn(t[0], t[1], t[2][..., :3])  # a wrong shape on the short path
+    with pytest.raises(jvpc.Error, match="structure"):
+        jvp_fn(t[0], t[1])
+
+    def nested(x, kv):
+        return {"out": math_sdpa(x, kv[0], kv[1]), "twice": [2 * x]}
+
+    _, jvp_nested = jvpc.linearize(nested, q, (k, v))
+    got = jvp_nested(t[0], (t[1], t[2]))
+    assert set(got) == {"out", "twice"} and torch.equal(got["out"], plain)
+    torch.testing.assert_close(got["twice"][0], 2 * t[0])

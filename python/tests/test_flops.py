@@ -131,3 +131,74 @@ def test_cuda_graph_replay_falls_back_to_eager_under_a_mode():
     with FlopCounterMode(display=False) as mode:
         jvp_fn(q_t, k_t, v_t)
     assert mode.get_total_flops() == 41_943_040
+
+
+def o_l_linearize(f, *primals):
+    """linearize with every attention in the O(L) form (jvpc::attention_tangent)."""
+    opts = jvpc.LinearizeOptions()
+    opts.residual_budget = 0
+    out, jvp_fn = linearize(f, *primals, options=opts)
+    assert jvp_fn.cost()["ops"].get("jvpc::attention_tangent") == 1
+    return out, jvp_fn
+
+
+def test_attention_tangent_counted_exactly_at_the_seed_size():
+    """The O(L) tangent runs its bmms inside one operator; the mode counts it by jvpc's formula:
+    2·B·H·Lq·Lk·(3D + 2Dv) per call (q·kᵀ, dq·kᵀ, q·dkᵀ, (P⊙dS)·v, P·dv)."""
+    q_p, q_t, k_p, k_t, v_p, v_t = seed_inputs()
+    f = scaled_dot_product_attention
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # the CPU fused kernel
+        _, jvp_fn = o_l_linearize(f, q_p, k_p, v_p)
+    B, H, L, D = q_p.shape
+    expected = 2 * B * H * L * L * (3 * D + 2 * D)
+    assert expected == 52_428_800
+    assert jvp_fn.cost()["matmul_flops"] == expected
+    counts = []
+    for _ in range(3):  # the first call and later ones
+        with FlopCounterMode(display=False) as mode:
+            got = jvp_fn(q_t, k_t, v_t)
+        counts.append(mode.get_total_flops())
+        assert mode.get_flop_counts()["Global"] == {torch.ops.jvpc.attention_tangent: expected}
+    assert counts == [expected] * 3
+    with sdpa_kernel(SDPBackend.MATH):
+        _, ref = torch.func.jvp(f, (q_p, k_p, v_p), (q_t, k_t, v_t))
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def profiled_bmm_flops(call):
+    """FLOPs of the aten::bmm kernels that ran inside call, as the profiler records them (nested)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True) as prof:
+        call()
+    events = [e for e in prof.events() if e.name == "aten::bmm"]
+    assert events
+    return sum(e.flops for e in events)
+
+
+@pytest.mark.parametrize("causal,kv_heads,tangents", [(False, 2, "qkv"), (True, 2, "qkv"), (True, 1, "qkv"),
+                                                      (False, 2, "v"), (True, 2, "qk")])
+def test_attention_tangent_count_is_the_kernels_that_ran(causal, kv_heads, tangents):
+    """Several query and key blocks (L 600 > block sizes 256 and 512), the causal skip, grouped
+    heads, absent tangents: the mode's count equals the bmms the kernel ran (the profiler sees
+    them nested inside the operator) and the cost model's."""
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 600, 8, generator=gen)
+    k, v = (torch.randn(1, kv_heads, 600, 8, generator=gen) for _ in range(2))
+
+    def f(q, k, v):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv_heads != 2)
+
+    names = "qkv"
+    argnums = tuple(names.index(c) for c in tangents)
+    opts = jvpc.LinearizeOptions()
+    opts.residual_budget = 0
+    _, jvp_fn = linearize(f, q, k, v, argnums=argnums, options=opts)
+    assert jvp_fn.cost()["ops"].get("jvpc::attention_tangent") == 1
+    t = tuple(torch.randn_like((q, k, v)[i]) for i in argnums)
+    ran = profiled_bmm_flops(lambda: jvp_fn(*t))
+    for _ in range(2):
+        with FlopCounterMode(display=False) as mode:
+            jvp_fn(*t)
+        assert mode.get_total_flops() == ran
+    assert ran == jvp_fn.cost()["matmul_flops"]

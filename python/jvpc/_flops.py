@@ -1,0 +1,41 @@
+"""FlopCounterMode's formula for jvpc's own operator, jvpc::attention_tangent.
+
+The operator (runtime/attention_tangent.h) runs its bmms inside its kernel, where a dispatch
+mode does not see them: the mode sees the operator itself, and takes itself off the mode stack
+while it runs it. So the mode counts it by this formula, registered with
+torch.utils.flop_counter when jvpc is imported (before any FlopCounterMode is made: each mode
+copies the registry). It counts exactly the bmms the kernel runs: for each block of block_q
+queries and each block_k keys it computes (a causal mask skips the key blocks it hides),
+2·rows·keys·(D per q·kᵀ, dq·kᵀ, q·dkᵀ) + 2·rows·keys·(Dv per (P⊙dS)·v, P·dv), as
+attention_tangent_matmul_flops does in the cost model (compiler/cost/cost_model.cpp).
+"""
+
+from torch.utils.flop_counter import register_flop_formula
+
+from . import _C  # noqa: F401  (registers the jvpc operators with the dispatcher)
+
+import torch
+
+
+def score_elements(lq: int, lk: int, causal: bool, block_q: int, block_k: int) -> int:
+    """Query-key pairs the kernel computes per (batch, head): its blocks, less those causal skips."""
+    total = 0
+    for i0 in range(0, lq, block_q):
+        bq = min(block_q, lq - i0)
+        # Causal (top left): key block [j0, j0 + bk) runs while j0 <= the block's last query.
+        keys = min(lk, ((i0 + bq - 1) // block_k + 1) * block_k) if causal else lk
+        total += bq * keys
+    return total
+
+
+@register_flop_formula(torch.ops.jvpc.attention_tangent)
+def attention_tangent_flop(q, k, v, out, lse, dq, dk, dv, mask, dmask, causal, scale, block_q, block_k, *,
+                           out_shape=None, **kwargs) -> int:
+    """Matmul FLOPs of one jvpc::attention_tangent call (arguments are shapes, None for an absent tensor)."""
+    b, h, lq, d = q
+    lk, dv_size = k[2], v[3]
+    has_ds = dq is not None or dk is not None or dmask is not None
+    if (not has_ds and dv is None) or b * h * lq * dv_size == 0:
+        return 0  # the kernel returns zeros without a bmm
+    per = d * (1 + (dq is not None) + (dk is not None)) + dv_size * (int(has_ds) + (dv is not None))
+    return 2 * b * h * score_elements(lq, lk, causal, block_q, block_k) * per
