@@ -10,29 +10,43 @@
 //   dP = P·(dS − Σ P·dS)                           one _softmax_backward_data
 //   d(out) = dP·v + P·dv                           grouped heads: k, v and their tangents repeated
 //
-// The bytes each form takes (AttentionChoice): its residuals (O(L): out, lse, mask, q, k, v;
-// P: P and the scaled and repeated q, k, v it multiplies) plus its peak per call (O(L): the
-// output and the operator's block workspace; P: dS, dP and the product of the k tangent, each
-// B·H·Lq·Lk, and the output). Only the attentions' own bytes are counted: what the rest of the
-// tangent graph holds is the same in either form.
+// The budget counts the whole tangent graph the pipeline would make, as the cost model predicts
+// it (count_tangent_graph): on a copy of the graph, the attentions chosen to hold P are expanded;
+// every primal-only value that a tangent-dependent node reads is a residual (what fold binds),
+// counted by the storage it keeps alive, each storage once (not the caller's inputs: the graph
+// aliases them); the forward is dropped, and graph_cost adds the captured constants, the peak of
+// a call's intermediates (liveness) and the largest workspace inside one kernel (the O(L)
+// operator's blocks). The sum is what the budget is compared with; the later simplifications
+// only take bytes away.
 //
-// The rule: every attention starts in the P form (fewest FLOPs). While the total passes the
-// budget, the attention that frees the most bytes per extra FLOP moves to the O(L) form; an
-// attention whose O(L) form frees nothing stays. A budget that even the all-O(L) total passes
-// is an error naming that total, the smallest budget that would do. Budget 0 puts every
-// attention in the O(L) form, kNoMemoryLimit ("inf") every one in the P form.
+// Per attention, the bytes each form takes on its own (AttentionChoice) order the moves: its
+// residuals (O(L): out, lse, mask, q, k, v; P: P and the scaled and repeated q, k, v it
+// multiplies) plus its peak per call (O(L): the output and the operator's block workspace; P: dS,
+// dP and the product of the k tangent, each B·H·Lq·Lk, and the output).
+//
+// The rule: every attention starts in the P form (fewest FLOPs). While the whole graph's count
+// passes the budget, the attention that frees the most bytes per extra FLOP moves to the O(L)
+// form, and the graph is counted again; an attention whose O(L) form frees nothing stays. A
+// budget that even the graph with every attention in its smaller form passes is an error naming
+// that count, the smallest budget that would do. Budget 0 puts every attention in the O(L) form,
+// kNoMemoryLimit ("inf") every one in the P form.
 #include "passes/passes.h"
 
 #include "compiler/cost/cost_model.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/limits.h"
+#include "compiler/ir/liveness.h"
 #include "compiler/ir/verifier.h"
+#include "passes/rewrite.h"
 #include "runtime/attention_tangent.h"
 
 #include <ATen/TensorUtils.h>
 
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace jvpc {
 
@@ -142,7 +156,83 @@ AttentionChoice assess(const Node& n) {
   bool ds = a.dq || a.dk || a.dmask;
   c.p.matmul_flops = mul({2, scores, a.D * (a.dq + a.dk) + a.Dv * (int64_t(ds) + a.dv)});
   c.node = describe(&n);
+  c.score_elements = scores;
   return c;
+}
+
+// Expands the P form of attention node `n` in place.
+void expand_p_form(Graph& g, Node* n) {
+  Builder b(g);
+  Value* dout = nullptr;
+  {
+    InsertionGuard at(g, n);
+    dout = p_form(b, *n);
+  }
+  replace_output(g, n, dout);
+}
+
+std::vector<Node*> attention_nodes(const Graph& g) {
+  std::vector<Node*> nodes;
+  for (Node* n : g.nodes())
+    if (n->op() == runtime::kAttentionTangentOp) nodes.push_back(n);
+  return nodes;
+}
+
+// The budget's count of the tangent graph that `g` (before fold) becomes with attention i in the
+// O(L) form where o_l[i]: residual bytes, and a call's peak (intermediates and the largest
+// workspace). See the banner.
+struct Count {
+  int64_t residual = 0, peak = 0;
+  int64_t total() const { return residual > kNoMemoryLimit - peak ? kNoMemoryLimit : residual + peak; }
+};
+Count count_tangent_graph(const Graph& g, const std::vector<bool>& o_l) {
+  std::unique_ptr<Graph> c = g.clone();
+  std::vector<Node*> nodes = attention_nodes(*c);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (!o_l[i]) expand_p_form(*c, nodes[i]);
+  const std::unordered_set<const Value*> varying = tangent_dependent(*c, /*impure_too=*/true);
+  // As fold: zeros of a shape are made per call, not held.
+  auto made_per_call = [](const Value* v) {
+    const Node* p = v->producer();
+    return p && p->inputs().empty() && p->op() == "aten::zeros";
+  };
+  std::vector<Value*> residuals;
+  std::unordered_set<const Value*> chosen;
+  auto want = [&](Value* v) {
+    if (v && !varying.count(v) && !c->is_input(v) && !made_per_call(v) && chosen.insert(v).second)
+      residuals.push_back(v);
+  };
+  for (Node* n : c->nodes())
+    if (!n->outputs().empty() && varying.count(n->output(0)))
+      for (Value* v : n->inputs()) want(v);
+  for (Value* v : c->outputs()) want(v);
+  // As fold binds them: a residual keeps its whole storage alive (views of one storage count it
+  // once), and one in the caller's input is an alias, not counted. Each becomes an input the
+  // cost model does not count (the bytes are summed here), which cuts the forward off.
+  Liveness live = analyze_liveness(*c);
+  std::unordered_set<const Value*> storages;
+  int64_t held = 0;
+  for (size_t i = 0; i < residuals.size(); ++i) {
+    Value* v = residuals[i];
+    auto root = live.storage_root.find(v);
+    const Value* s = root == live.storage_root.end() ? v : root->second;
+    bool alias = c->is_input(s) && c->input_of(s).role == Role::Primal;
+    if (!alias && storages.insert(s).second)
+      held = held > kNoMemoryLimit - s->meta().nbytes() ? kNoMemoryLimit : held + s->meta().nbytes();
+    v->replace_all_uses_with(c->add_input("budget_r" + std::to_string(i), v->meta(), Role::Primal));
+  }
+  dce(*c);
+  GraphCost cost = graph_cost(*c);
+  Count r;
+  r.residual = held > kNoMemoryLimit - cost.residual_bytes ? kNoMemoryLimit : held + cost.residual_bytes;
+  r.peak =
+      cost.peak_bytes > kNoMemoryLimit - cost.workspace_bytes ? kNoMemoryLimit : cost.peak_bytes + cost.workspace_bytes;
+  return r;
+}
+
+std::string describe_count(const Count& c) {
+  return describe_bytes(c.total()) + " (residuals " + describe_bytes(c.residual) + ", a call's peak " +
+         describe_bytes(c.peak) + ")";
 }
 
 }  // namespace
@@ -150,33 +240,30 @@ AttentionChoice assess(const Node& n) {
 int64_t AttentionChoice::Form::bytes() const { return residual_bytes + peak_bytes; }
 
 std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> residual_budget) {
-  std::vector<Node*> nodes;
-  for (Node* n : g.nodes())
-    if (n->op() == runtime::kAttentionTangentOp) nodes.push_back(n);
+  std::vector<Node*> nodes = attention_nodes(g);
   std::vector<AttentionChoice> choices;
   for (Node* n : nodes) choices.push_back(assess(*n));
   if (choices.empty()) return choices;
   int64_t budget = residual_budget ? *residual_budget : default_memory_limit(nodes[0]->input(0)->meta().device);
   if (budget < 0) throw Error("the residual budget must not be negative");
-  int64_t total = 0, smallest = 0;
-  for (const AttentionChoice& c : choices) {
-    total += c.p.bytes();
-    smallest += std::min(c.p.bytes(), c.o_l.bytes());
-  }
-  for (AttentionChoice& c : choices) {
-    c.o_l_form = budget == 0;
+  std::vector<bool> o_l(choices.size(), budget == 0);
+  Count count = count_tangent_graph(g, o_l);
+  for (AttentionChoice& c : choices)
     c.reason = budget == 0                ? "budget 0: the O(L) form everywhere"
                : budget == kNoMemoryLimit ? "budget inf: the P form everywhere"
-                                          : "the P form fits the budget";
-  }
-  if (budget != 0 && budget != kNoMemoryLimit && total > budget) {
-    if (smallest > budget)
-      throw Error("residual budget " + describe_bytes(budget) + " is too small: the attentions need at least " +
-                  describe_bytes(smallest) + " (the O(L) form wherever it takes fewer bytes)");
+                                          : "the tangent graph with the P form takes " + describe_count(count) +
+                                                ", within the budget " + describe_bytes(budget);
+  if (budget != 0 && budget != kNoMemoryLimit && count.total() > budget) {
+    std::vector<bool> smaller(choices.size());
+    for (size_t i = 0; i < choices.size(); ++i) smaller[i] = choices[i].o_l.bytes() < choices[i].p.bytes();
+    Count smallest = count_tangent_graph(g, smaller);
+    if (smallest.total() > budget)
+      throw Error("residual budget " + describe_bytes(budget) + " is too small: the tangent graph needs at least " +
+                  describe_count(smallest) + " with the O(L) form wherever it takes fewer bytes");
     // Most bytes freed per extra FLOP first.
     std::vector<size_t> order;
     for (size_t i = 0; i < choices.size(); ++i)
-      if (choices[i].o_l.bytes() < choices[i].p.bytes()) order.push_back(i);
+      if (smaller[i]) order.push_back(i);
     auto rate = [&](size_t i) {
       const AttentionChoice& c = choices[i];
       double extra = std::max<double>(1.0, double(c.o_l.matmul_flops) - double(c.p.matmul_flops));
@@ -184,27 +271,24 @@ std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> res
     };
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return rate(x) > rate(y); });
     for (size_t i : order) {
-      if (total <= budget) break;
-      AttentionChoice& c = choices[i];
-      c.o_l_form = true;
-      total -= c.p.bytes() - c.o_l.bytes();
-      c.reason = "the P form's " + describe_bytes(c.p.bytes()) + " passed the budget " + describe_bytes(budget) +
-                 "; the O(L) form takes " + describe_bytes(c.o_l.bytes());
+      o_l[i] = true;
+      Count before = count;
+      count = count_tangent_graph(g, o_l);
+      choices[i].reason = "the tangent graph took " + describe_count(before) + ", over the budget " +
+                          describe_bytes(budget) + "; this attention's O(L) form frees the most bytes per extra FLOP";
+      if (count.total() <= budget) break;
     }
-    for (AttentionChoice& c : choices)
-      if (!c.o_l_form) c.reason = "the P form fits the budget once the others take the O(L) form";
+    for (size_t i = 0; i < choices.size(); ++i)
+      if (!o_l[i])
+        choices[i].reason = "the P form fits: with the O(L) form where chosen, the tangent graph takes " +
+                            describe_count(count) + ", within the budget " + describe_bytes(budget);
   }
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (choices[i].o_l_form) continue;
-    Node* n = nodes[i];
-    Builder b(g);
-    Value* dout = nullptr;
-    {
-      InsertionGuard at(g, n);
-      dout = p_form(b, *n);
-    }
-    replace_output(g, n, dout);
+  for (size_t i = 0; i < choices.size(); ++i) {
+    choices[i].o_l_form = o_l[i];
+    choices[i].counted_bytes = count.total();
   }
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (!o_l[i]) expand_p_form(g, nodes[i]);
   return choices;
 }
 

@@ -68,6 +68,12 @@ struct AttentionChoice {
   Form p, o_l;  ///< the P form and the O(L) form
   bool o_l_form = false;
   std::string reason;
+  /// What the budget was compared with: the whole tangent graph's residuals plus a call's peak
+  /// (intermediates and the largest kernel workspace), as the cost model predicts them with the
+  /// forms chosen. The same in every choice of one graph.
+  int64_t counted_bytes = 0;
+  /// B·H·Lq·Lk: the elements of its scores (what the P form holds of them).
+  int64_t score_elements = 0;
 };
 
 /// attention_form.cpp: per jvpc::attention_tangent node (the O(L) form the fused attention

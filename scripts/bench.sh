@@ -4,6 +4,12 @@
 # and a plot of time per jvp call against sequence length.
 #
 #   scripts/bench.sh [--device cpu|cuda] [--no-setup] [--skip-compile | --compile-only NAME]
+#   scripts/bench.sh --long [--no-setup] [-- long_context.py flags: --lengths 2048 --limit 16GiB ...]
+#
+# --long runs the long-context benchmark instead (scripts/bench/long_context.py: attention at
+# L = 2k to 32k, PyTorch's math path against jvpc's P and O(L) forms, each run in its own process
+# under a resident-memory limit; results in $JVPC_BENCH_OUT, default build/bench-long). It takes
+# up to 30 minutes and is not part of CI.
 #
 # --skip-compile leaves out torch.compile(jvp_fn) (its compilation takes a minute or more per
 # configuration); --compile-only seed keeps it for that configuration alone.
@@ -14,21 +20,30 @@
 # per run, table.md, seq_sweep.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEVICE="" SETUP=1 COMPILE="" COMPILE_ONLY=""
+DEVICE="" SETUP=1 COMPILE="" COMPILE_ONLY="" LONG=""
 while [ $# -gt 0 ]; do
   case $1 in
     --device) DEVICE=$2; shift 2 ;;
     --no-setup) SETUP=""; shift ;;
     --skip-compile) COMPILE=--skip-compile; shift ;;
     --compile-only) COMPILE_ONLY=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --long) LONG=1; shift ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 [ -n "$SETUP" ] && scripts/setup.sh
 BUILD=${JVPC_BUILD_DIR:-build}
-OUT=${JVPC_BENCH_OUT:-$BUILD/bench}
 PY=$(cat "$BUILD/.jvpc-python" 2>/dev/null || command -v python3)
+if [ -n "$LONG" ]; then
+  OUT=${JVPC_BENCH_OUT:-$BUILD/bench-long}
+  # A copy of the binary: a rebuild during the run does not change what is measured.
+  mkdir -p "$OUT" && cp "$BUILD/jvpc_bench" "$OUT/jvpc_bench"
+  exec "$PY" scripts/bench/long_context.py --jvpc-bench "$OUT/jvpc_bench" --out "$OUT" "$@"
+fi
+[ $# = 0 ] || { echo "bench.sh: arguments after -- go with --long only" >&2; exit 2; }
+OUT=${JVPC_BENCH_OUT:-$BUILD/bench}
 [ -n "$DEVICE" ] || DEVICE=$("$PY" -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')
 mkdir -p "$OUT"
 if ! "$PY" -c "import matplotlib" 2>/dev/null; then  # for the plot; set-up may install, a run without it doesn't

@@ -11,7 +11,9 @@
 #   rehearsal:    scripts/gpu-check.sh --cpu        # the same steps on a machine without a GPU
 #
 # Results go to $OUT (or build-gpu/out): test and CLI logs, the CUDA linearize report, the
-# benchmark table and plot, and bench.tgz with every benchmark JSON.
+# benchmark table and plot, long.log (attention's tangent at long context: the operator's CUDA
+# checks and jvpc_bench at L = 32k, H16, bfloat16, both forms), and bench.tgz with every
+# benchmark JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -70,11 +72,41 @@ lin_rc=$?
 tail -n 6 build-gpu/linearize.log
 echo "tests + linearize: $(( $(date +%s) - t0 )) s"
 
+# Long context (issue 17): jvpc::attention_tangent on CUDA. Its unit tests (O(L) form against the
+# P form and forward AD, FLOPs on the kernels that ran), the linearize check of both forms at
+# L = 8k (forward AD of the math path still fits there), then the benchmark point L = 32k, H16,
+# D64, bfloat16 in each form (--lean: one linearize, one warm-up and three timed calls; the P
+# form holds 32 GiB of probabilities and may not fit: reported, not fatal).
+long_rc=0
+LONG_CHECK_L=8192 LONG_L=32768
+[ "$DEVICE" = cpu ] && LONG_CHECK_L=1024 LONG_L=2048  # the rehearsal: the same steps, small
+{
+  build-gpu/tests/jvpc_tests --gtest_brief=1 --gtest_filter='AttentionTangent*:AttentionForm*:FusedEmulated*' ||
+    long_rc=1
+  for budget in 0 inf; do
+    build-gpu/jvpc linearize sdpa --device $DEVICE --bsz 1 --model-dim 1024 --head-dim 64 --seq-len $LONG_CHECK_L \
+      --dtype bfloat16 --residual-budget $budget >build-gpu/long_linearize.log 2>&1 || long_rc=1
+    grep -E "^(attention|reference|check) |error" build-gpu/long_linearize.log
+  done
+  mkdir -p build-gpu/bench-long
+  for budget in 0 inf; do
+    timeout 180 build-gpu/jvpc_bench sdpa --device $DEVICE --bsz 1 --model-dim 1024 --head-dim 64 --seq-len $LONG_L \
+      --dtype bfloat16 --backend auto --residual-budget $budget --lean --warmup 1 --repeats 3 \
+      --json "build-gpu/bench-long/long_L${LONG_L}_budget_$budget.json" >/dev/null ||
+      echo "jvpc_bench L=$LONG_L budget $budget: failed or did not fit (rc $?)"
+    [ -f "build-gpu/bench-long/long_L${LONG_L}_budget_$budget.json" ] &&
+      "$PY" -c 'import json, sys; j = json.load(open(sys.argv[1])); print(sys.argv[2], j["attention"][0]["choice"],
+        "linearize %.2f s, jvp %.4f s per call" % (j["linearize_s"], j["jvp_time_s"]), j["predicted"])' \
+        "build-gpu/bench-long/long_L${LONG_L}_budget_$budget.json" "L=$LONG_L H16 bf16 budget $budget:"
+  done
+} >"$OUT/long.log" 2>&1
+grep -E "^(\[  (PASSED|FAILED)|L=[0-9]+ H16|jvpc_bench)" "$OUT/long.log"
+
 # The benchmark on CUDA: seed, causal, block, the large bf16 configuration and a seq sweep.
 # torch.compile(jvp_fn) for the seed's configuration only: it compiles for a minute or more.
 JVPC_BUILD_DIR=build-gpu JVPC_BENCH_OUT=build-gpu/bench scripts/bench.sh --device $DEVICE --no-setup --compile-only seed
 bench_rc=$?
 cp build-gpu/bench/table.md build-gpu/bench/seq_sweep.png "$OUT/" 2>/dev/null
-tar czf "$OUT/bench.tgz" -C build-gpu bench linearize.log 2>/dev/null
-echo "gpu-check: tests $tests_rc, cli $cli_rc, linearize $lin_rc, bench $bench_rc; total $(( $(date +%s) - t0 )) s"
-[ $tests_rc = 0 ] && [ $cli_rc = 0 ] && [ $lin_rc = 0 ] && [ $bench_rc = 0 ]
+tar czf "$OUT/bench.tgz" -C build-gpu bench bench-long linearize.log 2>/dev/null
+echo "gpu-check: tests $tests_rc, cli $cli_rc, linearize $lin_rc, long $long_rc, bench $bench_rc; total $(( $(date +%s) - t0 )) s"
+[ $tests_rc = 0 ] && [ $cli_rc = 0 ] && [ $lin_rc = 0 ] && [ $long_rc = 0 ] && [ $bench_rc = 0 ]

@@ -94,14 +94,46 @@ expect 0 "run the O(L) tangent graph" -- "$JVPC" run "$DIR/ol.json"
 expect 0 "linearize --residual-budget inf" -- "$JVPC" linearize sdpa --device cpu --backend flash --residual-budget inf
 contains out "41943040"; contains out "attention  P form"
 expect 0 "linearize --residual-budget 64MiB" -- "$JVPC" linearize sdpa --device cpu --backend flash --residual-budget 64MiB
-contains out "the P form fits the budget"
+contains out "the tangent graph with the P form takes .* within the budget 64.00 MiB"
 expect 2 "a residual budget nothing meets" -- "$JVPC" linearize sdpa --device cpu --backend flash --residual-budget 1000
-contains err "residual budget 1000 bytes is too small: the attentions need at least"
+contains err "residual budget 1000 bytes is too small: the tangent graph needs at least"
+# The check's reference: LibTorch's forward AD of the math path (O(L²) memory) where its
+# predicted memory fits the memory limit, else central differences in float64 through the
+# function's own fused kernels (O(L)); forced either way by --check-reference.
+expect 0 "linearize: the check's reference" -- "$JVPC" linearize sdpa --device cpu --backend flash
+contains out "^reference  LibTorch forward AD: it fits: about"; contains out "check      vs LibTorch forward AD"
+expect 0 "linearize --check-reference central-differences" -- "$JVPC" linearize sdpa --device cpu --backend flash \
+  --check-reference central-differences --report "$DIR/cd-report.json"
+contains out "^reference  central differences in float64: --check-reference central-differences"
+contains out "check      vs central differences in float64 through the example's own kernels: .*PASS"
+python3 - "$DIR/cd-report.json" <<'PY' && pass "  ...--report names the reference" || fail "  ...--report names the reference"
+import json, sys
+c = json.load(open(sys.argv[1]))["check"]
+assert c["reference"] == "central_differences" and c["reference_dtype"] == "float64" and c["passed"], c
+assert c["forward_ad_bytes_estimate"] > 0 and c["memory_limit"] > 0 and c["tolerance"] == 1e-5, c
+PY
+# seq 512: forward AD of the math path would hold 5·512² scores several times over (about 36 MiB),
+# over a 24 MiB limit that the O(L) tangent graph fits: the check takes central differences.
+expect 0 "linearize: forward AD would not fit, central differences" -- "$JVPC" linearize sdpa --device cpu \
+  --backend flash --seq-len 512 --residual-budget 0 --max-memory 24MiB --report "$DIR/cd-auto.json"
+contains out "^reference  central differences in float64: forward AD of the math path would need about .*, over the memory limit 24.00MiB"
+contains out "PASS"
+python3 - "$DIR/cd-auto.json" <<'PY' && pass "  ...--report says why" || fail "  ...--report says why"
+import json, sys
+c = json.load(open(sys.argv[1]))["check"]
+assert c["reference"] == "central_differences" and c["memory_limit"] == 24 << 20, c
+assert c["forward_ad_bytes_estimate"] > c["memory_limit"] and "would need" in c["reference_reason"], c
+PY
+expect 0 "linearize --check-reference forward-ad" -- "$JVPC" linearize sdpa --device cpu --backend flash \
+  --check-reference forward-ad; contains out "^reference  LibTorch forward AD: --check-reference forward-ad"
+expect 2 "a bad --check-reference" -- "$JVPC" linearize sdpa --check-reference nearby
 expect 2 "a residual budget that is not a size" -- "$JVPC" linearize sdpa --device cpu --residual-budget lots
 contains err "--residual-budget: 'lots' is not a size"
 expect 0 "linearize a graph file" -- "$JVPC" linearize "$DIR/sdpa.json"; contains out "41943040"
 contains out "primals from $DIR/sdpa.inputs.safetensors"
 expect 0 "linearize a graph file, --inputs" -- "$JVPC" linearize "$DIR/sdpa.json" --inputs "$DIR/sdpa.inputs.safetensors"
+expect 0 "linearize a graph file against central differences" -- "$JVPC" linearize "$DIR/sdpa.json" \
+  --check-reference central-differences; contains out "through the graph's own kernels: .*PASS"
 expect 2 "--inputs with an example" -- "$JVPC" linearize sdpa --inputs "$DIR/sdpa.inputs.safetensors"
 expect 1 "non-finite values are counted, and fail" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --scale 1e37
 contains out "non-finite values: "

@@ -1,6 +1,7 @@
 #include "compiler/api/reference.h"
 
 #include "compiler/ir/builder.h"
+#include "compiler/ir/limits.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verifier.h"
 
@@ -118,6 +119,21 @@ std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::v
                                                                : at::zeros_like(fp[i], at::kDouble));
   return result;
 }
+
+int64_t forward_ad_bytes_estimate(int64_t input_bytes, int64_t forward_peak_bytes,
+                                  const std::vector<int64_t>& attention_score_elements, int64_t element_bytes) {
+  // Saturating: an estimate past 2^63 is no-limit large.
+  auto add = [](int64_t a, int64_t b) { return a > kNoMemoryLimit - b ? kNoMemoryLimit : a + b; };
+  auto mul = [](int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? kNoMemoryLimit : r;
+  };
+  int64_t total = mul(2, add(input_bytes, forward_peak_bytes));
+  for (int64_t scores : attention_score_elements) total = add(total, mul(6, mul(scores, element_bytes)));
+  return total;
+}
+
+double central_differences_tolerance(c10::ScalarType dtype) { return std::max(tolerance_for(dtype), 1e-7); }
 
 at::Tensor real_pairs(const at::Tensor& t) {
   at::Tensor c = t.detach().to(at::kCPU);

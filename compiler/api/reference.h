@@ -26,6 +26,20 @@ std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::v
                                                 const std::vector<std::optional<at::Tensor>>& tangents,
                                                 double h = 1e-6);
 
+/// Bytes LibTorch's forward AD of a function with attention on the math path needs at its peak,
+/// predicted: each value and its tangent alive at the forward's peak (2 × (`input_bytes` +
+/// `forward_peak_bytes`, the traced graph's liveness peak)), plus per attention 6 × its score
+/// elements (B·H·Lq·Lk) × `element_bytes`: the scores, the probabilities, their tangents and the
+/// temporaries of softmax's tangent, which the math path allocates and a fused kernel does not.
+/// What `jvpc linearize` compares with the memory limit to choose its check's reference.
+int64_t forward_ad_bytes_estimate(int64_t input_bytes, int64_t forward_peak_bytes,
+                                  const std::vector<int64_t>& attention_score_elements, int64_t element_bytes);
+
+/// The tolerance on rel_error of a check against central differences in float64 for outputs
+/// computed in `dtype`: tolerance_for(dtype), but no tighter than 1e-7 (the differences' own
+/// truncation and rounding error, with h = 1e-6).
+double central_differences_tolerance(c10::ScalarType dtype);
+
 /// ‖a − b‖ / ‖b‖ over all tensors (float64), and max |a − b|.
 /// A non-finite value on either side makes both errors NaN (the check cannot pass) and is
 /// counted apart.

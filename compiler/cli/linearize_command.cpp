@@ -1,6 +1,9 @@
 // jvpc linearize: trace and compile, run the linear function on random tangents, and check
 // it against LibTorch's forward AD run eagerly on the untraced callable (math SDPA backend),
-// or for a graph file on the graph itself with fused attention on the math path.
+// or for a graph file on the graph itself with fused attention on the math path. Where that
+// reference would not fit in memory (the math path holds B·H·Lq·Lk scores several times over;
+// forward_ad_bytes_estimate against the memory limit), the check runs against central
+// differences in float64 through the function's own (fused, O(L)) kernels instead, and says so.
 #include "compiler/cli/cli.h"
 
 #include "compiler/api/linearize.h"
@@ -29,6 +32,7 @@ namespace {
 
 struct Opts {
   std::string target, report, out, dump_format = "text", device, wrt, inputs, residual_budget;
+  std::string check_reference = "auto";
   std::vector<std::string> dump_after, disabled;
   uint64_t seed = 0;
   std::optional<double> tolerance;
@@ -74,8 +78,11 @@ void check_pass_names(const std::vector<std::string>& names, const std::set<std:
 struct Problem {
   std::string description;
   std::vector<TraceInput> primals;
-  TensorFn fn;                   // traced by linearize (examples)
-  TensorFn reference;            // run under forward AD
+  TensorFn fn;         // traced by linearize (examples)
+  TensorFn reference;  // run under forward AD
+  // The function on its own (fused) attention kernels, for central differences in float64: the
+  // check's reference where forward AD of the math path would not fit in memory.
+  TensorFn fused;
   std::unique_ptr<Graph> graph;  // graph files: linearized directly
   // Examples in float16/bfloat16: the reference runs on float32 copies of the primals and
   // tangents. It is the truer answer, and LibTorch's forward AD has half-precision gaps of its
@@ -91,6 +98,7 @@ Problem from_example(const Opts& o, std::vector<std::string> flags) {
   p.primals = ex.inputs;
   p.fn = ex.fn();
   p.reference = ex.make_fn(examples::Backend::Math);
+  p.fused = ex.fn();
   p.reference_in_float32 = c10::isReducedFloatingType(ex.dtype);
   return p;
 }
@@ -122,6 +130,17 @@ Problem from_graph(const Opts& o) {
   // bfloat16, in float32 on the same values (as for an example).
   for (const Input& in : p.graph->inputs())
     p.reference_in_float32 |= c10::isReducedFloatingType(in.value->meta().dtype);
+  {  // compiled when the check needs it: in float64 it takes twice the graph's memory
+    std::shared_ptr<Graph> g = p.graph->clone();
+    std::optional<int64_t> max_memory = o.limits.memory();
+    p.fused = [g, max_memory](const std::vector<at::Tensor>& x) {
+      std::unique_ptr<Graph> f64 = g->clone();
+      retype_floating(*f64, c10::kDouble);
+      ExecutableOptions plain = ExecutableOptions::plain();
+      plain.max_memory = max_memory;
+      return Executable(std::move(f64), plain).run(x);
+    };
+  }
   try {
     std::unique_ptr<Graph> ref = with_math_attention(*p.graph);
     if (p.reference_in_float32) retype_floating(*ref, c10::kFloat);
@@ -136,15 +155,41 @@ Problem from_graph(const Opts& o) {
   return p;
 }
 
-// The linear map on random tangents against LibTorch's forward AD on the same ones.
+// The linear map on random tangents against a reference on the same ones: LibTorch's forward AD
+// (of the math path), or where that would not fit in memory (forward_ad_bytes_estimate against
+// the memory limit) or with --check-reference central-differences, central differences in
+// float64 through the function's own fused kernels, which need O(L) memory.
 struct Check {
   ErrorStats err;
   double tolerance;
   bool passed;
+  bool central_differences = false;
+  std::string why;  // why that reference
+  int64_t forward_ad_bytes = 0, memory_limit = 0;
 };
 
 Check check(const Problem& p, const Linearized& lin, const std::vector<at::Tensor>& primal_values, uint64_t seed,
-            std::optional<double> tolerance) {
+            std::optional<double> tolerance, const std::string& reference, std::optional<int64_t> max_memory) {
+  Check c{};
+  int64_t input_bytes = 0, element_bytes = 0;
+  for (const at::Tensor& v : primal_values) {
+    input_bytes += static_cast<int64_t>(v.nbytes());
+    if (c10::isFloatingType(v.scalar_type()))
+      element_bytes = std::max<int64_t>(element_bytes, p.reference_in_float32 ? 4 : v.element_size());
+  }
+  std::vector<int64_t> scores;
+  for (const AttentionChoice& a : lin.report.attention) scores.push_back(a.score_elements);
+  c.forward_ad_bytes = forward_ad_bytes_estimate(input_bytes, lin.report.forward.peak_bytes, scores,
+                                                 std::max<int64_t>(element_bytes, 4));
+  c.memory_limit = memory_limit_or_default(max_memory, execution_device(*lin.tangent_graph));
+  if (reference == "central-differences") {
+    c.central_differences = true;
+    c.why = "--check-reference central-differences";
+  } else if (reference == "auto" && c.forward_ad_bytes > c.memory_limit) {
+    c.central_differences = true;
+    c.why = "forward AD of the math path would need about " + human_bytes(c.forward_ad_bytes) +
+            ", over the memory limit " + human_bytes(c.memory_limit);
+  }
   at::Generator gen = at::detail::createCPUGenerator(seed + 1);
   std::vector<at::Tensor> tangents;
   std::vector<std::optional<at::Tensor>> ref_tangents(p.primals.size());
@@ -156,20 +201,37 @@ Check check(const Problem& p, const Linearized& lin, const std::vector<at::Tenso
       if (p.primals[i].name == in->tangent_of) ref_tangents[i] = t;
   }
   std::vector<at::Tensor> got = lin.jvp(tangents);
-  auto ref_dtype = [&](const at::Tensor& t) {
-    return p.reference_in_float32 && c10::isReducedFloatingType(t.scalar_type()) ? t.to(at::kFloat) : t;
-  };
-  std::vector<at::Tensor> ref_primals;
-  for (const auto& v : primal_values) ref_primals.push_back(ref_dtype(v));
-  for (auto& t : ref_tangents)
-    if (t) t = ref_dtype(*t);
   std::vector<at::Tensor> ref;
-  try {
-    ref = forward_ad_jvp(p.reference, ref_primals, ref_tangents);
-  } catch (const std::exception& e) {
-    throw Error(std::string("cannot check against LibTorch's forward AD: ") + one_line(e));
+  if (c.central_differences) {
+    try {
+      ref = central_differences_jvp(p.fused, primal_values, ref_tangents);
+    } catch (const std::exception& e) {
+      throw Error(std::string("cannot check against central differences in float64: ") + one_line(e));
+    }
+    double tol = 0;
+    for (const at::Tensor& t : got)
+      if (differentiable_dtype(t.scalar_type()))
+        tol = std::max(tol, central_differences_tolerance(c10::toRealValueType(t.scalar_type())));
+    c.tolerance = tolerance ? *tolerance : (tol > 0 ? tol : central_differences_tolerance(c10::kFloat));
+  } else {
+    auto ref_dtype = [&](const at::Tensor& t) {
+      return p.reference_in_float32 && c10::isReducedFloatingType(t.scalar_type()) ? t.to(at::kFloat) : t;
+    };
+    std::vector<at::Tensor> ref_primals;
+    for (const auto& v : primal_values) ref_primals.push_back(ref_dtype(v));
+    for (auto& t : ref_tangents)
+      if (t) t = ref_dtype(*t);
+    try {
+      ref = forward_ad_jvp(p.reference, ref_primals, ref_tangents);
+    } catch (const std::exception& e) {
+      throw Error(std::string("cannot check against LibTorch's forward AD: ") + one_line(e));
+    }
+    c.tolerance = tolerance ? *tolerance : tolerance_for(got);
+    c.why = reference == "forward-ad" ? "--check-reference forward-ad"
+                                      : "it fits: about " + human_bytes(c.forward_ad_bytes) + " of the memory limit " +
+                                            human_bytes(c.memory_limit);
   }
-  Check c{compare(got, ref), tolerance ? *tolerance : tolerance_for(got), false};
+  c.err = compare(got, ref);
   c.passed = c.err.rel_error <= c.tolerance;
   return c;
 }
@@ -214,6 +276,11 @@ void print_summary(const Problem& p, const Linearized& lin, const Check& c, bool
   std::string reference =
       is_graph ? "LibTorch forward AD of the graph (attention on the math path" : "LibTorch forward AD (math backend";
   reference += p.reference_in_float32 ? ", in float32)" : ")";
+  if (c.central_differences)
+    reference = std::string("central differences in float64 through ") +
+                (is_graph ? "the graph's own kernels" : "the example's own kernels");
+  std::cout << "reference  " << (c.central_differences ? "central differences in float64" : "LibTorch forward AD")
+            << ": " << c.why << "\n";
   std::cout << format("check      vs %s: rel_error %.3e, max_abs_error %.3e, tolerance %.1e: %s\n", reference.c_str(),
                       c.err.rel_error, c.err.max_abs_error, c.tolerance, c.passed ? "PASS" : "FAIL");
   if (c.err.nonfinite_got || c.err.nonfinite_reference)
@@ -254,8 +321,13 @@ void write_report(const std::string& path, const Problem& p, const Linearized& l
                                 {"matmul_flops", f.matmul_flops},
                                 {"forms", {{"P", form(a.p)}, {"O(L)", form(a.o_l)}}}});
   }
-  rep["check"] = {{"reference", "forward_ad"},
-                  {"reference_dtype", p.reference_in_float32 ? "float32" : "as traced"},
+  rep["check"] = {{"reference", c.central_differences ? "central_differences" : "forward_ad"},
+                  {"reference_reason", c.why},
+                  {"forward_ad_bytes_estimate", c.forward_ad_bytes},
+                  {"memory_limit", c.memory_limit},
+                  {"reference_dtype", c.central_differences    ? "float64"
+                                      : p.reference_in_float32 ? "float32"
+                                                               : "as traced"},
                   {"max_abs_error", c.err.max_abs_error},
                   {"rel_error", c.err.rel_error},
                   {"tolerance", c.tolerance},
@@ -310,6 +382,13 @@ void add_linearize(CLI::App& app) {
                   "form (5 matmuls); bytes, or 64MiB, 2GiB, 1.5G; 0: O(L) everywhere; inf: P everywhere (default: "
                   "3/4 of memory, as --max-memory)")
       ->type_name("SIZE");
+  cmd->add_option("--check-reference", o->check_reference,
+                  "what the tangents are checked against: forward-ad (LibTorch's forward AD, attention on the math "
+                  "path: O(L²) memory), central-differences (in float64 through the function's own kernels: O(L) "
+                  "memory, tolerance at least 1e-7), or auto: forward-ad where its predicted memory fits the memory "
+                  "limit (--max-memory), else central-differences")
+      ->check(CLI::IsMember({"auto", "forward-ad", "central-differences"}))
+      ->capture_default_str();
   add_max_memory(cmd, o->limits);
   add_max_flops(cmd, o->limits);
   cmd->allow_extras();
@@ -339,7 +418,7 @@ void add_linearize(CLI::App& app) {
     Linearized lin = p.graph ? linearize(std::move(p.graph), primal_values, opts) : linearize(p.fn, p.primals, opts);
 
     check_flops(*lin.tangent_graph, o->limits, "tangent graph");  // before the check runs it
-    Check c = check(p, lin, primal_values, o->seed, o->tolerance);
+    Check c = check(p, lin, primal_values, o->seed, o->tolerance, o->check_reference, o->limits.memory());
     print_summary(p, lin, c, is_graph);
     if (o->timing) {
       std::cout << "\n";

@@ -3,6 +3,7 @@
 // both and prints the side-by-side table.
 //
 //   jvpc_bench sdpa [example flags] [--repeats 50] [--warmup 5] [--compile-runs 31] [--json out.json]
+//   jvpc_bench sdpa --seq-len 16384 --lean --warmup 1 --repeats 3   (the long-context benchmark)
 //
 // Compile time: the forward and linearize timed in interleaved pairs (--compile-runs), medians of
 // each and of their differences.
@@ -164,6 +165,10 @@ int main(int argc, char** argv) {
       ->type_name("SIZE");
   app.add_flag("--jvpc-only", jvpc_only,
                "measure jvpc's phases only (no LibTorch forward AD, forward or matmul floor): for long sequences");
+  bool lean = false;
+  app.add_flag("--lean", lean,
+               "one linearize, --warmup untimed and --repeats timed jvp calls, nothing counted or profiled "
+               "(scripts/bench.sh --long)");
   app.allow_extras();
   try {
     app.parse(argc, argv);
@@ -182,6 +187,37 @@ int main(int argc, char** argv) {
     jvpc::LinearizeOptions lin_opts;
     if (!residual_budget.empty()) lin_opts.residual_budget = jvpc::parse_size(residual_budget, "--residual-budget");
     auto linearize_once = [&] { return jvpc::linearize(fn, ex.inputs, lin_opts); };
+    if (lean) {
+      // One linearize, --warmup untimed calls, --repeats timed ones; nothing counted or
+      // profiled (the caller measures the process's peak RSS).
+      double lin_s = 0;
+      std::optional<jvpc::Linearized> l;
+      lin_s = time_once([&] { l = linearize_once(); });
+      std::cerr << "jvpc_bench: linearized in " << lin_s << " s\n";
+      std::vector<at::Tensor> tangents = random_like(l->jvp_fn->arguments());
+      for (int i = 0; i < warmup; ++i) l->jvp(tangents);
+      std::vector<double> t;
+      for (int i = 0; i < repeats; ++i) t.push_back(time_once([&] { l->jvp(tangents); }));
+      json attention = json::array();
+      for (const jvpc::AttentionChoice& a : l->report.attention)
+        attention.push_back({{"choice", a.o_l_form ? "O(L)" : "P"}, {"reason", a.reason}});
+      const jvpc::GraphCost& c = l->report.tangent;
+      json out = {{"example", example},
+                  {"config", ex.description},
+                  {"linearize_s", lin_s},
+                  {"jvp_times_s", t},
+                  {"jvp_time_s", median(t)},
+                  {"attention", attention},
+                  {"predicted",
+                   {{"jvp_matmul_flops", c.matmul_flops},
+                    {"residual_bytes", c.residual_bytes},
+                    {"aliased_input_bytes", c.aliased_input_bytes},
+                    {"peak_bytes", c.peak_bytes},
+                    {"workspace_bytes", c.workspace_bytes}}}};
+      std::cout << out.dump(1) << "\n";
+      if (!json_out.empty()) jvpc::write_file_atomically(json_out, out.dump(1) + "\n");
+      return 0;
+    }
     jvpc::Linearized lin = linearize_once();
     int64_t lin_peak = peak_bytes([&] { linearize_once(); });
     std::vector<double> lin_times;
