@@ -149,7 +149,8 @@ AttentionChoice assess(const Node& n) {
 
 int64_t AttentionChoice::Form::bytes() const { return residual_bytes + peak_bytes; }
 
-std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> residual_budget) {
+std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> residual_budget,
+                                            const std::vector<MatchedAttention>& matched) {
   std::vector<Node*> nodes;
   for (Node* n : g.nodes())
     if (n->op() == runtime::kAttentionTangentOp) nodes.push_back(n);
@@ -195,8 +196,20 @@ std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> res
       if (!c.o_l_form) c.reason = "the P form fits the budget once the others take the O(L) form";
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (choices[i].o_l_form) continue;
     Node* n = nodes[i];
+    if (choices[i].o_l_form) continue;
+    // A recognized attention (attention_match): the P form its rules emit, as before the match.
+    auto m = std::find_if(matched.begin(), matched.end(), [&](const MatchedAttention& x) { return x.node == n; });
+    if (m != matched.end()) {
+      Value* p = nullptr;
+      {
+        InsertionGuard at(g, n);
+        p = matched_p_form(g, *m);
+      }
+      m->o_l->replace_all_uses_with(p);
+      erase_if_dead(g, m->o_l->producer());
+      continue;
+    }
     Builder b(g);
     Value* dout = nullptr;
     {
