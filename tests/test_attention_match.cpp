@@ -79,8 +79,9 @@ int64_t call_flops(const Linearized& lin, const std::vector<at::Tensor>& t, std:
 
 // The O(L) form against the P form, forward AD of `reference` and central differences of `fn`.
 // Returns the O(L) form's result.
+// `only_attention`: the function is the attention alone, whose FLOPs are the tangent graph's.
 std::vector<at::Tensor> check_forms(const TensorFn& fn, const std::vector<TraceInput>& in, int attentions = 1,
-                                    TensorFn reference = nullptr, double tol = 1e-10) {
+                                    TensorFn reference = nullptr, double tol = 1e-10, bool only_attention = true) {
   if (!reference) reference = fn;
   Linearized ol = linearize(fn, in, with_budget(0));
   Linearized p = linearize(fn, in, with_budget(kNoMemoryLimit));
@@ -94,7 +95,8 @@ std::vector<at::Tensor> check_forms(const TensorFn& fn, const std::vector<TraceI
   // Counted on the kernels that ran: the cost model's FLOPs, in both forms.
   EXPECT_EQ(call_flops(ol, t.ordered, &got), ol.report.tangent.matmul_flops);
   EXPECT_EQ(call_flops(p, t.ordered, &want), p.report.tangent.matmul_flops);
-  if (attentions == 1) EXPECT_EQ(ol.report.tangent.matmul_flops, ol.report.attention[0].o_l.matmul_flops);
+  if (attentions == 1 && only_attention)
+    EXPECT_EQ(ol.report.tangent.matmul_flops, ol.report.attention[0].o_l.matmul_flops);
   EXPECT_LT(compare(got, want).rel_error, tol) << "O(L) vs P";
   std::vector<at::Tensor> primals = test::values_of(in);
   EXPECT_LT(compare(got, forward_ad_jvp(reference, primals, t.per_input)).rel_error, tol) << "O(L) vs forward AD";
@@ -133,6 +135,16 @@ INSTANTIATE_TEST_SUITE_P(Sdpa, MathPath, ::testing::ValuesIn(math_configs()), []
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
 });
+
+// A transformer block: q, k and v are projections inside the graph, their tangents too.
+TEST(AttentionMatch, ATransformerBlockInFloat64) {
+  for (bool causal : {false, true}) {
+    std::vector<std::string> cfg = {"block", "--backend", "math", "--dtype", "float64", "--seq-len", "40"};
+    if (causal) cfg.push_back("--causal");
+    examples::Instance ex = test::make_example(cfg);
+    check_forms(ex.fn(), ex.inputs, 1, ex.make_fn(examples::Backend::Math), 1e-10, false);
+  }
+}
 
 // Budget inf: nothing is matched, the graph is the rules' P form exactly. Any budget that keeps
 // P: the same graph up to its value ids (the P form is the rules' again), so that group-bmm
@@ -215,6 +227,17 @@ TEST(HandWritten, DividedBySqrtD) {
         return std::vector<at::Tensor>{at::matmul(at::softmax(s, -1), x[2])};
       },
       qkv());
+}
+
+TEST(HandWritten, KTransposedByTheCaller) {
+  std::vector<TraceInput> in = qkv();
+  in[1].value = in[1].value.transpose(-2, -1).contiguous();  // [B, H, D, Lk]
+  check_forms(
+      [](const std::vector<at::Tensor>& x) {
+        at::Tensor s = at::matmul(x[0], x[1]) * 0.25;
+        return std::vector<at::Tensor>{at::matmul(at::softmax(s, -1), x[2])};
+      },
+      in);
 }
 
 TEST(HandWritten, Bmm) {
