@@ -17,7 +17,9 @@
 // aliases them); the forward is dropped, and graph_cost adds the captured constants, the peak of
 // a call's intermediates (liveness) and the largest workspace inside one kernel (the O(L)
 // operator's blocks). The sum is what the budget is compared with; the later simplifications
-// only take bytes away.
+// only take bytes away. A recognized attention (attention_match) is counted with the operator's
+// P form; the one it gets, when it keeps P, is the rules' (matched_p_form), which holds the same
+// P and is minimised by the same simplifications.
 //
 // Per attention, the bytes each form takes on its own (AttentionChoice) order the moves: its
 // residuals (O(L): out, lse, mask, q, k, v; P: P and the scaled and repeated q, k, v it
@@ -239,7 +241,8 @@ std::string describe_count(const Count& c) {
 
 int64_t AttentionChoice::Form::bytes() const { return residual_bytes + peak_bytes; }
 
-std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> residual_budget) {
+std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> residual_budget,
+                                            const std::vector<MatchedAttention>& matched) {
   std::vector<Node*> nodes = attention_nodes(g);
   std::vector<AttentionChoice> choices;
   for (Node* n : nodes) choices.push_back(assess(*n));
@@ -287,8 +290,23 @@ std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> res
     choices[i].o_l_form = o_l[i];
     choices[i].counted_bytes = count.total();
   }
-  for (size_t i = 0; i < nodes.size(); ++i)
-    if (!o_l[i]) expand_p_form(g, nodes[i]);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (o_l[i]) continue;
+    Node* n = nodes[i];
+    // A recognized attention (attention_match): the P form its rules emit, as before the match.
+    auto m = std::find_if(matched.begin(), matched.end(), [&](const MatchedAttention& x) { return x.node == n; });
+    if (m == matched.end()) {
+      expand_p_form(g, n);
+      continue;
+    }
+    Value* p = nullptr;
+    {
+      InsertionGuard at(g, n);
+      p = matched_p_form(g, *m);
+    }
+    m->o_l->replace_all_uses_with(p);
+    erase_if_dead(g, m->o_l->producer());
+  }
   return choices;
 }
 

@@ -76,12 +76,36 @@ struct AttentionChoice {
   int64_t score_elements = 0;
 };
 
+/// An attention that attention_match gave the O(L) form.
+struct MatchedAttention {
+  Node* node = nullptr;  ///< the jvpc::attention_tangent node it built
+  Value* o_l = nullptr;  ///< what the tangent's readers now read: the node's result, in their shape
+  Value* out = nullptr;  ///< the primal attention output whose tangent that is
+  /// Primal values with their tangents (q, k, v and the mask, as the node reads them), from
+  /// which the JVP rules give the P form again.
+  std::vector<std::pair<Value*, Value*>> seeds;
+};
+
+/// attention_match.cpp: recognizes attention on LibTorch's math path and attention written by
+/// hand (a softmax over q·kᵀ that multiplies v: scaled, masked, grouped-query, in any of the
+/// ways the file's banner lists) in a JVP'd graph, and makes the readers of its tangent read
+/// jvpc::attention_tangent (the O(L) form), with the logsumexp a node on the traced scores.
+/// Runs before dce, which then drops the P form the rules emitted.
+std::vector<MatchedAttention> attention_match(Graph& g);
+
+/// attention_match.cpp: the P form of a matched attention, the tangent of `m.out` by the JVP
+/// rules of the primal nodes between the seeds and it, each right after its primal node, as the
+/// jvp pass emitted it.
+Value* matched_p_form(Graph& g, const MatchedAttention& m);
+
 /// attention_form.cpp: per jvpc::attention_tangent node (the O(L) form the fused attention
 /// rules emit), chooses the O(L) form or the P form under `residual_budget` bytes (none: the
 /// default, default_memory_limit() of the graph's device; 0: O(L) everywhere; kNoMemoryLimit:
 /// P everywhere), and expands those that hold P. Throws when no choice fits, naming the smallest
-/// budget that would do. Returns one choice per attention, in graph order.
-std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> residual_budget);
+/// budget that would do. Returns one choice per attention, in graph order. An attention in
+/// `matched` that keeps P gets the P form the rules emit (matched_p_form).
+std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> residual_budget,
+                                            const std::vector<MatchedAttention>& matched = {});
 
 /// zero_blocks.cpp: a bmm reading cat([zeros, t]) through views (a KV cache's tangent) skips
 /// the zero block: bmm(slice(a), t) along the contracted dim, cat([zeros, bmm(a, t)]) along

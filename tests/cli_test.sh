@@ -95,6 +95,16 @@ expect 0 "linearize --residual-budget inf" -- "$JVPC" linearize sdpa --device cp
 contains out "41943040"; contains out "attention  P form"
 expect 0 "linearize --residual-budget 64MiB" -- "$JVPC" linearize sdpa --device cpu --backend flash --residual-budget 64MiB
 contains out "the tangent graph with the P form takes .* within the budget 64.00 MiB"
+# The math path (the seed's configuration) is recognized by attention-match: the same O(L) form,
+# with linearize's FLOPs still the forward's.
+expect 0 "linearize --backend math --residual-budget 0" -- "$JVPC" linearize sdpa --device cpu --backend math \
+  --residual-budget 0 -o "$DIR/ol-math.json"
+contains out "attention  O(L) form"; contains out "jvpc::attention_tangent ×1"; contains out "PASS"
+contains out "linearize  matmul FLOPs       20971520"; contains out "jvp call   matmul FLOPs       52428800"
+expect 0 "run the math path's O(L) tangent graph" -- "$JVPC" run "$DIR/ol-math.json"
+expect 0 "linearize --disable-pass attention-match" -- "$JVPC" linearize sdpa --device cpu --residual-budget 0 \
+  --disable-pass attention-match
+contains out "jvp call   matmul FLOPs       41943040"
 expect 2 "a residual budget nothing meets" -- "$JVPC" linearize sdpa --device cpu --backend flash --residual-budget 1000
 contains err "residual budget 1000 bytes is too small: the tangent graph needs at least"
 # The check's reference: LibTorch's forward AD of the math path (O(L²) memory) where its
@@ -145,9 +155,9 @@ if grep '^{' "$DIR/out" | python3 -c '
 import json, sys
 d = [json.loads(l) for l in sys.stdin]
 assert d[0]["after"] == "trace" and d[0]["position"] == 0, d[0]["after"]
-assert [x["position"] for x in d] == list(range(len(d))) and len(d) == 18, len(d)
+assert [x["position"] for x in d] == list(range(len(d))) and len(d) == 19, len(d)
 assert [x["after"] for x in d].count("dce") == 2 and all("nodes" in x["graph"] for x in d)'; then
-  pass "  ...18 dumps, trace first, positions in order"; else fail "  ...the JSON dumps"; fi
+  pass "  ...19 dumps, trace first, positions in order"; else fail "  ...the JSON dumps"; fi
 expect 1 "a failed check exits 1" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --tolerance 0; contains out "FAIL"
 expect 0 "linearize mlp" -- "$JVPC" linearize mlp --device cpu --seq-len 16
 expect 0 "linearize block" -- "$JVPC" linearize block --device cpu --seq-len 16 --causal

@@ -1,6 +1,7 @@
 #include "compiler/api/linearize.h"
 
 #include "compiler/cost/kernel_watch.h"
+#include "compiler/ir/limits.h"
 #include "compiler/ir/verifier.h"
 #include "passes/passes.h"
 
@@ -30,6 +31,13 @@ const std::vector<LinearizePass>& linearize_passes() {
   // that fold computes that work once; dce after fold drops the whole forward.
   static const std::vector<LinearizePass> table = {
       {"jvp", false, [](Graph& g, const Ctx& c) { return jvp(g, c.wrt); }},
+      // While the traced attention outputs, which the O(L) form reads, are still in the graph.
+      // With the P form everywhere (budget inf) the rules' P form stays as it is.
+      {"attention-match", true,
+       [](Graph& g, const Ctx& c) {
+         *c.matched = c.residual_budget == kNoMemoryLimit ? std::vector<MatchedAttention>{} : attention_match(g);
+         return !c.matched->empty();
+       }},
       // linearize returns f(x) from the tracing run; the graph keeps only tangent outputs.
       {"drop-primal-outputs", false,
        [](Graph& g, const Ctx& c) {
@@ -40,7 +48,7 @@ const std::vector<LinearizePass>& linearize_passes() {
       // Before the simplifications: the P form it expands is minimised like any other graph.
       {"attention-form", false,
        [](Graph& g, const Ctx& c) {
-         auto choices = attention_form(g, c.residual_budget);
+         auto choices = attention_form(g, c.residual_budget, *c.matched);
          bool changed = false;
          for (const AttentionChoice& a : choices) changed |= !a.o_l_form;
          if (c.attention) *c.attention = choices;

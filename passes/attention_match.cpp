@@ -1,0 +1,606 @@
+// Recognizes attention on LibTorch's math path and attention written by hand in a JVP'd graph,
+// and gives each the O(L) form of its tangent (jvpc::attention_tangent), for attention-form to
+// choose under the residual budget.
+//
+// The anchor is a softmax over the last dim of scores S made from one bmm, whose probabilities
+// P multiply v in another bmm:
+//
+//   S3 = bmm(A, Bt)                       A [N, Lq, D] from q; Bt [N, D, Lk] from kᵀ
+//   S  = S3 (views to [B, H, Lq, Lk], ·c or /c, + mask or masked_fill(m, −inf), a cast)
+//   P  = _safe_softmax(S, −1) | _softmax(S, −1)
+//   O3 = bmm(P (views, a cast), V3)       V3 [N, Lk, Dv] from v
+//
+// The tangent the rules emitted for it is followed the same way, step by step (each rule's
+// output is known: a view's tangent is the view of the tangent, a bmm's is bmm(dA, Bt) +
+// bmm(A, dBt), a mask's addition adds its tangent, softmax's is _softmax_backward_data), from
+// the softmax's tangent up to the tangents of A, Bt and the mask, and down to the tangent of O3;
+// a graph where any step differs is left as it is. q, k and v are then taken from above the
+// views, scalings and grouped-query repeats (unsqueeze, expand, clone, view; or an expand of
+// one key head) that lead to A, Bt and V3, with their tangents, so that the O(L) form holds the
+// caller's tensors and never repeats k, v, dk or dv. Masks: an additive mask where(m, 0, −inf)
+// is the boolean m; where(tril(ones), 0, −inf) or masked_fill(triu(ones, 1), −inf) is causal;
+// masked_fill(m, −inf) is the boolean ¬m; any other additive mask is passed as it is, with its
+// tangent.
+//
+// The logsumexp is an ordinary node, logsumexp(S, −1), on the scores the tracing run holds:
+// fold evaluates it once from them, with no second forward; the output O is the traced one.
+// The pass runs right after jvp, while O (a primal output) is still in the graph; the
+// tangent's readers then read jvpc::attention_tangent, and the P form the rules emitted is
+// left to dce. Where attention-form keeps P, matched_p_form emits it again: the same rules on
+// the same primal nodes, from the tangents of q, k, v and the mask the match noted, so the
+// graph is the one the rules gave (budget inf skips the pass altogether).
+#include "passes/passes.h"
+
+#include "compiler/ir/builder.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
+#include "passes/jvp_rules/rules.h"
+#include "runtime/attention_tangent.h"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+
+namespace jvpc {
+
+namespace {
+
+Node* producer(const Value* v) { return v ? v->producer() : nullptr; }
+
+bool is_op(const Value* v, const char* op) {
+  const Node* n = producer(v);
+  return n && n->op() == op;
+}
+
+std::string constant_key(const Arg& a) {
+  if (a.kind == ArgKind::Float) return format_double(a.value.toDouble());
+  std::ostringstream os;
+  os << a.value;
+  return os.str();
+}
+
+// Whether `t` is `p`'s op applied to `t_in` with `p`'s constants: a linear op's tangent by its rule.
+bool mirrors(const Node* p, const Value* t, const Value* t_in) {
+  const Node* n = producer(t);
+  if (!n || n->op() != p->op() || n->args().size() != p->args().size() || n->input(0) != t_in) return false;
+  if (p->inputs().size() != 1 || n->inputs().size() != 1) return false;
+  for (size_t i = 0; i < p->args().size(); ++i) {
+    const Arg &a = p->arg(i), &b = n->arg(i);
+    if (a.kind != b.kind) return false;
+    if (!a.is_tensor_kind() && constant_key(a) != constant_key(b)) return false;
+  }
+  return true;
+}
+
+// A primal value and its tangent (null: zero), and the scalar by which the value reaching the
+// matmul is larger than `p`.
+struct Side {
+  Value* p = nullptr;
+  Value* t = nullptr;
+  double factor = 1.0;
+};
+
+// One step up through `p`'s producer `n` (operand 0), if `t` is that op's tangent too.
+bool step(Side& s, Node* n) {
+  if (s.t && !mirrors(n, s.t, s.t->producer() ? s.t->producer()->input(0) : nullptr)) return false;
+  s.p = n->input(0);
+  if (s.t) s.t = s.t->producer()->input(0);
+  return true;
+}
+
+// Up through ops that keep the sizes and the values up to a scalar: scalings, clones, identity
+// expands and views.
+void peel_same(Side& s, bool scalings = true) {
+  for (;;) {
+    Node* n = producer(s.p);
+    if (!n || n->inputs().empty() || n->arg(0).kind != ArgKind::Tensor) return;
+    const std::string& op = n->op();
+    double f = 1.0;
+    if (op == "aten::mul.Scalar" || op == "aten::div.Scalar") {
+      std::optional<double> c = n->arg(1).number();
+      if (!scalings || !c || *c == 0.0 || !std::isfinite(*c)) return;
+      f = op == "aten::mul.Scalar" ? *c : 1.0 / *c;
+    } else if (op == "aten::clone" || op == "aten::alias") {
+    } else if (op == "aten::expand" || op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::reshape") {
+      if (n->input(0)->meta().sizes != s.p->meta().sizes) return;
+    } else {
+      return;
+    }
+    if (n->inputs().size() != 1 || n->input(0)->meta().dtype != s.p->meta().dtype) return;
+    if (!step(s, n)) return;
+    s.factor *= f;
+  }
+}
+
+// Up through a view from `sizes`.
+bool peel_view_from(Side& s, const std::vector<int64_t>& sizes) {
+  Node* n = producer(s.p);
+  if (!n || (n->op() != "aten::view" && n->op() != "aten::_unsafe_view" && n->op() != "aten::reshape")) return false;
+  if (n->input(0)->meta().sizes != sizes) return false;
+  return step(s, n);
+}
+
+// Up through the repeat of key heads [B, Hkv, L, X] -> [B, Hkv·G, L, X]: unsqueeze(2), expand,
+// clone (or not), view; or an expand of a single head. Every step's tangent must mirror it.
+bool peel_repeat(Side& s) {
+  const auto& sz = s.p->meta().sizes;
+  if (sz.size() != 4) return false;
+  Node* n = producer(s.p);
+  if (!n) return false;
+  if (n->op() == "aten::expand" && n->input(0)->meta().sizes.size() == 4 && n->input(0)->meta().sizes[1] == 1) {
+    const auto& in = n->input(0)->meta().sizes;
+    if (in[0] != sz[0] || in[2] != sz[2] || in[3] != sz[3]) return false;
+    return step(s, n);
+  }
+  if (n->op() != "aten::view" && n->op() != "aten::_unsafe_view" && n->op() != "aten::reshape") return false;
+  Side x = s;
+  if (!step(x, n)) return false;
+  if (is_op(x.p, "aten::clone") && !step(x, producer(x.p))) return false;
+  Node* e = producer(x.p);
+  if (!e || e->op() != "aten::expand") return false;
+  const auto& five = x.p->meta().sizes;
+  if (five.size() != 5 || five[0] != sz[0] || five[1] * five[2] != sz[1] || five[3] != sz[2] || five[4] != sz[3])
+    return false;
+  if (!step(x, e)) return false;
+  Node* u = producer(x.p);
+  if (!u || u->op() != "aten::unsqueeze" || u->arg(1).value.toInt() != 2) return false;
+  if (!step(x, u)) return false;
+  s = x;
+  return true;
+}
+
+// q, k or v as the operator takes it: [B, Hx, L, X] from the bmm operand `s` ([N, L, X]),
+// as high up as the steps mirror.
+// (`scalings`: through scalar multiplications too, whose product goes into `factor`).
+Side operand(Side s, int64_t B, int64_t H, bool repeats, bool scalings) {
+  peel_same(s, scalings);
+  const auto sz = s.p->meta().sizes;
+  if (sz.size() == 3 && B * H == sz[0]) peel_view_from(s, {B, H, sz[1], sz[2]});
+  peel_same(s, scalings);
+  if (repeats && s.p->meta().sizes.size() == 4 && peel_repeat(s)) peel_same(s, scalings);
+  return s;
+}
+
+// Views `v` ([N, L, X] or [B, Hx, L, X]) as [B, Hx, L, X], copying only where it must.
+Value* as4d(Builder& b, Value* v, int64_t B) {
+  if (!v || v->meta().sizes.size() == 4) return v;
+  const auto& s = v->meta().sizes;
+  std::vector<int64_t> shape = {B, s[0] / B, s[1], s[2]};
+  if (!viewable(v, shape)) v = b.call("aten::clone", {v, c10::MemoryFormat::Contiguous});
+  return b.call("aten::view", {v, shape});
+}
+
+bool is_scalar_tensor(const Value* v, double x) {
+  const Node* n = producer(v);
+  if (!n || n->op() != "aten::scalar_tensor") return false;
+  std::optional<double> c = n->arg(0).number();
+  return c && (*c == x || (std::isnan(x) && std::isnan(*c)));
+}
+
+// ones([Lq, Lk], bool) through tril(·, 0) (`lower`) or triu(·, 1): the causal mask of
+// top-left aligned attention, or its complement.
+bool is_causal(const Value* m, int64_t Lq, int64_t Lk, bool lower) {
+  const Node* n = producer(m);
+  if (!n || n->op() != (lower ? "aten::tril" : "aten::triu") || n->arg(1).value.toInt() != (lower ? 0 : 1))
+    return false;
+  const Node* ones = producer(n->input(0));
+  return ones && ones->op() == "aten::ones" && m->meta().dtype == c10::kBool &&
+         m->meta().sizes == std::vector<int64_t>{Lq, Lk};
+}
+
+// Whether `v` is a bmm's result, through views and scalings.
+bool reaches_bmm(const Value* v) {
+  for (int guard = 0; guard < 16 && v; ++guard) {
+    const Node* n = producer(v);
+    if (!n) return false;
+    if (n->op() == "aten::bmm") return true;
+    const std::string& op = n->op();
+    if (op != "aten::view" && op != "aten::_unsafe_view" && op != "aten::reshape" && op != "aten::mul.Scalar" &&
+        op != "aten::div.Scalar" && op != "aten::_to_copy" && op != "aten::clone")
+      return false;
+    v = n->input(0);
+  }
+  return false;
+}
+
+// One step of the scores' chain between the bmm and the softmax.
+struct ScoreStep {
+  Node* n;
+  bool mask = false;  // add.Tensor or masked_fill: the mask step (operand `path` is the scores)
+  size_t path = 0;
+};
+
+struct Match {
+  Node* softmax;
+  Node* scores_bmm;
+  Node* out_bmm;
+  std::vector<ScoreStep> steps;  // from the softmax up to the bmm
+  double scale = 1.0;
+  Value* mask = nullptr;           // as the operator takes it (null: none)
+  Value* mask_value = nullptr;     // the primal the mask step reads
+  bool keep_mask_negated = false;  // masked_fill(m, −inf): the operator's mask is ¬m
+  bool causal = false;
+  Side a, bt, v3;             // the matmuls' operands A, Bt, V3 and their tangents
+  Side q, k, v;               // q, k and v as the operator takes them (3-d or 4-d)
+  bool k_transposed = false;  // k is [.., Lk, D] (else it is kᵀ, [.., D, Lk])
+  Value* dmask = nullptr;
+  Value* dout3 = nullptr;
+};
+
+// The scores' chain from the softmax's input up to a bmm; false if it has another shape.
+bool score_chain(Match& m) {
+  Value* s = m.softmax->input(0);
+  bool masked = false;
+  const int64_t Lq = s->meta().sizes.end()[-2], Lk = s->meta().sizes.back();
+  for (int guard = 0; guard < 16; ++guard) {
+    Node* n = producer(s);
+    if (!n) return false;
+    const std::string& op = n->op();
+    if (op == "aten::bmm") {
+      m.scores_bmm = n;
+      return true;
+    }
+    ScoreStep st{n};
+    if (op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::reshape" || op == "aten::clone") {
+      if (n->input(0)->meta().sizes.size() < 3 || n->input(0)->meta().sizes.back() != Lk) return false;
+    } else if (op == "aten::mul.Scalar" || op == "aten::div.Scalar") {
+      std::optional<double> c = n->arg(1).number();
+      if (!c || *c == 0.0 || !std::isfinite(*c)) return false;
+      m.scale *= op == "aten::mul.Scalar" ? *c : 1.0 / *c;
+    } else if (op == "aten::_to_copy") {
+      // Scores cast up (softmax in float32 over bf16/f16 scores): the operator computes them in
+      // float32 itself.
+      c10::ScalarType from = n->input(0)->meta().dtype, to = s->meta().dtype;
+      if (!(c10::isReducedFloatingType(from) && to == c10::kFloat) || n->inputs().size() != 1) return false;
+    } else if (op == "aten::add.Tensor" && !masked && n->arg(2).is_number(1.0)) {
+      if (n->arg(0).kind != ArgKind::Tensor || n->arg(1).kind != ArgKind::Tensor) return false;
+      // The scores are the operand with the full shape that leads to the bmm.
+      auto path_ok = [&](size_t i) {
+        const Value* x = n->tensor_arg(i);
+        return x->meta().sizes == s->meta().sizes && x->meta().dtype == s->meta().dtype && reaches_bmm(x);
+      };
+      size_t path = path_ok(0) ? 0 : 1;
+      if (!path_ok(path)) return false;
+      Value* mask = n->tensor_arg(1 - path);
+      if (!c10::isFloatingType(mask->meta().dtype)) return false;
+      st.mask = true;
+      st.path = path;
+      masked = true;
+      m.mask_value = mask;
+      Node* w = producer(mask);
+      if (w && w->op() == "aten::where.self" && is_scalar_tensor(w->input(1), 0.0) &&
+          is_scalar_tensor(w->input(2), -std::numeric_limits<double>::infinity()) &&
+          w->input(0)->meta().dtype == c10::kBool) {
+        if (is_causal(w->input(0), Lq, Lk, true))
+          m.causal = true;
+        else
+          m.mask = w->input(0);
+      } else {
+        m.mask = mask;
+      }
+    } else if (op == "aten::masked_fill.Scalar" && !masked) {
+      std::optional<double> c = n->arg(2).number();
+      if (!c || *c != -std::numeric_limits<double>::infinity()) return false;
+      Value* cond = n->input(1);
+      st.mask = true;
+      masked = true;
+      m.mask_value = cond;
+      if (is_causal(cond, Lq, Lk, false))
+        m.causal = true;
+      else if (is_op(cond, "aten::logical_not") || is_op(cond, "aten::bitwise_not"))
+        m.mask = producer(cond)->input(0);
+      else
+        m.mask = cond, m.keep_mask_negated = true;
+    } else {
+      return false;
+    }
+    m.steps.push_back(st);
+    s = n->tensor_arg(st.path);
+  }
+  return false;
+}
+
+// The tangent of the bmm's output from the tangent `t` of the softmax's input, following the
+// chain's rules up; sets the tangents of A, Bt and the mask.
+bool tangent_up(Match& m, size_t i, Value* t) {
+  if (i == m.steps.size()) {
+    Node* s = m.scores_bmm;
+    Value *A = s->input(0), *Bt = s->input(1);
+    if (!t) return true;
+    auto left = [&](Value* x) {
+      return is_op(x, "aten::bmm") && producer(x)->input(1) == Bt ? producer(x)->input(0) : nullptr;
+    };
+    auto right = [&](Value* x) {
+      return is_op(x, "aten::bmm") && producer(x)->input(0) == A ? producer(x)->input(1) : nullptr;
+    };
+    if (Value* l = left(t)) {
+      m.a.t = l;
+      return true;
+    }
+    if (Value* r = right(t)) {
+      m.bt.t = r;
+      return true;
+    }
+    Node* add = producer(t);
+    if (add && add->op() == "aten::add.Tensor" && add->arg(2).is_number(1.0) && add->inputs().size() == 2) {
+      Value *l = left(add->input(0)), *r = right(add->input(1));
+      if (l && r) {
+        m.a.t = l;
+        m.bt.t = r;
+        return true;
+      }
+    }
+    return false;
+  }
+  const ScoreStep& st = m.steps[i];
+  if (!st.mask || st.n->op() == "aten::masked_fill.Scalar") {
+    if (!t) return tangent_up(m, i + 1, nullptr);
+    Node* n = producer(t);
+    if (!n || !mirrors(st.n, t, n->input(0))) {
+      // masked_fill's tangent is masked_fill(t, m, 0): same op and mask, another value.
+      if (!(st.n->op() == "aten::masked_fill.Scalar" && n && n->op() == st.n->op() && n->input(1) == st.n->input(1) &&
+            n->arg(2).is_number(0.0)))
+        return false;
+    }
+    return tangent_up(m, i + 1, n->input(0));
+  }
+  // The mask's addition: the tangent is the scores' (the mask has none), their sum (in the
+  // primal's order), or the mask's alone, broadcast to the scores by the JVP pass.
+  Value* saved_a = m.a.t;
+  Value* saved_bt = m.bt.t;
+  if (t && tangent_up(m, i + 1, t)) return true;
+  m.a.t = saved_a, m.bt.t = saved_bt;
+  Node* n = producer(t);
+  if (n && n->op() == "aten::add.Tensor" && n->arg(2).is_number(1.0) && n->inputs().size() == 2 &&
+      tangent_up(m, i + 1, n->input(st.path))) {
+    m.dmask = n->input(1 - st.path);
+    return true;
+  }
+  m.a.t = saved_a, m.bt.t = saved_bt;
+  if (!t) return tangent_up(m, i + 1, nullptr);
+  // The mask's tangent alone: no tangent reaches the scores.
+  Value* d = t;
+  while (is_op(d, "aten::expand") || is_op(d, "aten::_to_copy")) d = producer(d)->input(0);
+  if (d->meta().sizes != m.mask_value->meta().sizes || !tangent_up(m, i + 1, nullptr)) return false;
+  m.dmask = d;
+  return true;
+}
+
+// Follows `t`, the tangent of `p`, down through the primal steps from `p` to `to` (views, casts),
+// each time to the user of `t` that is the step's rule output; null where one is missing.
+Value* tangent_down(const std::vector<Node*>& steps, Value* t) {
+  for (Node* s : steps) {
+    Value* next = nullptr;
+    for (const Use& u : t->uses())
+      if (!u.user->is_return() && u.index == 0 && mirrors(s, u.user->output(0), t)) next = u.user->output(0);
+    if (!next) return nullptr;
+    t = next;
+  }
+  return t;
+}
+
+// The path from the probabilities P to the bmm that multiplies them with v (operand 0), through
+// views and casts; primal users only.
+bool out_chain(Value* p, const std::unordered_set<const Value*>& tangent, std::vector<Node*>& steps, Node*& bmm) {
+  for (const Use& u : p->uses()) {
+    Node* n = u.user;
+    if (n->is_return() || u.index != 0 || n->outputs().size() != 1 || tangent.count(n->output(0))) continue;
+    if (n->op() == "aten::bmm") {
+      bmm = n;
+      return true;
+    }
+    bool view = n->op() == "aten::view" || n->op() == "aten::_unsafe_view" || n->op() == "aten::reshape" ||
+                n->op() == "aten::clone" || n->op() == "aten::expand" || n->op() == "aten::_to_copy";
+    if (!view || steps.size() > 8) continue;
+    steps.push_back(n);
+    if (out_chain(n->output(0), tangent, steps, bmm)) return true;
+    steps.pop_back();
+  }
+  return false;
+}
+
+// Recognizes the attention around one softmax node; false if it is not one jvpc can take.
+bool recognize(Node* softmax, const std::unordered_set<const Value*>& tangent, Match& m) {
+  m.softmax = softmax;
+  Value* p = softmax->output(0);
+  const auto& ps = p->meta().sizes;
+  int64_t rank = static_cast<int64_t>(ps.size());
+  if (rank != 3 && rank != 4) return false;
+  int64_t dim = softmax->arg(1).value.toInt();
+  if (dim != -1 && dim != rank - 1) return false;
+  if (softmax->op() == "aten::_softmax" && softmax->arg(2).value.toBool()) return false;  // half to float
+  if (softmax->op() == "aten::_safe_softmax" && !softmax->arg(2).value.isNone()) return false;
+  if (!score_chain(m)) return false;
+  std::vector<Node*> down;
+  if (!out_chain(p, tangent, down, m.out_bmm)) return false;
+  // Heads: [B, H] of 4-d scores, [1, N] of 3-d ones.
+  int64_t B = rank == 4 ? ps[0] : 1, H = rank == 4 ? ps[1] : ps[0];
+  const auto& s3 = m.scores_bmm->output(0)->meta().sizes;
+  const int64_t Lq = ps[rank - 2], Lk = ps[rank - 1];
+  if (s3.size() != 3 || s3[0] != B * H || s3[1] != Lq || s3[2] != Lk) return false;
+  const auto& o3 = m.out_bmm->output(0)->meta().sizes;
+  if (m.out_bmm->input(0)->meta().sizes != s3 || o3[0] != B * H || o3[1] != Lq) return false;
+
+  // The tangent of the scores, from the softmax's rule, and up the chain.
+  Value* ds = nullptr;
+  Value* dp = nullptr;
+  for (const Use& u : p->uses())
+    if (u.user->op() == "aten::_softmax_backward_data" && u.index == 1) {
+      if (dp) return false;
+      dp = u.user->output(0);
+      ds = u.user->input(0);
+    }
+  // The rule casts the tangent to the softmax's output dtype where they differ.
+  if (ds && ds->meta().dtype != softmax->input(0)->meta().dtype && is_op(ds, "aten::_to_copy"))
+    ds = producer(ds)->input(0);
+  m.a.p = m.scores_bmm->input(0);
+  m.bt.p = m.scores_bmm->input(1);
+  if (!tangent_up(m, 0, ds)) return false;
+  if (dp && !m.a.t && !m.bt.t && !m.dmask) return false;
+
+  // The tangent of the output: bmm(dP, V3) + bmm(P, dV3), by the bmm's rule.
+  Value *pv = m.out_bmm->input(0), *v3 = m.out_bmm->input(1);
+  Value* dpv = dp ? tangent_down(down, dp) : nullptr;
+  if (dp && !dpv) return false;
+  Value* term_p = nullptr;
+  if (dpv)
+    for (const Use& u : dpv->uses())
+      if (u.user->op() == "aten::bmm" && u.index == 0 && u.user->input(1) == v3) term_p = u.user->output(0);
+  if (dpv && !term_p) return false;
+  Value* term_v = nullptr;
+  for (const Use& u : pv->uses())
+    if (u.user != m.out_bmm && u.user->op() == "aten::bmm" && u.index == 0 && tangent.count(u.user->input(1))) {
+      if (term_v) return false;
+      term_v = u.user->output(0);
+    }
+  m.v3 = {v3, term_v ? producer(term_v)->input(1) : nullptr};
+  if (term_p && term_v) {
+    for (const Use& u : term_p->uses())
+      if (u.user->op() == "aten::add.Tensor" && u.index == 0 && u.user->input(1) == term_v &&
+          u.user->arg(2).is_number(1.0))
+        m.dout3 = u.user->output(0);
+  } else {
+    m.dout3 = term_p ? term_p : term_v;
+  }
+  if (!m.dout3) return false;
+
+  // q, k and v above the views, scalings and repeats that lead to the matmuls. v's scalings stay
+  // (the output is P times the values the bmm reads).
+  m.q = operand(m.a, B, H, false, true);
+  Side bt = m.bt;
+  peel_same(bt);
+  const auto bs = bt.p->meta().sizes;
+  if (bs.size() == 3 && bs[0] == B * H) peel_view_from(bt, {B, H, bs[1], bs[2]});
+  peel_same(bt);
+  if (Node* tr = producer(bt.p); tr && tr->op() == "aten::transpose.int") {
+    int64_t r = static_cast<int64_t>(bt.p->meta().sizes.size());
+    int64_t d0 = tr->arg(1).value.toInt(), d1 = tr->arg(2).value.toInt();
+    d0 = d0 < 0 ? d0 + r : d0, d1 = d1 < 0 ? d1 + r : d1;
+    if (std::min(d0, d1) == r - 2 && std::max(d0, d1) == r - 1 && step(bt, tr)) m.k_transposed = true;
+  }
+  auto heads = [&](const Side& x) { return x.p->meta().sizes.size() == 4 ? x.p->meta().sizes[1] : H; };
+  m.k = m.k_transposed ? operand(bt, B, H, true, true) : bt;
+  m.v = operand(m.v3, B, H, true, false);
+  if (heads(m.k) != heads(m.v)) {  // grouped differently: the repeated k and v
+    m.k = m.k_transposed ? operand(bt, B, H, false, true) : bt;
+    m.v = operand(m.v3, B, H, false, false);
+  }
+  int64_t hk = heads(m.k);
+  if (hk <= 0 || H % hk != 0 || heads(m.v) != hk) return false;
+  for (const Side* x : {&m.q, &m.k, &m.v}) {
+    const auto& sz = x->p->meta().sizes;
+    if (sz.size() == 4 && sz[0] != B) return false;
+    if (sz.size() == 3 && sz[0] != B * H) return false;
+    if (sz.size() != 3 && sz.size() != 4) return false;
+  }
+  return true;
+}
+
+// Builds jvpc::attention_tangent for a match at the insertion point; returns the node and
+// d(O3) (its result in O3's shape).
+std::pair<Node*, Value*> build(Graph& g, const Match& m) {
+  Builder b(g);
+  Value* s = m.softmax->input(0);
+  const auto& ps = s->meta().sizes;
+  bool four = ps.size() == 4;
+  int64_t B = four ? ps[0] : 1, H = four ? ps[1] : ps[0], Lq = ps.end()[-2];
+  Value* q4 = as4d(b, m.q.p, B);
+  Value* dq4 = as4d(b, m.q.t, B);
+  Value* k4 = as4d(b, m.k.p, B);
+  Value* dk4 = as4d(b, m.k.t, B);
+  if (!m.k_transposed) {
+    k4 = b.call("aten::transpose.int", {k4, -2, -1});
+    if (dk4) dk4 = b.call("aten::transpose.int", {dk4, -2, -1});
+  }
+  Value* v4 = as4d(b, m.v.p, B);
+  Value* dv4 = as4d(b, m.v.t, B);
+  Value* o3 = m.out_bmm->output(0);
+  Value* out4 = as4d(b, o3, B);
+  // The logsumexp of the scores, which fold computes once from the tracing run's.
+  Value* lse = b.call("aten::logsumexp", {s, std::vector<int64_t>{-1}, false});
+  if (!four) lse = b.call("aten::view", {lse, std::vector<int64_t>{1, H, Lq}});
+  Value* mask = m.mask;
+  if (mask && m.keep_mask_negated) mask = b.call("aten::eq.Scalar", {mask, 0});  // ¬m
+  auto opt = [](Value* t) { return t ? BArg(t) : BArg(std::nullopt); };
+  Value* r = b.call(runtime::kAttentionTangentOp,
+                    {q4, k4, v4, out4, lse, opt(dq4), opt(dk4), opt(dv4), opt(mask), opt(m.dmask), m.causal,
+                     m.scale * m.q.factor * m.k.factor, runtime::kAttentionBlockQ, runtime::kAttentionBlockK});
+  Node* node = producer(r);
+  if (r->meta().sizes != o3->meta().sizes) r = b.call("aten::view", {r, o3->meta().sizes});
+  return {node, r};
+}
+
+}  // namespace
+
+std::vector<MatchedAttention> attention_match(Graph& g) {
+  std::unordered_set<const Value*> tangent = tangent_dependent(g);
+  std::vector<Match> matches;
+  for (Node* n : g.nodes()) {
+    if (n->op() != "aten::_safe_softmax" && n->op() != "aten::_softmax") continue;
+    if (tangent.count(n->output(0))) continue;
+    Match m;
+    if (recognize(n, tangent, m)) matches.push_back(m);
+  }
+  std::vector<MatchedAttention> out;
+  for (Match& m : matches) {
+    InsertionGuard at(g, m.dout3->producer());
+    auto [node, r] = build(g, m);
+    m.dout3->replace_all_uses_with(r);
+    MatchedAttention a{node, r, m.out_bmm->output(0), {{m.q.p, m.q.t}, {m.k.p, m.k.t}, {m.v.p, m.v.t}}};
+    if (m.mask_value) a.seeds.emplace_back(m.mask_value, m.dmask);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+Value* matched_p_form(Graph& g, const MatchedAttention& m) {
+  std::unordered_map<const Value*, Value*> tangent;
+  for (const auto& [p, t] : m.seeds)
+    if (t) tangent[p] = t;
+  // The primal nodes the output depends on, up to the seeds.
+  std::unordered_set<const Node*> between;
+  std::vector<const Value*> stack = {m.out};
+  while (!stack.empty()) {
+    const Value* v = stack.back();
+    stack.pop_back();
+    Node* n = v->producer();
+    if (tangent.count(v) || !n || !between.insert(n).second) continue;
+    for (const Value* in : n->inputs()) stack.push_back(in);
+  }
+  // Their rules in graph order, each tangent right after its primal node, as the jvp pass
+  // emits them.
+  Builder b(g);
+  const auto& rules = jvp_rules::registry();
+  for (Node* n : g.nodes()) {
+    if (!between.count(n)) continue;
+    std::vector<Value*> in_t;
+    bool any = false;
+    for (const Value* v : n->inputs()) {
+      auto it = tangent.find(v);
+      in_t.push_back(it == tangent.end() ? nullptr : it->second);
+      any |= in_t.back() != nullptr;
+    }
+    bool float_out = false;
+    for (const Value* o : n->outputs()) float_out |= differentiable_dtype(o->meta().dtype);
+    if (!any || !float_out) continue;
+    const jvp_rules::Rule* rule = rules.find(n->op());
+    if (!rule) throw Error("no JVP rule for " + n->op());
+    InsertionGuard at(g, g.next(n));
+    jvp_rules::Ctx ctx(b, *n, std::move(in_t));
+    std::vector<Value*> outs = (*rule)(ctx);
+    for (size_t i = 0; i < outs.size() && i < n->outputs().size(); ++i) {
+      Value* t = outs[i];
+      const Value* o = n->output(i);
+      if (!t || !differentiable_dtype(o->meta().dtype)) continue;
+      if (t->meta().sizes != o->meta().sizes) t = b.call("aten::expand", {t, o->meta().sizes});
+      if (t->meta().dtype != o->meta().dtype) t = b.call("aten::_to_copy", {t, o->meta().dtype});
+      tangent[o] = t;
+    }
+  }
+  auto it = tangent.find(m.out);
+  if (it == tangent.end()) throw Error("internal error: the P form of " + describe(m.node) + " has no tangent");
+  return it->second;
+}
+
+}  // namespace jvpc
