@@ -8,6 +8,8 @@
 #include "compiler/ir/printer.h"
 #include "tests/helpers.h"
 
+#include <torch/csrc/autograd/profiler_kineto.h>
+
 namespace jvpc {
 namespace {
 
@@ -95,6 +97,43 @@ TEST_P(ProgramExamples, LinearizeRunsThePrimalGraphsMatmulFlops) {
   Linearized lin = prog.linearize(x2);
   EXPECT_EQ(watch.matmul_flops(), prog.primal_cost().matmul_flops);
   EXPECT_GT(watch.matmul_flops(), 0);
+}
+
+// Bytes allocated at once during fn, above what was allocated before: the running sum of the
+// profiler's CPU memory events (what jvpc_bench and the Python side measure).
+int64_t peak_bytes(const std::function<void()>& fn) {
+  namespace prof = torch::autograd::profiler;
+  namespace impl = torch::profiler::impl;
+  impl::ProfilerConfig cfg(impl::ProfilerState::KINETO, false, /*profile_memory=*/true);
+  prof::prepareProfiler(cfg, {impl::ActivityType::CPU});
+  prof::enableProfiler(cfg, {impl::ActivityType::CPU});
+  fn();
+  auto result = prof::disableProfiler();
+  std::vector<std::pair<uint64_t, int64_t>> events;
+  for (const auto& e : result->events())
+    if (e.name() == "[memory]" && e.deviceType() == c10::DeviceType::CPU) events.emplace_back(e.startNs(), e.nBytes());
+  std::stable_sort(events.begin(), events.end());
+  int64_t current = 0, peak = 0;
+  for (const auto& [t, bytes] : events) peak = std::max(peak, current += bytes);
+  return peak;
+}
+
+// Linearize at a new point holds no more than the residuals beside what the forward itself
+// allocates at its peak (the primal graph is the forward plus the residuals it keeps).
+TEST_P(ProgramExamples, LinearizesPeakIsAtMostTheResidualsPlusTheForwardsPeak) {
+  auto ex = test::make_example(GetParam());
+  Program prog = compile(ex.fn(), ex.inputs);
+  Tensors x2 = another_point(ex.inputs);
+  TensorFn fn = ex.fn();
+  int64_t forward = peak_bytes([&] {
+    at::NoGradGuard no_grad;
+    fn(x2);
+  });
+  std::optional<Linearized> held;
+  int64_t linearize = peak_bytes([&] { held = prog.linearize(x2); });
+  int64_t residuals = prog.report().tangent.residual_bytes;
+  EXPECT_LE(linearize, residuals + forward) << "forward's peak " << forward << " B, residuals " << residuals << " B";
+  EXPECT_GT(forward, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, ProgramExamples, ::testing::ValuesIn(test::example_configs()),
@@ -215,6 +254,34 @@ TEST(Program, DataDependentShapesCannotBeCompiled) {
 TEST(Program, RandomOpsCannotBeCompiled) {
   TensorFn fn = [](const Tensors& a) { return Tensors{at::dropout(a[0], 0.5, true)}; };
   test::expect_error([&] { compile(fn, {{"x", at::randn({4})}}); }, "is random (impure)");
+}
+
+// On CUDA the primal graph replays a CUDA graph: each point's residuals are copied out of its
+// static buffers, so a later point leaves an earlier one's linear map as it was.
+TEST(Program, CudaPointsOwnTheirResidualsUnderCudaGraphs) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  for (auto cfg : std::vector<std::vector<std::string>>{{"sdpa"}, {"sdpa", "--causal"}, {"block"}}) {
+    SCOPED_TRACE(test::config_name(cfg));
+    std::vector<std::string> flags(cfg.begin() + 1, cfg.end());
+    flags.insert(flags.end(), {"--device", "cuda", "--dtype", "float32"});
+    auto ex = examples::make(cfg[0], flags);
+    Program prog = compile(ex.fn(), ex.inputs);
+    std::vector<Linearized> points;
+    std::vector<Tensors> xs, tangents, first;
+    for (int p = 0; p < 3; ++p) {  // the first call captures, the next ones replay
+      xs.push_back(another_point(ex.inputs));
+      points.push_back(prog.linearize(xs.back()));
+      tangents.push_back(tangents_for(points.back(), ex.inputs).first);
+      first.push_back(points.back().jvp(tangents.back()));
+    }
+    for (int p = 0; p < 3; ++p) {
+      Tensors again = points[static_cast<size_t>(p)].jvp(tangents[static_cast<size_t>(p)]);
+      for (size_t i = 0; i < again.size(); ++i) EXPECT_TRUE(again[i].equal(first[static_cast<size_t>(p)][i]));
+      auto want =
+          linearize(ex.fn(), at_point(ex.inputs, xs[static_cast<size_t>(p)])).jvp(tangents[static_cast<size_t>(p)]);
+      EXPECT_LT(compare(again, want).rel_error, 1e-4);
+    }
+  }
 }
 
 }  // namespace
