@@ -1,10 +1,15 @@
-// Constant folding of the primal part of a graph: linearize's "do the primal work once".
+// Constant folding of the primal part of a graph: linearize's "do the primal work once", and the
+// split of a linearized graph into a primal graph and a tangent graph that jvpc::compile keeps.
 //
 // A value is primal-only when it does not depend on a tangent input and its node is pure.
-// Every primal-only value that a tangent-dependent node (or a graph output) reads becomes a
-// constant input "r<k>" bound to its tensor: a residual of the tangent graph. Tensors come
-// from `known` (the tracing run already computed every traced value) or are computed here,
-// through the runtime, each node at most once and only if a residual needs it. What nothing
+// Every primal-only value that a tangent-dependent node (or a tangent output) reads is a
+// residual. split_primal() takes the primal-only nodes that compute the residuals (and the
+// primal outputs, where the graph still returns them) into a graph of their own, the primal
+// graph, and leaves in their place a constant input "r<k>" per residual: what stays is the
+// tangent graph, from residuals and tangents to output tangents. fold() is that split followed
+// by one run of the primal graph, evaluate_primal(): tensors come from `known` (the tracing run
+// already computed every traced value) or are computed through the runtime, each node at most
+// once and only if a residual needs it, and each residual is bound to its tensor. What nothing
 // reads any more is left for dce.
 //
 //   %5 = aten::bmm(%1, %2)              // q·kᵀ: primal-only, known from the trace
@@ -12,24 +17,53 @@
 //   %9 = aten::_softmax_backward_data(%8, %6, -1, Float)
 //  =>
 //   %9 = aten::_softmax_backward_data(%8, %r2, -1, Float)   with r2 bound to softmax's value
+//
+// A compiled program (compiler/api/program.h) keeps the primal graph and runs it through the
+// runtime at each new point; its residual inputs keep the metadata fold gave them at the
+// example point.
 #include "passes/passes.h"
 
 #include "runtime/executable.h"
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
 namespace jvpc {
 
-bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known) {
+namespace {
+
+// Whether a layout covers its elements once each, without gaps (is_non_overlapping_and_dense):
+// what fold stores as it is, where an expanded or strided view is stored compactly.
+bool dense(const TensorMeta& m) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that matter
+  for (size_t i = 0; i < m.sizes.size(); ++i) {
+    if (m.sizes[i] == 0) return true;
+    if (m.sizes[i] != 1) dims.emplace_back(m.strides[i], m.sizes[i]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+}  // namespace
+
+PrimalSplit split_primal(Graph& g, const SplitOptions& options) {
   const std::unordered_set<const Value*> varying = tangent_dependent(g, /*impure_too=*/true);
   auto primal_only = [&](const Value* v) { return v && !varying.count(v); };
+  if (options.primal_outputs > g.outputs().size()) throw Error("split: the graph has fewer outputs than primal ones");
 
-  // The residuals: primal-only values read by tangent-dependent nodes or returned. Not the
-  // zeros a rule materializes (aten::zeros of a shape): made per call, they cost a fill, and held
-  // they would cost their bytes for as long as the tangent graph lives.
+  // The residuals: primal-only values read by tangent-dependent nodes or returned as tangents.
+  // Not the zeros a rule materializes (aten::zeros of a shape): made per call, they cost a fill,
+  // and held they would cost their bytes for as long as the tangent graph lives. Constants stay
+  // constants of the tangent graph, unless a program reads them afresh at each point.
   auto made_per_call = [](const Value* v) {
     const Node* p = v->producer();
     return p && p->inputs().empty() && p->op() == "aten::zeros";
@@ -37,33 +71,115 @@ bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known) {
   std::vector<Value*> residuals;
   std::unordered_set<const Value*> chosen;
   auto want = [&](Value* v) {
-    if (primal_only(v) && !made_per_call(v) && !(g.is_input(v) && g.input_of(v).role == Role::Constant) &&
-        chosen.insert(v).second)
+    bool constant = g.is_input(v) && g.input_of(v).role == Role::Constant;
+    if (primal_only(v) && !made_per_call(v) && (!constant || options.constants_as_residuals) && chosen.insert(v).second)
       residuals.push_back(v);
   };
   for (Node* n : g.nodes())
     if (!primal_only(n->outputs().empty() ? nullptr : n->output(0)))
       for (Value* v : n->inputs()) want(v);
-  for (Value* v : g.outputs()) want(v);
-  if (residuals.empty()) return false;
+  for (size_t i = options.primal_outputs; i < g.outputs().size(); ++i) want(g.outputs()[i]);
 
-  // Values: known ones, constants, and whatever must be computed (each node once).
-  std::unordered_map<const Value*, at::Tensor> value;
+  PrimalSplit split;
+  if (residuals.empty() && options.primal_outputs == 0) return split;
+
+  // The primal graph: every primal input (a program takes them all), the constants its nodes
+  // read, and the primal-only nodes the results need, in graph order. Values keep their ids, so
+  // that `known` (by id) and errors name them as in the graph they came from.
+  std::vector<const Value*> results(g.outputs().begin(), g.outputs().begin() + options.primal_outputs);
+  results.insert(results.end(), residuals.begin(), residuals.end());
+  std::unordered_set<const Value*> needed;
+  std::vector<const Value*> todo = results;
+  while (!todo.empty()) {
+    const Value* v = todo.back();
+    todo.pop_back();
+    if (!needed.insert(v).second) continue;
+    if (const Node* n = v->producer()) {
+      if (!primal_only(n->output(0)))
+        throw Error("split: primal output %" + std::to_string(v->id()) + " reads tangents");
+      for (const Value* in : n->inputs()) todo.push_back(in);
+      for (const Value* out : n->outputs()) needed.insert(out);
+    }
+  }
+  auto primal = std::make_unique<Graph>();
+  std::unordered_map<const Value*, Value*> map;
+  std::unordered_map<const Value*, int> id;
+  for (const Input& in : g.inputs()) {
+    if (in.role == Role::Tangent || (in.role == Role::Constant && !needed.count(in.value))) continue;
+    Value* v = primal->add_input(in.name, in.value->meta(), in.role, in.differentiable);
+    Input& copy = primal->inputs().back();
+    copy.data = in.data;
+    copy.data_version = in.data_version;
+    map[in.value] = v;
+  }
+  for (const Node* n : g.nodes()) {
+    if (n->outputs().empty() || !needed.count(n->output(0))) continue;
+    std::vector<Value*> ins;
+    for (Value* v : n->inputs()) ins.push_back(map.at(v));
+    std::vector<TensorMeta> outs;
+    for (const Value* v : n->outputs()) outs.push_back(v->meta());
+    Node* c = primal->create(n->op(), n->args(), ins, outs, n->return_counts(), n->impure());
+    for (size_t i = 0; i < outs.size(); ++i) map[n->output(i)] = c->output(i);
+  }
+  // Residual names, "r<k>" not yet taken in the graph: the primal graph returns the residuals
+  // under the names of the tangent graph's inputs they become.
+  int next = 0;
   for (const Input& in : g.inputs())
+    if (in.name.rfind("r", 0) == 0) next++;
+  for (size_t k = 0; k < residuals.size(); ++k) {
+    std::string name;
+    do name = "r" + std::to_string(next++);
+    while (g.find_input(name));
+    split.residuals.push_back(name);
+  }
+  for (size_t i = 0; i < results.size(); ++i)
+    primal->add_output(map.at(results[i]),
+                       i < options.primal_outputs ? g.output_names()[i] : split.residuals[i - options.primal_outputs]);
+  for (const auto& [from, to] : map) id[to] = from->id();
+  primal->renumber([&](const Value* v) { return id.at(v); });
+
+  // The tangent graph: each residual becomes a constant input, unbound (fold binds it), and the
+  // primal outputs leave it. An expanded view is declared (and stored) compactly.
+  for (size_t k = 0; k < residuals.size(); ++k) {
+    Value* v = residuals[k];
+    TensorMeta meta = v->meta();
+    if (!dense(meta)) meta = TensorMeta::contiguous(meta.sizes, meta.dtype, meta.device);
+    v->replace_all_uses_with(g.add_input(split.residuals[k], meta, Role::Constant));
+  }
+  for (size_t i = 0; i < options.primal_outputs; ++i) g.erase_output(0);
+  split.primal = std::move(primal);
+  return split;
+}
+
+std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordered_map<int, at::Tensor>& known) {
+  std::unordered_map<const Value*, at::Tensor> value;
+  for (const Input& in : primal.inputs())
     if (in.role == Role::Constant && in.data.defined()) value[in.value] = in.data;
-  std::function<at::Tensor(Value*)> eval = [&](Value* v) -> at::Tensor {
+  std::function<at::Tensor(const Value*)> eval = [&](const Value* v) -> at::Tensor {
     auto it = value.find(v);
     if (it != value.end()) return it->second;
     auto k = known.find(v->id());
     if (k != known.end()) return value[v] = k->second;
-    Node* n = v->producer();
-    if (!n) throw Error("fold: no value for primal input '" + g.input_of(v).name + "'");
+    const Node* n = v->producer();
+    if (!n)
+      throw Error("fold: no value for " + std::string(role_name(primal.input_of(v).role)) + " input '" +
+                  primal.input_of(v).name + "'");
     std::vector<at::Tensor> operands;
-    for (Value* in : n->inputs()) operands.push_back(eval(in));
+    for (const Value* in : n->inputs()) operands.push_back(eval(in));
     auto outs = execute_node(*n, operands);
     for (size_t i = 0; i < outs.size(); ++i) value[n->output(i)] = outs[i];
     return value.at(v);
   };
+  std::vector<at::Tensor> out;
+  for (const Value* v : primal.outputs()) out.push_back(eval(v));
+  return out;
+}
+
+bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known, const SplitOptions& options,
+          PrimalSplit* split_out) {
+  PrimalSplit split = split_primal(g, options);
+  if (!split.primal) return false;
+  std::vector<at::Tensor> values = evaluate_primal(*split.primal, known);
 
   // Which primal inputs' storage does a residual alias? (The caller owns those bytes.)
   std::unordered_map<const void*, std::string> input_storage;
@@ -73,28 +189,25 @@ bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known) {
     if (k != known.end() && k->second.has_storage())
       input_storage[k->second.storage().unsafeGetStorageImpl()] = in.name;
   }
-
-  int next = 0;
-  for (const Input& in : g.inputs())
-    if (in.name.rfind("r", 0) == 0) next++;
-  for (Value* v : residuals) {
-    at::Tensor t = eval(v);
+  std::unordered_map<std::string, Input*> by_name;
+  for (Input& in : g.inputs()) by_name[in.name] = &in;
+  for (size_t k = 0; k < split.residuals.size(); ++k) {
+    const Value* v = split.primal->outputs()[options.primal_outputs + k];
+    at::Tensor t = values[options.primal_outputs + k];
     if (!t.is_non_overlapping_and_dense()) t = t.contiguous();  // expanded views are stored compactly
-    std::string aliases;
+    Input& in = *by_name.at(split.residuals[k]);
     if (t.has_storage()) {
       auto it = input_storage.find(t.storage().unsafeGetStorageImpl());
-      if (it != input_storage.end()) aliases = it->second;
+      if (it != input_storage.end()) in.aliases = it->second;
     }
-    std::string name;
-    do name = "r" + std::to_string(next++);
-    while (g.find_input(name));
-    Value* c = g.add_constant(name, t, aliases);
-    value[c] = t;  // later residuals may be computed from this one
-    if (!c->meta().same_signature(v->meta()))
+    TensorMeta meta = TensorMeta::of(t);
+    if (!meta.same_signature(v->meta()))
       throw Error("fold: value %" + std::to_string(v->id()) + " is declared " + v->meta().str() + " but computes to " +
-                  c->meta().str());
-    v->replace_all_uses_with(c);
+                  meta.str());
+    in.value->set_meta(meta);  // the layout the kernel gave it
+    in.bind(t);
   }
+  if (split_out) *split_out = std::move(split);
   return true;
 }
 

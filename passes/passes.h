@@ -18,12 +18,37 @@ namespace jvpc {
 /// differentiable, in graph order.
 bool jvp(Graph& g, const std::vector<std::string>& wrt = {});
 
-/// fold.cpp: evaluates, at most once each, the nodes that depend only on primal inputs and
-/// constants, and turns the values the rest of the graph reads into constant inputs
-/// (residuals). `known` holds tensors already computed (value id -> tensor: the tracing run's
-/// values, the primal inputs); anything else needed is evaluated through the runtime.
-/// Residuals that alias a primal input are marked with that input's name.
-bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known);
+/// How split_primal() and fold() divide a graph.
+struct SplitOptions {
+  /// The graph's first outputs that are primal outputs (f(x)): they go to the primal graph.
+  size_t primal_outputs = 0;
+  /// Captured constants that tangent nodes read become residuals too, so that a program reads
+  /// them as they are at each point (otherwise they stay constants of the tangent graph).
+  bool constants_as_residuals = false;
+};
+/// The primal graph split_primal() takes out of a graph.
+struct PrimalSplit {
+  /// The graph's primal inputs and the constants it reads -> the primal outputs, then one
+  /// output per residual, named as the residual. Values keep the ids they had. Null when there
+  /// was nothing to split.
+  std::unique_ptr<Graph> primal;
+  /// The residual inputs ("r<k>", constants) added to the graph, in the primal graph's order.
+  std::vector<std::string> residuals;
+};
+/// fold.cpp: moves the primal-only nodes that compute the residuals (primal-only values that
+/// tangent-dependent nodes read or that are returned as tangents) and the primal outputs into
+/// a primal graph, and reads each residual in the graph from an unbound constant input.
+PrimalSplit split_primal(Graph& g, const SplitOptions& options = {});
+/// fold.cpp: a primal graph's outputs, evaluating each node at most once: `known` holds tensors
+/// already computed (value id -> tensor: the tracing run's values, the primal inputs);
+/// anything else needed is run through the runtime.
+std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordered_map<int, at::Tensor>& known);
+/// fold.cpp: split_primal() and evaluate_primal(), then binds each residual to its value: the
+/// nodes that depend only on primal inputs and constants are evaluated once, and the values
+/// the rest of the graph reads become constant inputs (residuals). Residuals that alias a
+/// primal input are marked with that input's name. `split`, if given, receives the primal graph.
+bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known, const SplitOptions& options = {},
+          PrimalSplit* split = nullptr);
 
 /// dce.cpp: removes nodes whose outputs nobody reads (impure nodes stay), then unused
 /// constant inputs, and unused primal inputs when `prune_primal_inputs`.

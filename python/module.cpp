@@ -11,6 +11,7 @@
 // Tangent outputs are computed without autograd (a stop-gradient); primal outputs are the
 // tracing run's results, whose kernels ran through Autograd as eager's do.
 #include "compiler/api/linearize.h"
+#include "compiler/api/program.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
@@ -183,6 +184,66 @@ void bind_compiled(py::module_& m) {
       });
 }
 
+// --- compiled programs (compiler/api/program.h): jvpc.compile ------------------------------
+void bind_program(py::module_& m) {
+  py::class_<Program, std::shared_ptr<Program>>(m, "_Program")
+      .def(
+          "linearize",
+          [](const Program& p, const std::vector<at::Tensor>& primals) {
+            std::shared_ptr<Linearized> lin;
+            {
+              py::gil_scoped_release release;
+              lin = std::make_shared<Linearized>(p.linearize(primals));
+            }
+            std::vector<at::Tensor> outputs = lin->primal_outputs;
+            lin->primal_outputs.clear();  // the caller holds them; the linear map does not
+            return py::make_tuple(outputs, lin);
+          },
+          py::arg("primals"))
+      .def_property_readonly("primal_graph",
+                             [](const std::shared_ptr<Program>& p) {
+                               return std::shared_ptr<Graph>(p, const_cast<Graph*>(&p->primal_graph()));
+                             })
+      .def_property_readonly("tangent_graph",
+                             [](const Program& p) { return std::const_pointer_cast<Graph>(p.tangent_graph()); })
+      .def_property_readonly("primal_cost_json", [](const Program& p) { return cost_json(p.primal_cost()); })
+      .def_property_readonly("report_text", [](const Program& p) { return report_text(p.report()); })
+      .def(
+          "save",
+          [](const Program& p, const std::string& path, bool trusted) {
+            SaveOptions o;
+            o.trusted = trusted;
+            p.save(path, o);
+          },
+          py::arg("path"), py::arg("trusted") = false);
+  m.def(
+      "_compile",
+      [](py::object fn, const std::vector<at::Tensor>& primals, const std::vector<std::string>& names,
+         const std::vector<bool>& differentiable, const std::vector<std::string>& wrt, LinearizeOptions options,
+         bool exact_strides) {
+        ProgramOptions po;
+        po.linearize = std::move(options);
+        po.linearize.wrt = wrt;
+        po.exact_strides = exact_strides;
+        std::vector<TraceInput> in = trace_inputs(primals, names, differentiable);
+        PyCallable call{fn.ptr(), std::nullopt};
+        TensorFn f = tensor_fn(call);
+        return std::make_shared<Program>(without_gil(call, [&] { return compile(f, in, po); }));
+      },
+      py::arg("fn"), py::arg("primals"), py::arg("names"), py::arg("differentiable"), py::arg("wrt"),
+      py::arg("options"), py::arg("exact_strides"));
+  m.def(
+      "_load_program",
+      [](const std::string& path, bool trusted, std::optional<std::string> device, ExecutableOptions runtime) {
+        LoadOptions o;
+        o.trusted = trusted;
+        if (device) o.device = c10::Device(*device);
+        py::gil_scoped_release release;
+        return std::make_shared<Program>(Program::load(path, o, runtime));
+      },
+      py::arg("path"), py::arg("trusted"), py::arg("device"), py::arg("runtime"));
+}
+
 }  // namespace
 }  // namespace jvpc
 
@@ -202,6 +263,7 @@ PYBIND11_MODULE(_C, m) {
   bind_graph(m);
   bind_options(m);
   bind_compiled(m);
+  bind_program(m);
 
   m.def(
       "_linearize",

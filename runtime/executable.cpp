@@ -80,28 +80,32 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
     constants_.push_back(in.data.defined() ? in.data.to(in.value->meta().device) : at::Tensor());
     versions_.push_back(version_counter(constants_.back()));  // to notice writes by others holding it
   }
-  plan_ = std::make_unique<Plan>(make_plan(*graph_, live, options_.reuse_buffers));
+  plan_ = std::make_shared<Plan>(make_plan(*graph_, live, options_.reuse_buffers));
   if (options_.cuda_graph) cuda_device_ = cuda_graph_device(*graph_, plan_->arguments, plan_->impure);
 }
 
 Executable::~Executable() = default;
 
+at::Tensor Executable::bindable(size_t i, const at::Tensor& value) const {
+  const Input& in = *plan_->constants[i];
+  const Value* v = in.value;
+  if (!value.defined()) throw Error("constant '" + in.name + "': undefined tensor");
+  if (value.sizes().vec() != v->meta().sizes || value.scalar_type() != v->meta().dtype)
+    throw Error("constant '" + in.name + "': expected " + v->meta().str() + " but got " + meta_of(value));
+  try {
+    at::Tensor bound = value.to(v->meta().device);
+    // A layout the graph was not compiled for (its views may need the declared one).
+    if (v->meta().is_contiguous() && !bound.is_contiguous()) bound = bound.contiguous();
+    return bound;
+  } catch (const c10::Error& e) {
+    throw Error("constant '" + in.name + "': " + one_line(e));
+  }
+}
+
 void Executable::bind(const std::string& name, const at::Tensor& value) {
   for (size_t i = 0; i < plan_->constants.size(); ++i) {
-    const Input& in = *plan_->constants[i];
-    if (in.name != name) continue;
-    const Value* v = in.value;
-    if (!value.defined()) throw Error("constant '" + name + "': undefined tensor");
-    if (value.sizes().vec() != v->meta().sizes || value.scalar_type() != v->meta().dtype)
-      throw Error("constant '" + name + "': expected " + v->meta().str() + " but got " + meta_of(value));
-    at::Tensor bound;
-    try {
-      bound = value.to(v->meta().device);
-      // A layout the graph was not compiled for (its views may need the declared one).
-      if (v->meta().is_contiguous() && !bound.is_contiguous()) bound = bound.contiguous();
-    } catch (const c10::Error& e) {
-      throw Error("constant '" + name + "': " + one_line(e));
-    }
+    if (plan_->constants[i]->name != name) continue;
+    at::Tensor bound = bindable(i, value);
     constants_[i] = bound;
     versions_[i] = version_counter(bound);
     std::lock_guard<std::mutex> lock(mu_);
@@ -109,6 +113,27 @@ void Executable::bind(const std::string& name, const at::Tensor& value) {
     return;
   }
   throw Error("the graph has no constant named '" + name + "'");
+}
+
+Executable::Executable(const Executable& other, std::vector<at::Tensor> constants)
+    : graph_(other.graph_),
+      options_(other.options_),
+      plan_(other.plan_),
+      constants_(std::move(constants)),
+      cuda_device_(other.cuda_device_),
+      cuda_(std::make_unique<CudaGraph>()),
+      results_checked_(other.results_checked_.load()) {
+  for (const at::Tensor& c : constants_) versions_.push_back(version_counter(c));
+}
+
+std::unique_ptr<Executable> Executable::with_constants(const std::vector<at::Tensor>& constants) const {
+  if (constants.size() != plan_->constants.size())
+    throw Error("expected " + std::to_string(plan_->constants.size()) + " constants, got " +
+                std::to_string(constants.size()));
+  std::vector<at::Tensor> bound;
+  bound.reserve(constants.size());
+  for (size_t i = 0; i < constants.size(); ++i) bound.push_back(bindable(i, constants[i]));
+  return std::unique_ptr<Executable>(new Executable(*this, std::move(bound)));
 }
 
 std::vector<at::Tensor> Executable::checked(const std::vector<at::Tensor>& inputs) const {

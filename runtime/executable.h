@@ -94,6 +94,14 @@ class Executable {
   /// version counter: writes into them (possible only inside InferenceMode) go unseen.
   void bind(const std::string& constant_name, const at::Tensor& value);
 
+  /// A new Executable of the same graph and plan, with other constants: one tensor per constant
+  /// input, in graph order, each checked and held as bind() holds it. Nothing is verified or
+  /// planned again (what a compiled program does at each point: its residuals are new, its
+  /// tangent graph is not). The copy captures its own CUDA graph, if any.
+  std::unique_ptr<Executable> with_constants(const std::vector<at::Tensor>& constants) const;
+  /// The bound constants, one per constant input in graph order (undefined: not bound).
+  const std::vector<at::Tensor>& constants() const { return constants_; }
+
   /// Runs the graph. `inputs` holds one tensor per non-constant graph input, in graph order.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs);
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) { return run(inputs); }
@@ -115,10 +123,13 @@ class Executable {
   /// `functional`: every node in the form the graph names (no in-place reuse).
   std::vector<at::Tensor> run_eager(const std::vector<at::Tensor>& inputs, bool functional = false) const;
   std::vector<at::Tensor> checked(const std::vector<at::Tensor>& inputs) const;
+  /// `value` checked against constant `i` and moved to the graph's device (bind()'s rules).
+  at::Tensor bindable(size_t i, const at::Tensor& value) const;
+  Executable(const Executable& other, std::vector<at::Tensor> constants);
 
   std::shared_ptr<const Graph> graph_;
   ExecutableOptions options_;
-  std::unique_ptr<const Plan> plan_;              // slots and steps (runtime/plan.h)
+  std::shared_ptr<const Plan> plan_;              // slots and steps (runtime/plan.h), shared by with_constants()
   std::vector<at::Tensor> constants_;             // per plan constant: its tensor
   std::vector<std::optional<int64_t>> versions_;  // per constant: its version when bound (none: inference tensor)
   std::optional<c10::Device> cuda_device_;        // where a CUDA graph is captured; none: no CUDA graph

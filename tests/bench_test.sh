@@ -24,6 +24,8 @@ check "| residual bytes held | 640.0 KiB | 4.85 MiB | 0.129 |"
 check "|   plus bytes aliasing the caller's inputs | 160.0 KiB | 480.0 KiB | — |"
 check "time per jvp call (later calls), vs eager jvp_fn"
 check "compile: linearize minus forward (median of the 3 differences)"
+check "| matmul FLOPs, linearize at a new point, compiled program | 20,971,520 | 83,886,080 | 0.250 |"
+check "time, linearize at a new point, compiled program (vs torch.func.linearize)"
 
 # Two sides that measured different configurations are refused, not compared.
 "$PY" - "$OUT/torch_seed.json" <<'PYEOF'

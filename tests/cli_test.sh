@@ -362,4 +362,59 @@ JVPC_MAX_INPUT_BYTES=199999999 expect 2 "the input limit counts float16 bytes" -
 contains err "would take the inputs past 199999999 bytes (JVPC_MAX_INPUT_BYTES)"
 JVPC_MAX_INPUT_BYTES=200000000 expect 0 "  ...and admits exactly them" -- "$JVPC" run "$DIR/f16.json"
 
+# Compiled programs (jvpc compile, jvpc jvp): checked at a new point, written, run at given
+# primals and tangents; the primal graph's matmul FLOPs are what linearize at a new point runs.
+for cmd in compile jvp; do expect 0 "jvpc $cmd --help" -- "$JVPC" "$cmd" --help; done
+expect 0 "compile sdpa" -- "$JVPC" compile sdpa --device cpu -o "$DIR/prog.json"
+contains out "check         at a new point vs LibTorch forward AD"; contains out "PASS"
+contains out "linearize matmul FLOPs       20971520"; contains out "       20971520  (20.972M; measured"
+contains out "jvp call matmul FLOPs        41943040"; contains out "program -> "
+if [ ! -e "$DIR/prog.safetensors" ]; then pass "  ...sdpa captures no tensor: no constants file"; else fail "  ...prog.safetensors written"; fi
+expect 2 "compile block -o (gelu's derivative is not loadable)" -- "$JVPC" compile block --seq-len 8 --device cpu -o "$DIR/block-prog.json"
+contains err "aten::gelu_backward is not on the list of ops graph files may use"
+expect 0 "compile block --trusted -o" -- "$JVPC" compile block --seq-len 8 --device cpu --trusted -o "$DIR/block-prog.json"
+contains out "PASS"
+expect 2 "  ...it loads only as trusted" -- "$JVPC" jvp "$DIR/block-prog.json"
+expect 0 "  ...as trusted it runs" -- "$JVPC" jvp --trusted "$DIR/block-prog.json"; contains out "dout0 *f32\[1,8,320\]"
+expect 0 "compile a traced graph" -- "$JVPC" compile "$DIR/sdpa.json"; contains out "PASS"
+expect 0 "jvp of a program" -- "$JVPC" jvp "$DIR/prog.json" -o "$DIR/jvp-out.safetensors"
+contains out "^out0 *f32\[1,5,128,64\]"; contains out "linearize matmul FLOPs       20971520  (20.972M; measured"
+contains out "jvp matmul FLOPs             41943040"
+python3 - "$JVPC" "$DIR" <<'PY' && pass "jvp at given primals and tangents matches forward AD" || fail "jvp at given primals and tangents matches forward AD"
+import json, struct, subprocess, sys
+import torch
+from torch.func import jvp
+jvpc, d = sys.argv[1:]
+def save(path, tensors):  # safetensors, by hand: jvpc's reader needs nothing else
+    header, blobs, off = {}, [], 0
+    for k, t in tensors.items():
+        b = t.contiguous().numpy().tobytes()
+        header[k] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b); off += len(b)
+    h = json.dumps(header).encode()
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+def load(path):
+    raw = open(path, "rb").read(); n = struct.unpack("<Q", raw[:8])[0]; header = json.loads(raw[8:8 + n])
+    return {k: torch.frombuffer(bytearray(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]), dtype=torch.float32).view(v["shape"])
+            for k, v in header.items() if k != "__metadata__"}
+torch.manual_seed(3)
+x = {k: torch.randn(1, 5, 128, 64) for k in "qkv"}
+t = {"d" + k: torch.randn(1, 5, 128, 64) for k in "qkv"}
+save(d + "/x.safetensors", x); save(d + "/t.safetensors", t)
+subprocess.run([jvpc, "jvp", d + "/prog.json", "--primals", d + "/x.safetensors", "--tangents", d + "/t.safetensors",
+                "-o", d + "/y.safetensors"], check=True, stdout=subprocess.DEVNULL)
+y = load(d + "/y.safetensors")
+with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+    out, dout = jvp(torch.nn.functional.scaled_dot_product_attention, (x["q"], x["k"], x["v"]), (t["dq"], t["dk"], t["dv"]))
+assert torch.allclose(y["out0"], out, atol=1e-5), (y["out0"] - out).abs().max()
+tangent = [v for k, v in y.items() if k != "out0"][0]
+assert torch.allclose(tangent, dout, atol=1e-4), (tangent - dout).abs().max()
+PY
+"$JVPC" trace sdpa --device cpu --seq-len 64 -o "$DIR/sdpa64.json" >/dev/null
+expect 2 "jvp with primals of another shape" -- "$JVPC" jvp "$DIR/prog.json" --primals "$DIR/sdpa64.inputs.safetensors"
+contains err "primal 'q': expected shape \[1,5,128,64\] but got \[1,5,64,64\]"
+expect 2 "jvp of a graph file" -- "$JVPC" jvp "$DIR/sdpa.json"; contains err "format is not \"jvpc-program\""
+expect 2 "a program given to run" -- "$JVPC" run "$DIR/prog.json"; contains err "is a compiled program, not a graph"
+expect 2 "compile of a graph that reads a file" -- "$JVPC" compile "$DIR/from_file.json"; contains err "aten::from_file is not on the list"
+
 [ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds examples/embed as an external project, and runs it on a tangent graph the CLI compiled.
+# Builds examples/embed as an external project, and runs it on a tangent graph and a program the
+# CLI compiled.
 #   embed_test.sh BUILD_DIR SOURCE_DIR JVPC find_package    # against `cmake --install` of BUILD_DIR
 #   embed_test.sh BUILD_DIR SOURCE_DIR JVPC add_subdirectory # with jvpc's sources in the project
 set -euo pipefail
@@ -27,6 +28,10 @@ grep -q "out0 : f32\[1,5,128,64\]" "$WORK/out.txt" || grep -q "dout0 : f32\[1,5,
 grep -q '"jvpc::attention_tangent"' "$WORK/tangent-ol.json"
 "$WORK/build/embed" "$WORK/tangent-ol.json" 3 | tee "$WORK/out-ol.txt"
 grep -q "out0 : f32\[1,5,128,64\]" "$WORK/out-ol.txt" || grep -q "dout0 : f32\[1,5,128,64\]" "$WORK/out-ol.txt"
+# A compiled program: linearized at two new points, each checked against forward AD.
+"$JVPC" compile sdpa --device cpu -o "$WORK/prog.json" >/dev/null
+"$WORK/build/embed" --program "$WORK/prog.json" | tee "$WORK/out-prog.txt"
+[ "$(grep -c "PASS" "$WORK/out-prog.txt")" = 2 ]
 # The embedding links the runtime, not the tracer or the passes.
 ! nm -C "$WORK/build/embed" | grep -q "jvpc::trace\|jvpc::fold\|jvpc::jvp("
 echo "embed example built with $MODE and ran"

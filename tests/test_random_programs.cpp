@@ -4,6 +4,7 @@
 // (cse, simplify, fold, scale-to-residual, merge-factors, group-bmm, fuse) in arrangements no
 // example has.
 #include "compiler/api/linearize.h"
+#include "compiler/api/program.h"
 #include "compiler/api/reference.h"
 #include "compiler/ir/printer.h"
 #include "tests/helpers.h"
@@ -173,6 +174,32 @@ TEST(RandomPrograms, MatchForwardAdAndCentralDifferencesInFloat64) {
   const char* env = std::getenv("JVPC_RANDOM_PROGRAMS");  // more seeds, for a one-off run
   uint32_t seeds = env ? static_cast<uint32_t>(std::stoul(env)) : 300;
   for (uint32_t seed = 0; seed < seeds; ++seed) check(seed);
+}
+
+// Compiled once at one point, each program linearizes at another (compiler/api/program.h) as
+// linearize does there, and as LibTorch's forward AD.
+TEST(RandomPrograms, CompiledProgramsMatchLinearizeAtANewPointInFloat64) {
+  for (uint32_t seed = 0; seed < 300; ++seed) {
+    Program p = make_program(seed);
+    TensorFn fn = run(p);
+    at::manual_seed(seed);
+    std::vector<TraceInput> primals, moved;
+    Tensors values, tangents;
+    std::vector<std::optional<at::Tensor>> ref;
+    for (int i = 0; i < 3; ++i) {
+      primals.push_back({"x" + std::to_string(i), at::randn({3, 4}, at::kDouble)});
+      values.push_back(at::randn({3, 4}, at::kDouble));
+      moved.push_back({"x" + std::to_string(i), values.back()});
+      tangents.push_back(at::randn({3, 4}, at::kDouble));
+      ref.push_back(tangents.back());
+    }
+    jvpc::Program prog = compile(fn, primals);
+    Linearized got = prog.linearize(values);
+    Tensors dy = got.jvp(tangents);
+    EXPECT_LT(compare(dy, linearize(fn, moved).jvp(tangents)).rel_error, 1e-10) << "seed " << seed << ": " << p.text;
+    EXPECT_LT(compare(dy, forward_ad_jvp(fn, values, ref)).rel_error, 1e-10) << "seed " << seed << ": " << p.text;
+    EXPECT_LT(compare(got.primal_outputs, fn(values)).rel_error, 1e-12) << "seed " << seed << ": " << p.text;
+  }
 }
 
 }  // namespace

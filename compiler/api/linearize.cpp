@@ -38,9 +38,11 @@ const std::vector<LinearizePass>& linearize_passes() {
          *c.matched = c.residual_budget == kNoMemoryLimit ? std::vector<MatchedAttention>{} : attention_match(g);
          return !c.matched->empty();
        }},
-      // linearize returns f(x) from the tracing run; the graph keeps only tangent outputs.
+      // linearize returns f(x) from the tracing run; the graph keeps only tangent outputs. A
+      // program's primal graph computes f(x): there fold takes them out with the residuals.
       {"drop-primal-outputs", false,
        [](Graph& g, const Ctx& c) {
+         if (c.split) return false;
          for (size_t i = 0; i < c.primal_outputs; ++i) g.erase_output(0);
          return c.primal_outputs > 0;
        }},
@@ -62,7 +64,11 @@ const std::vector<LinearizePass>& linearize_passes() {
       {"select-masks", true, [](Graph& g, const Ctx&) { return select_masks(g); }},
       {"group-bmm", true, [](Graph& g, const Ctx&) { return group_bmm(g); }},
       {"zero-blocks", true, [](Graph& g, const Ctx&) { return zero_blocks(g); }},
-      {"fold", false, [](Graph& g, const Ctx& c) { return fold(g, *c.known); }},
+      {"fold", false,
+       [](Graph& g, const Ctx& c) {
+         if (!c.split) return fold(g, *c.known);
+         return fold(g, *c.known, {c.primal_outputs, /*constants_as_residuals=*/true}, c.split.get());
+       }},
       {"dce", false, [](Graph& g, const Ctx&) { return dce(g, /*prune_primal_inputs=*/true); }},
       {"simplify-views", true, [](Graph& g, const Ctx&) { return simplify_views(g); }},
       {"fuse-matmul-add", true, [](Graph& g, const Ctx&) { return fuse_matmul_add(g); }},
@@ -97,9 +103,10 @@ void add_linearize_passes(Pipeline& p, LinearizePassContext context, const std::
     }
 }
 
-namespace {
+namespace detail {
 
-Linearized compile(Trace&& t, const LinearizeOptions& options, const KernelWatch& watch) {
+Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const KernelWatch& watch,
+                           std::shared_ptr<PrimalSplit> split) {
   Linearized lin;
   lin.primal_outputs = t.outputs;
   lin.report.forward = graph_cost(*t.graph);
@@ -109,7 +116,7 @@ Linearized compile(Trace&& t, const LinearizeOptions& options, const KernelWatch
   // A traced graph's shapes are those its kernels produced; a given graph was verified on entry.
   p.trust_input_shapes(true);
   auto attention = std::make_shared<std::vector<AttentionChoice>>();
-  add_linearize_passes(p, {options.wrt, t.graph->outputs().size(), known, options.residual_budget, attention},
+  add_linearize_passes(p, {options.wrt, t.graph->outputs().size(), known, options.residual_budget, attention, split},
                        options.disabled_passes);
   CostTable table("trace");
   p.observe(&table);
@@ -146,31 +153,16 @@ void reject_random_ops(const Graph& g) {
     if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
 }
 
-}  // namespace
-
-Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals, const LinearizeOptions& options) {
-  KernelWatch watch;  // everything linearize runs, tracing included
-  TraceOptions at_these_primals;
-  at_these_primals.specialize_on_scalars = true;  // the linear map is for these primals
-  Trace t = trace(fn, primals, at_these_primals);
-  reject_random_ops(*t.graph);
-  // The outputs carry the tracing run's autograd history (its kernels ran through Autograd, as
-  // eager's do); the values kept for folding do not need it, and residuals must not hold it.
-  for (auto& [id, v] : t.values)
-    if (v.defined() && v.requires_grad()) v = v.detach();
+std::vector<Linearized::Captured> captured_of(const Graph& g) {
   std::vector<Linearized::Captured> captured;
-  for (const Input& in : t.graph->inputs())
+  for (const Input& in : g.inputs())
     if (in.role == Role::Constant && in.data.defined() && !in.data.is_inference())
       captured.push_back({in.name, TensorMeta::of(in.data).str(), in.data.unsafeGetTensorImpl()->version_counter(),
                           static_cast<uint32_t>(in.data._version())});
-  Linearized lin = compile(std::move(t), options, watch);
-  lin.captured = std::move(captured);
-  return lin;
+  return captured;
 }
 
-Linearized linearize(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values,
-                     const LinearizeOptions& options) {
-  KernelWatch watch;
+Trace evaluate_graph(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values) {
   verify(*graph);
   Trace t;
   std::vector<const Input*> primals;
@@ -202,7 +194,31 @@ Linearized linearize(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>
   }
   for (const Value* o : graph->outputs()) t.outputs.push_back(t.values.at(o->id()));
   t.graph = std::move(graph);
-  return compile(std::move(t), options, watch);
+  return t;
+}
+
+}  // namespace detail
+
+Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals, const LinearizeOptions& options) {
+  KernelWatch watch;  // everything linearize runs, tracing included
+  TraceOptions at_these_primals;
+  at_these_primals.specialize_on_scalars = true;  // the linear map is for these primals
+  Trace t = trace(fn, primals, at_these_primals);
+  detail::reject_random_ops(*t.graph);
+  // The outputs carry the tracing run's autograd history (its kernels ran through Autograd, as
+  // eager's do); the values kept for folding do not need it, and residuals must not hold it.
+  for (auto& [id, v] : t.values)
+    if (v.defined() && v.requires_grad()) v = v.detach();
+  std::vector<Linearized::Captured> captured = detail::captured_of(*t.graph);
+  Linearized lin = detail::linearize_trace(std::move(t), options, watch);
+  lin.captured = std::move(captured);
+  return lin;
+}
+
+Linearized linearize(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values,
+                     const LinearizeOptions& options) {
+  KernelWatch watch;
+  return detail::linearize_trace(detail::evaluate_graph(std::move(graph), primal_values), options, watch);
 }
 
 JvpResult jvp(const TensorFn& fn, const std::vector<TraceInput>& primals, const std::vector<at::Tensor>& tangents,

@@ -113,6 +113,10 @@ struct LinearizePassContext {
   std::shared_ptr<std::vector<AttentionChoice>> attention;
   /// What attention-match recognized, for attention-form.
   std::shared_ptr<std::vector<MatchedAttention>> matched = std::make_shared<std::vector<MatchedAttention>>();
+  /// Set when compiling a program (compiler/api/program.h): the primal outputs stay outputs
+  /// until fold, fold takes them into the primal graph with the residuals (captured constants
+  /// that tangent nodes read among them) and writes the primal graph here.
+  std::shared_ptr<PrimalSplit> split;
 };
 
 /// One pass of linearize's pipeline: its name, whether --disable-pass may leave it out, and how
@@ -129,6 +133,23 @@ const std::vector<LinearizePass>& linearize_passes();
 std::vector<std::string> optional_linearize_passes();
 /// Adds linearize_passes() to `p`, less the `disabled` ones (each must be optional).
 void add_linearize_passes(Pipeline& p, LinearizePassContext context, const std::set<std::string>& disabled = {});
+
+class KernelWatch;
+
+namespace detail {
+/// What linearize and compile (program.h) share: runs linearize_passes() on a trace, whose
+/// values are fold's, and makes the Linearized at the traced point. `split`: see
+/// LinearizePassContext::split.
+Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const KernelWatch& watch,
+                           std::shared_ptr<PrimalSplit> split = nullptr);
+/// A graph's forward evaluated node by node at `primal_values` (checked against its primal
+/// inputs), as a Trace with every value.
+Trace evaluate_graph(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values);
+/// The graph's captured tensors (bound constants other than inference tensors), by version.
+std::vector<Linearized::Captured> captured_of(const Graph& g);
+/// Throws jvpc::Error naming the first random (impure) node.
+void reject_random_ops(const Graph& g);
+}  // namespace detail
 
 struct JvpResult {
   std::vector<at::Tensor> outputs;

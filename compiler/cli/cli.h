@@ -19,6 +19,8 @@ void add_run(CLI::App& app);
 void add_cost(CLI::App& app);
 void add_linearize(CLI::App& app);
 void add_rules(CLI::App& app);
+void add_compile(CLI::App& app);  // program_command.cpp
+void add_jvp(CLI::App& app);      // program_command.cpp
 
 /// --trusted: what it allows (docs/bad-input.md, "Graph files from strangers").
 constexpr const char* kTrustedHelp =

@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   jvpc::cli::add_cost(app);
   jvpc::cli::add_linearize(app);
   jvpc::cli::add_rules(app);
+  jvpc::cli::add_compile(app);
+  jvpc::cli::add_jvp(app);
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] == '-' && first != "-h" && first != "--help" && first != "--version") {
     std::cerr << "jvpc: error: unknown option '" << jvpc::printable_path(argv[1])
@@ -49,9 +51,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  // trace and linearize take an example by name, then its flags; an example's flags may also come
+  // trace, linearize and compile take an example by name, then its flags; an example's flags may also come
   // first (`jvpc trace --device cpu sdpa`), where CLI11 would take the flag's value for the name.
-  if (argc > 2 && (first == "trace" || first == "linearize")) {
+  if (argc > 2 && (first == "trace" || first == "linearize" || first == "compile")) {
     auto names = jvpc::examples::names();
     for (int i = 2; i < argc; ++i) {
       if (std::find(names.begin(), names.end(), argv[i]) == names.end()) continue;

@@ -890,17 +890,36 @@ void check_memory_before_loading(const Graph& g, const json& j, const LoadOption
 
 }  // namespace
 
-void save(const Graph& g, const std::string& path, const SaveOptions& options) {
-  // What load() refuses is not written: a graph that saves loads back.
+namespace {
+
+// A graph's constants as safetensors entries: one per storage. A constant alone in its storage is
+// stored as itself. Constants that share a storage (the probabilities as [B,H,S,S] and as
+// [B·H,S,S]) become views into one 1-D entry that spans them, named after the first of them, so
+// that loading shares the memory again.
+struct StoredConstants {
+  std::vector<std::pair<std::string, at::Tensor>> entries;
+  std::unordered_map<std::string, json> view_of;  // constant name -> {"tensor", "offset"}
+
+  /// Adds "view_of" to the inputs of `graph_json` (to_json's) that are such views.
+  void annotate(json& graph_json) const {
+    for (json& ji : graph_json["inputs"]) {
+      auto it = view_of.find(ji["name"].get<std::string>());
+      if (it != view_of.end()) ji["view_of"] = it->second;
+    }
+  }
+};
+
+// What load() refuses is not written: a graph that saves loads back.
+void check_savable(const Graph& g, const std::string& path, const SaveOptions& options) {
   if (!options.trusted) check_loadable_ops(g, "cannot save '" + path + "'");
   try {
     check_initialized(g);
   } catch (const Error& e) {
     throw Error("cannot save '" + path + "': " + e.what());
   }
-  // One safetensors entry per storage. A constant alone in its storage is stored as itself. Constants
-  // that share a storage (the probabilities as [B,H,S,S] and as [B·H,S,S]) become views into one 1-D
-  // entry that spans them, named after the first of them, so that loading shares the memory again.
+}
+
+StoredConstants stored_constants(const Graph& g) {
   std::vector<std::vector<const Input*>> groups;
   std::unordered_map<const void*, size_t> group_of;
   for (const Input& in : g.inputs()) {
@@ -914,8 +933,7 @@ void save(const Graph& g, const std::string& path, const SaveOptions& options) {
     if (fresh) groups.emplace_back();
     groups[it->second].push_back(&in);
   }
-  std::vector<std::pair<std::string, at::Tensor>> entries;
-  std::unordered_map<std::string, json> view_of;  // constant name -> {"tensor", "offset"}
+  StoredConstants c;
   for (const auto& group : groups) {
     const at::Tensor& first = group[0]->data;
     bool one_dtype = std::all_of(group.begin(), group.end(),
@@ -925,7 +943,7 @@ void save(const Graph& g, const std::string& path, const SaveOptions& options) {
     bool dense =
         first.is_non_overlapping_and_dense() && first.strides() == c10::IntArrayRef(group[0]->value->meta().strides);
     if ((group.size() == 1 && dense) || !one_dtype) {
-      for (const Input* in : group) entries.emplace_back(in->name, in->data);
+      for (const Input* in : group) c.entries.emplace_back(in->name, in->data);
       continue;
     }
     int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
@@ -936,31 +954,33 @@ void save(const Graph& g, const std::string& path, const SaveOptions& options) {
       lo = std::min(lo, t.storage_offset());
       hi = std::max(hi, static_cast<int64_t>(end));
     }
-    entries.emplace_back(group[0]->name, first.as_strided({hi - lo}, {1}, lo));
+    c.entries.emplace_back(group[0]->name, first.as_strided({hi - lo}, {1}, lo));
     for (const Input* in : group)
-      view_of[in->name] = {{"tensor", group[0]->name}, {"offset", in->data.storage_offset() - lo}};
+      c.view_of[in->name] = {{"tensor", group[0]->name}, {"offset", in->data.storage_offset() - lo}};
   }
-  // Both files are written in full before either replaces its destination, the constants first:
-  // a failure leaves the previous pair as it was.
-  std::string cpath = entries.empty() ? "" : constants_path_for(path);
+  return c;
+}
+
+// Writes the JSON file `path` that `make_json` gives (from the constants file's name beside it,
+// "" when there are no entries) and the constants file. Both are written in full before either
+// replaces its destination, the constants first: a failure leaves the previous pair as it was.
+void write_with_constants(const std::string& path, const StoredConstants& c,
+                          const std::function<json(const std::string&)>& make_json) {
+  std::string cpath = c.entries.empty() ? "" : constants_path_for(path);
   if (!cpath.empty()) check_destination(cpath);  // before the graph's temporary file is made
   AtomicFile graph_file(path);
   std::optional<AtomicFile> constants_file;
   std::string constants;
-  if (!entries.empty()) {
-    constants = safetensors_bytes(entries);
+  if (!c.entries.empty()) {
+    constants = safetensors_bytes(c.entries);
     constants_file.emplace(cpath);
     constants_file->write(constants);
     constants_file->finish();
   }
-  json j = to_json(g, cpath.empty() ? "" : basename_of(cpath));
+  json j = make_json(cpath.empty() ? "" : basename_of(cpath));
   if (!cpath.empty()) {  // load() takes this constants file, and no other, with this graph
     j["constants_size"] = constants.size();
     j["constants_sha1"] = sha1_hex(constants);
-  }
-  for (json& ji : j["inputs"]) {
-    auto it = view_of.find(ji["name"].get<std::string>());
-    if (it != view_of.end()) ji["view_of"] = it->second;
   }
   graph_file.write(j.dump(1) + "\n");
   graph_file.finish();
@@ -968,68 +988,64 @@ void save(const Graph& g, const std::string& path, const SaveOptions& options) {
   graph_file.commit();
 }
 
-std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device) {
-  LoadOptions o;
-  o.device = device;
-  return load(path, o);
-}
-
-std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options) {
+// A graph from its JSON `j` in the file `path`, under `options`; its stored constants come from
+// the constants file that `top` (the file's top-level object) names and checks.
+std::unique_ptr<Graph> graph_from_file_json(const json& j, const json& top, const std::string& path,
+                                            const LoadOptions& options, const std::string& which = "") {
   const std::optional<c10::Device>& device = options.device;
-  std::string text = read_regular_file(path, "graph file", int64_t{1} << 30);
   std::unique_ptr<Graph> g;
   std::string constants_file;
-  {
-    json j;
-    try {
-      j = parse_json(text);
-      g = checked_from_json(j, options.trusted);  // also checks every "stored" flag and name read below
-      check_memory_before_loading(*g, j, options);
-    } catch (const Error& e) {
-      throw Error(printable_path(path) + ": " + e.what());
-    }
-    for (const auto& in : j["inputs"])
-      if (in.value("stored", false) && !j.contains("constants_file"))
-        throw Error(printable_path(path) + ": constant '" + in["name"].get<std::string>() +
+  try {
+    g = checked_from_json(j, options.trusted);  // also checks every "stored" flag and name read below
+    check_memory_before_loading(*g, j, options);
+  } catch (const Error& e) {
+    throw Error(printable_path(path) + ": " + which + e.what());
+  }
+  bool stores = false;
+  for (const auto& in : j["inputs"])
+    if (in.value("stored", false)) {
+      stores = true;
+      if (!top.contains("constants_file"))
+        throw Error(printable_path(path) + ": " + which + "constant '" + in["name"].get<std::string>() +
                     "' is stored but no constants_file is named");
-    if (j.contains("constants_file")) {
-      if (!j["constants_file"].is_string()) throw Error(printable_path(path) + ": constants_file must be a string");
-      const std::string& named = j["constants_file"].get_ref<const std::string&>();
-      constants_file = confined_file_beside(path, named, "constants file");
     }
-    std::unordered_map<std::string, at::Tensor> tensors;
-    if (!constants_file.empty()) tensors = read_constants(j, constants_file, path);
-    std::unordered_map<std::string, Input*> by_name;
-    for (Input& x : g->inputs()) by_name[x.name] = &x;
-    for (const auto& jin : j["inputs"]) {
-      if (!jin.value("stored", false)) continue;
-      const std::string& name = jin["name"].get_ref<const std::string&>();
-      Input* in = by_name.at(name);
-      const TensorMeta& m = in->value->meta();
-      in->aliases.clear();  // the graph now holds its own copy, not a view of the caller's input
-      if (jin.contains("view_of")) {
-        in->bind(view_of_entry(m, jin["view_of"], tensors, constants_file, name));
-        continue;
-      }
-      auto it = tensors.find(name);
-      if (it == tensors.end()) throw Error(printable_path(constants_file) + ": constant '" + name + "' is missing");
-      TensorMeta got = TensorMeta::of(it->second);
-      if (got.sizes != m.sizes || got.dtype != m.dtype)
-        throw Error(printable_path(constants_file) + ": constant '" + name + "' is " + got.str() +
-                    " but the graph declares " + TensorMeta::contiguous(m.sizes, m.dtype, c10::kCPU).str());
-      at::Tensor t = it->second;
-      if (!m.is_contiguous()) {
-        if (!on_meta(m).is_non_overlapping_and_dense())
-          throw Error(printable_path(path) + ": constant '" + name + "' declares overlapping strides");
-        t = at::empty_strided(m.sizes, m.strides, t.options()).copy_(t);
-      }
-      in->bind(t);
+  if (stores) {
+    if (!top["constants_file"].is_string()) throw Error(printable_path(path) + ": constants_file must be a string");
+    const std::string& named = top["constants_file"].get_ref<const std::string&>();
+    constants_file = confined_file_beside(path, named, "constants file");
+  }
+  std::unordered_map<std::string, at::Tensor> tensors;
+  if (!constants_file.empty()) tensors = read_constants(top, constants_file, path);
+  std::unordered_map<std::string, Input*> by_name;
+  for (Input& x : g->inputs()) by_name[x.name] = &x;
+  for (const auto& jin : j["inputs"]) {
+    if (!jin.value("stored", false)) continue;
+    const std::string& name = jin["name"].get_ref<const std::string&>();
+    Input* in = by_name.at(name);
+    const TensorMeta& m = in->value->meta();
+    in->aliases.clear();  // the graph now holds its own copy, not a view of the caller's input
+    if (jin.contains("view_of")) {
+      in->bind(view_of_entry(m, jin["view_of"], tensors, constants_file, name));
+      continue;
     }
+    auto it = tensors.find(name);
+    if (it == tensors.end()) throw Error(printable_path(constants_file) + ": constant '" + name + "' is missing");
+    TensorMeta got = TensorMeta::of(it->second);
+    if (got.sizes != m.sizes || got.dtype != m.dtype)
+      throw Error(printable_path(constants_file) + ": constant '" + name + "' is " + got.str() +
+                  " but the graph declares " + TensorMeta::contiguous(m.sizes, m.dtype, c10::kCPU).str());
+    at::Tensor t = it->second;
+    if (!m.is_contiguous()) {
+      if (!on_meta(m).is_non_overlapping_and_dense())
+        throw Error(printable_path(path) + ": " + which + "constant '" + name + "' declares overlapping strides");
+      t = at::empty_strided(m.sizes, m.strides, t.options()).copy_(t);
+    }
+    in->bind(t);
   }
   try {  // before anything runs, on the CPU: a bad index on CUDA is a device-side assert
     check_index_constants(*g);
   } catch (const Error& e) {
-    throw Error(printable_path(path) + ": " + e.what());
+    throw Error(printable_path(path) + ": " + which + e.what());
   }
   c10::Device target = device ? *device : c10::Device(c10::kCPU);
   if (!device)
@@ -1039,6 +1055,90 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
                 " but CUDA is not available (load it for the CPU)");
   retarget(*g, target);
   return g;
+}
+
+}  // namespace
+
+void save(const Graph& g, const std::string& path, const SaveOptions& options) {
+  check_savable(g, path, options);
+  StoredConstants c = stored_constants(g);
+  write_with_constants(path, c, [&](const std::string& constants_file) {
+    json j = to_json(g, constants_file);
+    c.annotate(j);
+    return j;
+  });
+}
+
+void save_program(const Graph& primal, const Graph& tangent, size_t primal_outputs, bool exact_strides,
+                  const std::string& path, const SaveOptions& options) {
+  check_savable(primal, path, options);
+  check_savable(tangent, path, options);
+  for (const Input& in : tangent.inputs())
+    if (in.role == Role::Constant && in.data.defined())
+      throw Error("cannot save '" + path + "': the tangent graph's constant '" + in.name +
+                  "' is bound (a program's residuals are made at each point)");
+  if (primal_outputs > primal.outputs().size()) throw Error("cannot save '" + path + "': too many primal outputs");
+  StoredConstants c = stored_constants(primal);
+  write_with_constants(path, c, [&](const std::string& constants_file) {
+    json j = {{"format", "jvpc-program"}, {"schema_version", kSchemaVersion}};
+    if (!constants_file.empty()) j["constants_file"] = constants_file;
+    j["primal_outputs"] = primal_outputs;
+    j["exact_strides"] = exact_strides;
+    j["primal"] = to_json(primal);
+    c.annotate(j["primal"]);
+    j["tangent"] = to_json(tangent);
+    return j;
+  });
+}
+
+std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device) {
+  LoadOptions o;
+  o.device = device;
+  return load(path, o);
+}
+
+std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options) {
+  std::string text = read_regular_file(path, "graph file", int64_t{1} << 30);
+  json j;
+  try {
+    j = parse_json(text);
+  } catch (const Error& e) {
+    throw Error(printable_path(path) + ": " + e.what());
+  }
+  if (j.is_object() && j.contains("format") && j["format"] == "jvpc-program")
+    throw Error(printable_path(path) + ": is a compiled program, not a graph (load it with load_program)");
+  return graph_from_file_json(j, j, path, options);
+}
+
+ProgramGraphs load_program(const std::string& path, const LoadOptions& options) {
+  std::string text = read_regular_file(path, "program file", int64_t{1} << 30);
+  json j;
+  ProgramGraphs p;
+  try {
+    j = parse_json(text);
+    At root{j, "$"};
+    if (!j.is_object()) root.fail("expected a JSON object");
+    if (!root.has("format") || root["format"].str() != "jvpc-program")
+      root.fail("format is not \"jvpc-program\" (not a compiled program?)");
+    int64_t version = root["schema_version"].integer();
+    if (version != kSchemaVersion)
+      root.fail("schema_version " + std::to_string(version) + " is not supported (this jvpc reads version " +
+                std::to_string(kSchemaVersion) + ")");
+    int64_t outputs = root["primal_outputs"].integer();
+    if (outputs < 1) root["primal_outputs"].fail("expected 1 or more");
+    p.primal_outputs = static_cast<size_t>(outputs);
+    p.exact_strides = root["exact_strides"].boolean();
+    for (const char* graph : {"primal", "tangent"})
+      if (!root[graph].j.is_object()) root[graph].fail("expected an object (a graph)");
+  } catch (const Error& e) {
+    throw Error(printable_path(path) + ": " + e.what());
+  }
+  p.primal = graph_from_file_json(j["primal"], j, path, options, "primal graph: ");
+  p.tangent = graph_from_file_json(j["tangent"], j, path, options, "tangent graph: ");
+  if (p.primal_outputs > p.primal->outputs().size())
+    throw Error(printable_path(path) + ": primal_outputs is " + std::to_string(p.primal_outputs) +
+                " but the primal graph returns " + std::to_string(p.primal->outputs().size()) + " values");
+  return p;
 }
 
 namespace {

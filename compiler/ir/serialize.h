@@ -88,6 +88,28 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options 
 /// load() onto `device` (none: the file's own device), with the default options otherwise.
 std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> device);
 
+/// A compiled program's two graphs (compiler/api/program.h, runtime/program.h): the primal graph,
+/// from primal inputs and captured tensors to the primal outputs and then the residuals, and the
+/// tangent graph, from residuals (unbound constants) and tangents to the output tangents.
+struct ProgramGraphs {
+  std::unique_ptr<Graph> primal, tangent;
+  /// How many of the primal graph's outputs are the function's outputs (the rest: residuals).
+  size_t primal_outputs = 0;
+  /// New primals must have the example primals' strides (dims of size 1 aside); false: other
+  /// layouts are copied into the compiled one.
+  bool exact_strides = true;
+};
+/// Writes a program: `path`, one JSON file ({"format": "jvpc-program", "primal_outputs",
+/// "exact_strides", "primal": graph, "tangent": graph}, each graph as to_json writes it), and the
+/// primal graph's constants (the captured tensors) in the safetensors file beside it, the two
+/// written in full before either replaces its destination, as save() does. The tangent graph's
+/// constants must be unbound.
+void save_program(const Graph& primal, const Graph& tangent, size_t primal_outputs, bool exact_strides,
+                  const std::string& path, const SaveOptions& options = {});
+/// Reads a program save_program wrote, under load()'s rules for each of its graphs (allowed
+/// ops, shapes re-derived, memory limit, the constants file's size and hash).
+ProgramGraphs load_program(const std::string& path, const LoadOptions& options = {});
+
 /// Moves a graph to another device: every value's metadata, device arguments, and constants.
 void retarget(Graph& g, c10::Device device);
 /// Makes every floating-point tensor of a graph `dtype`: inputs, constants, dtype arguments

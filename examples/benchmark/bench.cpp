@@ -13,6 +13,7 @@
 // allocated before it (the CUDA caching allocator's statistics on a GPU; on a CPU, the running
 // sum of the profiler's memory events, as the Python side does).
 #include "compiler/api/linearize.h"
+#include "compiler/api/program.h"
 #include "compiler/api/reference.h"
 #include "compiler/cost/kernel_watch.h"
 #include "compiler/ir/files.h"
@@ -314,6 +315,42 @@ int main(int argc, char** argv) {
                            {"linearize_s", median(lin_t)},
                            {"linearize_minus_forward_s", median(diff)},
                            {"runs", compile_runs}};
+    }
+
+    // Linearize at a new point with a compiled program (compiler/api/program.h): the primal graph
+    // alone, against the plain forward in interleaved pairs in this process; its matmul FLOPs
+    // counted on the kernels that ran, and its peak beside the forward's and the residuals.
+    {
+      jvpc::ProgramOptions po;
+      po.linearize = lin_opts;
+      jvpc::Program prog = jvpc::compile(fn, ex.inputs, po);
+      std::vector<at::Tensor> x2;
+      for (const at::Tensor& p : primals)
+        x2.push_back(
+            p.is_floating_point() ? at::empty_strided(p.sizes(), p.strides(), p.options()).copy_(p * 0.5 + 0.25) : p);
+      auto prog_once = [&] { return prog.linearize(x2); };
+      std::vector<double> fwd, prog_t, diff;
+      for (int i = 0; i < warmup; ++i) {
+        forward();
+        prog_once();
+      }
+      for (int i = 0; i < compile_runs; ++i) {
+        std::optional<jvpc::Linearized> result;  // freed after the clock stops
+        double f = time_once(forward), l = time_once([&] { result = prog_once(); });
+        fwd.push_back(f);
+        prog_t.push_back(l);
+        diff.push_back(l - f);
+      }
+      std::optional<jvpc::Linearized> held;
+      phases["program_linearize"] = {{"matmul_flops", matmul_flops([&] { prog_once(); })},
+                                     {"predicted_matmul_flops", prog.primal_cost().matmul_flops},
+                                     {"time_s", median(prog_t)},
+                                     {"forward_s", median(fwd)},
+                                     {"minus_forward_s", median(diff)},
+                                     {"peak_bytes", peak_bytes([&] { held = prog_once(); })},
+                                     {"forward_peak_bytes", peak_bytes(forward)},
+                                     {"residual_bytes", prog.report().tangent.residual_bytes},
+                                     {"runs", compile_runs}};
     }
 
     // The tangent graph's matrix products alone (cuBLAS or the CPU BLAS, same shapes and dtype):

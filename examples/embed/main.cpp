@@ -1,20 +1,97 @@
-// Runs a compiled tangent graph (from `jvpc linearize sdpa -o tangent.json`) in an application
-// that links only the jvpc runtime.
+// Runs a compiled tangent graph (from `jvpc linearize sdpa -o tangent.json`), or a compiled
+// program (from `jvpc compile sdpa -o prog.json`), in an application that links only the jvpc
+// runtime.
 //
 //   embed tangent.json [calls]
+//   embed --program prog.json    linearizes at two random points, each checked against LibTorch's
+//                                forward AD of the primal graph's own outputs
 #include "compiler/ir/serialize.h"
 #include "runtime/executable.h"
+#include "runtime/program.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 
+namespace {
+
+// J·t of the primal graph's first `outputs` outputs at x, by LibTorch's forward AD: the primal
+// graph run node by node on dual tensors.
+std::vector<at::Tensor> forward_ad(jvpc::Executable& primal, size_t outputs, const std::vector<at::Tensor>& x,
+                                   const std::vector<std::optional<at::Tensor>>& t) {
+  uint64_t level = torch::autograd::forward_ad::enter_dual_level();
+  std::vector<at::Tensor> duals;
+  for (size_t i = 0; i < x.size(); ++i)
+    duals.push_back(t[i] ? at::_make_dual(x[i], *t[i], static_cast<int64_t>(level)) : x[i]);
+  std::vector<at::Tensor> outs = primal.run(duals), result;
+  for (size_t i = 0; i < outputs; ++i) {
+    at::Tensor d = std::get<1>(at::_unpack_dual(outs[i], static_cast<int64_t>(level)));
+    result.push_back(d.defined() ? d.clone() : at::zeros_like(outs[i]));
+  }
+  torch::autograd::forward_ad::exit_dual_level(level);
+  return result;
+}
+
+// Linearizes the program at two random points and checks each linear map against forward AD.
+int run_program(const std::string& path) {
+  jvpc::ProgramExecutable prog(jvpc::load_program(path));  // captured tensors: prog.safetensors
+  jvpc::Executable reference(jvpc::load_program(path).primal, jvpc::ExecutableOptions::plain());
+  bool ok = true;
+  for (int point = 0; point < 2; ++point) {
+    std::vector<at::Tensor> x;
+    for (const jvpc::Input* in : prog.primal_inputs()) {
+      const jvpc::TensorMeta& m = in->value->meta();
+      x.push_back(at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(m.device))
+                      .copy_(at::randn(m.sizes, at::TensorOptions().dtype(m.dtype).device(m.device))));
+    }
+    jvpc::ProgramExecutable::Point p = prog.linearize(x);
+    std::vector<at::Tensor> t;
+    std::vector<std::optional<at::Tensor>> per_primal(x.size());
+    for (const jvpc::Input* in : p.jvp_fn->arguments()) {
+      const jvpc::TensorMeta& m = in->value->meta();
+      t.push_back(at::randn(m.sizes, at::TensorOptions().dtype(m.dtype).device(m.device)));
+      for (size_t i = 0; i < x.size(); ++i)
+        if (prog.primal_inputs()[i]->name == in->tangent_of) per_primal[i] = t.back();
+    }
+    std::vector<at::Tensor> dy = p.jvp_fn->run(t);
+    std::vector<at::Tensor> want = forward_ad(reference, prog.num_primal_outputs(), x, per_primal);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < dy.size(); ++i) {
+      num += (dy[i].to(at::kDouble) - want[i].to(at::kDouble)).pow(2).sum().item<double>();
+      den += want[i].to(at::kDouble).pow(2).sum().item<double>();
+    }
+    double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    bool pass = rel < 1e-5;
+    ok &= pass;
+    std::cout << "point " << point << ": " << prog.tangent_graph()->output_names()[0] << " : "
+              << jvpc::TensorMeta::of(dy[0]).str() << "  rel_error vs forward AD " << rel
+              << (pass ? "  PASS" : "  FAIL") << "\n";
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: embed tangent.json [calls]\n";
+    std::cerr << "usage: embed tangent.json [calls] | embed --program prog.json\n";
     return 2;
+  }
+  if (std::string(argv[1]) == "--program") {
+    if (argc != 3) {
+      std::cerr << "usage: embed --program prog.json\n";
+      return 2;
+    }
+    try {
+      return run_program(argv[2]);
+    } catch (const std::exception& e) {
+      std::cerr << "embed: error: " << e.what() << "\n";
+      return 2;
+    }
   }
   int calls = 10;
   if (argc > 2) {

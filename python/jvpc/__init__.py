@@ -4,6 +4,8 @@
     out, jvp_fn = jvpc.linearize(f, q, k, v)      # as torch.func.linearize; f runs once
     dout = jvp_fn(dq, dk, dv)                      # the compiled tangent graph
     out, dout = jvpc.jvp(f, (q, k, v), (dq, dk, dv))
+    prog = jvpc.compile(f, q, k, v)                # traced and optimized once
+    out, jvp_fn = prog(q2, k2, v2)                 # the primal graph alone, at new primals
 
 `import torch` must come first (the extension links LibTorch's Python bindings). The module is
 built by jvpc's CMake into build/python/jvpc: `PYTHONPATH=build/python python3 -c "import torch, jvpc"`.
@@ -15,7 +17,7 @@ import torch  # noqa: F401  (loads LibTorch and its Python bindings before the e
 from . import _C
 from . import _flops  # noqa: F401  (FlopCounterMode's formula for jvpc::attention_tangent)
 from ._C import Error, ExecutableOptions, Graph, LinearizeOptions, optional_passes
-from ._api import JvpFn, Loaded, TracedGraph, jvp, linearize, load, trace
+from ._api import JvpFn, Loaded, Program, TracedGraph, compile, jvp, linearize, load, trace
 
 __all__ = [
     "Error",
@@ -24,7 +26,9 @@ __all__ = [
     "JvpFn",
     "LinearizeOptions",
     "Loaded",
+    "Program",
     "TracedGraph",
+    "compile",
     "jvp",
     "linearize",
     "load",

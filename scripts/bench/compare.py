@@ -84,6 +84,20 @@ def rows_for(j, t):
             (f"compile: linearize minus forward (median of the {n} differences)",
              fmt_time(compile_["linearize_minus_forward_s"]), "—", "—"),
         ]
+    prog = jp.get("program_linearize")
+    if prog:  # compile once, linearize anywhere (compiler/api/program.h): the primal graph alone
+        n = prog["runs"]
+        held = prog["residual_bytes"] + prog["forward_peak_bytes"]
+        rows += [
+            row("matmul FLOPs, linearize at a new point, compiled program", prog, tp["linearize"], "matmul_flops", flops),
+            row("time, linearize at a new point, compiled program (vs torch.func.linearize)", prog, tp["linearize"],
+                "time_s", fmt_time),
+            (f"  ...against the plain forward in the same process (medians of {n} interleaved pairs): "
+             "ratio program / forward", f"{fmt_time(prog['time_s'])} vs {fmt_time(prog['forward_s'])}", "—",
+             ratio(prog["time_s"], prog["forward_s"])),
+            ("  ...peak bytes of that linearize vs residuals + the forward's peak",
+             f"{fmt_bytes(prog['peak_bytes'])} vs {fmt_bytes(held)}", "—", ratio(prog["peak_bytes"], held)),
+        ]
     return rows
 
 

@@ -1,0 +1,105 @@
+// Compiled programs: compile runs linearize's pipeline with fold splitting the graph
+// (passes/fold.cpp); the runtime half, ProgramExecutable (runtime/program.h), runs it at new
+// points. See program.h.
+#include "compiler/api/program.h"
+
+#include "compiler/cost/kernel_watch.h"
+#include "passes/passes.h"
+
+#include <ATen/ATen.h>
+
+#include <unordered_set>
+
+namespace jvpc {
+
+namespace {
+
+// Ops whose output shapes follow the values of their inputs: a graph records the shapes of one
+// run, which other inputs would not give.
+void reject_data_dependent_shapes(const Graph& g) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::nonzero",
+      "aten::masked_select",
+      "aten::_unique",
+      "aten::_unique2",
+      "aten::unique_dim",
+      "aten::unique_consecutive",
+      "aten::bincount",
+      "aten::repeat_interleave.Tensor",
+      "aten::unique_dim_consecutive",
+  };
+  for (const Node* n : g.nodes())
+    if (ops.count(n->op()))
+      throw Error(n->op() +
+                  " gives an output whose shape depends on the input values; a program's shapes are fixed when it "
+                  "is compiled: linearize at each point instead");
+}
+
+Program from_trace(Trace&& t, const ProgramOptions& options, const KernelWatch& watch) {
+  size_t num_outputs = t.graph->outputs().size();
+  if (num_outputs == 0) throw Error("compile: the function returns no tensor");
+  auto split = std::make_shared<PrimalSplit>();
+  Linearized lin = detail::linearize_trace(std::move(t), options.linearize, watch, split);
+  if (!split->primal) throw Error("compile: fold did not split the graph");
+  ProgramGraphs graphs{std::move(split->primal), lin.tangent_graph->clone(), num_outputs, options.exact_strides};
+  // Residuals that a pass after fold left unread are not computed.
+  std::unordered_set<std::string> read;
+  for (const Input& in : graphs.tangent->inputs())
+    if (in.role == Role::Constant) read.insert(in.name);
+  Graph& primal = *graphs.primal;
+  for (size_t i = primal.outputs().size(); i-- > num_outputs;)
+    if (!read.count(primal.output_names()[i])) primal.erase_output(i);
+  dce(primal);
+  // Captured tensors keep no autograd history in the primal graph (a detached tensor shares the
+  // data and the version counter: an optimizer step's writes are seen).
+  for (Input& in : primal.inputs())
+    if (in.role == Role::Constant && in.data.defined() && in.data.requires_grad()) in.data = in.data.detach();
+  return Program(std::move(graphs), options.linearize.runtime, std::move(lin.report));
+}
+
+}  // namespace
+
+Program::Program(ProgramGraphs graphs, const ExecutableOptions& runtime, CompileReport report)
+    : primal_cost_(std::make_shared<GraphCost>(graph_cost(*graphs.primal))) {
+  report.tangent = graph_cost(*graphs.tangent);
+  report_ = std::make_shared<const CompileReport>(std::move(report));
+  exec_ = std::make_shared<const ProgramExecutable>(std::move(graphs), runtime);
+}
+
+Linearized Program::linearize(const std::vector<at::Tensor>& primals) const {
+  ProgramExecutable::Point p = exec_->linearize(primals);
+  Linearized lin;
+  lin.primal_outputs = std::move(p.primal_outputs);
+  lin.tangent_graph = exec_->tangent_graph();
+  lin.jvp_fn = std::move(p.jvp_fn);
+  lin.report.tangent = report_->tangent;
+  return lin;
+}
+
+void Program::save(const std::string& path, const SaveOptions& options) const {
+  save_program(*exec_->primal_graph(), *exec_->tangent_graph(), exec_->num_primal_outputs(), exec_->exact_strides(),
+               path, options);
+}
+
+Program compile(const TensorFn& fn, const std::vector<TraceInput>& example_primals, const ProgramOptions& options) {
+  KernelWatch watch;
+  Trace t = trace(fn, example_primals);  // without specialize_on_scalars: the graph is replayed
+  detail::reject_random_ops(*t.graph);
+  reject_data_dependent_shapes(*t.graph);
+  for (auto& [id, v] : t.values)
+    if (v.defined() && v.requires_grad()) v = v.detach();
+  return from_trace(std::move(t), options, watch);
+}
+
+Program compile(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& example_values,
+                const ProgramOptions& options) {
+  KernelWatch watch;
+  reject_data_dependent_shapes(*graph);
+  return from_trace(detail::evaluate_graph(std::move(graph), example_values), options, watch);
+}
+
+Program Program::load(const std::string& path, const LoadOptions& options, const ExecutableOptions& runtime) {
+  return Program(load_program(path, options), runtime);
+}
+
+}  // namespace jvpc

@@ -1,0 +1,261 @@
+// jvpc compile: trace and compile an example (or a traced graph) into a program, check it at a
+// point other than the one it was compiled at against LibTorch's forward AD, and write it.
+// jvpc jvp: load a program and run it at given primals and tangents (compiler/api/program.h).
+#include "compiler/cli/cli.h"
+
+#include "compiler/api/program.h"
+#include "compiler/api/reference.h"
+#include "compiler/cost/kernel_watch.h"
+#include "compiler/ir/files.h"
+#include "compiler/ir/ops.h"
+#include "compiler/ir/serialize.h"
+#include "examples/examples.h"
+#include "examples/flags.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+namespace jvpc::cli {
+
+namespace {
+
+std::string flops_line(const char* what, int64_t flops, const std::string& note) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%-22s %14lld  (%s; %s)\n", what, static_cast<long long>(flops),
+                human_count(flops).c_str(), note.c_str());
+  return line;
+}
+
+void print_tensor(const std::string& name, const at::Tensor& t) {
+  at::Tensor d = t.to(at::kCPU, at::kDouble);
+  char line[256];
+  std::snprintf(line, sizeof line, "%-10s %-24s sum=% .9e  abs_sum=%.9e\n", name.c_str(),
+                TensorMeta::of(t).str().c_str(), d.sum().item<double>(), d.abs().sum().item<double>());
+  std::cout << line;
+}
+
+// Values like `like`'s, drawn from `gen` (floating: a standard normal step away; others as they are).
+std::vector<at::Tensor> moved(const std::vector<at::Tensor>& like, at::Generator& gen) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& v : like) {
+    if (!v.is_floating_point()) {
+      out.push_back(v);
+      continue;
+    }
+    at::Tensor step = at::randn(v.sizes(), gen, at::TensorOptions().dtype(at::kDouble)).to(v.device(), v.scalar_type());
+    at::Tensor x = at::empty_strided(v.sizes(), v.strides(), v.options());
+    x.copy_(v + 0.5 * step);
+    out.push_back(x);
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_compile(CLI::App& app) {
+  struct Opts {
+    std::string target, out, device, inputs;
+    uint64_t seed = 0;
+    std::optional<double> tolerance;
+    LimitFlags limits;
+    bool trusted = false, loose_strides = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "compile",
+      "Compile an example or a traced graph into a program (primal graph + tangent graph) that linearizes at any "
+      "point by running the primal graph alone; check it at a new point against LibTorch's forward AD; write it");
+  cmd->add_option("target", o->target, "an example (sdpa, mlp, block) or a graph .json from `jvpc trace`")->required();
+  cmd->add_option("-o,--output", o->out, "write the program as JSON (captured tensors beside it in .safetensors)")
+      ->check(examples::kFileName);
+  cmd->add_option("--inputs", o->inputs,
+                  "graph file: safetensors file with the example primals by name (default: x.inputs.safetensors "
+                  "beside x.json, written by `jvpc trace -o`, else random)");
+  cmd->add_option("--seed", o->seed, "seed of the new point and the tangents of the check")
+      ->capture_default_str()
+      ->check(examples::kSeed);
+  cmd->add_option("--device", o->device, "cpu or cuda: where a graph file runs, or the example's --device")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--tolerance", o->tolerance,
+                  "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 "
+                  "2e-2)")
+      ->check(examples::kNonNegative);
+  cmd->add_flag("--any-strides", o->loose_strides,
+                "accept primals of other strides than the example's (copied into its layout); by default a "
+                "program takes exactly the example's strides");
+  cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
+  add_max_memory(cmd, o->limits);
+  add_max_flops(cmd, o->limits);
+  cmd->allow_extras();
+  cmd->footer(examples_help());
+  cmd->callback([o, cmd] {
+    o->limits.check();
+    bool is_graph = o->target.size() > 5 && o->target.compare(o->target.size() - 5, 5, ".json") == 0;
+    if (!o->out.empty()) check_destination(constants_path_for(o->out));
+    ProgramOptions po;
+    po.exact_strides = !o->loose_strides;
+    po.linearize.runtime.max_memory = o->limits.memory();
+    std::string description;
+    std::vector<at::Tensor> example;
+    TensorFn reference;
+    std::optional<Program> prog;
+    if (is_graph) {
+      if (!leftover(*cmd).empty()) throw Error("unexpected arguments after a graph file: " + leftover(*cmd)[0]);
+      std::optional<c10::Device> dev;
+      if (!o->device.empty()) dev = c10::Device(o->device);
+      LoadOptions lo = load_options(dev, o->limits);
+      lo.trusted = o->trusted;
+      std::unique_ptr<Graph> g = load(o->target, lo);
+      check_flops(*g, o->limits);
+      std::string inputs = o->inputs;
+      if (inputs.empty() && std::filesystem::is_regular_file(traced_inputs_path_for(o->target)))
+        inputs = traced_inputs_path_for(o->target);
+      example = inputs.empty() ? random_inputs(*g, o->seed) : inputs_from_file(*g, inputs);
+      description = o->target;
+      ExecutableOptions plain = ExecutableOptions::plain();
+      plain.max_memory = o->limits.memory();
+      auto exe = std::make_shared<Executable>(with_math_attention(*g), plain);
+      reference = [exe](const std::vector<at::Tensor>& x) { return exe->run(x); };
+      prog.emplace(compile(std::move(g), example, po));
+    } else {
+      if (!o->inputs.empty()) throw Error("--inputs is for a graph file; an example makes its own inputs");
+      std::vector<std::string> flags = leftover(*cmd);
+      if (!o->device.empty()) flags.insert(flags.end(), {"--device", o->device});
+      examples::Instance ex = examples::make(o->target, flags);
+      description = ex.description;
+      for (const TraceInput& in : ex.inputs) example.push_back(in.value);
+      reference = ex.make_fn(examples::Backend::Math);
+      prog.emplace(compile(ex.fn(), ex.inputs, po));
+    }
+    check_flops(*prog->tangent_graph(), o->limits, "tangent graph");
+
+    // The check: a new point, a seeded step away from the example's, against forward AD there.
+    at::Generator gen = at::detail::createCPUGenerator(o->seed + 1);
+    std::vector<at::Tensor> x2 = moved(example, gen);
+    KernelWatch watch;
+    Linearized lin = prog->linearize(x2);
+    int64_t measured = watch.matmul_flops();
+    std::vector<at::Tensor> tangents;
+    std::vector<std::optional<at::Tensor>> ref_tangents(example.size());
+    const auto primals = prog->executable().primal_inputs();
+    for (const Input* in : lin.jvp_fn->arguments()) {
+      const TensorMeta& m = in->value->meta();
+      tangents.push_back(at::randn(m.sizes, gen, at::TensorOptions().dtype(at::kDouble)).to(m.device, m.dtype));
+      for (size_t i = 0; i < primals.size(); ++i)
+        if (primals[i]->name == in->tangent_of) ref_tangents[i] = tangents.back();
+    }
+    std::vector<at::Tensor> got = lin.jvp(tangents);
+    std::vector<at::Tensor> want;
+    try {
+      want = forward_ad_jvp(reference, x2, ref_tangents);
+    } catch (const std::exception& e) {
+      throw Error(std::string("cannot check against LibTorch's forward AD: ") + one_line(e));
+    }
+    ErrorStats err = compare(got, want);
+    double tolerance = o->tolerance ? *o->tolerance : tolerance_for(got);
+    bool passed = err.rel_error <= tolerance;
+
+    const GraphCost& primal = prog->primal_cost();
+    const GraphCost& tangent = prog->report().tangent;
+    std::cout << "jvpc compile " << description << "\n\n"
+              << "primal graph  " << primal.nodes << " nodes, "
+              << prog->primal_graph().outputs().size() - prog->executable().num_primal_outputs()
+              << " residuals; tangent graph " << tangent.nodes << " nodes\n"
+              << flops_line("linearize matmul FLOPs", primal.matmul_flops, "cost model of the primal graph")
+              << flops_line("", measured, "measured: kernels run by linearize at a new point")
+              << flops_line("jvp call matmul FLOPs", tangent.matmul_flops, "cost model of the tangent graph")
+              << "residuals     " << human_bytes(tangent.residual_bytes) << " per point, plus "
+              << human_bytes(tangent.aliased_input_bytes) << " aliasing the inputs\n";
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "check         at a new point vs LibTorch forward AD: rel_error %.3e, max_abs_error %.3e, "
+                  "tolerance %.1e: %s\n",
+                  err.rel_error, err.max_abs_error, tolerance, passed ? "PASS" : "FAIL");
+    std::cout << line;
+    if (!o->out.empty()) {
+      SaveOptions so;
+      so.trusted = o->trusted;
+      prog->save(o->out, so);
+      std::cout << "program -> " << o->out << "\n";
+    }
+    exit_code = passed ? 0 : 1;
+  });
+}
+
+void add_jvp(CLI::App& app) {
+  struct Opts {
+    std::string file, device, primals, tangents, out;
+    uint64_t seed = 0;
+    bool trusted = false;
+    LimitFlags limits;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "jvp",
+      "Run a program from `jvpc compile -o` at given primals and tangents: linearize there (the primal graph "
+      "alone), apply the linear map; print the outputs' and output tangents' shapes and checksums");
+  cmd->add_option("program", o->file, "program JSON file")->required();
+  cmd->add_option("--primals", o->primals,
+                  "safetensors file with a tensor per primal input, by name (default: random)");
+  cmd->add_option("--tangents", o->tangents,
+                  "safetensors file with a tensor per tangent input, by name (dq, ...; default: random)");
+  cmd->add_option("-o,--output", o->out, "write the outputs and output tangents, by name, as safetensors")
+      ->check(examples::kFileName);
+  cmd->add_option("--seed", o->seed, "seed of random primals and tangents")
+      ->capture_default_str()
+      ->check(examples::kSeed);
+  cmd->add_option("--device", o->device, "cpu or cuda (moves the program there)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
+  add_max_memory(cmd, o->limits);
+  add_max_flops(cmd, o->limits);
+  cmd->callback([o] {
+    o->limits.check();
+    if (!o->out.empty()) check_destination(o->out);
+    std::optional<c10::Device> dev;
+    if (!o->device.empty()) dev = c10::Device(o->device);
+    LoadOptions lo = load_options(dev, o->limits);
+    lo.trusted = o->trusted;
+    ExecutableOptions eo;
+    eo.max_memory = o->limits.memory();
+    Program prog = Program::load(o->file, lo, eo);
+    check_flops(prog.primal_graph(), o->limits, "primal graph");
+    check_flops(*prog.tangent_graph(), o->limits, "tangent graph");
+    const Graph& primal = prog.primal_graph();
+    std::vector<at::Tensor> x =
+        o->primals.empty() ? random_inputs(primal, o->seed) : inputs_from_file(primal, o->primals);
+    KernelWatch lin_watch;
+    Linearized lin = prog.linearize(x);
+    int64_t lin_flops = lin_watch.matmul_flops();
+    const Graph& tangent = *prog.tangent_graph();
+    std::vector<at::Tensor> t =
+        o->tangents.empty() ? random_inputs(tangent, o->seed + 1) : inputs_from_file(tangent, o->tangents);
+    KernelWatch jvp_watch;
+    std::vector<at::Tensor> dy = lin.jvp(t);
+    int64_t jvp_flops = jvp_watch.matmul_flops();
+    std::vector<std::pair<std::string, at::Tensor>> written;
+    for (size_t i = 0; i < lin.primal_outputs.size(); ++i) {
+      print_tensor(primal.output_names()[i], lin.primal_outputs[i]);
+      written.emplace_back(primal.output_names()[i], lin.primal_outputs[i].cpu());
+    }
+    for (size_t i = 0; i < dy.size(); ++i) {
+      std::string name = tangent.output_names()[i];
+      if (std::any_of(written.begin(), written.end(), [&](const auto& w) { return w.first == name; }))
+        name = "d" + name;
+      print_tensor(name, dy[i]);
+      written.emplace_back(name, dy[i].cpu());
+    }
+    std::cout << flops_line(
+                     "linearize matmul FLOPs", lin_flops,
+                     "measured; the primal graph's cost model: " + std::to_string(prog.primal_cost().matmul_flops))
+              << flops_line("jvp matmul FLOPs", jvp_flops, "measured");
+    if (!o->out.empty()) write_safetensors(o->out, written);
+  });
+}
+
+}  // namespace jvpc::cli

@@ -1,0 +1,96 @@
+"""jvpc.compile: a program compiled once linearizes at new primals by running its primal graph alone,
+checked against torch.func.jvp in float64; FlopCounterMode counts exactly the primal graph's matmuls;
+captured parameters are read afresh after an optimizer step; guards are one-line jvpc.Errors."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+import jvpc
+
+
+def sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def seed_shaped(dtype=torch.float32):
+    return tuple(torch.randn(1, 5, 128, 64, dtype=dtype) for _ in range(3))
+
+
+def test_prog_counts_exactly_the_seeds_forward():
+    with sdpa_kernel(SDPBackend.MATH):
+        prog = jvpc.compile(sdpa, *seed_shaped())
+        q, k, v = seed_shaped()
+        with FlopCounterMode(display=False) as m:
+            out, jvp_fn = prog(q, k, v)
+        assert m.get_total_flops() == 20_971_520
+        assert prog.primal_cost()["matmul_flops"] == 20_971_520
+        dq, dk, dv = seed_shaped()
+        with FlopCounterMode(display=False) as m:
+            dout = jvp_fn(dq, dk, dv)
+        assert m.get_total_flops() == 41_943_040
+        ref_out, ref_dout = torch.func.jvp(sdpa, (q, k, v), (dq, dk, dv))
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(dout, ref_dout, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_new_points_match_torch_func_jvp_in_float64(causal):
+    f = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    with sdpa_kernel(SDPBackend.MATH):
+        prog = jvpc.compile(f, *seed_shaped(torch.float64))
+        for _ in range(2):
+            x, t = seed_shaped(torch.float64), seed_shaped(torch.float64)
+            out, jvp_fn = prog(*x)
+            ref_out, ref_dout = torch.func.jvp(f, x, t)
+            torch.testing.assert_close(out, ref_out, atol=1e-12, rtol=1e-12)
+            torch.testing.assert_close(jvp_fn(*t), ref_dout, atol=1e-12, rtol=1e-10)
+
+
+def test_an_optimizer_step_between_two_points_is_seen():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(3, 8, dtype=torch.float64)
+    prog = jvpc.compile(model, x)
+    dx = torch.randn(3, 8, dtype=torch.float64)
+    _, jvp_before = prog(x)
+    before = jvp_before(dx)
+    model(x).square().sum().backward()
+    opt.step()  # in place, under no_grad
+    x2 = torch.randn(3, 8, dtype=torch.float64)
+    out, jvp_fn = prog(x2)
+    ref_out, ref_dout = torch.func.jvp(model, (x2,), (dx,))
+    torch.testing.assert_close(out, ref_out.detach())
+    torch.testing.assert_close(jvp_fn(dx), ref_dout.detach())
+    torch.testing.assert_close(jvp_before(dx), before, atol=0, rtol=0)  # its own residuals
+
+
+def test_guards_are_one_line_errors_naming_the_input():
+    prog = jvpc.compile(lambda x, y: x.sin() * y, torch.randn(3, 4), torch.randn(3, 4))
+    with pytest.raises(jvpc.Error, match=r"primal 'a1': expected shape \[3,4\] but got \[4,3\]"):
+        prog(torch.randn(3, 4), torch.randn(4, 3))
+    with pytest.raises(jvpc.Error, match="primal 'a0': expected dtype Float but got Double"):
+        prog(torch.randn(3, 4, dtype=torch.float64), torch.randn(3, 4))
+    with pytest.raises(jvpc.Error, match=r"primal 'a0': expected strides \[4,1\] but got \[1,3\]"):
+        prog(torch.randn(4, 3).t(), torch.randn(3, 4))
+    with pytest.raises(jvpc.Error, match="expected 2 positional arguments"):
+        prog(torch.randn(3, 4))
+    loose = jvpc.compile(lambda x, y: x.sin() * y, torch.randn(3, 4), torch.randn(3, 4), exact_strides=False)
+    x, y = torch.randn(4, 3).t(), torch.randn(3, 4)
+    out, _ = loose(x, y)
+    torch.testing.assert_close(out, x.sin() * y)
+
+
+def test_reading_a_value_into_a_number_cannot_be_compiled():
+    with pytest.raises(jvpc.Error, match="aten::_local_scalar_dense reads a value computed from the inputs"):
+        jvpc.compile(lambda x: x * x.sum().item(), torch.randn(3))
+
+
+def test_a_program_saves_as_one_json_file(tmp_path):
+    prog = jvpc.compile(sdpa, *seed_shaped())
+    prog.save(tmp_path / "prog.json")
+    assert (tmp_path / "prog.json").read_text().startswith("{")
+    assert '"format": "jvpc-program"' in (tmp_path / "prog.json").read_text()
