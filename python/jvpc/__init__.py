@@ -14,7 +14,7 @@ import torch  # noqa: F401  (loads LibTorch and its Python bindings before the e
 
 from . import _C
 from ._C import Error, ExecutableOptions, Graph, LinearizeOptions, optional_passes
-from ._api import JvpFn, Loaded, TracedGraph, jvp, linearize, load, trace
+from ._api import JvpFn, Loaded, TracedGraph, jacfwd, jvp, linearize, load, trace
 
 __all__ = [
     "Error",
@@ -24,6 +24,7 @@ __all__ = [
     "LinearizeOptions",
     "Loaded",
     "TracedGraph",
+    "jacfwd",
     "jvp",
     "linearize",
     "load",
