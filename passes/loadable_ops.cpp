@@ -18,9 +18,10 @@ const std::vector<std::string>& emitted_ops() {
       "aten::_softmax_backward_data",  // softmax's tangent
       "aten::narrow",                  // rules' slices (solvers, scatter_reduce)
       "aten::where.ScalarOther",
-      "aten::where.ScalarSelf",   // select-masks: where(mask, t, 0)
-      "aten::zeros",              // materialized zero tangents
-      "jvpc::attention_tangent",  // attention's tangent in O(L) memory (runtime/attention_tangent.h)
+      "aten::where.ScalarSelf",           // select-masks: where(mask, t, 0)
+      "aten::zeros",                      // materialized zero tangents
+      "jvpc::attention_tangent",          // attention's tangent in O(L) memory (runtime/attention_tangent.h)
+      "jvpc::attention_tangent.batched",  // the same for K tangents (passes/batch.cpp)
   };
   return ops;
 }

@@ -141,6 +141,20 @@ bool zero_blocks(Graph& g);
 /// attention) reads the unrepeated tensor, with the left operand's matrices stacked per group.
 bool group_bmm(Graph& g);
 
+/// What batch_tangents made: the batched graph, and the ops that had no batching rule.
+struct BatchResult {
+  std::unique_ptr<Graph> graph;
+  /// Ops without a batching rule, each applied as K unrolled copies of itself (sorted, once each).
+  std::vector<std::string> unrolled;
+};
+
+/// batch.cpp: from a tangent graph for one tangent, the graph for K tangents stacked on a new
+/// leading axis: every tangent input and output [...] becomes [K, ...], residuals stay as they
+/// are (never copied), work that does not depend on the tangent is done once, and a product of a
+/// residual by a batched tangent is one product with K folded into its rows or columns
+/// (passes/batch_rules/). An op without a batching rule becomes K unrolled copies of itself.
+BatchResult batch_tangents(const Graph& g, int64_t K);
+
 /// fuse_matmul_add.cpp: add(x, bmm(a, b)) -> baddbmm(x, a, b) and add(x, mm(a, b)) ->
 /// addmm(x, a, b), when the product is read only by the addition.
 bool fuse_matmul_add(Graph& g);

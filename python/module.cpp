@@ -170,6 +170,21 @@ void bind_compiled(py::module_& m) {
              l.check_captured();
              return run_graph(*l.jvp_fn, t);
            })
+      // --- batched tangents (issue 20): K tangents stacked on a leading dim, one call ---------
+      .def(
+          "run_batched",
+          [](Linearized& l, int64_t K, const std::vector<at::Tensor>& t) {
+            py::gil_scoped_release release;
+            at::NoGradGuard no_grad;
+            return l.jvp_batched(K, t);
+          },
+          "K tangents per argument, stacked on a leading dim, in one call of the batched tangent graph")
+      .def("batched_cost_json",
+           [](Linearized& l, int64_t K) {
+             py::gil_scoped_release release;
+             return to_json(graph_cost(l.batched(K).fn->graph())).dump();
+           })
+      .def("batched_unrolled", [](Linearized& l, int64_t K) { return l.batched(K).unrolled; })
       .def_property_readonly("tangent_names", &Linearized::tangent_names)
       .def_property_readonly("graph",
                              [](const Linearized& l) { return std::const_pointer_cast<Graph>(l.tangent_graph); })

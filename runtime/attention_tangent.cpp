@@ -78,56 +78,63 @@ Sizes check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
 
 bool present(const std::optional<at::Tensor>& t) { return t && t->defined(); }
 
-at::Tensor attention_tangent(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                             const at::Tensor& lse, const std::optional<at::Tensor>& dq,
-                             const std::optional<at::Tensor>& dk, const std::optional<at::Tensor>& dv,
-                             const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& dmask, bool causal,
-                             double scale, int64_t block_q, int64_t block_k) {
-  const Sizes s = check(q, k, v, out, lse, dq, dk, dv, mask, dmask, block_q, block_k);
-  const int64_t B = s.B, H = s.H, Hkv = s.Hkv, G = s.G, Lq = s.Lq, Lk = s.Lk, Dv = s.Dv;
-  at::Tensor result = at::empty({B, H, Lq, Dv}, q.options().memory_format(at::MemoryFormat::Contiguous));
-  const bool has_ds = present(dq) || present(dk) || present(dmask);
-  if ((!has_ds && !present(dv)) || result.numel() == 0) return result.zero_();
+// The kernel, for K tangents at once: dq, dk, dv are [K, ...] of their primals' shapes (or
+// undefined), dmask [K, ...] broadcastable to the scores; returns [K, B, H, Lq, Dv]. The scores
+// and P of each block are computed once and shared by the K tangents; the K tangents' rows (dq,
+// dS, the accumulators) are stacked in each bmm's rows, and their dk and dv blocks in its
+// columns, so every bmm with a residual operand is one bmm for all K.
+at::Tensor attention_tangent_k(const Sizes& s, int64_t K, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dq, const at::Tensor& dk,
+                               const at::Tensor& dv, const std::optional<at::Tensor>& mask, const at::Tensor& dmask,
+                               bool causal, double scale, int64_t block_q, int64_t block_k) {
+  const int64_t B = s.B, H = s.H, Hkv = s.Hkv, G = s.G, Lq = s.Lq, Lk = s.Lk, Dv = s.Dv, D = s.D;
+  at::Tensor result = at::empty({K, B, H, Lq, Dv}, q.options().memory_format(at::MemoryFormat::Contiguous));
+  const bool has_ds = dq.defined() || dk.defined() || dmask.defined();
+  if ((!has_ds && !dv.defined()) || result.numel() == 0) return result.zero_();
   const at::ScalarType acc = at::isReducedFloatingType(q.scalar_type()) ? at::kFloat : q.scalar_type();
   const double inf = std::numeric_limits<double>::infinity();
+  const int64_t BH = B * Hkv;
 
   // [B, H, L, X] viewed as [B, Hkv, G, L, X]: query head h = hkv·G + g reads key head hkv.
   auto grouped = [&](const at::Tensor& x) { return x.reshape({B, Hkv, G, x.size(2), x.size(3)}); };
   // Rows [i0, i0 + n) of a grouped tensor as one bmm operand [B·Hkv, G·n, X] in `acc`.
   auto rows = [&](const at::Tensor& x5, int64_t i0, int64_t n) {
-    return x5.narrow(3, i0, n).reshape({B * Hkv, G * n, x5.size(4)}).to(acc);
+    return x5.narrow(3, i0, n).reshape({BH, G * n, x5.size(4)}).to(acc);
   };
-  // Keys [j0, j0 + n) of k, v, dk or dv as [B·Hkv, n, X] in `acc`.
+  // Keys [j0, j0 + n) of k or v as [B·Hkv, n, X] in `acc`.
   auto keys = [&](const at::Tensor& x, int64_t j0, int64_t n) {
-    return x.narrow(2, j0, n).reshape({B * Hkv, n, x.size(3)}).to(acc);
+    return x.narrow(2, j0, n).reshape({BH, n, x.size(3)}).to(acc);
+  };
+  // The K tangents' rows [i0, i0 + n) of dq (grouped: [K, B, Hkv, G, L, X]) as [B·Hkv, K·G·n, X].
+  auto rows_k = [&](const at::Tensor& x6, int64_t i0, int64_t n) {
+    return x6.narrow(4, i0, n).permute({1, 2, 0, 3, 4, 5}).reshape({BH, K * G * n, x6.size(5)}).to(acc);
   };
   const at::Tensor q5 = grouped(q), out5 = grouped(out);
-  const at::Tensor dq5 = present(dq) ? grouped(*dq) : at::Tensor();
+  const at::Tensor dq6 = dq.defined() ? dq.reshape({K, B, Hkv, G, Lq, D}) : at::Tensor();
   const at::Tensor lse5 = lse.reshape({B, Hkv, G, Lq, 1});
   std::vector<int64_t> scores = {B, H, Lq, Lk};
   const at::Tensor mask5 = present(mask) ? grouped(mask->expand(scores)) : at::Tensor();
-  const at::Tensor dmask5 = present(dmask) ? grouped(dmask->expand(scores)) : at::Tensor();
-  const at::Tensor result5 = result.view({B, Hkv, G, Lq, Dv});
+  const at::Tensor dmask6 =
+      dmask.defined() ? dmask.expand({K, B, H, Lq, Lk}).reshape({K, B, Hkv, G, Lq, Lk}) : at::Tensor();
+  const at::Tensor result6 = result.view({K, B, Hkv, G, Lq, Dv});
 
   for (int64_t i0 = 0; i0 < Lq; i0 += block_q) {
-    const int64_t bq = std::min(block_q, Lq - i0);
+    const int64_t bq = std::min(block_q, Lq - i0), R = G * bq;
     const at::Tensor qb = rows(q5, i0, bq);
-    const at::Tensor dqb = present(dq) ? rows(dq5, i0, bq) : at::Tensor();
+    const at::Tensor dqb = dq.defined() ? rows_k(dq6, i0, bq) : at::Tensor();
     at::Tensor lb = rows(lse5, i0, bq).clone();  // [B·Hkv, G·bq, 1], written below
     const at::Tensor dead = lb.eq(-inf);         // every key masked: the row's tangent is 0
     lb.masked_fill_(dead, 0.0);
-    at::Tensor acc_o = at::zeros({B * Hkv, G * bq, Dv}, q.options().dtype(acc));
-    at::Tensor c = at::zeros({B * Hkv, G * bq, 1}, q.options().dtype(acc));
+    at::Tensor acc_o = at::zeros({BH, K * R, Dv}, q.options().dtype(acc));
+    at::Tensor c = at::zeros({BH, K * R, 1}, q.options().dtype(acc));
+    const at::Tensor acc_o4 = acc_o.view({BH, K, R, Dv});
     for (int64_t j0 = 0; j0 < Lk; j0 += block_k) {
       if (causal && j0 > i0 + bq - 1) break;  // this key block and all after it are hidden
       const int64_t bk = std::min(block_k, Lk - j0);
       const at::Tensor kbt = keys(k, j0, bk).transpose(1, 2);
       at::Tensor sc = at::bmm(qb, kbt).mul_(scale);
-      auto block = [&](const at::Tensor& m5) {
-        return m5.narrow(3, i0, bq).narrow(4, j0, bk).reshape({B * Hkv, G * bq, bk});
-      };
       if (mask5.defined()) {
-        at::Tensor mb = block(mask5);
+        at::Tensor mb = mask5.narrow(3, i0, bq).narrow(4, j0, bk).reshape({BH, R, bk});
         if (mb.scalar_type() == at::kBool)
           sc.masked_fill_(mb.logical_not(), -inf);
         else
@@ -138,30 +145,94 @@ at::Tensor attention_tangent(const at::Tensor& q, const at::Tensor& k, const at:
         at::Tensor hidden = at::arange(j0, j0 + bk, opts).unsqueeze(0).gt(at::arange(i0, i0 + bq, opts).unsqueeze(1));
         sc.masked_fill_(hidden.repeat({G, 1}), -inf);
       }
-      const at::Tensor p = sc.sub_(lb).exp_();  // exact: lse is the full row's
+      const at::Tensor p = sc.sub_(lb).exp_();  // exact: lse is the full row's; shared by the K tangents
       if (has_ds) {
-        at::Tensor ds;
+        at::Tensor ds;  // [B·Hkv, K·R, bk]
         if (dqb.defined()) ds = at::bmm(dqb, kbt);
-        if (present(dk)) {
-          at::Tensor t = at::bmm(qb, keys(*dk, j0, bk).transpose(1, 2));
-          ds = ds.defined() ? ds.add_(t) : t;
+        if (dk.defined()) {  // q·dkᵀ with the K key blocks in the columns: [B·Hkv, R, K·bk]
+          at::Tensor dkt = dk.narrow(3, j0, bk).permute({1, 2, 4, 0, 3}).reshape({BH, D, K * bk}).to(acc);
+          at::Tensor t = at::bmm(qb, dkt).view({BH, R, K, bk}).permute({0, 2, 1, 3}).reshape({BH, K * R, bk});
+          ds = ds.defined() ? ds.add_(t) : t.contiguous();
         }
         if (ds.defined()) ds.mul_(scale);
-        if (dmask5.defined()) {
-          at::Tensor mb = block(dmask5).to(acc);
+        if (dmask6.defined()) {
+          at::Tensor mb =
+              dmask6.narrow(4, i0, bq).narrow(5, j0, bk).permute({1, 2, 0, 3, 4, 5}).reshape({BH, K * R, bk}).to(acc);
           ds = ds.defined() ? ds.add_(mb) : mb.clone();
         }
-        at::Tensor pds = ds.mul_(p);
+        at::Tensor pds = ds.view({BH, K, R, bk}).mul_(p.unsqueeze(1)).view({BH, K * R, bk});
         c.add_(pds.sum(-1, /*keepdim=*/true));
         acc_o.add_(at::bmm(pds, keys(v, j0, bk)));
       }
-      if (present(dv)) acc_o.add_(at::bmm(p, keys(*dv, j0, bk)));
+      if (dv.defined()) {  // P·dv with the K value blocks in the columns: [B·Hkv, R, K·Dv]
+        at::Tensor dvb = dv.narrow(3, j0, bk).permute({1, 2, 3, 0, 4}).reshape({BH, bk, K * Dv}).to(acc);
+        acc_o4.add_(at::bmm(p, dvb).view({BH, R, K, Dv}).permute({0, 2, 1, 3}));
+      }
     }
-    if (has_ds) acc_o.addcmul_(c, rows(out5, i0, bq), -1.0);  // − c ⊙ out
-    acc_o.masked_fill_(dead, 0.0);
-    result5.narrow(3, i0, bq).copy_(acc_o.view({B, Hkv, G, bq, Dv}));
+    if (has_ds) acc_o4.addcmul_(c.view({BH, K, R, 1}), rows(out5, i0, bq).unsqueeze(1), -1.0);  // − c ⊙ out
+    acc_o4.masked_fill_(dead.unsqueeze(1), 0.0);
+    result6.narrow(4, i0, bq).copy_(acc_o.view({B, Hkv, K, G, bq, Dv}).permute({2, 0, 1, 3, 4, 5}));
   }
   return result;
+}
+
+at::Tensor leading(const std::optional<at::Tensor>& t) { return present(t) ? t->unsqueeze(0) : at::Tensor(); }
+
+at::Tensor attention_tangent(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                             const at::Tensor& lse, const std::optional<at::Tensor>& dq,
+                             const std::optional<at::Tensor>& dk, const std::optional<at::Tensor>& dv,
+                             const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& dmask, bool causal,
+                             double scale, int64_t block_q, int64_t block_k) {
+  const Sizes s = check(q, k, v, out, lse, dq, dk, dv, mask, dmask, block_q, block_k);
+  return attention_tangent_k(s, 1, q, k, v, out, lse, leading(dq), leading(dk), leading(dv), mask, leading(dmask),
+                             causal, scale, block_q, block_k)
+      .squeeze(0);
+}
+
+// The batched overload's operands: the tangents' common K, each checked as its primal's shape
+// behind K; the first tangent slice checked as the operator checks one tangent.
+std::pair<Sizes, int64_t> check_batched(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& out, const at::Tensor& lse,
+                                        const std::optional<at::Tensor>& dq, const std::optional<at::Tensor>& dk,
+                                        const std::optional<at::Tensor>& dv, const std::optional<at::Tensor>& mask,
+                                        const std::optional<at::Tensor>& dmask, int64_t block_q, int64_t block_k) {
+  const char* op = "jvpc::attention_tangent.batched: ";
+  int64_t K = -1;
+  std::optional<at::Tensor> first[4];
+  const std::optional<at::Tensor>* ts[4] = {&dq, &dk, &dv, &dmask};
+  const char* names[4] = {"dq", "dk", "dv", "dmask"};
+  for (int i = 0; i < 4; ++i) {
+    if (!present(*ts[i])) continue;
+    const at::Tensor& t = **ts[i];
+    TORCH_CHECK(t.dim() >= 1, op, names[i], " must have a leading dim of K tangents, got ", shape(t));
+    TORCH_CHECK(K < 0 || t.size(0) == K, op, names[i], " has ", t.size(0), " tangents, the others ", K);
+    K = t.size(0);
+    first[i] = t.select(0, 0);
+  }
+  TORCH_CHECK(K >= 0, op, "no tangent is present");
+  const Sizes s = check(q, k, v, out, lse, first[0], first[1], first[2], mask, first[3], block_q, block_k);
+  return {s, K};
+}
+
+at::Tensor attention_tangent_batched(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& dq,
+                                     const std::optional<at::Tensor>& dk, const std::optional<at::Tensor>& dv,
+                                     const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& dmask,
+                                     bool causal, double scale, int64_t block_q, int64_t block_k) {
+  auto [s, K] = check_batched(q, k, v, out, lse, dq, dk, dv, mask, dmask, block_q, block_k);
+  auto get = [](const std::optional<at::Tensor>& t) { return present(t) ? *t : at::Tensor(); };
+  return attention_tangent_k(s, K, q, k, v, out, lse, get(dq), get(dk), get(dv), mask, get(dmask), causal, scale,
+                             block_q, block_k);
+}
+
+at::Tensor attention_tangent_batched_meta(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          const at::Tensor& out, const at::Tensor& lse,
+                                          const std::optional<at::Tensor>& dq, const std::optional<at::Tensor>& dk,
+                                          const std::optional<at::Tensor>& dv, const std::optional<at::Tensor>& mask,
+                                          const std::optional<at::Tensor>& dmask, bool, double, int64_t block_q,
+                                          int64_t block_k) {
+  auto [s, K] = check_batched(q, k, v, out, lse, dq, dk, dv, mask, dmask, block_q, block_k);
+  return at::empty({K, s.B, s.H, s.Lq, s.Dv}, q.options().memory_format(at::MemoryFormat::Contiguous));
 }
 
 at::Tensor attention_tangent_meta(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
@@ -181,10 +252,17 @@ TORCH_LIBRARY(jvpc, m) {
   m.def(
       "attention_tangent(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dq, Tensor? dk, Tensor? dv, "
       "Tensor? mask, Tensor? dmask, bool causal, float scale, int block_q, int block_k) -> Tensor");
+  m.def(
+      "attention_tangent.batched(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dq, Tensor? dk, "
+      "Tensor? dv, Tensor? mask, Tensor? dmask, bool causal, float scale, int block_q, int block_k) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(jvpc, CompositeExplicitAutograd, m) {
   m.impl("attention_tangent", &jvpc::runtime::attention_tangent);
+  m.impl("attention_tangent.batched", &jvpc::runtime::attention_tangent_batched);
 }
 
-TORCH_LIBRARY_IMPL(jvpc, Meta, m) { m.impl("attention_tangent", &jvpc::runtime::attention_tangent_meta); }
+TORCH_LIBRARY_IMPL(jvpc, Meta, m) {
+  m.impl("attention_tangent", &jvpc::runtime::attention_tangent_meta);
+  m.impl("attention_tangent.batched", &jvpc::runtime::attention_tangent_batched_meta);
+}

@@ -23,6 +23,14 @@
 // share their key block: the G query heads of a key head are one bmm batch row of G·block_q
 // rows, so k, v, dk and dv are never repeated. A row whose lse is −inf (every key masked)
 // gives 0. Memory per call: the output and O(B·H·block_q·block_k) of block temporaries.
+//
+//   jvpc::attention_tangent.batched(<the same arguments>) -> Tensor
+//
+// The same for K tangents at once (passes/batch.cpp emits it): dq, dk, dv are [K, ...] of their
+// primals' shapes, dmask [K, ...] broadcastable to the scores, and the result is [K, B, H, Lq, Dv].
+// S and P of each block are computed once per call and shared by the K tangents: the K tangents'
+// dq rows (and dS, the accumulators) are stacked in the rows of one bmm, their dk and dv blocks
+// in its columns. Matmul FLOPs: the score recompute once, the rest K times.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +39,7 @@ namespace jvpc::runtime {
 
 /// The operator's name in graphs.
 inline constexpr const char* kAttentionTangentOp = "jvpc::attention_tangent";
+inline constexpr const char* kAttentionTangentBatchedOp = "jvpc::attention_tangent.batched";
 /// Block sizes linearize uses unless told otherwise.
 inline constexpr int64_t kAttentionBlockQ = 256;
 inline constexpr int64_t kAttentionBlockK = 512;

@@ -139,6 +139,21 @@ expect 0 "linearize --check-reference forward-ad" -- "$JVPC" linearize sdpa --de
 expect 2 "a bad --check-reference" -- "$JVPC" linearize sdpa --check-reference nearby
 expect 2 "a residual budget that is not a size" -- "$JVPC" linearize sdpa --device cpu --residual-budget lots
 contains err "--residual-budget: 'lots' is not a size"
+# --tangents K: K random tangents in one batched call, its matmul FLOPs measured (4x one call's
+# with the P form; the O(L) form recomputes its scores once for all K) and checked.
+expect 0 "linearize --tangents 4" -- "$JVPC" linearize sdpa --device cpu --tangents 4 --report "$DIR/batched.json"
+contains out "tangents   K=4 in one batched call: matmul FLOPs 167772160 (167.772M; measured, cost model 167.772M, 4.00x one call)"
+contains out "unrolled (no batching rule): none"; contains out "vs 4 single calls: rel_error .*: PASS"
+python3 - "$DIR/batched.json" <<'PY' && pass "  ...--report has the batched call" || fail "  ...--report has the batched call"
+import json, sys
+b = json.load(open(sys.argv[1]))["batched"]
+assert b["tangents"] == 4 and b["matmul_flops"] == b["model_matmul_flops"] == 4 * b["single_call_matmul_flops"], b
+assert b["passed"] and b["unrolled"] == [] and b["ms"] > 0, b
+PY
+expect 0 "linearize --tangents 4, O(L) form" -- "$JVPC" linearize sdpa --device cpu --backend flash --residual-budget 0 --tangents 4
+contains out "matmul FLOPs 178257920"; contains out "3.40x one call"; contains out "single calls: .*PASS"
+expect 0 "linearize --tangents 3, the block" -- "$JVPC" linearize block --device cpu --seq-len 16 --tangents 3; contains out "3.00x one call"
+expect 2 "--tangents 0" -- "$JVPC" linearize sdpa --device cpu --tangents 0; contains err "tangents"
 expect 0 "linearize a graph file" -- "$JVPC" linearize "$DIR/sdpa.json"; contains out "41943040"
 contains out "primals from $DIR/sdpa.inputs.safetensors"
 expect 0 "linearize a graph file, --inputs" -- "$JVPC" linearize "$DIR/sdpa.json" --inputs "$DIR/sdpa.inputs.safetensors"

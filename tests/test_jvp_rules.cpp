@@ -15,6 +15,7 @@
 #include "passes/loadable_ops.h"
 #include "runtime/executable.h"
 #include "examples/examples.h"
+#include "tests/batch_check.h"
 #include "tests/helpers.h"
 #include "tests/same_structure.h"
 
@@ -1021,6 +1022,17 @@ TEST(LoadableOps, EveryCasesGraphsSaveLoadAndRunWithoutWritingTheirOperands) {
             .run(tangents);
     expect_unwritten(*back, tangents, before, "attention's O(L) tangent graph");
     EXPECT_TRUE(at::equal(got[0], lin.jvp(tangents)[0]));
+    // Its batched form (passes/batch.cpp): jvpc::attention_tangent.batched, two tangents per call.
+    std::vector<at::Tensor> two = test::random_batched_tangents(lin, 2);
+    save(lin.batched(2).fn->graph(), path);
+    std::unique_ptr<Graph> batched = load(path);
+    verify(*batched, VerifyOptions::untrusted());
+    for (const Node* n : batched->nodes()) ran.insert(n->op());
+    before = snapshot(*batched, two);
+    got = Executable(std::shared_ptr<const Graph>(batched.get(), [](const Graph*) {}), ExecutableOptions::eager())
+              .run(two);
+    expect_unwritten(*batched, two, before, "attention's batched O(L) tangent graph");
+    EXPECT_TRUE(at::equal(got[0], lin.jvp_batched(2, two)[0]));
   }
   // Not run here: the ops only CUDA runs (their rules are checked on a GPU, and on kernels that
   // emulate them), oneDNN's LSTM layer (float32 only: Linearize.OneDnnLstmLayersMatchForwardAdOfTheUnfusedPath),
@@ -1060,6 +1072,47 @@ TEST(JvpRules, EveryRegisteredRuleHasACase) {
   for (const ComplexCase& cc : complex_cases()) covered.insert(cc.op);
   for (const std::string& op : jvp_rules::registry().ops()) EXPECT_TRUE(covered.count(op)) << op << " has no case";
   for (const std::string& op : jvp_rules::registry().complex_ops()) EXPECT_TRUE(jvp_rules::registry().find(op)) << op;
+}
+
+// Batching rules cover the JVP rules (passes/batch_rules/): every op that reads a tangent in a
+// case's tangent graph has one (no node is unrolled), so a new JVP rule without a batching rule
+// fails here; and K tangents in one batched call equal K single calls in float64.
+TEST(BatchRules, EveryCasesTangentGraphBatchesByRulesToKSingleCalls) {
+  std::set<std::string> unrolled;
+  auto check = [&](const Fn& fn, const std::vector<TraceInput>& primals, const std::string& where) {
+    Linearized lin = linearize(fn, primals);
+    test::BatchCheck r;
+    try {
+      r = test::batched_vs_single(lin, 3);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << where << ": " << e.what();
+      return;
+    }
+    EXPECT_LT(r.rel_error, 1e-12) << where;
+    for (const std::string& op : r.unrolled) unrolled.insert(op + " (" + where + ")");
+  };
+  std::vector<RuleCase> all = cases();
+  for (size_t c = 0; c < all.size(); ++c) {
+    const RuleCase& rc = all[c];
+    at::manual_seed(c);
+    std::vector<TraceInput> primals;
+    for (size_t i = 0; i < rc.shapes.size(); ++i)
+      primals.push_back({"x" + std::to_string(i), rc.positive ? at::rand(rc.shapes[i], at::kDouble) + 0.5
+                                                              : at::randn(rc.shapes[i], at::kDouble)});
+    check(rc.fn, primals, rc.op + " (case " + std::to_string(c) + ")");
+  }
+  for (size_t c = 0; c < complex_cases().size(); ++c) {
+    const ComplexCase& cc = complex_cases()[c];
+    at::manual_seed(c);
+    std::vector<TraceInput> primals;
+    for (size_t i = 0; i < cc.shapes.size(); ++i)
+      primals.push_back(
+          {"x" + std::to_string(i), at::randn(cc.shapes[i], cc.complex[i] ? at::kComplexDouble : at::kDouble)});
+    check(cc.fn, primals, cc.op + " (complex case " + std::to_string(c) + ")");
+  }
+  std::string names;
+  for (const std::string& u : unrolled) names += "\n  " + u;
+  EXPECT_TRUE(unrolled.empty()) << "no batching rule:" << names;
 }
 
 // A complex graph stays in memory: save refuses it rather than write what load refuses.

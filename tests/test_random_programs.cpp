@@ -7,6 +7,7 @@
 #include "compiler/api/program.h"
 #include "compiler/api/reference.h"
 #include "compiler/ir/printer.h"
+#include "tests/batch_check.h"
 #include "tests/helpers.h"
 
 #include <random>
@@ -199,6 +200,21 @@ TEST(RandomPrograms, CompiledProgramsMatchLinearizeAtANewPointInFloat64) {
     EXPECT_LT(compare(dy, linearize(fn, moved).jvp(tangents)).rel_error, 1e-10) << "seed " << seed << ": " << p.text;
     EXPECT_LT(compare(dy, forward_ad_jvp(fn, values, ref)).rel_error, 1e-10) << "seed " << seed << ": " << p.text;
     EXPECT_LT(compare(got.primal_outputs, fn(values)).rel_error, 1e-12) << "seed " << seed << ": " << p.text;
+  }
+}
+
+// The batched tangent graph (passes/batch.cpp) of each program: K tangents in one call equal K
+// single calls, every op batched by a rule.
+TEST(RandomPrograms, BatchedTangentsEqualKSingleCallsInFloat64) {
+  for (uint32_t seed = 0; seed < 150; ++seed) {
+    Program p = make_program(seed);
+    at::manual_seed(seed);
+    std::vector<TraceInput> primals;
+    for (int i = 0; i < 3; ++i) primals.push_back({"x" + std::to_string(i), at::randn({3, 4}, at::kDouble)});
+    Linearized lin = linearize(run(p), primals);
+    test::BatchCheck r = test::batched_vs_single(lin, 3);
+    EXPECT_LT(r.rel_error, 1e-12) << "seed " << seed << ": " << p.text;
+    EXPECT_TRUE(r.unrolled.empty()) << "seed " << seed << ": " << ::testing::PrintToString(r.unrolled);
   }
 }
 

@@ -65,6 +65,18 @@ struct CompileReport {
   std::vector<PassTime> timings;
 };
 
+/// The linear map for K tangents at once (Linearized::batched): the batched tangent graph
+/// (passes/batch.cpp) and an Executable for it.
+struct BatchedLinear {
+  int64_t K = 1;
+  std::shared_ptr<Executable> fn;
+  /// Ops without a batching rule, run as K unrolled copies of themselves.
+  std::vector<std::string> unrolled;
+};
+struct BatchedCache;
+/// A fresh, empty cache of batched linear maps (compiler/api/batched.cpp).
+std::shared_ptr<BatchedCache> new_batched_cache();
+
 struct Linearized {
   std::vector<at::Tensor> primal_outputs;
   std::shared_ptr<const Graph> tangent_graph;
@@ -78,6 +90,15 @@ struct Linearized {
     check_captured();
     return jvp_fn->run(tangents);
   }
+
+  /// The linear map for K tangents at once: each tangent has a leading dim K (K tangents of its
+  /// primal stacked), and so does each result. Compiled on first use for each K and cached
+  /// (thread-safe; copies of this Linearized share the cache). A wrong K, shape, dtype or device
+  /// is a jvpc::Error naming the tangent.
+  std::vector<at::Tensor> jvp_batched(int64_t K, const std::vector<at::Tensor>& tangents) const;
+  /// The compiled batched map for K (compiled on first use, then cached).
+  const BatchedLinear& batched(int64_t K) const;
+  std::shared_ptr<BatchedCache> batched_cache = new_batched_cache();
 
   /// A tensor the traced callable captured (a constant of the traced graph: a module's
   /// parameter, a global), by its version counter only (the tensor itself is not held).

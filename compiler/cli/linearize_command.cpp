@@ -9,6 +9,7 @@
 #include "compiler/api/linearize.h"
 #include "compiler/ir/limits.h"
 #include "compiler/api/reference.h"
+#include "compiler/cost/kernel_watch.h"
 #include "compiler/ir/files.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/serialize.h"
@@ -20,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -35,6 +37,7 @@ struct Opts {
   std::string check_reference = "auto";
   std::vector<std::string> dump_after, disabled;
   uint64_t seed = 0;
+  int64_t tangents = 0;  // --tangents K: also run K tangents in one batched call
   std::optional<double> tolerance;
   LimitFlags limits;
   bool trusted = false, verify_each = false, timing = false;
@@ -288,7 +291,80 @@ void print_summary(const Problem& p, const Linearized& lin, const Check& c, bool
               << c.err.nonfinite_reference << " in the reference's (does the primal overflow its dtype?)\n";
 }
 
-void write_report(const std::string& path, const Problem& p, const Linearized& lin, const Check& c) {
+// --tangents K: K random tangents in one batched call (Linearized::jvp_batched), its matmul FLOPs
+// measured on the kernels that ran and its time, checked against K single calls.
+struct BatchedCheck {
+  int64_t K = 0;
+  int64_t matmul_flops = 0, model_flops = 0, single_flops = 0;
+  double ms = 0, single_ms = 0;  // one batched call; one single call
+  std::vector<std::string> unrolled;
+  double rel_error = 0, tolerance = 0;
+  bool passed = false;
+};
+
+BatchedCheck check_batched(const Linearized& lin, int64_t K, uint64_t seed, std::optional<double> tolerance) {
+  using clock = std::chrono::steady_clock;
+  BatchedCheck b;
+  b.K = K;
+  const BatchedLinear& fn = lin.batched(K);
+  b.unrolled = fn.unrolled;
+  b.model_flops = graph_cost(fn.fn->graph()).matmul_flops;
+  b.single_flops = lin.report.tangent.matmul_flops;
+  at::Generator gen = at::detail::createCPUGenerator(seed + 2);
+  std::vector<at::Tensor> tangents;
+  for (const Input* in : fn.fn->arguments()) {
+    const TensorMeta& m = in->value->meta();
+    tangents.push_back(at::randn(m.sizes, gen, at::TensorOptions().dtype(at::kDouble)).to(m.device, m.dtype));
+  }
+  lin.jvp_batched(K, tangents);  // the first call checks the kernels' results against the graph
+  std::vector<at::Tensor> got;
+  {
+    KernelWatch watch;
+    got = lin.jvp_batched(K, tangents);
+    b.matmul_flops = watch.matmul_flops();
+  }
+  auto t0 = clock::now();  // timed apart from the watch, whose callbacks cost time per kernel
+  lin.jvp_batched(K, tangents);
+  b.ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  std::vector<std::vector<at::Tensor>> per_output(got.size());
+  for (int64_t k = 0; k < K; ++k) {
+    std::vector<at::Tensor> one;
+    for (const at::Tensor& t : tangents) one.push_back(t.select(0, k).contiguous());
+    auto t1 = clock::now();
+    std::vector<at::Tensor> single = lin.jvp(one);
+    if (k == 1 || K == 1) b.single_ms = std::chrono::duration<double, std::milli>(clock::now() - t1).count();
+    if (single.size() != got.size())
+      throw Error("the batched map gave " + std::to_string(got.size()) + " outputs, not " +
+                  std::to_string(single.size()));
+    for (size_t i = 0; i < single.size(); ++i) per_output[i].push_back(single[i]);
+  }
+  std::vector<at::Tensor> want;
+  for (const auto& outs : per_output) want.push_back(at::stack(outs));
+  ErrorStats err = compare(got, want);
+  b.rel_error = err.rel_error;
+  b.tolerance = tolerance ? *tolerance : tolerance_for(got);
+  b.passed = b.rel_error <= b.tolerance && b.matmul_flops == b.model_flops;
+  return b;
+}
+
+void print_batched(const BatchedCheck& b) {
+  std::string unrolled;
+  for (const std::string& op : b.unrolled) unrolled += (unrolled.empty() ? "" : ", ") + op;
+  double ratio = b.single_flops ? static_cast<double>(b.matmul_flops) / static_cast<double>(b.single_flops) : 0.0;
+  std::cout << format(
+                   "tangents   K=%lld in one batched call: matmul FLOPs %lld (%s; measured, cost model %s, %.2fx one "
+                   "call), %.3f ms (one call %.3f ms)\n",
+                   static_cast<long long>(b.K), static_cast<long long>(b.matmul_flops),
+                   human_count(b.matmul_flops).c_str(), human_count(b.model_flops).c_str(), ratio, b.ms, b.single_ms)
+            << "           unrolled (no batching rule): " << (unrolled.empty() ? "none" : unrolled) << "\n"
+            << format(
+                   "           vs %lld single calls: rel_error %.3e, tolerance %.1e; FLOPs %s the cost model's: %s\n",
+                   static_cast<long long>(b.K), b.rel_error, b.tolerance,
+                   b.matmul_flops == b.model_flops ? "equal" : "DIFFER from", b.passed ? "PASS" : "FAIL");
+}
+
+void write_report(const std::string& path, const Problem& p, const Linearized& lin, const Check& c,
+                  const std::optional<BatchedCheck>& batched) {
   const CompileReport& r = lin.report;
   nlohmann::json rep;
   rep["config"] = p.description;
@@ -333,6 +409,17 @@ void write_report(const std::string& path, const Problem& p, const Linearized& l
                   {"tolerance", c.tolerance},
                   {"nonfinite", {{"jvpc", c.err.nonfinite_got}, {"reference", c.err.nonfinite_reference}}},
                   {"passed", c.passed}};
+  if (batched)
+    rep["batched"] = {{"tangents", batched->K},
+                      {"matmul_flops", batched->matmul_flops},
+                      {"model_matmul_flops", batched->model_flops},
+                      {"single_call_matmul_flops", batched->single_flops},
+                      {"ms", batched->ms},
+                      {"single_call_ms", batched->single_ms},
+                      {"unrolled", batched->unrolled},
+                      {"rel_error", batched->rel_error},
+                      {"tolerance", batched->tolerance},
+                      {"passed", batched->passed}};
   write_file_atomically(path, rep.dump(1) + "\n");
 }
 
@@ -389,6 +476,11 @@ void add_linearize(CLI::App& app) {
                   "limit (--max-memory), else central-differences")
       ->check(CLI::IsMember({"auto", "forward-ad", "central-differences"}))
       ->capture_default_str();
+  cmd->add_option("--tangents", o->tangents,
+                  "also run K random tangents in one batched call (the batched tangent graph): its matmul FLOPs "
+                  "and time, checked against K single calls")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->type_name("K");
   add_max_memory(cmd, o->limits);
   add_max_flops(cmd, o->limits);
   cmd->allow_extras();
@@ -420,6 +512,12 @@ void add_linearize(CLI::App& app) {
     check_flops(*lin.tangent_graph, o->limits, "tangent graph");  // before the check runs it
     Check c = check(p, lin, primal_values, o->seed, o->tolerance, o->check_reference, o->limits.memory());
     print_summary(p, lin, c, is_graph);
+    std::optional<BatchedCheck> batched;
+    if (o->tangents > 0) {
+      check_flops(lin.batched(o->tangents).fn->graph(), o->limits, "batched tangent graph");
+      batched = check_batched(lin, o->tangents, o->seed, o->tolerance);
+      print_batched(*batched);
+    }
     if (o->timing) {
       std::cout << "\n";
       print_timings(lin.report.timings, std::cout);
@@ -430,8 +528,8 @@ void add_linearize(CLI::App& app) {
       save(*lin.tangent_graph, o->out, so);
       std::cout << "tangent graph -> " << o->out << "\n";
     }
-    if (!o->report.empty()) write_report(o->report, p, lin, c);
-    exit_code = c.passed ? 0 : 1;
+    if (!o->report.empty()) write_report(o->report, p, lin, c, batched);
+    exit_code = c.passed && (!batched || batched->passed) ? 0 : 1;
   });
 }
 

@@ -44,8 +44,9 @@ int64_t distinct_bytes(const TensorMeta& m) {
 }
 
 bool is_matmul(const std::string& op) {
-  return op == "jvpc::attention_tangent" || op == "aten::mm" || op == "aten::addmm" || op == "aten::bmm" ||
-         op == "aten::baddbmm" || op == "aten::convolution" || is_fused_attention(op);
+  return op == "jvpc::attention_tangent" || op == "jvpc::attention_tangent.batched" || op == "aten::mm" ||
+         op == "aten::addmm" || op == "aten::bmm" || op == "aten::baddbmm" || op == "aten::convolution" ||
+         is_fused_attention(op);
 }
 
 int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& s,
@@ -89,7 +90,9 @@ int64_t attention_tangent_score_elements(const AttentionTangentShape& a) {
 int64_t attention_tangent_matmul_flops(const AttentionTangentShape& a) {
   bool ds = a.dq || a.dk || a.dmask;
   if (!ds && !a.dv) return 0;
-  int64_t per = add(product({a.D, 1 + a.dq + a.dk}), product({a.Dv, int64_t(ds) + a.dv}));
+  // The score recompute once, the tangents' bmms once per tangent.
+  int64_t per =
+      add(a.D, product({a.K, add(product({a.D, int64_t(a.dq) + a.dk}), product({a.Dv, int64_t(ds) + a.dv}))}));
   return product({2, a.B, a.H, attention_tangent_score_elements(a), per});
 }
 
@@ -97,10 +100,11 @@ int64_t attention_tangent_workspace_bytes(const AttentionTangentShape& a) {
   int64_t bq = std::min(a.block_q, a.Lq), bk = std::min(a.block_k, a.Lk);
   // Per key block: scores/P, dS (and one bmm result added to it), a mask block and the causal
   // mask; the key block's operands k, dk, v, dv in the accumulation type.
-  int64_t block = product({a.B, a.H, bq, bk, 3 * a.acc_bytes + (a.mask ? a.acc_bytes : 0) + 1});
-  int64_t keys = product({a.B, a.Hkv, bk, 2 * (a.D + a.Dv) * a.acc_bytes});
+  // (With K tangents, those of dS, dk, dv, dq and the accumulators K times.)
+  int64_t block = product({a.B, a.H, bq, bk, (1 + 2 * a.K) * a.acc_bytes + (a.mask ? a.acc_bytes : 0) + 1});
+  int64_t keys = product({a.B, a.Hkv, bk, (1 + a.K) * (a.D + a.Dv) * a.acc_bytes});
   // Per query block: q, dq, out and the accumulator rows, the row sums, lse and its mask.
-  int64_t rows = product({a.B, a.H, bq, (2 * a.D + 2 * a.Dv + 3) * a.acc_bytes + 1});
+  int64_t rows = product({a.B, a.H, bq, ((1 + a.K) * (a.D + a.Dv) + 1 + 2 * a.K) * a.acc_bytes + 1});
   return add(add(block, keys), rows);
 }
 
@@ -116,6 +120,11 @@ AttentionTangentShape attention_tangent_shape(const Node& n) {
   a.Hkv = k.sizes[1], a.Lk = k.sizes[2], a.Dv = v.sizes[3];
   a.dq = tensor(5), a.dk = tensor(6), a.dv = tensor(7), a.mask = tensor(8), a.dmask = tensor(9);
   a.causal = n.arg(10).value.toBool();
+  if (n.op() == "jvpc::attention_tangent.batched") {  // the tangents and the result have K in front
+    const auto& o = n.output(0)->meta().sizes;
+    if (o.size() != 5) throw std::out_of_range("attention_tangent shapes");
+    a.K = o[0];
+  }
   a.block_q = n.arg(12).value.toInt(), a.block_k = n.arg(13).value.toInt();
   if (a.block_q <= 0 || a.block_k <= 0) throw std::out_of_range("attention_tangent block sizes");
   a.dtype_bytes = static_cast<int64_t>(c10::elementSize(q.dtype));
@@ -303,14 +312,14 @@ NodeCost cost_of(const Node& n) {
   }
   int64_t in_elems = n.inputs().empty() ? 0 : n.input(0)->meta().numel();
   int64_t mm = -1;
-  if (n.op() == "jvpc::attention_tangent") {
+  if (n.op() == "jvpc::attention_tangent" || n.op() == "jvpc::attention_tangent.batched") {
     try {
       AttentionTangentShape a = attention_tangent_shape(n);
       c.matmul_flops = attention_tangent_matmul_flops(a);
       // Per computed score element: scale, mask, subtract lse, exp; dS scale and mask, P⊙dS,
       // its row sum; the accumulations.
       int64_t scores = product({a.B, a.H, attention_tangent_score_elements(a)});
-      c.other_flops = product({8, scores});
+      c.other_flops = product({4 + 4 * a.K, scores});
       c.transcendentals = scores;
       c.workspace_bytes = attention_tangent_workspace_bytes(a);
       c.note = "the O(L) attention tangent: its bmms over the blocks it computes";

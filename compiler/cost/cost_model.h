@@ -72,6 +72,7 @@ struct AttentionTangentShape {
   int64_t B = 1, H = 1, Hkv = 1, Lq = 1, Lk = 1, D = 1, Dv = 1;
   bool dq = false, dk = false, dv = false, mask = false, dmask = false, causal = false;
   int64_t block_q = 1, block_k = 1;
+  int64_t K = 1;                           ///< tangents per call (jvpc::attention_tangent.batched)
   int64_t dtype_bytes = 4, acc_bytes = 4;  ///< element sizes of q and of its accumulation type
 };
 /// Score elements (query, key) the operator computes per batch and head: those of every
@@ -79,13 +80,14 @@ struct AttentionTangentShape {
 int64_t attention_tangent_score_elements(const AttentionTangentShape& a);
 /// Its matmul FLOPs: 2·B·H·(score elements)·(D·(1 + [dq] + [dk]) + Dv·([dS ≠ 0] + [dv])), the
 /// bmms it runs (S = q·kᵀ; dq·kᵀ; q·dkᵀ; (P⊙dS)·v; P·dv). With every tangent present that is
-/// 2·B·H·Lq·Lk·(3D + 2Dv) without causal skipping.
+/// 2·B·H·Lq·Lk·(3D + 2Dv) without causal skipping. The batched overload, K tangents per call:
+/// 2·B·H·(score elements)·(D + K·(D·([dq] + [dk]) + Dv·([dS ≠ 0] + [dv]))), the score recompute once.
 int64_t attention_tangent_matmul_flops(const AttentionTangentShape& a);
 /// Bytes of the temporaries it holds at once while it runs (block scores, probabilities and
 /// their tangent, one block of operands, the accumulators of a query block): bounded by the
 /// block sizes, independent of Lq·Lk.
 int64_t attention_tangent_workspace_bytes(const AttentionTangentShape& a);
-/// The shape of a jvpc::attention_tangent node.
+/// The shape of a jvpc::attention_tangent node (or of its batched overload).
 AttentionTangentShape attention_tangent_shape(const Node& n);
 
 /// Bytes of one tensor as a kernel reads it: distinct elements × element size.

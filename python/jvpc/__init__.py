@@ -17,7 +17,7 @@ import torch  # noqa: F401  (loads LibTorch and its Python bindings before the e
 from . import _C
 from . import _flops  # noqa: F401  (FlopCounterMode's formula for jvpc::attention_tangent)
 from ._C import Error, ExecutableOptions, Graph, LinearizeOptions, optional_passes
-from ._api import JvpFn, Loaded, Program, TracedGraph, compile, jvp, linearize, load, trace
+from ._api import JvpFn, Loaded, Program, TracedGraph, compile, jacfwd, jvp, linearize, load, trace
 
 __all__ = [
     "Error",
@@ -29,6 +29,7 @@ __all__ = [
     "Program",
     "TracedGraph",
     "compile",
+    "jacfwd",
     "jvp",
     "linearize",
     "load",

@@ -19,7 +19,7 @@ from torch.utils import _pytree as pytree
 from . import _C
 from ._C import Error
 
-__all__ = ["JvpFn", "Loaded", "Program", "TracedGraph", "compile", "jvp", "linearize", "load", "trace"]
+__all__ = ["JvpFn", "Loaded", "Program", "TracedGraph", "compile", "jacfwd", "jvp", "linearize", "load", "trace"]
 
 
 def _argnums(argnums, n: int, who: str) -> tuple[int, ...]:
@@ -226,14 +226,14 @@ class _Leaf:
 
 
 def _batched_call(fn: JvpFn, flat: list) -> Any:
-    """Under torch.func.vmap: one call per tangent (a custom op whose vmap rule loops)."""
+    """Under torch.func.vmap: a custom op whose vmap rule runs the batched tangent graph once."""
     out = _looped_jvp(fn._lin, flat)
     return pytree.tree_unflatten(list(out), fn._out_spec)
 
 
-# A torch.library op whose batching rule runs the compiled graph once per batch element, so
-# that vmap(jvp_fn) is correct (batching for speed is separate work). The compiled map is passed
-# by handle: ops take tensors and scalars only.
+# A torch.library op whose batching rule runs the batched tangent graph (compiled once per batch
+# size) in one call, so that vmap(jvp_fn) is one call for the whole batch. The compiled map is
+# passed by handle: ops take tensors and scalars only.
 _registry: dict[int, Any] = {}
 
 
@@ -243,10 +243,18 @@ def _run_graph(handle: int, tangents: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _run_graph_vmap(info, in_dims, handle, tangents):
-    # One call per batch element: the op again where an inner vmap level batches its own, else
-    # the graph itself (so that a dispatch mode around vmap sees its kernels, not the op's).
+    # The innermost vmap level: one call of the batched tangent graph (batched tangents): each
+    # tangent with its batch dim moved to the front, an unbatched one broadcast. A dispatch mode
+    # around vmap (FlopCounterMode) sees that call's kernels. Where an inner vmap level batches
+    # its own, one call of the op per batch element.
     dims = in_dims[1]
     lower = any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in tangents)
+    if not lower:
+        k = info.batch_size
+        stacked = [(t.movedim(d, 0) if d is not None else t.unsqueeze(0).expand(k, *t.shape)).contiguous()
+                   for t, d in zip(tangents, dims)]
+        outs = list(_registry[handle].run_batched(k, stacked))
+        return outs, [0] * len(outs)
     run = (lambda ts: _run_graph(handle, ts)) if lower else _registry[handle].run
     outs = [run([t if d is None else t.select(d, b) for t, d in zip(tangents, dims)]) for b in range(info.batch_size)]
     stacked = [torch.stack([o[i] for o in outs]) for i in range(len(outs[0]))]
@@ -430,3 +438,67 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
         prog = _C._compile(_traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names,
                            inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions(), exact_strides)
     return Program(prog, inputs, out_spec[0], who)
+
+
+# --- jacfwd (issue 20): the Jacobian by batched tangents ---------------------------------------
+def jacfwd(func: Callable, argnums=0, has_aux: bool = False, chunk_size: int | None = None):
+    """As torch.func.jacfwd(func, argnums, has_aux, chunk_size)(*primals): the Jacobian of func
+    with respect to the tensor arguments argnums names, by forward mode: func is linearized once
+    and its tangent graph applied to the columns of the identity, chunk_size columns per call of
+    the batched tangent graph (None: all of them in one call), which bounds memory.
+
+    The result has func's output structure; each leaf is the Jacobian [*out.shape, *in.shape]
+    (argnums an int), or a tuple of them, one per argument (argnums a tuple). With has_aux, func
+    returns (output, aux) and the result is (jacobian, aux)."""
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise Error(f"jacfwd: chunk_size must be a positive int or None, got {chunk_size!r}")
+
+    def wrapper(*primals):
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        for i in nums:
+            if not isinstance(i, int) or not -len(primals) <= i < len(primals):
+                raise Error(f"jacfwd: argnums {argnums!r} does not fit {len(primals)} positional arguments")
+            if not isinstance(primals[i], torch.Tensor):
+                raise Error(f"jacfwd: argument {i} is a {type(primals[i]).__name__}, not a Tensor")
+        aux = []
+
+        def f(*args):
+            if not has_aux:
+                return func(*args)
+            res = func(*args)
+            if not (isinstance(res, tuple) and len(res) == 2):
+                raise Error("jacfwd: with has_aux=True, func must return (output, aux)")
+            aux.append(res[1])
+            return res[0]
+
+        out, jvp_fn = linearize(f, *primals, argnums=argnums)
+        ins = [primals[i] for i in nums]
+        sizes = [x.numel() for x in ins]
+        n = sum(sizes)
+        flat_out, out_spec = pytree.tree_flatten(out)
+        columns = [[] for _ in flat_out]
+        chunk = n if chunk_size is None else min(chunk_size, n)
+        for start in range(0, n, max(chunk, 1)):
+            k = min(chunk, n - start)
+            rows = torch.arange(k, device=ins[0].device)
+            tangents, offset = [], 0
+            for x, size in zip(ins, sizes):
+                basis = torch.zeros(k, size, dtype=x.dtype, device=x.device)
+                cols = start + rows - offset
+                hit = (cols >= 0) & (cols < size)
+                basis[rows[hit], cols[hit]] = 1
+                tangents.append(basis.reshape(k, *x.shape))
+                offset += size
+            for i, r in enumerate(jvp_fn._lin.run_batched(k, tangents)):
+                columns[i].append(r)
+        jacs = []
+        for o, cols in zip(flat_out, columns):
+            full = torch.cat(cols) if cols else o.new_zeros(0, *o.shape)  # [n, *o.shape]
+            full = full.movedim(0, -1)  # [*o.shape, n]
+            parts = torch.split(full, sizes, dim=-1)
+            per_input = tuple(p.reshape(*o.shape, *x.shape) for p, x in zip(parts, ins))
+            jacs.append(per_input[0] if isinstance(argnums, int) else per_input)
+        jac = pytree.tree_unflatten(jacs, out_spec)
+        return (jac, aux[0]) if has_aux else jac
+
+    return wrapper

@@ -1,0 +1,186 @@
+// Batching rules of products and solves. A product of an unbatched operand (a residual) by a
+// batched one is ONE product, K folded into the rows of the left operand or the columns of the
+// right one:
+//   bmm(a [B,n,k], t [K,B,k,m]):  t as [B,k,K·m], bmm(a, ·) [B,n,K·m], viewed back [K,B,n,m]
+//   bmm(t [K,B,n,k], a [B,k,m]):  t as [B,K·n,k], bmm(·, a) [B,K·n,m], viewed back [K,B,n,m]
+// so the residual is read once and the matmul FLOPs are exactly K times one call's. Two batched
+// operands (a product of two tangents) are one bmm over K·B matrices. Triangular and LU solves
+// with a residual factorization fold K into the columns (or rows) of their right-hand side.
+// Matrix functions (matrix_exp) act on the last two dims, K leading.
+#include "passes/batch_rules/rules.h"
+
+#include <numeric>
+
+namespace jvpc::batch_rules {
+
+namespace {
+
+// v [K, batch..., r, c] as [batch..., K·r, c] (rows) or [batch..., r, K·c] (columns).
+Value* fold(Ctx& c, Value* v, bool rows) {
+  const auto& s = v->meta().sizes;
+  int64_t R = static_cast<int64_t>(s.size()) - 1;  // logical rank, at least 2 (1 for a vector's columns)
+  std::vector<int64_t> perm, sizes;
+  for (int64_t d = 1; d <= R - 2; ++d) perm.push_back(d), sizes.push_back(s[static_cast<size_t>(d)]);
+  int64_t r = s[static_cast<size_t>(R - 1)], cols = s[static_cast<size_t>(R)];
+  if (rows) {
+    perm.insert(perm.end(), {0, R - 1, R});
+    sizes.insert(sizes.end(), {c.K * r, cols});
+  } else {
+    perm.insert(perm.end(), {R - 1, 0, R});
+    sizes.insert(sizes.end(), {r, c.K * cols});
+  }
+  return reshape(c, c.call("aten::permute", {v, perm}), sizes);
+}
+
+// The inverse: res [batch..., K·r, c] or [batch..., r, K·c] back to [K, batch..., r, c].
+Value* unfold(Ctx& c, Value* res, bool rows) {
+  std::vector<int64_t> s = res->meta().sizes;
+  int64_t nb = static_cast<int64_t>(s.size()) - 2;
+  std::vector<int64_t> sizes(s.begin(), s.end() - 2), perm;
+  int64_t r = s[static_cast<size_t>(nb)], cols = s[static_cast<size_t>(nb + 1)];
+  if (rows)
+    sizes.insert(sizes.end(), {c.K, r / c.K, cols});
+  else
+    sizes.insert(sizes.end(), {r, c.K, cols / c.K});
+  Value* v = c.call("aten::view", {res, sizes});
+  int64_t k_at = rows ? nb : nb + 1;
+  perm.push_back(k_at);
+  for (int64_t d = 0; d < nb + 3; ++d)
+    if (d != k_at) perm.push_back(d);
+  return c.call("aten::permute", {v, perm});
+}
+
+// a·b by `op` (aten::mm or aten::bmm), either or both batched.
+Value* product(Ctx& c, const char* op, Value* a, bool ba, Value* b, bool bb) {
+  if (ba && bb) {  // two tangents: one product over K times the matrices
+    if (std::string(op) == "aten::mm") return c.call("aten::bmm", {a, b});
+    const auto &sa = a->meta().sizes, &sb = b->meta().sizes;
+    Value* p = c.call("aten::bmm", {c.fold_into_first(a), c.fold_into_first(b)});
+    return c.call("aten::view", {p, std::vector<int64_t>{c.K, sa[1], sa[2], sb[3]}});
+  }
+  if (ba) return unfold(c, c.call(op, {fold(c, a, true), b}), true);
+  return unfold(c, c.call(op, {a, fold(c, b, false)}), false);
+}
+
+// mm / bmm (a, b).
+std::vector<Value*> matmul(Ctx& c) {
+  return {product(c, c.n.op().c_str(), c.x(0), c.batched(0), c.x(1), c.batched(1))};
+}
+
+// addmm / baddbmm (self, a, b, beta, alpha) = beta·self + alpha·a·b: the product batched as
+// above, then the scaled sum (self, unbatched, broadcasts).
+Rule add_product(const char* op) {
+  return [op](Ctx& c) -> std::vector<Value*> {
+    double beta = c.c(3).isDouble() ? c.c(3).toDouble() : static_cast<double>(c.c(3).toInt());
+    double alpha = c.c(4).isDouble() ? c.c(4).toDouble() : static_cast<double>(c.c(4).toInt());
+    Value* p = c.batched(1) || c.batched(2) ? product(c, op, c.x(1), c.batched(1), c.x(2), c.batched(2))
+                                            : c.broadcast(c.call(op, {c.x(1), c.x(2)}));
+    if (alpha != 1.0) p = c.call("aten::mul.Scalar", {p, alpha});
+    if (beta == 0.0) return {p};
+    int64_t rank = static_cast<int64_t>(c.n.output(0)->meta().sizes.size());
+    Value* self = c.batched(0) ? c.pad_to(c.x(0), rank) : c.x(0);
+    return {c.call("aten::add.Tensor", {p, self, beta})};
+  };
+}
+
+// mv(a [n,k], v [k]).
+std::vector<Value*> mv(Ctx& c) {
+  Value *a = c.x(0), *v = c.x(1);
+  if (c.batched(0) && c.batched(1))
+    return {c.call("aten::squeeze.dim",
+                   {c.call("aten::bmm", {a, c.call("aten::unsqueeze", {v, int64_t(-1)})}), int64_t(-1)})};
+  if (c.batched(1))  // [K,k]·aᵀ: one mm
+    return {c.call("aten::mm", {v, c.call("aten::t", {a})})};
+  const auto& s = a->meta().sizes;
+  Value* r = c.call("aten::mv", {reshape(c, a, {c.K * s[1], s[2]}), v});
+  return {c.call("aten::view", {r, std::vector<int64_t>{c.K, s[1]}})};
+}
+
+// dot(a [n], b [n]).
+std::vector<Value*> dot(Ctx& c) {
+  if (c.batched(0) && c.batched(1))
+    return {c.call("aten::sum.dim_IntList", {c.call("aten::mul.Tensor", {c.x(0), c.x(1)}), std::vector<int64_t>{1}})};
+  Value* t = c.batched(0) ? c.x(0) : c.x(1);
+  Value* x = c.batched(0) ? c.x(1) : c.x(0);
+  return {c.call("aten::mv", {t, x})};
+}
+
+// convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups): a
+// batched input joins the batch dim; a batched weight (groups 1) joins the output channels.
+std::vector<Value*> convolution(Ctx& c) {
+  if (c.batched(0) && c.batched(1)) return {};
+  if (c.n.arg(2).kind == ArgKind::Tensor && c.batched(2)) return {};
+  std::vector<BArg> args = c.args();
+  std::vector<int64_t> out = c.n.output(0)->meta().sizes;
+  if (c.batched(0)) {
+    args[0] = c.fold_into_first(c.x(0));
+    Value* r = c.call("aten::convolution", std::move(args));
+    out.insert(out.begin(), c.K);
+    return {reshape(c, r, out)};
+  }
+  // A batched weight: K joins each group's output channels. Non-transposed w is [O, I/g, ...],
+  // transposed [I, O/g, ...]; either way the output has g groups of O/g channels.
+  if (c.n.arg(2).kind == ArgKind::Tensor) return {};
+  bool transposed = c.c(6).toBool();
+  int64_t g = c.c(8).toInt();
+  Value* w = c.x(1);
+  std::vector<int64_t> ws(w->meta().sizes.begin() + 1, w->meta().sizes.end()), spatial(ws.begin() + 2, ws.end());
+  int64_t rank = static_cast<int64_t>(ws.size());
+  std::vector<int64_t> split, perm, folded;
+  if (!transposed) {  // [K, g, O/g, I/g, ...] -> [g, K, O/g, I/g, ...] -> [g·K·O/g, I/g, ...]
+    split = {c.K, g, ws[0] / g, ws[1]};
+    perm = {1, 0, 2, 3};
+    folded = {g * c.K * (ws[0] / g), ws[1]};
+  } else {  // [K, g, I/g, O/g, ...] -> [g, I/g, K, O/g, ...] -> [I, K·O/g, ...]
+    split = {c.K, g, ws[0] / g, ws[1]};
+    perm = {1, 2, 0, 3};
+    folded = {ws[0], c.K * ws[1]};
+  }
+  split.insert(split.end(), spatial.begin(), spatial.end());
+  folded.insert(folded.end(), spatial.begin(), spatial.end());
+  for (int64_t d = 4; d < rank + 2; ++d) perm.push_back(d);
+  Value* wk = c.call("aten::permute", {reshape(c, w, split), perm});
+  args[1] = reshape(c, wk, folded);
+  Value* r = c.call("aten::convolution", std::move(args));  // [N, g·K·O/g, ...]
+  int64_t per = out[1] / g;
+  std::vector<int64_t> parts = {out[0], g, c.K, per};
+  parts.insert(parts.end(), out.begin() + 2, out.end());
+  std::vector<int64_t> back = {2, 0, 1, 3};
+  for (int64_t d = 4; d < static_cast<int64_t>(parts.size()); ++d) back.push_back(d);
+  Value* v = c.call("aten::permute", {c.call("aten::view", {r, parts}), back});
+  out.insert(out.begin(), c.K);
+  return {reshape(c, v, out)};
+}
+
+// A solve with an unbatched matrix (argument `matrix`) and a batched right-hand side (`rhs`):
+// K folded into the rhs's columns (left) or rows (right: X·A = B).
+Rule solve(size_t matrix, size_t rhs, std::function<bool(const Ctx&)> left) {
+  return [=](Ctx& c) -> std::vector<Value*> {
+    for (size_t i = 0; i < c.n.args().size(); ++i)
+      if (i != rhs && c.batched(i)) return {};
+    if (c.rank(rhs) < 2 || c.rank(matrix) < 2) return {};
+    bool l = left(c);
+    std::vector<BArg> args = c.args();
+    args[rhs] = fold(c, c.x(rhs), !l);
+    return {unfold(c, c.emit(std::move(args)).at(0), !l)};
+  };
+}
+
+}  // namespace
+
+void register_linalg(Registry& r) {
+  r.add("aten::mm", matmul);
+  r.add("aten::bmm", matmul);
+  r.add("aten::addmm", add_product("aten::mm"));
+  r.add("aten::baddbmm", add_product("aten::bmm"));
+  r.add("aten::mv", mv);
+  r.add("aten::dot", dot);
+  r.add("aten::convolution", convolution);
+  r.add("aten::linalg_solve_triangular", solve(0, 1, [](const Ctx& c) { return c.c(3).toBool(); }));
+  r.add("aten::linalg_lu_solve", solve(0, 2, [](const Ctx& c) { return c.c(3).toBool(); }));
+  r.add("aten::cholesky_solve", solve(1, 0, [](const Ctx&) { return true; }));
+  // Matrix functions batch over leading dims.
+  r.add("aten::linalg_matrix_exp", same_op());
+}
+
+}  // namespace jvpc::batch_rules

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Many tangents per call: jvpc's batched tangent graph beside K single calls and PyTorch's vmap.
+
+For one configuration (torch_reference.py's functions and inputs: the seed's attention or the
+block), it linearizes once with jvpc and once with torch.func.linearize and, for each K, times
+in interleaved rounds (one call of each per round, in a rotating order, after a warm-up):
+  jvpc batched      torch.func.vmap(jvpc jvp_fn)(K tangents): one call of the batched tangent graph
+  jvpc K calls      jvpc's jvp_fn called K times
+  torch vmap        torch.func.vmap(torch.func.linearize's jvp_fn)(K tangents)
+It prints the median time per tangent of each, and each as a ratio to one jvpc call (the median
+time of jvpc K calls divided by K). The three agree (checked before timing).
+
+  PYTHONPATH=build/python python3 scripts/bench/batched_bench.py --config sdpa
+  PYTHONPATH=build/python python3 scripts/bench/batched_bench.py --config block --tangents 1,4,16
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_reference as ref  # noqa: E402
+
+import jvpc  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ref.add_config_args(p)
+    p.add_argument("--tangents", default="1,4,16,64", help="comma-separated K")
+    p.add_argument("--rounds", type=int, default=30, help="interleaved rounds timed per K (medians reported)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--json", metavar="OUT.json")
+    args = p.parse_args()
+    ref.check_config(p, args)
+    ks = [int(k) for k in args.tangents.split(",")]
+    if any(k < 1 for k in ks):
+        p.error("--tangents: each K must be at least 1")
+    heads = args.model_dim // args.head_dim
+    make = ref.make_sdpa if args.config == "sdpa" else ref.make_block
+    f, shapes, scales, offsets = make(args, heads)
+    device, dtype = torch.device("cpu"), torch.float32
+    primals = ref.random_tensors(shapes, scales, offsets, ref.SEED, dtype, device)
+    _, jvpc_fn = jvpc.linearize(f, *primals)
+    _, torch_fn = torch.func.linearize(f, *primals)
+
+    rows = []
+    for k in ks:
+        gen = torch.Generator().manual_seed(ref.TANGENT_SEED + k)
+        batch = tuple(torch.randn(k, *s, generator=gen, dtype=dtype) for s in shapes)
+        calls = {
+            "jvpc batched": lambda: torch.func.vmap(jvpc_fn)(*batch),
+            "jvpc K calls": lambda: [jvpc_fn(*(t[i] for t in batch)) for i in range(k)],
+            "torch vmap": lambda: torch.func.vmap(torch_fn)(*batch),
+        }
+        with torch.no_grad():
+            want = torch.func.vmap(torch_fn)(*batch)
+            for name in ("jvpc batched", "jvpc K calls"):
+                got = calls[name]()
+                got = torch.stack(got) if isinstance(got, list) else got
+                err = (got - want).abs().max().item() / max(want.abs().max().item(), 1e-30)
+                if err > 1e-4:
+                    sys.exit(f"batched_bench: {name} differs from torch vmap at K={k} (relative error {err:.2e})")
+            names = list(calls)
+            times = {n: [] for n in names}
+            for r in range(args.warmup + args.rounds):
+                order = names[r % len(names):] + names[:r % len(names)]
+                for n in order:
+                    t0 = time.perf_counter()
+                    calls[n]()
+                    dt = time.perf_counter() - t0
+                    if r >= args.warmup:
+                        times[n].append(dt)
+        per = {n: statistics.median(times[n]) / k for n in names}
+        rows.append({"K": k, "per_tangent_s": per, "ratio_to_one_jvpc_call": {n: per[n] / per["jvpc K calls"] for n in names}})
+
+    config = (f"{args.config}: bsz {args.bsz}, model dim {args.model_dim}, head dim {args.head_dim}, "
+              f"seq {args.seq_len}{', causal' if args.causal else ''}, float32, CPU, torch {torch.__version__}, "
+              f"{torch.get_num_threads()} threads, {args.rounds} interleaved rounds per K")
+    print(config)
+    print(f"{'K':>4}  {'time per tangent (us)':>48}  {'vs one jvpc call':>42}")
+    print(f"{'':>4}  {'jvpc batched':>16}{'jvpc K calls':>16}{'torch vmap':>16}  {'jvpc batched':>14}{'torch vmap':>14}")
+    for row in rows:
+        t, q = row["per_tangent_s"], row["ratio_to_one_jvpc_call"]
+        print(f"{row['K']:>4}  {t['jvpc batched'] * 1e6:>16.1f}{t['jvpc K calls'] * 1e6:>16.1f}"
+              f"{t['torch vmap'] * 1e6:>16.1f}  {q['jvpc batched']:>14.3f}{q['torch vmap']:>14.3f}")
+    if args.json:
+        with open(args.json + ".tmp", "w") as fh:
+            json.dump({"config": config, "rows": rows}, fh, indent=1)
+        os.replace(args.json + ".tmp", args.json)
+
+
+if __name__ == "__main__":
+    main()
