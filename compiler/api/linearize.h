@@ -132,12 +132,12 @@ struct LinearizePassContext {
   std::optional<int64_t> residual_budget;  ///< see LinearizeOptions::residual_budget
   /// Where attention-form writes its choices (the CompileReport's), if anywhere.
   std::shared_ptr<std::vector<AttentionChoice>> attention;
-  /// What attention-match recognized, for attention-form.
-  std::shared_ptr<std::vector<MatchedAttention>> matched = std::make_shared<std::vector<MatchedAttention>>();
   /// Set when compiling a program (compiler/api/program.h): the primal outputs stay outputs
   /// until fold, fold takes them into the primal graph with the residuals (captured constants
   /// that tangent nodes read among them) and writes the primal graph here.
   std::shared_ptr<PrimalSplit> split;
+  /// What attention-match recognized, for attention-form.
+  std::shared_ptr<std::vector<MatchedAttention>> matched = std::make_shared<std::vector<MatchedAttention>>();
 };
 
 /// One pass of linearize's pipeline: its name, whether --disable-pass may leave it out, and how
