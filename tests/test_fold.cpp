@@ -73,6 +73,47 @@ TEST(Fold, NeedsAValueForEveryPrimalInput) {
   EXPECT_THROW(fold(*g, {}), Error);
 }
 
+// The split a program keeps: the primal output and the residual exp(x) go to the primal graph,
+// which keeps the values' ids and names each residual after the constant that replaces it;
+// what stays reads the residual from an unbound constant. A captured constant that the tangent
+// node reads is a residual too, with constants_as_residuals.
+TEST(Fold, SplitTakesThePrimalOutputsAndResidualsIntoThePrimalGraph) {
+  auto g = parse_text(R"(
+    graph(%0 : f32[4] x,
+          %1 : f32[4] dx [tangent],
+          %2 : f32[4] c0 [constant, stored]):
+      %3 : f32[4] = aten::exp(%0)
+      %4 : f32[4] = aten::mul.Tensor(%3, %2)
+      %5 : f32[4] = aten::mul.Tensor(%1, %3)
+      %6 : f32[4] = aten::mul.Tensor(%5, %2)
+      return (%4 y, %6 dy))");
+  g->inputs()[2].bind(at::randn({4}));
+  PrimalSplit split = split_primal(*g, {/*primal_outputs=*/1, /*constants_as_residuals=*/true});
+  ASSERT_TRUE(split.primal);
+  EXPECT_EQ(split.residuals, (std::vector<std::string>{"r0", "r1"}));
+  EXPECT_TRUE(test::filecheck(to_text(*split.primal), R"(
+    CHECK:      graph(%0 : f32[4] x,
+    CHECK-NEXT:       %2 : f32[4] c0 [constant, stored]):
+    CHECK-NEXT:   %3 : f32[4] = aten::exp(%0)
+    CHECK-NEXT:   %4 : f32[4] = aten::mul.Tensor(%3, %2)
+    CHECK-NEXT:   return (%4 y, %3 r0, %2 r1)
+  )"));
+  EXPECT_TRUE(dce(*g, true));
+  EXPECT_TRUE(test::filecheck(to_text(*g), R"(
+    CHECK:      graph(%1 : f32[4] dx [tangent],
+    CHECK-NEXT:       [[R0:%[0-9]+]] : f32[4] r0 [constant],
+    CHECK-NEXT:       [[R1:%[0-9]+]] : f32[4] r1 [constant]):
+    CHECK-NEXT:   %5 : f32[4] = aten::mul.Tensor(%1, [[R0]])
+    CHECK-NEXT:   %6 : f32[4] = aten::mul.Tensor(%5, [[R1]])
+    CHECK-NEXT:   return (%6 dy)
+  )"));
+  // Evaluated once at a point, the primal graph gives f(x) and the residuals.
+  at::Tensor x = at::randn({4});
+  std::vector<at::Tensor> out = evaluate_primal(*split.primal, {{0, x}});
+  EXPECT_TRUE(out[0].allclose(x.exp() * split.primal->inputs()[1].data));
+  EXPECT_TRUE(out[1].allclose(x.exp()));
+}
+
 }  // namespace
 }  // namespace jvpc
 
