@@ -16,7 +16,7 @@ std::vector<Value*> softmax_backward(Ctx& c) {
   Value* y = c.batched(1) ? c.pad_to(c.x(1), rank) : c.x(1);
   Value* gy = c.call("aten::mul.Tensor", {g, y});
   Value* s = c.call("aten::sum.dim_IntList", {gy, std::vector<int64_t>{dim}, true});
-  Value* r = c.call("aten::sub.Tensor", {gy, c.call("aten::mul.Tensor", {y, s})});
+  Value* r = c.call("aten::addcmul", {gy, y, s, -1.0});  // gy − y·s in one pass
   if (r->meta().dtype != dtype) r = c.call("aten::_to_copy", {r, dtype});
   return {r};
 }

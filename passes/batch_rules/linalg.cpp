@@ -9,41 +9,72 @@
 // Matrix functions (matrix_exp) act on the last two dims, K leading.
 #include "passes/batch_rules/rules.h"
 
+#include <ATen/TensorUtils.h>
+
+#include <initializer_list>
 #include <numeric>
 
 namespace jvpc::batch_rules {
 
 namespace {
 
-// v [K, batch..., r, c] as [batch..., K·r, c] (rows) or [batch..., r, K·c] (columns).
-Value* fold(Ctx& c, Value* v, bool rows) {
-  const auto& s = v->meta().sizes;
-  int64_t R = static_cast<int64_t>(s.size()) - 1;  // logical rank, at least 2 (1 for a vector's columns)
-  std::vector<int64_t> perm, sizes;
-  for (int64_t d = 1; d <= R - 2; ++d) perm.push_back(d), sizes.push_back(s[static_cast<size_t>(d)]);
-  int64_t r = s[static_cast<size_t>(R - 1)], cols = s[static_cast<size_t>(R)];
-  if (rows) {
-    perm.insert(perm.end(), {0, R - 1, R});
-    sizes.insert(sizes.end(), {c.K * r, cols});
-  } else {
-    perm.insert(perm.end(), {R - 1, 0, R});
-    sizes.insert(sizes.end(), {r, c.K * cols});
-  }
-  return reshape(c, c.call("aten::permute", {v, perm}), sizes);
+// A batched operand with K folded into its rows or columns: `k_first` says whether K is the outer
+// of the two folded dims (K·r) or the inner (r·K).
+struct Folded {
+  Value* v;
+  bool k_first;
+};
+
+// v [K, batch..., r, c] as [batch..., K·r, c] or [batch..., r·K, c] (rows), [batch..., r, K·c] or
+// [batch..., r, c·K] (columns): the order that is a view of v's layout where one is (a product's
+// permuted result often is), else copied.
+Folded fold(Ctx& c, Value* v, bool rows) {
+  const TensorMeta& m = v->meta();
+  const auto& s = m.sizes;
+  int64_t R = static_cast<int64_t>(s.size()) - 1;  // logical rank, at least 2
+  auto attempt = [&](bool k_first, bool copy) -> Value* {
+    std::vector<int64_t> perm, sizes;
+    for (int64_t d = 1; d <= R - 2; ++d) perm.push_back(d), sizes.push_back(s[static_cast<size_t>(d)]);
+    int64_t r = s[static_cast<size_t>(R - 1)], cols = s[static_cast<size_t>(R)];
+    if (rows)
+      perm.insert(perm.end(),
+                  k_first ? std::initializer_list<int64_t>{0, R - 1, R} : std::initializer_list<int64_t>{R - 1, 0, R});
+    else
+      perm.insert(perm.end(),
+                  k_first ? std::initializer_list<int64_t>{R - 1, 0, R} : std::initializer_list<int64_t>{R - 1, R, 0});
+    if (rows)
+      sizes.insert(sizes.end(), {c.K * r, cols});
+    else
+      sizes.insert(sizes.end(), {r, c.K * cols});
+    std::vector<int64_t> ps, pt;
+    for (int64_t d : perm) ps.push_back(s[static_cast<size_t>(d)]), pt.push_back(m.strides[static_cast<size_t>(d)]);
+    if (!copy && !at::detail::computeStride(ps, pt, sizes).has_value()) return nullptr;
+    return reshape(c, c.call("aten::permute", {v, perm}), sizes);
+  };
+  if (Value* f = attempt(true, false)) return {f, true};
+  if (Value* f = attempt(false, false)) return {f, false};
+  // Copied: rows as r·K, columns as K·c, so that either product's result is laid out
+  // [batch..., r, K, c] and a sum of the two (dq·kᵀ + q·dkᵀ) reads both alike.
+  return {attempt(!rows, true), !rows};
 }
 
-// The inverse: res [batch..., K·r, c] or [batch..., r, K·c] back to [K, batch..., r, c].
-Value* unfold(Ctx& c, Value* res, bool rows) {
+// The inverse: a product's result res [batch..., K·r, c] (or r·K, or [.., r, K·c], [.., r, c·K])
+// back to [K, batch..., r, c] (a view).
+Value* unfold(Ctx& c, Value* res, bool rows, bool k_first) {
   std::vector<int64_t> s = res->meta().sizes;
   int64_t nb = static_cast<int64_t>(s.size()) - 2;
   std::vector<int64_t> sizes(s.begin(), s.end() - 2), perm;
   int64_t r = s[static_cast<size_t>(nb)], cols = s[static_cast<size_t>(nb + 1)];
-  if (rows)
-    sizes.insert(sizes.end(), {c.K, r / c.K, cols});
+  int64_t k_at;
+  if (rows && k_first)
+    sizes.insert(sizes.end(), {c.K, r / c.K, cols}), k_at = nb;
+  else if (rows)
+    sizes.insert(sizes.end(), {r / c.K, c.K, cols}), k_at = nb + 1;
+  else if (k_first)
+    sizes.insert(sizes.end(), {r, c.K, cols / c.K}), k_at = nb + 1;
   else
-    sizes.insert(sizes.end(), {r, c.K, cols / c.K});
+    sizes.insert(sizes.end(), {r, cols / c.K, c.K}), k_at = nb + 2;
   Value* v = c.call("aten::view", {res, sizes});
-  int64_t k_at = rows ? nb : nb + 1;
   perm.push_back(k_at);
   for (int64_t d = 0; d < nb + 3; ++d)
     if (d != k_at) perm.push_back(d);
@@ -58,8 +89,12 @@ Value* product(Ctx& c, const char* op, Value* a, bool ba, Value* b, bool bb) {
     Value* p = c.call("aten::bmm", {c.fold_into_first(a), c.fold_into_first(b)});
     return c.call("aten::view", {p, std::vector<int64_t>{c.K, sa[1], sa[2], sb[3]}});
   }
-  if (ba) return unfold(c, c.call(op, {fold(c, a, true), b}), true);
-  return unfold(c, c.call(op, {a, fold(c, b, false)}), false);
+  if (ba) {
+    Folded f = fold(c, a, true);
+    return unfold(c, c.call(op, {f.v, b}), true, f.k_first);
+  }
+  Folded f = fold(c, b, false);
+  return unfold(c, c.call(op, {a, f.v}), false, f.k_first);
 }
 
 // mm / bmm (a, b).
@@ -161,8 +196,9 @@ Rule solve(size_t matrix, size_t rhs, std::function<bool(const Ctx&)> left) {
     if (c.rank(rhs) < 2 || c.rank(matrix) < 2) return {};
     bool l = left(c);
     std::vector<BArg> args = c.args();
-    args[rhs] = fold(c, c.x(rhs), !l);
-    return {unfold(c, c.emit(std::move(args)).at(0), !l)};
+    Folded f = fold(c, c.x(rhs), !l);
+    args[rhs] = f.v;
+    return {unfold(c, c.emit(std::move(args)).at(0), !l, f.k_first)};
   };
 }
 
