@@ -384,6 +384,18 @@ std::vector<RuleCase> cases() {
       {"aten::vdot", {{5}, {5}}, one([](auto& x) { return at::vdot(x[0], x[1]); })},
       {"aten::block_diag", {{2, 3}, {1, 2}}, one([](auto& x) { return at::block_diag({x[0], x[1]}); })},
       {"aten::alias_copy", {{4}}, one([](auto& x) { return at::alias_copy(x[0]); })},
+      {"aten::copysign.Scalar", {{6}}, one([](auto& x) { return at::copysign(x[0], -1.5); })},
+      {"aten::median", {{3, 4}}, one([](auto& x) { return x[0].median(); })},
+      {"aten::nanmedian", {{3, 4}}, one([](auto& x) { return x[0].nanmedian(); })},
+      {"aten::_trilinear", {{3, 4}, {3, 5}, {2, 4, 5}}, one([](auto& x) { return at::bilinear(x[0], x[1], x[2]); })},
+      {"aten::max_pool2d_with_indices_backward", {{1, 2, 2, 2}, {1, 2, 4, 4}}, one([](auto& x) {
+         at::Tensor idx = std::get<1>(at::max_pool2d_with_indices(x[1], {2, 2}, {2, 2}));
+         return at::max_pool2d_with_indices_backward(x[0], x[1], {2, 2}, {2, 2}, {0, 0}, {1, 1}, false, idx);
+       })},
+      {"aten::max_pool3d_with_indices_backward", {{1, 2, 1, 2, 2}, {1, 2, 2, 4, 4}}, one([](auto& x) {
+         at::Tensor idx = std::get<1>(at::max_pool3d_with_indices(x[1], {2, 2, 2}, {2, 2, 2}));
+         return at::max_pool3d_with_indices_backward(x[0], x[1], {2, 2, 2}, {2, 2, 2}, {0, 0, 0}, {1, 1, 1}, false, idx);
+       })},
       {"aten::rsub.Tensor", {{3, 4}, {4}}, one([](auto& x) { return at::rsub(x[0], x[1], 2.0); })},
       {"aten::alias", {{3, 4}}, one([](auto& x) { return at::alias(x[0]) * 2.0; })},
       {"aten::detach", {{3, 4}}, one([](auto& x) { return x[0].detach() * x[0]; }), nullptr, false, 99, false},

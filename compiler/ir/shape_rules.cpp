@@ -137,6 +137,9 @@ Metas logsumexp(const Call& c) {
   return {c.contiguous(r.sizes().vec(), dtype)};
 }
 
+// median(self), nanmedian(self): 0-dim of self's dtype (NaN for an empty self).
+Metas full_median(const Call& c) { return {c.contiguous({}, c.meta(0).dtype)}; }
+
 // max(self), min(self): amax over all dims (which refuses an empty operand, as max does).
 Metas full_extremum(const Call& c) { return {c.out(at::amax(c.t(0), {}, false))}; }
 
@@ -187,6 +190,9 @@ Metas frexp(const Call& c) {
   TORCH_CHECK(at::isFloatingType(x.scalar_type()), "torch.frexp() only supports floating-point dtypes");
   return {like_operand(c, 0), c.out(at::empty_like(x, x.options().dtype(c10::kInt), at::MemoryFormat::Preserve))};
 }
+
+// max_pool3d_with_indices_backward(grad_output, self, ...): laid out as self.
+Metas like_operand_1(const Call& c) { return {like_operand(c, 1)}; }
 
 // hardswish(self): floating point only.
 Metas hardswish(const Call& c) {
@@ -1005,6 +1011,9 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       {"aten::index_select", index_select},
       {"aten::dot", dot},
       {"aten::vdot", dot},
+      {"aten::median", full_median},
+      {"aten::nanmedian", full_median},
+      {"aten::max_pool3d_with_indices_backward", like_operand_1},
       {"aten::cummax", cumulative_extremum},
       {"aten::cummin", cumulative_extremum},
       {"aten::frexp.Tensor", frexp},

@@ -102,10 +102,11 @@ void register_elementwise(Registry& r) {
           return c.call("aten::mul.Scalar", {c.call("aten::exp", {half_square}), std::sqrt(2 * M_PI)});
         }));
   // copysign(x, y) = |x|·sign(y): tx·out/x, 0 where x = 0 (as LibTorch); y's tangent is 0.
-  r.add("aten::copysign.Tensor", unary([](Ctx& c) {
-          return c.call("aten::masked_fill.Scalar",
-                        {c.call("aten::div.Tensor", {c.out(), c.x(0)}), c.call("aten::eq.Scalar", {c.x(0), 0}), 0.0});
-        }));
+  for (const char* op : {"aten::copysign.Tensor", "aten::copysign.Scalar"})
+    r.add(op, unary([](Ctx& c) {
+            return c.call("aten::masked_fill.Scalar",
+                          {c.call("aten::div.Tensor", {c.out(), c.x(0)}), c.call("aten::eq.Scalar", {c.x(0), 0}), 0.0});
+          }));
   r.add("aten::deg2rad", [](Ctx& c) -> std::vector<Value*> { return {c.scale(c.t(0), M_PI / 180.0)}; });
   r.add("aten::rad2deg", [](Ctx& c) -> std::vector<Value*> { return {c.scale(c.t(0), 180.0 / M_PI)}; });
   // ldexp(x, e) = x·2^e: tx·2^e + te·out·log 2.

@@ -100,7 +100,15 @@ void register_linalg(Registry& r) {
   r.add("aten::mm", bilinear());
   r.add("aten::bmm", bilinear());
   r.add("aten::dot", bilinear());
-  r.add("aten::vdot", bilinear());  // Σ conj(x)·y: conjugate-linear in x, so bilinear in the tangents
+  r.add("aten::vdot", bilinear());
+  // _trilinear (bilinear's kernel) is linear in each of its three operands: the op with each
+  // tangent in its operand's place, summed.
+  r.add("aten::_trilinear", [](Ctx& c) -> std::vector<Value*> {
+    Value* out = nullptr;
+    for (size_t i = 0; i < 3; ++i)
+      if (c.t(i)) out = c.add(out, c.reapply(i, c.t(i)).at(0));
+    return {out};
+  });  // Σ conj(x)·y: conjugate-linear in x, so bilinear in the tangents
   r.add("aten::mv", bilinear());
   r.add("aten::linalg_cross", bilinear());
   r.add("aten::addmm", add_product(op("aten::mm")));

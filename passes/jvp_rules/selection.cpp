@@ -126,7 +126,8 @@ void register_selection(Registry& r) {
       if (!c.t(0)) return {};
       return {evenly(c, reduced_dims(c.x(0), c.c(1)), c.c(2).toBool())};
     });
-  for (const char* op : {"aten::max", "aten::min"})
+  // median over all elements picks one too (LibTorch's forward AD spreads it over ties as max's).
+  for (const char* op : {"aten::max", "aten::min", "aten::median", "aten::nanmedian"})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
       if (!c.t(0)) return {};
       return {evenly(c, reduced_dims(c.x(0), c10::IValue()), false)};

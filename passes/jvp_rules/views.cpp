@@ -122,38 +122,18 @@ void register_views(Registry& r) {
         "aten::select_copy.int", "aten::slice_copy.Tensor", "aten::alias_copy"})
     r.add(op, linear_in(0));
   // Pooling by averages, resampling and padding by reflection or replication: linear too.
-  for (const char* op : {"aten::avg_pool2d",
-                         "aten::avg_pool3d",
-                         "aten::_adaptive_avg_pool2d",
-                         "aten::_adaptive_avg_pool3d",
-                         "aten::upsample_nearest1d",
-                         "aten::upsample_nearest2d",
-                         "aten::upsample_nearest3d",
-                         "aten::_upsample_nearest_exact1d",
-                         "aten::_upsample_nearest_exact2d",
-                         "aten::_upsample_nearest_exact3d",
-                         "aten::upsample_linear1d",
-                         "aten::upsample_bilinear2d",
-                         "aten::upsample_bicubic2d",
-                         "aten::upsample_trilinear3d",
-                         "aten::reflection_pad1d",
-                         "aten::reflection_pad2d",
-                         "aten::reflection_pad3d",
-                         "aten::replication_pad1d",
-                         "aten::replication_pad2d",
-                         "aten::replication_pad3d",
-                         "aten::pixel_shuffle",
-                         "aten::pixel_unshuffle",
-                         "aten::channel_shuffle",
-                         "aten::trace",
-                         "aten::_upsample_bilinear2d_aa",
-                         "aten::_upsample_bicubic2d_aa",
-                         "aten::im2col",
-                         "aten::col2im",
-                         "aten::narrow_copy",
-                         "aten::masked_select",
-                         "aten::diag_embed",
-                         "aten::affine_grid_generator"})
+  for (const char* op :
+       {"aten::avg_pool2d", "aten::avg_pool3d", "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d",
+        "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
+        "aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d",
+        "aten::upsample_linear1d", "aten::upsample_bilinear2d", "aten::upsample_bicubic2d",
+        "aten::upsample_trilinear3d", "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
+        "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", "aten::pixel_shuffle",
+        "aten::pixel_unshuffle", "aten::channel_shuffle", "aten::trace", "aten::_upsample_bilinear2d_aa",
+        "aten::_upsample_bicubic2d_aa", "aten::im2col", "aten::col2im", "aten::narrow_copy", "aten::masked_select",
+        "aten::diag_embed", "aten::affine_grid_generator",
+        // max pooling's backward: linear in grad_output; self enters only through the indices
+        "aten::max_pool2d_with_indices_backward", "aten::max_pool3d_with_indices_backward"})
     r.add(op, linear_in(0));
   // Max pooling picks elements: the tangent at the indices it returns, which index each
   // channel's flattened spatial dims (the last 2 or 3).
