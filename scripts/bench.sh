@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
     --compile-only) COMPILE_ONLY=$2; shift 2 ;;
     --long) LONG=1; shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
