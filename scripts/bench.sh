@@ -8,8 +8,9 @@
 #
 # --long runs the long-context benchmark instead (scripts/bench/long_context.py: attention at
 # L = 2k to 32k, PyTorch's math path against jvpc's P and O(L) forms, each run in its own process
-# under a resident-memory limit; results in $JVPC_BENCH_OUT, default build/bench-long). It takes
-# up to 30 minutes and is not part of CI.
+# under a resident-memory limit; results in $JVPC_BENCH_OUT, default build/bench-long). Runs that
+# would start after 30 minutes are not run (--max-minutes); on a loaded machine pass --threads 1
+# (docs/benchmarks.md). Not part of CI.
 #
 # --skip-compile leaves out torch.compile(jvp_fn) (its compilation takes a minute or more per
 # configuration); --compile-only seed keeps it for that configuration alone.
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
     --compile-only) COMPILE_ONLY=$2; shift 2 ;;
     --long) LONG=1; shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark's pipeline at the seed's configuration, with few repetitions:
 # jvpc_bench and torch_reference.py measure, compare.py pairs them. Times vary; the FLOPs and
-# residual bytes in the table do not, and are checked exactly. Usage: bench_test.sh BUILD_DIR
+# residual bytes in the table do not, and are checked exactly; then the long-context pipeline
+# (long_context.py) at small sizes. Usage: bench_test.sh BUILD_DIR
 set -u
 BUILD=$1
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,4 +42,22 @@ elif grep -q "seed: jvpc measured .* but PyTorch .*seq=64" "$OUT/compare.log"; t
 else
   echo "FAIL compare.py's refusal: $(cat "$OUT/compare.log")"; fails=$((fails + 1))
 fi
+# The long-context benchmark's pipeline (scripts/bench.sh --long) at L = 256 and 512: every row
+# runs and fits under 16 GiB; under a 200 MiB limit the watchdog stops the PyTorch rows (their
+# process alone is larger) as "does not fit", and does not run them at 512.
+long() {  # name limit: runs long_context.py, its table in $OUT/long_$1.md
+  "$PY" "$SRC/scripts/bench/long_context.py" --jvpc-bench "$BUILD/jvpc_bench" --out "$OUT/long_$1" --lengths 256,512 \
+    --limit "$2" --timeout 120 >"$OUT/long_$1.md" 2>"$OUT/long_$1.log" || echo "FAIL long_context.py: $(tail -n 3 "$OUT/long_$1.log")"
+}
+lcheck() {  # file pattern
+  if grep -qE -- "$2" "$OUT/$1"; then echo "ok   long: $2"; else echo "FAIL long: $2"; fails=$((fails + 1)); fi
+}
+long fits 16GiB
+lcheck long_fits.md "^\| 512 \| 16 \| jvpc O\(L\) \(auto\) \| fits \| fits \| [0-9.]+ GiB \| [0-9.]+ s \| 0.02 GiB \|$"
+lcheck long_fits.md "^\| 512 \| 16 \| PyTorch torch.func.linearize \(math\) \| fits \| fits \|"
+lcheck long_fits.md "^\| 256 \| 16 \| PyTorch forward AD \(math\) \| — \| fits \|"
+[ -f "$OUT/long_fits/long_results.json" ] && lcheck long_fits/long_results.json '"jvp_time_s"'
+long tight 200MiB
+lcheck long_tight.md "^\| 256 \| 16 \| PyTorch forward AD \(math\) \| — \| does not fit \|"
+lcheck long_tight.md "^\| 512 \| 16 \| PyTorch forward AD \(math\) \| — \| does not fit \(not run: L=256 did not"
 [ "$fails" = 0 ] && echo "benchmark pipeline checks passed" || { echo "$fails benchmark pipeline checks failed"; exit 1; }

@@ -194,11 +194,16 @@ int main(int argc, char** argv) {
       double lin_s = 0;
       std::optional<jvpc::Linearized> l;
       lin_s = time_once([&] { l = linearize_once(); });
-      std::cerr << "jvpc_bench: linearized in " << lin_s << " s\n";
+      std::cerr << "jvpc_bench: linearized in " << lin_s << " s" << std::endl;
       std::vector<at::Tensor> tangents = random_like(l->jvp_fn->arguments());
-      for (int i = 0; i < warmup; ++i) l->jvp(tangents);
+      // A line per call: a caller that stops this process still knows how far it got.
+      for (int i = 0; i < warmup; ++i)
+        std::cerr << "jvpc_bench: warm-up call in " << time_once([&] { l->jvp(tangents); }) << " s" << std::endl;
       std::vector<double> t;
-      for (int i = 0; i < repeats; ++i) t.push_back(time_once([&] { l->jvp(tangents); }));
+      for (int i = 0; i < repeats; ++i) {
+        t.push_back(time_once([&] { l->jvp(tangents); }));
+        std::cerr << "jvpc_bench: timed call in " << t.back() << " s" << std::endl;
+      }
       json attention = json::array();
       for (const jvpc::AttentionChoice& a : l->report.attention)
         attention.push_back({{"choice", a.o_l_form ? "O(L)" : "P"}, {"reason", a.reason}});

@@ -11,7 +11,8 @@ jvpc runs on the fused CPU kernel (--backend auto): the math path's forward is O
 Each configuration runs in its own process: one linearize (where the row has one), one untimed
 warm-up jvp call and three timed ones. A watchdog polls the child's resident memory (VmRSS) and
 kills it when it passes --limit, or when the machine's available memory falls under --reserve (the
-OOM killer is never reached); such a run reads "does not fit", at the stage it reached. Peak RSS is
+OOM killer is never reached); such a run reads "does not fit", at the stage it reached, and the
+row's configurations with as many scores (H·L²) or more are not run (they read "does not fit"). Peak RSS is
 the kernel's own high-water mark of the child (wait4's ru_maxrss) where it finished, else the
 largest VmRSS the watchdog saw. A run also stops at --timeout, and runs that would start after
 --max-minutes are not run.
@@ -147,6 +148,12 @@ def run_limited(cmd, log_path, limit, reserve, timeout):
     stages = {line[len(STAGE):].strip() for line in text.splitlines() if line.startswith(STAGE)}
     if "jvpc_bench: linearized" in text:
         stages.add("linearized")
+    if "jvpc_bench: warm-up call in" in text:
+        stages.add("called")
+    # The calls a stopped run finished (jvpc_bench prints each).
+    done = [float(line.split()[-2]) for line in text.splitlines() if line.startswith("jvpc_bench: timed call in")]
+    if done:
+        stages.add("timed " + " ".join(f"{t:.1f}" for t in done))
     if status == "failed":
         status = "failed: " + (text.strip().splitlines() or ["?"])[-1][:160]
     return status, peak, time.monotonic() - t0, stages
@@ -167,8 +174,17 @@ def table(results, limit, note):
     for r in results:
         has_lin = r["row"] != "torch_forward_ad"
         lin = "—" if not has_lin else ("fits" if "linearized" in r["stages"] or r["status"] == "ok" else r["status"])
-        call = "fits" if r["status"] == "ok" else ("not reached" if has_lin and lin != "fits" else r["status"])
-        t = f"{r['jvp_time_s']:.3f} s" if "jvp_time_s" in r else "—"
+        if r["status"] == "ok":
+            call = "fits"
+        elif "called" in r["stages"]:  # stopped later: a call did fit
+            timed = [st for st in r["stages"] if st.startswith("timed ")]
+            call = f"fits ({r['status']} after the warm-up call" + (
+                f" and timed calls of {timed[0][6:]} s)" if timed else ")")
+        else:
+            call = "not reached" if has_lin and lin != "fits" else r["status"]
+        timed = [float(x) for st in r["stages"] if st.startswith("timed ") for x in st.split()[1:]]
+        t = (f"{r['jvp_time_s']:.3f} s" if "jvp_time_s" in r else
+             f"{statistics.median(timed):.1f} s ({len(timed)} of 3 calls)" if timed else "—")
         p_alone = 4 * r["heads"] * r["seq"] ** 2
         lines.append(f"| {r['seq']} | {r['heads']} | {LABELS[r['row']]} | {lin} | {call} | "
                      f"{gib(r['peak_rss']) if r['peak_rss'] else '—'} | {t} | {gib(p_alone)} |")
@@ -186,8 +202,9 @@ def plot(results, limit, path):
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for row, marker in zip(ROWS, "os^D"):
         pts = [r for r in results if r["row"] == row and r["peak_rss"]]
-        ok = [r for r in pts if r["status"] == "ok"]
-        bad = [r for r in pts if r["status"] != "ok"]
+        # A run stopped for time after a call still measured what a call takes.
+        ok = [r for r in pts if r["status"] == "ok" or "called" in r["stages"]]
+        bad = [r for r in pts if r["status"].startswith("does not fit")]
         line, = ax.plot([r["seq"] for r in ok], [r["peak_rss"] / (1 << 30) for r in ok], marker + "-",
                         label=LABELS[row])
         if bad:
@@ -216,6 +233,7 @@ def main():
     p.add_argument("--timeout", type=float, default=900, help="seconds per run")
     p.add_argument("--max-minutes", type=float, default=30, help="runs that would start later are not run")
     p.add_argument("--note", default="", help="a line for the table (the machine's load)")
+    p.add_argument("--threads", type=int, help="OMP_NUM_THREADS for every run (default: the machine's default)")
     p.add_argument("--replot", action="store_true", help="only the table and plot again, from OUT/long_results.json")
     p.add_argument("--child", choices=["torch_linearize", "torch_forward_ad"], help=argparse.SUPPRESS)
     p.add_argument("--seq-len", type=int, help=argparse.SUPPRESS)
@@ -236,7 +254,10 @@ def main():
         print(md)
         return 0
     os.makedirs(args.out, exist_ok=True)
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     start = time.monotonic()
+    too_big = {}  # row -> H·L² of a configuration that did not fit: larger ones are not run
     results = []
     for seq in [int(s) for s in args.lengths.split(",")]:
         heads = heads_for(seq)
@@ -254,12 +275,17 @@ def main():
                        "auto", "--residual-budget", "inf" if row == "jvpc_p" else "0", "--lean", "--warmup", "1",
                        "--repeats", "3", "--json", out_json]
             r = {"row": row, "seq": seq, "heads": heads}
-            if (time.monotonic() - start) / 60 > args.max_minutes:
+            if row in too_big and heads * seq * seq >= too_big[row][0]:
+                r.update(status=f"does not fit (not run: L={too_big[row][1]} did not, with fewer scores)", peak_rss=0,
+                         stages=set(), seconds=0)
+            elif (time.monotonic() - start) / 60 > args.max_minutes:
                 r.update(status="not run (time)", peak_rss=0, stages=set(), seconds=0)
             else:
                 status, peak, secs, stages = run_limited(cmd, os.path.join(args.out, name + ".log"), limit, reserve,
                                                          args.timeout)
                 r.update(status=status, peak_rss=peak, stages=stages, seconds=secs)
+                if status.startswith("does not fit") and row not in too_big:
+                    too_big[row] = (heads * seq * seq, seq)
                 if status == "ok":
                     with open(out_json) as fh:
                         r.update({k: v for k, v in json.load(fh).items() if k in ("jvp_time_s", "linearize_s")})
@@ -268,6 +294,8 @@ def main():
                   flush=True)
             results.append(r)
     note = args.note + f" Whole run: {(time.monotonic() - start) / 60:.1f} min."
+    if args.threads:
+        note += f" OMP_NUM_THREADS={args.threads} in every run."
     md = table(results, limit, note)
     with open(os.path.join(args.out, "long_table.md"), "w") as fh:
         fh.write(md)
