@@ -10,6 +10,8 @@
 //   P  = _safe_softmax(S, −1) | _softmax(S, −1)
 //   O3 = bmm(P (views, a cast), V3)       V3 [N, Lk, Dv] from v
 //
+// (c: a number, or a one-element constant tensor of the graph, as Python wraps a number.)
+//
 // The tangent the rules emitted for it is followed the same way, step by step (each rule's
 // output is known: a view's tangent is the view of the tangent, a bmm's is bmm(dA, Bt) +
 // bmm(A, dBt), a mask's addition adds its tangent, softmax's is _softmax_backward_data), from
@@ -60,11 +62,14 @@ std::string constant_key(const Arg& a) {
   return os.str();
 }
 
-// Whether `t` is `p`'s op applied to `t_in` with `p`'s constants: a linear op's tangent by its rule.
-bool mirrors(const Node* p, const Value* t, const Value* t_in) {
+// Whether `t` is `p`'s op applied to `t_in` in operand `path` and to `p`'s other operands and
+// constants: the tangent of an op linear in that operand, by its rule.
+bool mirrors(const Node* p, const Value* t, const Value* t_in, size_t path = 0) {
   const Node* n = producer(t);
-  if (!n || n->op() != p->op() || n->args().size() != p->args().size() || n->input(0) != t_in) return false;
-  if (p->inputs().size() != 1 || n->inputs().size() != 1) return false;
+  if (!n || n->op() != p->op() || n->args().size() != p->args().size()) return false;
+  if (n->inputs().size() != p->inputs().size() || path >= n->inputs().size() || n->input(path) != t_in) return false;
+  for (size_t j = 0; j < p->inputs().size(); ++j)
+    if (j != path && n->input(j) != p->input(j)) return false;
   for (size_t i = 0; i < p->args().size(); ++i) {
     const Arg &a = p->arg(i), &b = n->arg(i);
     if (a.kind != b.kind) return false;
@@ -81,12 +86,41 @@ struct Side {
   double factor = 1.0;
 };
 
-// One step up through `p`'s producer `n` (operand 0), if `t` is that op's tangent too.
-bool step(Side& s, Node* n) {
-  if (s.t && !mirrors(n, s.t, s.t->producer() ? s.t->producer()->input(0) : nullptr)) return false;
-  s.p = n->input(0);
-  if (s.t) s.t = s.t->producer()->input(0);
+// One step up through `p`'s producer `n` (its operand `path`), if `t` is that op's tangent too.
+bool step(Side& s, Node* n, size_t path = 0) {
+  Node* tn = producer(s.t);
+  if (s.t && !(tn && path < tn->inputs().size() && mirrors(n, s.t, tn->input(path), path))) return false;
+  s.p = n->input(path);
+  if (s.t) s.t = tn->input(path);
   return true;
+}
+
+// The number a one-element constant of the graph holds (a Python scalar that LibTorch wrapped
+// in a tensor, a captured scale).
+std::optional<double> constant_number(const Value* v) {
+  if (!v->graph() || v->producer() || v->meta().numel() != 1) return std::nullopt;
+  for (const Input& in : v->graph()->inputs())
+    if (in.value == v) {
+      if (in.role != Role::Constant || !in.data.defined() || in.data.is_complex()) return std::nullopt;
+      return in.data.item<double>();
+    }
+  return std::nullopt;
+}
+
+// mul.Tensor or div.Tensor of a value by such a constant: the operand it scales and the factor.
+std::optional<std::pair<size_t, double>> tensor_scaling(const Node* n) {
+  bool mul = n->op() == "aten::mul.Tensor", div = n->op() == "aten::div.Tensor";
+  if ((!mul && !div) || n->inputs().size() != 2) return std::nullopt;
+  for (size_t path : {size_t(0), size_t(1)}) {
+    if (div && path == 1) break;
+    std::optional<double> c = constant_number(n->input(1 - path));
+    const Value* x = n->input(path);
+    if (!c || *c == 0.0 || !std::isfinite(*c) || x->meta().sizes != n->output(0)->meta().sizes ||
+        x->meta().dtype != n->output(0)->meta().dtype)
+      continue;
+    return std::make_pair(path, mul ? *c : 1.0 / *c);
+  }
+  return std::nullopt;
 }
 
 // Up through ops that keep the sizes and the values up to a scalar: scalings, clones, identity
@@ -97,6 +131,11 @@ void peel_same(Side& s, bool scalings = true) {
     if (!n || n->inputs().empty() || n->arg(0).kind != ArgKind::Tensor) return;
     const std::string& op = n->op();
     double f = 1.0;
+    if (auto sc = tensor_scaling(n)) {
+      if (!scalings || !step(s, n, sc->first)) return;
+      s.factor *= sc->second;
+      continue;
+    }
     if (op == "aten::mul.Scalar" || op == "aten::div.Scalar") {
       std::optional<double> c = n->arg(1).number();
       if (!scalings || !c || *c == 0.0 || !std::isfinite(*c)) return;
@@ -196,6 +235,10 @@ bool reaches_bmm(const Value* v) {
     if (!n) return false;
     if (n->op() == "aten::bmm") return true;
     const std::string& op = n->op();
+    if (auto sc = tensor_scaling(n)) {
+      v = n->input(sc->first);
+      continue;
+    }
     if (op != "aten::view" && op != "aten::_unsafe_view" && op != "aten::reshape" && op != "aten::mul.Scalar" &&
         op != "aten::div.Scalar" && op != "aten::_to_copy" && op != "aten::clone")
       return false;
@@ -242,7 +285,10 @@ bool score_chain(Match& m) {
       return true;
     }
     ScoreStep st{n};
-    if (op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::reshape" || op == "aten::clone") {
+    if (auto sc = tensor_scaling(n)) {
+      m.scale *= sc->second;
+      st.path = sc->first;
+    } else if (op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::reshape" || op == "aten::clone") {
       if (n->input(0)->meta().sizes.size() < 3 || n->input(0)->meta().sizes.back() != Lk) return false;
     } else if (op == "aten::mul.Scalar" || op == "aten::div.Scalar") {
       std::optional<double> c = n->arg(1).number();
@@ -337,13 +383,13 @@ bool tangent_up(Match& m, size_t i, Value* t) {
   if (!st.mask || st.n->op() == "aten::masked_fill.Scalar") {
     if (!t) return tangent_up(m, i + 1, nullptr);
     Node* n = producer(t);
-    if (!n || !mirrors(st.n, t, n->input(0))) {
+    if (!n || st.path >= n->inputs().size() || !mirrors(st.n, t, n->input(st.path), st.path)) {
       // masked_fill's tangent is masked_fill(t, m, 0): same op and mask, another value.
       if (!(st.n->op() == "aten::masked_fill.Scalar" && n && n->op() == st.n->op() && n->input(1) == st.n->input(1) &&
             n->arg(2).is_number(0.0)))
         return false;
     }
-    return tangent_up(m, i + 1, n->input(0));
+    return tangent_up(m, i + 1, n->input(st.path));
   }
   // The mask's addition: the tangent is the scores' (the mask has none), their sum (in the
   // primal's order), or the mask's alone, broadcast to the scores by the JVP pass.

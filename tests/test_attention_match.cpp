@@ -229,6 +229,18 @@ TEST(HandWritten, DividedBySqrtD) {
       qkv());
 }
 
+// Scales held in one-element tensors (as Python's `s * scale` passes a wrapped number, or a
+// module's captured scale): mul.Tensor and div.Tensor by a constant of the graph.
+TEST(HandWritten, ScalesInOneElementTensors) {
+  at::Tensor half = at::scalar_tensor(0.5, f64()), four = at::scalar_tensor(4.0, f64());
+  check_forms(
+      [half, four](const std::vector<at::Tensor>& x) {
+        at::Tensor s = at::matmul(x[0] * half, kt(x[1])) / four;
+        return std::vector<at::Tensor>{at::matmul(at::softmax(half * s, -1), x[2])};
+      },
+      qkv());
+}
+
 TEST(HandWritten, KTransposedByTheCaller) {
   std::vector<TraceInput> in = qkv();
   in[1].value = in[1].value.transpose(-2, -1).contiguous();  // [B, H, D, Lk]
