@@ -6,6 +6,7 @@
 #include "compiler/api/reference.h"
 #include "compiler/cost/kernel_watch.h"
 #include "compiler/ir/printer.h"
+#include "tests/batch_check.h"
 #include "tests/helpers.h"
 
 #include <torch/csrc/autograd/profiler_kineto.h>
@@ -59,6 +60,17 @@ TEST_P(ProgramExamples, MatchLinearizeAndForwardAdAtNewPointsInFloat64) {
     EXPECT_LT(compare(dy, forward_ad_jvp(ex.make_fn(examples::Backend::Math), x2, ref)).rel_error, 1e-10);
     EXPECT_LT(compare(got.primal_outputs, ex.fn()(x2)).rel_error, 1e-12);
   }
+}
+
+// A point's batched linear map (compiler/api/batched.cpp) reads that point's residuals.
+TEST_P(ProgramExamples, APointsBatchedMapEqualsKSingleCallsInFloat64) {
+  auto ex = test::make_example(GetParam(), {"--dtype", "float64"});
+  Program prog = compile(ex.fn(), ex.inputs);
+  Linearized first = prog.linearize(another_point(ex.inputs));
+  Linearized got = prog.linearize(another_point(ex.inputs));
+  test::BatchCheck r = test::batched_vs_single(got, 3);
+  EXPECT_LT(r.rel_error, 1e-12);
+  EXPECT_LT(test::batched_vs_single(first, 2).rel_error, 1e-12);
 }
 
 // The tangent graph is the one linearize makes (the primal outputs stay in the graph until fold,

@@ -6,6 +6,7 @@
 #include "compiler/ir/ops.h"
 #include "tests/helpers.h"
 
+#include <limits>
 #include <set>
 
 namespace jvpc {
@@ -221,6 +222,8 @@ std::vector<Sample> samples() {
       {"aten::var_mean.correction", {n({3, 4})}},
       {"aten::trace", {n({3, 4})}},
       {"aten::trace", {at::ones({2, 2}, at::kInt)}},
+      {"aten::where.Scalar", {at::rand({3, 4}) > 0.5, 0.0, -std::numeric_limits<double>::infinity()}},
+      {"aten::where.Scalar", {at::ones({2, 1}, at::kBool), int64_t{1}, int64_t{0}}},
   };
 }
 

@@ -29,6 +29,21 @@ const BatchedLinear& Linearized::batched(int64_t K) const {
       options.cuda_graph = jvp_fn->cuda_graph_enabled();
     }
     entry->fn = std::make_shared<Executable>(std::shared_ptr<const Graph>(std::move(b.graph)), options);
+    // The residuals as the single map holds them: a compiled program's point binds its own to
+    // its executable, and leaves the tangent graph's constants unbound (compiler/api/program.h).
+    if (jvp_fn) {
+      std::unordered_map<std::string, at::Tensor> bound;
+      size_t i = 0;
+      for (const Input& in : jvp_fn->graph().inputs())
+        if (in.role == Role::Constant) {
+          const at::Tensor& t = jvp_fn->constants()[i++];
+          if (t.defined()) bound[in.name] = t;
+        }
+      for (const Input& in : entry->fn->graph().inputs()) {
+        auto it = in.role == Role::Constant && !in.data.defined() ? bound.find(in.name) : bound.end();
+        if (it != bound.end()) entry->fn->bind(in.name, it->second);
+      }
+    }
     slot = std::move(entry);
   }
   return *slot;

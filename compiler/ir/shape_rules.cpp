@@ -781,6 +781,11 @@ Metas where_scalar_other(const Call& c) {
   return {like(x, at::infer_size(cond.sizes, x.sizes), at::result_type(on_meta(x), c.scalar(2)))};
 }
 
+Metas where_scalar(const Call& c) {
+  const auto& cond = c.meta(0);
+  return {like(cond, cond.sizes, at::result_type(c.scalar(1), c.scalar(2)))};
+}
+
 Metas where_scalar_self(const Call& c) {
   const auto &cond = c.meta(0), &y = c.meta(2);
   return {like(y, at::infer_size(cond.sizes, y.sizes), at::result_type(on_meta(y), c.scalar(1)))};
@@ -1002,6 +1007,7 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
   std::unordered_map<std::string, ShapeRule> rules;
   const std::pair<const char*, Rule> table[] = {
       {"aten::where.self", where_self},
+      {"aten::where.Scalar", where_scalar},
       {"aten::where.ScalarOther", where_scalar_other},
       {"aten::where.ScalarSelf", where_scalar_self},
       {"aten::_scaled_dot_product_attention_math", attention_math},
