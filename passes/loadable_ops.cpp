@@ -22,6 +22,29 @@ const std::vector<std::string>& emitted_ops() {
       "aten::zeros",                      // materialized zero tangents
       "jvpc::attention_tangent",          // attention's tangent in O(L) memory (runtime/attention_tangent.h)
       "jvpc::attention_tangent.batched",  // the same for K tangents (passes/batch.cpp)
+      // Derivative factors the rules compute from primal values alone: fold evaluates them, and a
+      // compiled program's primal graph holds them (compiler/api/program.h).
+      "aten::binary_cross_entropy_backward",
+      "aten::bitwise_and.Tensor",
+      "aten::bitwise_or.Tensor",
+      "aten::elu_backward",
+      "aten::gelu_backward",
+      "aten::grid_sampler_2d_backward",
+      "aten::grid_sampler_3d_backward",
+      "aten::hardshrink_backward",
+      "aten::hardsigmoid_backward",
+      "aten::hardswish_backward",
+      "aten::hardtanh_backward",
+      "aten::huber_loss_backward",
+      "aten::leaky_relu_backward",
+      "aten::log_sigmoid_backward",
+      "aten::logit_backward",
+      "aten::mish_backward",
+      "aten::silu_backward",
+      "aten::smooth_l1_loss_backward",
+      "aten::softplus_backward",
+      "aten::softshrink_backward",
+      "aten::special_i1",
   };
   return ops;
 }

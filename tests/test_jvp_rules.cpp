@@ -3,6 +3,7 @@
 // forward AD and against central differences. Fused attention kernels are checked against
 // forward AD of the math path.
 #include "compiler/api/linearize.h"
+#include "compiler/api/program.h"
 #include "compiler/api/reference.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/loadable_ops.h"
@@ -21,6 +22,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <set>
 
 namespace jvpc {
@@ -1012,6 +1014,27 @@ TEST(LoadableOps, EveryCasesGraphsSaveLoadAndRunWithoutWritingTheirOperands) {
         ASSERT_EQ(got.size(), want.size()) << where;
         for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << where << ": output " << i;
       }
+    }
+    // The compiled program (compiler/api/program.h): its primal graph computes what fold
+    // evaluated away (the forward and the rules' derivative factors, gelu_backward, ...); saved
+    // untrusted, it loads and linearizes at the case's point as linearize did.
+    std::optional<Program> prog;
+    try {
+      prog.emplace(compile(rc.fn, primals));
+    } catch (const Error&) {
+      continue;  // reads a value into a number, or has data-dependent shapes: linearize only
+    }
+    std::string where = rc.op + " (case " + std::to_string(c) + "), program";
+    try {
+      std::string path = test::temp_path(std::to_string(c) + "-program.json");
+      prog->save(path);
+      Program back = Program::load(path, {}, ExecutableOptions::eager());
+      for (const Node* n : back.primal_graph().nodes()) ran.insert(n->op());
+      std::vector<at::Tensor> got = back.linearize(values).jvp(tangents);
+      ASSERT_EQ(got.size(), want.size()) << where;
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::allclose(got[i], want[i], 1e-12, 1e-14)) << where;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << where << ": " << e.what();
     }
   }
   // Attention's O(L) tangent (residual budget 0): the tangent graph of the CPU flash kernel.

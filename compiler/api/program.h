@@ -72,8 +72,9 @@ class Program {
 
   /// Writes the program: `path` (JSON: both graphs) and the captured tensors in the safetensors
   /// file beside it (compiler/ir/serialize.h, save_program). A primal graph computes the
-  /// derivative factors fold would have evaluated (gelu_backward, ...): ops off the list graph
-  /// files may use need SaveOptions::trusted, and load back only as trusted.
+  /// derivative factors fold would have evaluated (gelu_backward, ...); those are on the list
+  /// graph files may use. Other ops off that list need SaveOptions::trusted, and load back only
+  /// as trusted.
   void save(const std::string& path, const SaveOptions& options = {}) const;
   /// Reads a program that save() wrote (load_program), under LoadOptions' rules (allowed ops,
   /// memory). Its report has the tangent graph's cost only.

@@ -74,6 +74,7 @@ void register_elementwise(Registry& r) {
            "aten::masked_fill.Scalar",
            "aten::_to_copy",
            "aten::clone",
+           "aten::alias_copy",
            "aten::copy",
            "aten::type_as",
            "aten::clamp",

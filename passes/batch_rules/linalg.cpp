@@ -11,6 +11,7 @@
 
 #include <ATen/TensorUtils.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <numeric>
 
@@ -204,7 +205,37 @@ Rule solve(size_t matrix, size_t rhs, std::function<bool(const Ctx&)> left) {
 
 }  // namespace
 
+// vdot(a, b) = Σ conj(a)·b: dot's rule with a conjugated (a no-op on real operands).
+std::vector<Value*> vdot(Ctx& c) {
+  Value* a = c.x(0);
+  if (c10::isComplexType(a->meta().dtype)) a = c.call("aten::conj_physical", {a});
+  if (c.batched(0) && c.batched(1))
+    return {c.call("aten::sum.dim_IntList", {c.call("aten::mul.Tensor", {a, c.x(1)}), std::vector<int64_t>{1}})};
+  return {c.batched(0) ? c.call("aten::mv", {a, c.x(1)}) : c.call("aten::mv", {c.x(1), a})};
+}
+
+// _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim) (bilinear's kernel): each operand
+// unsqueezed at its expand dims, the three multiplied and summed over sumdim. Batched, as that
+// product and sum with K leading (unbatched operands broadcast over it); elementwise work, no
+// matmul.
+std::vector<Value*> trilinear(Ctx& c) {
+  Value* prod = nullptr;
+  for (size_t i = 0; i < 3; ++i) {
+    Value* x = c.batched(i) ? c.x(i) : c.call("aten::unsqueeze", {c.x(i), int64_t(0)});
+    std::vector<int64_t> expand = c.c(3 + i).toIntVector();
+    std::sort(expand.begin(), expand.end());
+    for (int64_t d : expand) x = c.call("aten::unsqueeze", {x, d + 1});
+    prod = prod ? c.call("aten::mul.Tensor", {prod, x}) : x;
+  }
+  std::vector<int64_t> sum = c.c(6).toIntVector();
+  if (sum.empty()) return {c.call("aten::clone", {prod, c10::MemoryFormat::Contiguous})};
+  for (int64_t& d : sum) d += 1;
+  return {c.call("aten::sum.dim_IntList", {prod, sum})};
+}
+
 void register_linalg(Registry& r) {
+  r.add("aten::_trilinear", trilinear);
+  r.add("aten::vdot", vdot);
   r.add("aten::mm", matmul);
   r.add("aten::bmm", matmul);
   r.add("aten::addmm", add_product("aten::mm"));

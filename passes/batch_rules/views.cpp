@@ -271,6 +271,59 @@ std::vector<Value*> fft(Ctx& c) {
   return c.b.graph().create(c.n.op(), args, {c.x(0)}, {out}, c.n.return_counts())->outputs();
 }
 
+// block_diag(blocks) of batched 2-d blocks [K, r, c]: each padded with zeros to the full width
+// at its column offset, the K tangents' rows stacked. An unbatched block: unrolled.
+std::vector<Value*> block_diag(Ctx& c) {
+  std::vector<Value*> blocks;
+  int64_t cols = 0;
+  for (int o : c.n.arg(0).operands) {
+    if (o < 0 || !c.operand_batched(static_cast<size_t>(o))) return {};
+    Value* v = c.operand(static_cast<size_t>(o));
+    if (v->meta().sizes.size() != 3) return {};
+    blocks.push_back(v);
+    cols += v->meta().sizes[2];
+  }
+  std::vector<Value*> padded;
+  int64_t at = 0;
+  for (Value* v : blocks) {
+    int64_t w = v->meta().sizes[2];
+    padded.push_back(c.call("aten::constant_pad_nd", {v, std::vector<int64_t>{at, cols - at - w}, 0.0}));
+    at += w;
+  }
+  return {c.call("aten::cat", {padded, int64_t(1)})};
+}
+
+// max_pool{2,3}d_with_indices_backward(g, self, ..., indices), linear in g [K, ..., spatial]: each
+// plane's values added at their indices, as one scatter_add over the K tangents with the residual
+// indices broadcast (a view, not a copy).
+Rule max_pool_backward(int64_t spatial) {
+  return [spatial](Ctx& c) -> std::vector<Value*> {
+    if (!c.batched(0) || c.batched(1) || c.batched(7)) return {};
+    const TensorMeta& in = c.x(1)->meta();
+    const auto& g = c.x(0)->meta().sizes;
+    int64_t lead = static_cast<int64_t>(in.sizes.size()) - spatial;
+    if (lead < 0) return {};
+    std::vector<int64_t> plane(in.sizes.begin(), in.sizes.begin() + lead);
+    int64_t in_plane = 1, out_plane = 1;
+    for (size_t d = static_cast<size_t>(lead); d < in.sizes.size(); ++d) in_plane *= in.sizes[d];
+    for (size_t d = static_cast<size_t>(lead) + 1; d < g.size(); ++d) out_plane *= g[d];
+    std::vector<int64_t> src_shape = {c.K}, idx_shape = plane, out_shape = {c.K};
+    src_shape.insert(src_shape.end(), plane.begin(), plane.end());
+    out_shape.insert(out_shape.end(), plane.begin(), plane.end());
+    src_shape.push_back(out_plane);
+    idx_shape.push_back(out_plane);
+    out_shape.push_back(in_plane);
+    Value* src = reshape(c, c.x(0), src_shape);
+    Value* idx = c.call("aten::unsqueeze", {reshape(c, c.x(7), idx_shape), int64_t(0)});
+    idx = c.call("aten::expand", {idx, src_shape});
+    Value* zeros = c.call("aten::zeros", {out_shape, c.x(0)->meta().dtype, std::nullopt, c.x(0)->meta().device});
+    Value* out = c.call("aten::scatter_add", {zeros, int64_t(-1), idx, src});
+    std::vector<int64_t> full = {c.K};
+    full.insert(full.end(), in.sizes.begin(), in.sizes.end());
+    return {reshape(c, out, full)};
+  };
+}
+
 // embedding(weight, indices, ...): the rows of each tangent, by index_select along dim 1.
 std::vector<Value*> embedding(Ctx& c) {
   if (!c.batched(0) || c.batched(1)) return {};
@@ -331,7 +384,14 @@ void register_views(Registry& r) {
   r.add("aten::stack", with_dims({1}, {}, 1));
   r.add("aten::diag_embed", with_dims({2, 3}, {}, 1));
   // (self, dim, index, ...): a 1-d index stays as it is; gather's and scatter's, of self's rank, broadcast.
-  r.add("aten::index_select", with_dims({1}, {2}));
+  r.add("aten::block_diag", block_diag);
+  r.add("aten::max_pool2d_with_indices_backward", max_pool_backward(2));
+  r.add("aten::max_pool3d_with_indices_backward", max_pool_backward(3));
+  // index_select of a 0-d tensor (its one index is 0) is the tensor itself
+  r.add("aten::index_select", [dims = with_dims({1}, {2})](Ctx& c) -> std::vector<Value*> {
+    if (c.rank(0) == 0) return {c.call("aten::clone", {c.x(0), c10::MemoryFormat::Contiguous})};
+    return dims(c);
+  });
   for (const char* op : {"aten::index_add", "aten::index_copy"}) r.add(op, with_dims({1}, {2}));
   // a 0-d value tensor stays as it is too (a batched one: unrolled)
   r.add("aten::index_fill.int_Scalar", with_dims({1}, {2}));

@@ -417,8 +417,8 @@ class Program:
     def save(self, path: str, trusted: bool = False) -> None:
         """Writes the program (JSON) and its captured tensors (safetensors beside it); `jvpc jvp` runs it.
 
-        trusted: allow ops off the list graph files may use (a primal graph computes derivative
-        factors such as gelu_backward); such a file loads back only as trusted."""
+        trusted: allow ops off the list graph files may use (the derivative factors a primal graph
+        computes, such as gelu_backward, are on it); such a file loads back only as trusted."""
         self._prog.save(str(path), trusted)
 
 
