@@ -384,6 +384,7 @@ expect 0 "compile sdpa" -- "$JVPC" compile sdpa --device cpu -o "$DIR/prog.json"
 contains out "check         at a new point vs LibTorch forward AD"; contains out "PASS"
 contains out "linearize matmul FLOPs       20971520"; contains out "       20971520  (20.972M; measured"
 contains out "jvp call matmul FLOPs        41943040"; contains out "program -> "
+contains out "^peak          .* allocated at once by linearize at a new point (measured); the forward's own peak "
 if [ ! -e "$DIR/prog.safetensors" ]; then pass "  ...sdpa captures no tensor: no constants file"; else fail "  ...prog.safetensors written"; fi
 # The block's primal graph holds gelu's derivative (gelu_backward), which fold used to evaluate
 # away: it is on the list of ops graph files may use, so the program saves and loads untrusted.

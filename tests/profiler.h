@@ -1,7 +1,7 @@
 // LibTorch's own profiler (Kineto), reduced to the kernel level the tracer records: events of
 // ops that are not CompositeImplicitAutograd decompositions and are not inside another such
 // event. Nesting is recovered from time intervals on the calling thread, as PyTorch's Python
-// profiler does. Also the peak of a call's CPU allocations, from its memory events.
+// profiler does. (The peak of a call's allocations: compiler/cost/peak_bytes.h.)
 #pragma once
 
 #include "compiler/ir/ops.h"
@@ -89,25 +89,6 @@ inline std::vector<ProfiledKernel> profile_kernels(const std::function<void()>& 
     open_kernels.push_back(e.end);
   }
   return out;
-}
-
-// Peak bytes allocated on the CPU during fn above what was allocated before it: the running sum
-// of the profiler's memory events ("[memory]", + on allocation, - on release), in time order.
-inline int64_t profile_peak_bytes(const std::function<void()>& fn) {
-  namespace prof = torch::autograd::profiler;
-  namespace impl = torch::profiler::impl;
-  impl::ProfilerConfig cfg(impl::ProfilerState::KINETO, false, /*profile_memory=*/true);
-  prof::prepareProfiler(cfg, {impl::ActivityType::CPU});
-  prof::enableProfiler(cfg, {impl::ActivityType::CPU});
-  fn();
-  auto result = prof::disableProfiler();
-  std::vector<std::pair<uint64_t, int64_t>> events;
-  for (const auto& e : result->events())
-    if (e.name() == "[memory]" && e.deviceType() == c10::DeviceType::CPU) events.emplace_back(e.startNs(), e.nBytes());
-  std::stable_sort(events.begin(), events.end());
-  int64_t current = 0, peak = 0;
-  for (const auto& [t, bytes] : events) peak = std::max(peak, current += bytes);
-  return peak;
 }
 
 }  // namespace jvpc::test

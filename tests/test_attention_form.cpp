@@ -10,6 +10,7 @@
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
 #include "compiler/cost/kernel_watch.h"
+#include "compiler/cost/peak_bytes.h"
 #include "compiler/ir/limits.h"
 #include "examples/examples.h"
 #include "runtime/attention_tangent.h"
@@ -193,7 +194,7 @@ TEST(AttentionFormChoice, TheOLFormHoldsNothingOfSizeLqLk) {
   std::vector<at::Tensor> tangents;
   for (const Input* in : a.jvp_fn->arguments()) tangents.push_back(at::randn(in->value->meta().sizes));
   a.jvp(tangents);  // first call: whatever the runtime sets up once
-  int64_t measured = test::profile_peak_bytes([&] { a.jvp(tangents); });
+  int64_t measured = measured_peak_bytes([&] { a.jvp(tangents); });
   EXPECT_GT(measured, B * H * L * Dv * 4) << "at least the output";
   EXPECT_LE(measured, predicted);
   EXPECT_LT(measured, L * L * 4) << "not even one head's scores";
@@ -233,8 +234,8 @@ TEST(CheckReference, ForwardAdEstimateBoundsWhatItAllocates) {
     input_bytes += static_cast<int64_t>(in.value.nbytes());
   }
   at::Tensor keep;
-  int64_t measured = test::profile_peak_bytes(
-      [&] { keep = forward_ad_jvp(ex.make_fn(examples::Backend::Math), primals, tangents)[0]; });
+  int64_t measured =
+      measured_peak_bytes([&] { keep = forward_ad_jvp(ex.make_fn(examples::Backend::Math), primals, tangents)[0]; });
   int64_t estimate =
       forward_ad_bytes_estimate(input_bytes, a.report.forward.peak_bytes, {a.report.attention[0].score_elements}, 4);
   EXPECT_LE(measured, estimate);

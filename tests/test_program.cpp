@@ -5,11 +5,10 @@
 #include "compiler/api/program.h"
 #include "compiler/api/reference.h"
 #include "compiler/cost/kernel_watch.h"
+#include "compiler/cost/peak_bytes.h"
 #include "compiler/ir/printer.h"
 #include "tests/batch_check.h"
 #include "tests/helpers.h"
-
-#include <torch/csrc/autograd/profiler_kineto.h>
 
 namespace jvpc {
 namespace {
@@ -111,25 +110,6 @@ TEST_P(ProgramExamples, LinearizeRunsThePrimalGraphsMatmulFlops) {
   EXPECT_GT(watch.matmul_flops(), 0);
 }
 
-// Bytes allocated at once during fn, above what was allocated before: the running sum of the
-// profiler's CPU memory events (what jvpc_bench and the Python side measure).
-int64_t peak_bytes(const std::function<void()>& fn) {
-  namespace prof = torch::autograd::profiler;
-  namespace impl = torch::profiler::impl;
-  impl::ProfilerConfig cfg(impl::ProfilerState::KINETO, false, /*profile_memory=*/true);
-  prof::prepareProfiler(cfg, {impl::ActivityType::CPU});
-  prof::enableProfiler(cfg, {impl::ActivityType::CPU});
-  fn();
-  auto result = prof::disableProfiler();
-  std::vector<std::pair<uint64_t, int64_t>> events;
-  for (const auto& e : result->events())
-    if (e.name() == "[memory]" && e.deviceType() == c10::DeviceType::CPU) events.emplace_back(e.startNs(), e.nBytes());
-  std::stable_sort(events.begin(), events.end());
-  int64_t current = 0, peak = 0;
-  for (const auto& [t, bytes] : events) peak = std::max(peak, current += bytes);
-  return peak;
-}
-
 // Linearize at a new point holds no more than the residuals beside what the forward itself
 // allocates at its peak (the primal graph is the forward plus the residuals it keeps).
 TEST_P(ProgramExamples, LinearizesPeakIsAtMostTheResidualsPlusTheForwardsPeak) {
@@ -137,12 +117,12 @@ TEST_P(ProgramExamples, LinearizesPeakIsAtMostTheResidualsPlusTheForwardsPeak) {
   Program prog = compile(ex.fn(), ex.inputs);
   Tensors x2 = another_point(ex.inputs);
   TensorFn fn = ex.fn();
-  int64_t forward = peak_bytes([&] {
+  int64_t forward = measured_peak_bytes([&] {
     at::NoGradGuard no_grad;
     fn(x2);
   });
   std::optional<Linearized> held;
-  int64_t linearize = peak_bytes([&] { held = prog.linearize(x2); });
+  int64_t linearize = measured_peak_bytes([&] { held = prog.linearize(x2); });
   int64_t residuals = prog.report().tangent.residual_bytes;
   EXPECT_LE(linearize, residuals + forward) << "forward's peak " << forward << " B, residuals " << residuals << " B";
   EXPECT_GT(forward, 0);

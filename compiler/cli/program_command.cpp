@@ -6,6 +6,7 @@
 #include "compiler/api/program.h"
 #include "compiler/api/reference.h"
 #include "compiler/cost/kernel_watch.h"
+#include "compiler/cost/peak_bytes.h"
 #include "compiler/ir/files.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/serialize.h"
@@ -102,7 +103,7 @@ void add_compile(CLI::App& app) {
     po.linearize.runtime.max_memory = o->limits.memory();
     std::string description;
     std::vector<at::Tensor> example;
-    TensorFn reference;
+    TensorFn reference, forward;  // forward AD runs the first; the memory line measures the second
     std::optional<Program> prog;
     if (is_graph) {
       if (!leftover(*cmd).empty()) throw Error("unexpected arguments after a graph file: " + leftover(*cmd)[0]);
@@ -121,6 +122,7 @@ void add_compile(CLI::App& app) {
       plain.max_memory = o->limits.memory();
       auto exe = std::make_shared<Executable>(with_math_attention(*g), plain);
       reference = [exe](const std::vector<at::Tensor>& x) { return exe->run(x); };
+      forward = reference;
       prog.emplace(compile(std::move(g), example, po));
     } else {
       if (!o->inputs.empty()) throw Error("--inputs is for a graph file; an example makes its own inputs");
@@ -130,6 +132,7 @@ void add_compile(CLI::App& app) {
       description = ex.description;
       for (const TraceInput& in : ex.inputs) example.push_back(in.value);
       reference = ex.make_fn(examples::Backend::Math);
+      forward = ex.fn();
       prog.emplace(compile(ex.fn(), ex.inputs, po));
     }
     check_flops(*prog->tangent_graph(), o->limits, "tangent graph");
@@ -140,6 +143,15 @@ void add_compile(CLI::App& app) {
     KernelWatch watch;
     Linearized lin = prog->linearize(x2);
     int64_t measured = watch.matmul_flops();
+    // Memory: a linearization at the new point against the forward's own peak there (measured).
+    const c10::Device device = x2.empty() ? c10::Device(c10::kCPU) : x2[0].device();
+    int64_t forward_peak = measured_peak_bytes(
+        [&] {
+          at::NoGradGuard no_grad;
+          forward(x2);
+        },
+        device);
+    int64_t linearize_peak = measured_peak_bytes([&] { prog->linearize(x2); }, device);
     std::vector<at::Tensor> tangents;
     std::vector<std::optional<at::Tensor>> ref_tangents(example.size());
     const auto primals = prog->executable().primal_inputs();
@@ -170,7 +182,10 @@ void add_compile(CLI::App& app) {
               << flops_line("", measured, "measured: kernels run by linearize at a new point")
               << flops_line("jvp call matmul FLOPs", tangent.matmul_flops, "cost model of the tangent graph")
               << "residuals     " << human_bytes(tangent.residual_bytes) << " per point, plus "
-              << human_bytes(tangent.aliased_input_bytes) << " aliasing the inputs\n";
+              << human_bytes(tangent.aliased_input_bytes) << " aliasing the inputs\n"
+              << "peak          " << human_bytes(linearize_peak)
+              << " allocated at once by linearize at a new point (measured); the forward's own peak "
+              << human_bytes(forward_peak) << "\n";
     char line[256];
     std::snprintf(line, sizeof line,
                   "check         at a new point vs LibTorch forward AD: rel_error %.3e, max_abs_error %.3e, "

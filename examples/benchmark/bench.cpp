@@ -16,6 +16,7 @@
 #include "compiler/api/program.h"
 #include "compiler/api/reference.h"
 #include "compiler/cost/kernel_watch.h"
+#include "compiler/cost/peak_bytes.h"
 #include "compiler/ir/files.h"
 #include "compiler/ir/limits.h"
 #include "compiler/ir/ops.h"
@@ -25,12 +26,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/version.h>
 
 #ifdef JVPC_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -86,34 +85,9 @@ double median_time(const std::function<void()>& fn, int warmup, int repeats) {
   return median(t);
 }
 
-// Peak bytes allocated during fn, above what was allocated before it.
+// Peak bytes allocated during fn, above what was allocated before it (compiler/cost/peak_bytes.h).
 int64_t peak_bytes(const std::function<void()>& fn) {
-#ifdef JVPC_WITH_CUDA
-  if (on_cuda) {
-    sync();
-    int dev = c10::cuda::current_device();
-    auto* alloc = c10::cuda::CUDACachingAllocator::get();
-    int64_t before = alloc->getDeviceStats(dev).allocated_bytes[0].current;
-    alloc->resetPeakStats(dev);
-    fn();
-    sync();
-    return alloc->getDeviceStats(dev).allocated_bytes[0].peak - before;
-  }
-#endif
-  namespace prof = torch::autograd::profiler;
-  namespace impl = torch::profiler::impl;
-  impl::ProfilerConfig cfg(impl::ProfilerState::KINETO, false, /*profile_memory=*/true);
-  prof::prepareProfiler(cfg, {impl::ActivityType::CPU});
-  prof::enableProfiler(cfg, {impl::ActivityType::CPU});
-  fn();
-  auto result = prof::disableProfiler();
-  std::vector<std::pair<uint64_t, int64_t>> events;
-  for (const auto& e : result->events())
-    if (e.name() == "[memory]" && e.deviceType() == c10::DeviceType::CPU) events.emplace_back(e.startNs(), e.nBytes());
-  std::stable_sort(events.begin(), events.end());
-  int64_t current = 0, peak = 0;
-  for (const auto& [t, bytes] : events) peak = std::max(peak, current += bytes);
-  return peak;
+  return jvpc::measured_peak_bytes(fn, on_cuda ? c10::Device(c10::kCUDA) : c10::Device(c10::kCPU));
 }
 
 int64_t matmul_flops(const std::function<void()>& fn, bool nested = false) {
