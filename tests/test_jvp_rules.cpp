@@ -892,6 +892,30 @@ TEST(JvpRules, EveryCasesTraceLoadsBackFromJson) {
   }
 }
 
+// Every rule case, real and complex, with seeded float64 primals "x0", "x1", ... (positive where
+// the case asks), and a name for messages.
+void for_each_case(const std::function<void(const Fn&, const std::vector<TraceInput>&, const std::string&)>& f) {
+  std::vector<RuleCase> all = cases();
+  for (size_t c = 0; c < all.size(); ++c) {
+    const RuleCase& rc = all[c];
+    at::manual_seed(c);
+    std::vector<TraceInput> primals;
+    for (size_t i = 0; i < rc.shapes.size(); ++i)
+      primals.push_back({"x" + std::to_string(i), rc.positive ? at::rand(rc.shapes[i], at::kDouble) + 0.5
+                                                              : at::randn(rc.shapes[i], at::kDouble)});
+    f(rc.fn, primals, rc.op + " (case " + std::to_string(c) + ")");
+  }
+  for (size_t c = 0; c < complex_cases().size(); ++c) {
+    const ComplexCase& cc = complex_cases()[c];
+    at::manual_seed(c);
+    std::vector<TraceInput> primals;
+    for (size_t i = 0; i < cc.shapes.size(); ++i)
+      primals.push_back(
+          {"x" + std::to_string(i), at::randn(cc.shapes[i], cc.complex[i] ? at::kComplexDouble : at::kDouble)});
+    f(cc.fn, primals, cc.op + " (complex case " + std::to_string(c) + ")");
+  }
+}
+
 // The text form holds every case's traced graph and tangent graph, complex ones included:
 // parse_text(to_text(g)) is g, structurally (the constants' values are not in the text).
 TEST(IrText, EveryCasesTraceAndTangentGraphRoundTrip) {
@@ -909,25 +933,7 @@ TEST(IrText, EveryCasesTraceAndTangentGraphRoundTrip) {
     check(*trace(fn, primals, TraceOptions::graph_only()).graph, where + ", trace");
     check(*linearize(fn, primals).tangent_graph, where + ", tangent graph");
   };
-  std::vector<RuleCase> all = cases();
-  for (size_t c = 0; c < all.size(); ++c) {
-    const RuleCase& rc = all[c];
-    at::manual_seed(c);
-    std::vector<TraceInput> primals;
-    for (size_t i = 0; i < rc.shapes.size(); ++i)
-      primals.push_back({"x" + std::to_string(i), rc.positive ? at::rand(rc.shapes[i], at::kDouble) + 0.5
-                                                              : at::randn(rc.shapes[i], at::kDouble)});
-    both(rc.fn, primals, rc.op + " (case " + std::to_string(c) + ")");
-  }
-  for (size_t c = 0; c < complex_cases().size(); ++c) {
-    const ComplexCase& cc = complex_cases()[c];
-    at::manual_seed(c);
-    std::vector<TraceInput> primals;
-    for (size_t i = 0; i < cc.shapes.size(); ++i)
-      primals.push_back(
-          {"x" + std::to_string(i), at::randn(cc.shapes[i], cc.complex[i] ? at::kComplexDouble : at::kDouble)});
-    both(cc.fn, primals, cc.op + " (complex case " + std::to_string(c) + ")");
-  }
+  for_each_case(both);
 }
 
 // The loader's copy of the list is the one derived from the rule tables
@@ -1126,25 +1132,7 @@ TEST(BatchRules, EveryCasesTangentGraphBatchesByRulesToKSingleCalls) {
     EXPECT_LT(r.rel_error, 1e-12) << where;
     for (const std::string& op : r.unrolled) unrolled.insert(op + " (" + where + ")");
   };
-  std::vector<RuleCase> all = cases();
-  for (size_t c = 0; c < all.size(); ++c) {
-    const RuleCase& rc = all[c];
-    at::manual_seed(c);
-    std::vector<TraceInput> primals;
-    for (size_t i = 0; i < rc.shapes.size(); ++i)
-      primals.push_back({"x" + std::to_string(i), rc.positive ? at::rand(rc.shapes[i], at::kDouble) + 0.5
-                                                              : at::randn(rc.shapes[i], at::kDouble)});
-    check(rc.fn, primals, rc.op + " (case " + std::to_string(c) + ")");
-  }
-  for (size_t c = 0; c < complex_cases().size(); ++c) {
-    const ComplexCase& cc = complex_cases()[c];
-    at::manual_seed(c);
-    std::vector<TraceInput> primals;
-    for (size_t i = 0; i < cc.shapes.size(); ++i)
-      primals.push_back(
-          {"x" + std::to_string(i), at::randn(cc.shapes[i], cc.complex[i] ? at::kComplexDouble : at::kDouble)});
-    check(cc.fn, primals, cc.op + " (complex case " + std::to_string(c) + ")");
-  }
+  for_each_case(check);
   std::string names;
   for (const std::string& u : unrolled) names += "\n  " + u;
   EXPECT_TRUE(unrolled.empty()) << "no batching rule:" << names;

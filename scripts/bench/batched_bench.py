@@ -16,9 +16,7 @@ time of jvpc K calls divided by K). The three agree (checked before timing).
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 import warnings
 
 import torch
@@ -69,16 +67,8 @@ def main():
                 if err > 1e-4:
                     sys.exit(f"batched_bench: {name} differs from torch vmap at K={k} (relative error {err:.2e})")
             names = list(calls)
-            times = {n: [] for n in names}
-            for r in range(args.warmup + args.rounds):
-                order = names[r % len(names):] + names[:r % len(names)]
-                for n in order:
-                    t0 = time.perf_counter()
-                    calls[n]()
-                    dt = time.perf_counter() - t0
-                    if r >= args.warmup:
-                        times[n].append(dt)
-        per = {n: statistics.median(times[n]) / k for n in names}
+            med = ref.interleaved_medians(calls, args.warmup, args.rounds)
+        per = {n: med[n] / k for n in names}
         rows.append({"K": k, "per_tangent_s": per, "ratio_to_one_jvpc_call": {n: per[n] / per["jvpc K calls"] for n in names}})
 
     config = (f"{args.config}: bsz {args.bsz}, model dim {args.model_dim}, head dim {args.head_dim}, "

@@ -18,9 +18,7 @@ arithmetic, so jvpc's median there is its fixed cost per call from Python.
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 import warnings
 
 import torch
@@ -122,17 +120,8 @@ def main():
     floor_name = f"jvpc's {n_matmuls} matmuls alone"
     calls[floor_name] = floor
     names = list(calls)
-    times = {n: [] for n in names}
     with torch.no_grad():
-        for r in range(args.warmup + args.rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
-            for n in order:
-                t0 = time.perf_counter()
-                calls[n]()
-                dt = time.perf_counter() - t0
-                if r >= args.warmup:
-                    times[n].append(dt)
-    med = {n: statistics.median(times[n]) for n in names}
+        med = ref.interleaved_medians(calls, args.warmup, args.rounds)
     base = med["torch.func eager"]
     config = (f"{args.config}: bsz {args.bsz}, model dim {args.model_dim}, head dim {args.head_dim}, "
               f"seq {args.seq_len}{', causal' if args.causal else ''}, float32, CPU, torch {torch.__version__}, "

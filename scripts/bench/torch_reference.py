@@ -109,6 +109,21 @@ def time_once(fn, device):
     return time.perf_counter() - t0
 
 
+def interleaved_medians(calls, warmup, rounds):
+    """Median seconds of each of `calls` (name -> fn), one call of each per round in an order
+    that rotates from round to round, after `warmup` untimed rounds (CPU: perf_counter)."""
+    names = list(calls)
+    times = {n: [] for n in names}
+    for r in range(warmup + rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            calls[n]()
+            dt = time.perf_counter() - t0
+            if r >= warmup:
+                times[n].append(dt)
+    return {n: statistics.median(times[n]) for n in names}
+
+
 def median_time(fn, device, warmup, repeats):
     for _ in range(warmup):
         fn()
