@@ -9,7 +9,8 @@
 // tangent graph, from residuals and tangents to output tangents. fold() is that split followed
 // by one run of the primal graph, evaluate_primal(): tensors come from `known` (the tracing run
 // already computed every traced value) or are computed through the runtime, each node at most
-// once and only if a residual needs it, and each residual is bound to its tensor. What nothing
+// once, only if a residual needs it, and in graph order, releasing each computed tensor after
+// its last read; each residual is bound to its tensor. What nothing
 // reads any more is left for dce.
 //
 //   %5 = aten::bmm(%1, %2)              // q·kᵀ: primal-only, known from the trace
@@ -28,7 +29,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -155,23 +155,47 @@ std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordere
   std::unordered_map<const Value*, at::Tensor> value;
   for (const Input& in : primal.inputs())
     if (in.role == Role::Constant && in.data.defined()) value[in.value] = in.data;
-  std::function<at::Tensor(const Value*)> eval = [&](const Value* v) -> at::Tensor {
-    auto it = value.find(v);
-    if (it != value.end()) return it->second;
-    auto k = known.find(v->id());
-    if (k != known.end()) return value[v] = k->second;
+  auto available = [&](const Value* v) { return value.count(v) || known.count(v->id()); };
+
+  // The nodes that run: those the outputs need, through values neither bound nor known. Each
+  // value they compute is released after its last read, so the run holds what is live, not
+  // every temporary (the B·H·L² steps on the way to a held P).
+  std::unordered_set<const Node*> runs;
+  std::unordered_map<const Value*, int> reads;  // reads still to come by nodes that run
+  std::vector<const Value*> todo(primal.outputs().begin(), primal.outputs().end());
+  while (!todo.empty()) {
+    const Value* v = todo.back();
+    todo.pop_back();
+    if (available(v)) continue;
     const Node* n = v->producer();
     if (!n)
       throw Error("fold: no value for " + std::string(role_name(primal.input_of(v).role)) + " input '" +
                   primal.input_of(v).name + "'");
-    std::vector<at::Tensor> operands;
-    for (const Value* in : n->inputs()) operands.push_back(eval(in));
-    auto outs = execute_node(*n, operands);
-    for (size_t i = 0; i < outs.size(); ++i) value[n->output(i)] = outs[i];
-    return value.at(v);
+    if (!runs.insert(n).second) continue;
+    for (const Value* in : n->inputs()) {
+      reads[in]++;
+      todo.push_back(in);
+    }
+  }
+  std::unordered_set<const Value*> results(primal.outputs().begin(), primal.outputs().end());
+  auto get = [&](const Value* v) {
+    auto it = value.find(v);
+    return it != value.end() ? it->second : known.at(v->id());
   };
+  for (const Node* n : primal.nodes()) {
+    if (!runs.count(n)) continue;
+    std::vector<at::Tensor> operands;
+    for (const Value* in : n->inputs()) operands.push_back(get(in));
+    std::vector<at::Tensor> outs = execute_node(*n, operands);
+    operands.clear();
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (reads.count(n->output(i)) || results.count(n->output(i))) value[n->output(i)] = std::move(outs[i]);
+    outs.clear();
+    for (const Value* in : n->inputs())
+      if (--reads.at(in) == 0 && !results.count(in)) value.erase(in);
+  }
   std::vector<at::Tensor> out;
-  for (const Value* v : primal.outputs()) out.push_back(eval(v));
+  for (const Value* v : primal.outputs()) out.push_back(get(v));
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include "tests/same_structure.h"
 
 #include "compiler/api/linearize.h"
+#include "compiler/cost/peak_bytes.h"
 
 namespace jvpc {
 namespace {
@@ -112,6 +113,23 @@ TEST(Fold, SplitTakesThePrimalOutputsAndResidualsIntoThePrimalGraph) {
   std::vector<at::Tensor> out = evaluate_primal(*split.primal, {{0, x}});
   EXPECT_TRUE(out[0].allclose(x.exp() * split.primal->inputs()[1].data));
   EXPECT_TRUE(out[1].allclose(x.exp()));
+}
+
+// The primal graph's run holds what is live, not every temporary: along a chain of four exps of
+// a 1 MiB tensor, at most two of them (the operand and the result) exist at once.
+TEST(Fold, EvaluationReleasesEachTemporaryAfterItsLastRead) {
+  auto g = parse_text(R"(
+    graph(%0 : f32[262144] x):
+      %1 : f32[262144] = aten::exp(%0)
+      %2 : f32[262144] = aten::exp(%1)
+      %3 : f32[262144] = aten::exp(%2)
+      %4 : f32[262144] = aten::exp(%3)
+      return (%4 y))");
+  at::Tensor x = at::randn({262144}) * 0.01;
+  std::vector<at::Tensor> out;
+  int64_t peak = measured_peak_bytes([&] { out = evaluate_primal(*g, {{0, x}}); });
+  EXPECT_LE(peak, 2 * x.nbytes() + 4096) << peak;
+  EXPECT_TRUE(out[0].allclose(x.exp().exp().exp().exp()));
 }
 
 }  // namespace
