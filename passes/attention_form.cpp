@@ -193,21 +193,8 @@ Count count_tangent_graph(const Graph& g, const std::vector<bool>& o_l) {
   for (size_t i = 0; i < nodes.size(); ++i)
     if (!o_l[i]) expand_p_form(*c, nodes[i]);
   const std::unordered_set<const Value*> varying = tangent_dependent(*c, /*impure_too=*/true);
-  // As fold: zeros of a shape are made per call, not held.
-  auto made_per_call = [](const Value* v) {
-    const Node* p = v->producer();
-    return p && p->inputs().empty() && p->op() == "aten::zeros";
-  };
-  std::vector<Value*> residuals;
-  std::unordered_set<const Value*> chosen;
-  auto want = [&](Value* v) {
-    if (v && !varying.count(v) && !c->is_input(v) && !made_per_call(v) && chosen.insert(v).second)
-      residuals.push_back(v);
-  };
-  for (Node* n : c->nodes())
-    if (!n->outputs().empty() && varying.count(n->output(0)))
-      for (Value* v : n->inputs()) want(v);
-  for (Value* v : c->outputs()) want(v);
+  // The residuals as fold takes them; an input stays what it is (a constant is counted as one).
+  std::vector<Value*> residuals = residual_values(*c, varying, 0, [](const Input&) { return false; });
   // As fold binds them: a residual keeps its whole storage alive (views of one storage count it
   // once), and one in the caller's input is an alias, not counted. Each becomes an input the
   // cost model does not count (the bytes are summed here), which cuts the forward off.

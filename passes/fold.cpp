@@ -29,6 +29,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -55,15 +56,8 @@ bool dense(const TensorMeta& m) {
 
 }  // namespace
 
-PrimalSplit split_primal(Graph& g, const SplitOptions& options) {
-  const std::unordered_set<const Value*> varying = tangent_dependent(g, /*impure_too=*/true);
-  auto primal_only = [&](const Value* v) { return v && !varying.count(v); };
-  if (options.primal_outputs > g.outputs().size()) throw Error("split: the graph has fewer outputs than primal ones");
-
-  // The residuals: primal-only values read by tangent-dependent nodes or returned as tangents.
-  // Not the zeros a rule materializes (aten::zeros of a shape): made per call, they cost a fill,
-  // and held they would cost their bytes for as long as the tangent graph lives. Constants stay
-  // constants of the tangent graph, unless a program reads them afresh at each point.
+std::vector<Value*> residual_values(Graph& g, const std::unordered_set<const Value*>& varying, size_t first_output,
+                                    const std::function<bool(const Input&)>& input_held) {
   auto made_per_call = [](const Value* v) {
     const Node* p = v->producer();
     return p && p->inputs().empty() && p->op() == "aten::zeros";
@@ -71,14 +65,27 @@ PrimalSplit split_primal(Graph& g, const SplitOptions& options) {
   std::vector<Value*> residuals;
   std::unordered_set<const Value*> chosen;
   auto want = [&](Value* v) {
-    bool constant = g.is_input(v) && g.input_of(v).role == Role::Constant;
-    if (primal_only(v) && !made_per_call(v) && (!constant || options.constants_as_residuals) && chosen.insert(v).second)
+    if (v && !varying.count(v) && !made_per_call(v) && (!g.is_input(v) || input_held(g.input_of(v))) &&
+        chosen.insert(v).second)
       residuals.push_back(v);
   };
   for (Node* n : g.nodes())
-    if (!primal_only(n->outputs().empty() ? nullptr : n->output(0)))
+    if (n->outputs().empty() || varying.count(n->output(0)))
       for (Value* v : n->inputs()) want(v);
-  for (size_t i = options.primal_outputs; i < g.outputs().size(); ++i) want(g.outputs()[i]);
+  for (size_t i = first_output; i < g.outputs().size(); ++i) want(g.outputs()[i]);
+  return residuals;
+}
+
+PrimalSplit split_primal(Graph& g, const SplitOptions& options) {
+  const std::unordered_set<const Value*> varying = tangent_dependent(g, /*impure_too=*/true);
+  auto primal_only = [&](const Value* v) { return v && !varying.count(v); };
+  if (options.primal_outputs > g.outputs().size()) throw Error("split: the graph has fewer outputs than primal ones");
+
+  // The residuals; constants stay constants of the tangent graph, unless a program reads them
+  // afresh at each point.
+  std::vector<Value*> residuals = residual_values(g, varying, options.primal_outputs, [&](const Input& in) {
+    return in.role != Role::Constant || options.constants_as_residuals;
+  });
 
   PrimalSplit split;
   if (residuals.empty() && options.primal_outputs == 0) return split;

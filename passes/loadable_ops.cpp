@@ -1,6 +1,7 @@
 // The list of ops graph files may use, derived from the rule tables (see compiler/ir/loadable_ops.h).
 #include "passes/loadable_ops.h"
 
+#include "compiler/cost/cost_model.h"
 #include "passes/jvp_rules/rules.h"
 
 #include <algorithm>
@@ -50,23 +51,10 @@ const std::vector<std::string>& emitted_ops() {
 }
 
 // Ops a graph file may use that neither have a rule nor are emitted: what traced functions
-// compute off the tangents' path (masks, comparisons, index arithmetic) and the factories they
-// call. All are pure, and sized by their arguments' shapes alone.
+// compute off the tangents' path (masks, index arithmetic) and the factories they call, besides
+// the comparisons (comparison_ops()). All are pure, and sized by their arguments' shapes alone.
 const std::vector<std::string>& extra_ops() {
   static const std::vector<std::string> ops = {
-      // comparisons and masks (boolean results: no tangent)
-      "aten::eq.Scalar",
-      "aten::eq.Tensor",
-      "aten::ne.Scalar",
-      "aten::ne.Tensor",
-      "aten::lt.Scalar",
-      "aten::lt.Tensor",
-      "aten::le.Scalar",
-      "aten::le.Tensor",
-      "aten::gt.Scalar",
-      "aten::gt.Tensor",
-      "aten::ge.Scalar",
-      "aten::ge.Tensor",
       // factories sized by their arguments
       "aten::ones",
       "aten::full",
@@ -103,6 +91,7 @@ std::vector<std::string> derive_loadable_ops() {
     if (!refused_ops().count(op)) ops.insert(op);
   ops.insert(emitted_ops().begin(), emitted_ops().end());
   ops.insert(extra_ops().begin(), extra_ops().end());
+  ops.insert(comparison_ops().begin(), comparison_ops().end());  // boolean results: no tangent
   return {ops.begin(), ops.end()};
 }
 

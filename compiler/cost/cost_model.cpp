@@ -132,6 +132,16 @@ AttentionTangentShape attention_tangent_shape(const Node& n) {
   return a;
 }
 
+const std::vector<std::string>& comparison_ops() {
+  static const std::vector<std::string> ops = [] {
+    std::vector<std::string> v;
+    for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge"})
+      for (const char* overload : {"Scalar", "Tensor"}) v.push_back(std::string("aten::") + op + "." + overload);
+    return v;
+  }();
+  return ops;
+}
+
 namespace {
 
 // How an op's FLOPs scale: none (copies, factories), per output element (elementwise), per input
@@ -230,18 +240,6 @@ const std::unordered_map<std::string, Rule>& rules() {
                            "aten::where.ScalarOther",
                            "aten::where.Scalar",
                            "aten::masked_fill.Tensor",
-                           "aten::eq.Scalar",
-                           "aten::eq.Tensor",
-                           "aten::ne.Scalar",
-                           "aten::ne.Tensor",
-                           "aten::lt.Scalar",
-                           "aten::lt.Tensor",
-                           "aten::le.Scalar",
-                           "aten::le.Tensor",
-                           "aten::gt.Scalar",
-                           "aten::gt.Tensor",
-                           "aten::ge.Scalar",
-                           "aten::ge.Tensor",
                            "aten::logical_not",
                            "aten::logical_and",
                            "aten::logical_or",
@@ -262,6 +260,7 @@ const std::unordered_map<std::string, Rule>& rules() {
                            "aten::nan_to_num",
                            "aten::square"})
       m[op] = {Kind::Elementwise, 1, 0};
+    for (const std::string& op : comparison_ops()) m[op] = {Kind::Elementwise, 1, 0};
     for (const char* op : {"aten::addcmul", "aten::addcdiv", "aten::lerp.Scalar", "aten::lerp.Tensor"})
       m[op] = {Kind::Elementwise, 2, 0};
     m["aten::gelu"] = {Kind::Elementwise, 4, 1};           // x·½(1+erf(x/√2))

@@ -97,6 +97,10 @@ int64_t distinct_bytes(const TensorMeta& m);
 /// the fused attention kernels).
 bool is_matmul(const std::string& op);
 
+/// The comparisons (eq, ne, lt, le, gt, ge; Scalar and Tensor overloads): boolean results, no
+/// tangent, 1 FLOP per output element. The cost table prices them; the loader admits them.
+const std::vector<std::string>& comparison_ops();
+
 /// FlopCounterMode's matmul FLOPs for `op` given its operand shapes (an absent optional operand:
 /// empty), or -1 if not a matmul op. A convolution also needs its output's shape and whether
 /// it is transposed. Shared with the FLOP counter that watches kernels at run time.

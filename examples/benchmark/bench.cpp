@@ -274,27 +274,33 @@ int main(int argc, char** argv) {
                          {"time_s", median_time(forward, warmup, repeats)},
                          {"peak_bytes", peak_bytes(forward)}};
 
-    // Compile time: the linearize call (trace, passes, fold, the executable), as its caller pays
-    // it, against the forward it traces, in interleaved pairs in this process, so that both meet
-    // the same machine state.
-    {
-      std::vector<double> fwd, lin_t, diff;
+    // `once` (a linearize) against the forward in interleaved pairs in this process, so that both
+    // meet the same machine state: the medians of the forward, of `once` and of their differences.
+    struct Paired {
+      double forward_s, time_s, minus_forward_s;
+    };
+    auto paired_with_forward = [&](const std::function<jvpc::Linearized()>& once) {
+      std::vector<double> fwd, t, diff;
       for (int i = 0; i < warmup; ++i) {
         forward();
-        linearize_once();
+        once();
       }
       for (int i = 0; i < compile_runs; ++i) {
         std::optional<jvpc::Linearized> result;  // freed after the clock stops
-        double f = time_once(forward), l = time_once([&] { result = linearize_once(); });
+        double f = time_once(forward), l = time_once([&] { result = once(); });
         fwd.push_back(f);
-        lin_t.push_back(l);
+        t.push_back(l);
         diff.push_back(l - f);
       }
-      phases["compile"] = {{"forward_s", median(fwd)},
-                           {"linearize_s", median(lin_t)},
-                           {"linearize_minus_forward_s", median(diff)},
-                           {"runs", compile_runs}};
-    }
+      return Paired{median(fwd), median(t), median(diff)};
+    };
+
+    // Compile time: the linearize call (trace, passes, fold, the executable), as its caller pays it.
+    Paired compile = paired_with_forward(linearize_once);
+    phases["compile"] = {{"forward_s", compile.forward_s},
+                         {"linearize_s", compile.time_s},
+                         {"linearize_minus_forward_s", compile.minus_forward_s},
+                         {"runs", compile_runs}};
 
     // Linearize at a new point with a compiled program (compiler/api/program.h): the primal graph
     // alone, against the plain forward in interleaved pairs in this process; its matmul FLOPs
@@ -308,24 +314,13 @@ int main(int argc, char** argv) {
         x2.push_back(
             p.is_floating_point() ? at::empty_strided(p.sizes(), p.strides(), p.options()).copy_(p * 0.5 + 0.25) : p);
       auto prog_once = [&] { return prog.linearize(x2); };
-      std::vector<double> fwd, prog_t, diff;
-      for (int i = 0; i < warmup; ++i) {
-        forward();
-        prog_once();
-      }
-      for (int i = 0; i < compile_runs; ++i) {
-        std::optional<jvpc::Linearized> result;  // freed after the clock stops
-        double f = time_once(forward), l = time_once([&] { result = prog_once(); });
-        fwd.push_back(f);
-        prog_t.push_back(l);
-        diff.push_back(l - f);
-      }
+      Paired paired = paired_with_forward(prog_once);
       std::optional<jvpc::Linearized> held;
       phases["program_linearize"] = {{"matmul_flops", matmul_flops([&] { prog_once(); })},
                                      {"predicted_matmul_flops", prog.primal_cost().matmul_flops},
-                                     {"time_s", median(prog_t)},
-                                     {"forward_s", median(fwd)},
-                                     {"minus_forward_s", median(diff)},
+                                     {"time_s", paired.time_s},
+                                     {"forward_s", paired.forward_s},
+                                     {"minus_forward_s", paired.minus_forward_s},
                                      {"peak_bytes", peak_bytes([&] { held = prog_once(); })},
                                      {"forward_peak_bytes", peak_bytes(forward)},
                                      {"residual_bytes", prog.report().tangent.residual_bytes},
