@@ -12,6 +12,12 @@
 //
 // (c: a number, or a one-element constant tensor of the graph, as Python wraps a number.)
 //
+// The views between q, k, v and A, Bt, V3, and between S3 and S and between P and O3, are
+// taken by their composite effect (see "Chains of views"): the reshape to [N, L, X], kᵀ the
+// transposed one, however matmul's reshapes or einsum's unsqueezes and permutes write it; a
+// chain with another effect is not matched. Scores [B, Hkv, G, Lq, Lk] (grouped query heads as
+// einsum writes them, unmasked) are attention over the G·Lq query rows of each key head.
+//
 // The tangent the rules emitted for it is followed the same way, step by step (each rule's
 // output is known: a view's tangent is the view of the tangent, a bmm's is bmm(dA, Bt) +
 // bmm(A, dBt), a mask's addition adds its tangent, softmax's is _softmax_backward_data), from
@@ -39,6 +45,11 @@
 #include "passes/jvp_rules/rules.h"
 #include "runtime/attention_tangent.h"
 
+#include <ATen/TensorUtils.h>
+#include <c10/core/WrapDimMinimal.h>
+
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -123,41 +134,169 @@ std::optional<std::pair<size_t, double>> tensor_scaling(const Node* n) {
   return std::nullopt;
 }
 
+// One step up through a scaling by a number (mul or div by a Scalar or by a one-element constant
+// of the graph), whose factor goes into `factor`.
+bool peel_scaling(Side& s) {
+  Node* n = producer(s.p);
+  if (!n || n->inputs().empty() || n->arg(0).kind != ArgKind::Tensor) return false;
+  if (auto sc = tensor_scaling(n)) {
+    if (!step(s, n, sc->first)) return false;
+    s.factor *= sc->second;
+    return true;
+  }
+  const std::string& op = n->op();
+  if (op != "aten::mul.Scalar" && op != "aten::div.Scalar") return false;
+  std::optional<double> c = n->arg(1).number();
+  if (!c || *c == 0.0 || !std::isfinite(*c)) return false;
+  if (n->inputs().size() != 1 || n->input(0)->meta().dtype != s.p->meta().dtype || !step(s, n)) return false;
+  s.factor *= op == "aten::mul.Scalar" ? *c : 1.0 / *c;
+  return true;
+}
+
 // Up through ops that keep the sizes and the values up to a scalar: scalings, clones, identity
 // expands and views.
 void peel_same(Side& s, bool scalings = true) {
   for (;;) {
+    if (scalings && peel_scaling(s)) continue;
     Node* n = producer(s.p);
-    if (!n || n->inputs().empty() || n->arg(0).kind != ArgKind::Tensor) return;
+    if (!n || n->inputs().size() != 1 || n->arg(0).kind != ArgKind::Tensor) return;
     const std::string& op = n->op();
-    double f = 1.0;
-    if (auto sc = tensor_scaling(n)) {
-      if (!scalings || !step(s, n, sc->first)) return;
-      s.factor *= sc->second;
-      continue;
-    }
-    if (op == "aten::mul.Scalar" || op == "aten::div.Scalar") {
-      std::optional<double> c = n->arg(1).number();
-      if (!scalings || !c || *c == 0.0 || !std::isfinite(*c)) return;
-      f = op == "aten::mul.Scalar" ? *c : 1.0 / *c;
-    } else if (op == "aten::clone" || op == "aten::alias") {
-    } else if (op == "aten::expand" || op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::reshape") {
-      if (n->input(0)->meta().sizes != s.p->meta().sizes) return;
-    } else {
-      return;
-    }
-    if (n->inputs().size() != 1 || n->input(0)->meta().dtype != s.p->meta().dtype) return;
-    if (!step(s, n)) return;
-    s.factor *= f;
+    bool same = op == "aten::clone" || op == "aten::alias" ||
+                ((op == "aten::expand" || op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::reshape") &&
+                 n->input(0)->meta().sizes == s.p->meta().sizes);
+    if (!same || n->input(0)->meta().dtype != s.p->meta().dtype || !step(s, n)) return;
   }
 }
 
-// Up through a view from `sizes`.
-bool peel_view_from(Side& s, const std::vector<int64_t>& sizes) {
-  Node* n = producer(s.p);
-  if (!n || (n->op() != "aten::view" && n->op() != "aten::_unsafe_view" && n->op() != "aten::reshape")) return false;
-  if (n->input(0)->meta().sizes != sizes) return false;
-  return step(s, n);
+// --- Chains of views ----------------------------------------------------------------------------
+//
+// matmul, einsum and the math path reach the bmms through different views of the same tensors:
+// matmul reshapes its operands to [N, L, X] and the result back; einsum unsqueezes and permutes
+// them to one order of its labels first, reshapes them to [N, L, X], and views and permutes the
+// result back. What the match needs is only a chain's composite effect, an index map, so it
+// computes that: the strides the chain gives the elements of a contiguous tensor at its top (each
+// view is a row-major reshape of its input's elements, whatever their layout), compared with the
+// strides of the reshape (or the transposed reshape) it must be. A chain whose effect differs
+// (another order of the elements) is not taken.
+
+bool is_reshape_op(const std::string& op) {
+  return op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::reshape" || op == "aten::unsqueeze" ||
+         op == "aten::squeeze" || op == "aten::squeeze.dim" || op == "aten::squeeze.dims";
+}
+
+// An op that moves its input's elements without changing them: a reshape, a permutation, a copy,
+// an identity expand.
+bool is_view_step(const Node* n) {
+  if (!n || n->inputs().size() != 1 || n->outputs().size() != 1 || n->arg(0).kind != ArgKind::Tensor) return false;
+  const TensorMeta &in = n->input(0)->meta(), &out = n->output(0)->meta();
+  if (in.dtype != out.dtype) return false;
+  const std::string& op = n->op();
+  if (is_reshape_op(op) || op == "aten::permute" || op == "aten::transpose.int" || op == "aten::clone" ||
+      op == "aten::alias")
+    return true;
+  return op == "aten::expand" && in.sizes == out.sizes;
+}
+
+// Where each element of a tensor is, as offsets into the elements of the chain's top.
+struct Strided {
+  std::vector<int64_t> sizes, strides;
+};
+
+Strided contiguous(const std::vector<int64_t>& sizes) {
+  Strided s{sizes, std::vector<int64_t>(sizes.size(), 1)};
+  for (size_t i = sizes.size(); i-- > 1;) s.strides[i - 1] = s.strides[i] * std::max<int64_t>(sizes[i], 1);
+  return s;
+}
+
+// The layout after the view step `n`; false where no strides express it (a reshape of permuted
+// elements that would need a copy).
+bool apply(Strided& s, const Node* n) {
+  const std::string& op = n->op();
+  const std::vector<int64_t>& out = n->output(0)->meta().sizes;
+  if (is_reshape_op(op)) {
+    auto st = at::detail::computeStride(s.sizes, s.strides, out);
+    if (!st) return false;
+    s = {out, std::vector<int64_t>(st->begin(), st->end())};
+    return true;
+  }
+  if (op == "aten::permute" || op == "aten::transpose.int") {
+    int64_t r = static_cast<int64_t>(s.sizes.size());
+    std::vector<int64_t> perm(s.sizes.size());
+    for (int64_t i = 0; i < r; ++i) perm[i] = i;
+    if (op == "aten::permute") {
+      std::vector<int64_t> dims = n->arg(1).value.toIntVector();
+      if (static_cast<int64_t>(dims.size()) != r) return false;
+      for (int64_t i = 0; i < r; ++i) perm[i] = c10::maybe_wrap_dim(dims[i], r);
+    } else {
+      std::swap(perm[c10::maybe_wrap_dim(n->arg(1).value.toInt(), r)],
+                perm[c10::maybe_wrap_dim(n->arg(2).value.toInt(), r)]);
+    }
+    Strided t;
+    for (int64_t d : perm) t.sizes.push_back(s.sizes[d]), t.strides.push_back(s.strides[d]);
+    if (t.sizes != out) return false;
+    s = std::move(t);
+    return true;
+  }
+  return s.sizes == out;  // a copy, an identity expand
+}
+
+// The layout `steps` (top first) give the elements of a contiguous tensor of `top` sizes;
+// nullopt where no strides express it. Null steps (scalings, casts) keep it.
+std::optional<Strided> composite(const std::vector<int64_t>& top, const std::vector<const Node*>& steps) {
+  Strided s = contiguous(top);
+  for (const Node* n : steps)
+    if (n && !apply(s, n)) return std::nullopt;
+  return s;
+}
+
+// Whether two layouts put every element at the same place (dims of size 1 have no stride).
+bool same_elements(const std::optional<Strided>& a, const Strided& b) {
+  if (!a || a->sizes != b.sizes) return false;
+  for (size_t i = 0; i < b.sizes.size(); ++i)
+    if (b.sizes[i] != 1 && a->strides[i] != b.strides[i]) return false;
+  return true;
+}
+
+// The layout of X.reshape(sizes) for a contiguous X, or (`transposed`) of
+// X.reshape(sizes with the last two swapped).transpose(-2, -1).
+Strided reshaped(std::vector<int64_t> sizes, bool transposed) {
+  if (!transposed || sizes.size() < 2) return contiguous(sizes);
+  std::swap(sizes.end()[-1], sizes.end()[-2]);
+  Strided s = contiguous(sizes);
+  std::swap(s.sizes.end()[-1], s.sizes.end()[-2]);
+  std::swap(s.strides.end()[-1], s.strides.end()[-2]);
+  return s;
+}
+
+// Up from `s` through view steps and (`scalings`) scalings whose tangents mirror them, to the
+// highest value X whose sizes are one of `tops` and of which `s` is, element for element, the
+// reshape (`transposed`: the transposed reshape, as kᵀ is of k). False, `s` as it was, where
+// there is none.
+bool peel_to(Side& s, const std::vector<std::vector<int64_t>>& tops, bool transposed, bool scalings) {
+  std::vector<Side> at = {s};
+  std::vector<const Node*> steps;  // steps[i] leads from at[i + 1] to at[i]
+  for (int guard = 0; guard < 24; ++guard) {
+    Side x = at.back();
+    Node* n = producer(x.p);
+    if (scalings && peel_scaling(x)) {
+      steps.push_back(nullptr);
+    } else if (is_view_step(n) && step(x, n)) {
+      steps.push_back(n);
+    } else {
+      break;
+    }
+    at.push_back(x);
+  }
+  const Strided want = reshaped(s.p->meta().sizes, transposed);
+  for (size_t i = at.size(); i-- > 0;) {
+    const std::vector<int64_t>& top = at[i].p->meta().sizes;
+    if (std::find(tops.begin(), tops.end(), top) == tops.end()) continue;
+    std::vector<const Node*> down(steps.rbegin() + static_cast<std::ptrdiff_t>(steps.size() - i), steps.rend());
+    if (!same_elements(composite(top, down), want)) continue;
+    s = at[i];
+    return true;
+  }
+  return false;
 }
 
 // Up through the repeat of key heads [B, Hkv, L, X] -> [B, Hkv·G, L, X]: unsqueeze(2), expand,
@@ -189,23 +328,39 @@ bool peel_repeat(Side& s) {
   return true;
 }
 
-// q, k or v as the operator takes it: [B, Hx, L, X] from the bmm operand `s` ([N, L, X]),
-// as high up as the steps mirror.
+// q, k or v as the operator takes it: [B, Hx, L, X] or [N, L, X], from the bmm operand `s`
+// ([N, L, X], a reshape of it through the views a matmul or an einsum adds) or from `s` above its
+// transposition, as high up as the steps mirror.
 // (`scalings`: through scalar multiplications too, whose product goes into `factor`).
-Side operand(Side s, int64_t B, int64_t H, bool repeats, bool scalings) {
-  peel_same(s, scalings);
+// (`grouped`: q's [B, H, G, Lq, D] of grouped scores, another size it may have.)
+Side operand(Side s, int64_t B, int64_t H, bool repeats, bool scalings, const std::vector<int64_t>& grouped = {}) {
   const auto sz = s.p->meta().sizes;
-  if (sz.size() == 3 && B * H == sz[0]) peel_view_from(s, {B, H, sz[1], sz[2]});
+  if (sz.size() == 3) {
+    std::vector<std::vector<int64_t>> tops = {{B, H, sz[1], sz[2]}, sz};
+    if (!grouped.empty()) tops.push_back(grouped);
+    peel_to(s, tops, false, scalings);
+  }
   peel_same(s, scalings);
   if (repeats && s.p->meta().sizes.size() == 4 && peel_repeat(s)) peel_same(s, scalings);
   return s;
 }
 
-// Views `v` ([N, L, X] or [B, Hx, L, X]) as [B, Hx, L, X], copying only where it must.
+// The operator's [B, H, Lq] for scores [N, Lq, Lk], [B, H, Lq, Lk], or [B, H, G, Lq, Lk]: grouped
+// query heads as an einsum over q [B, Hkv, G, Lq, D] and k [B, Hkv, Lk, D] writes them, whose bmm
+// takes the G·Lq query rows of each key head together.
+std::array<int64_t, 3> rows_of(const std::vector<int64_t>& ps) {
+  if (ps.size() == 3) return {1, ps[0], ps[1]};
+  if (ps.size() == 4) return {ps[0], ps[1], ps[2]};
+  return {ps[0], ps[1], ps[2] * ps[3]};
+}
+
+// Views `v` ([N, L, X], [B, Hx, L, X] or grouped [B, Hx, G, Lq, X]) as [B, Hx, L, X], copying
+// only where it must.
 Value* as4d(Builder& b, Value* v, int64_t B) {
   if (!v || v->meta().sizes.size() == 4) return v;
   const auto& s = v->meta().sizes;
-  std::vector<int64_t> shape = {B, s[0] / B, s[1], s[2]};
+  std::vector<int64_t> shape = s.size() == 5 ? std::vector<int64_t>{s[0], s[1], s[2] * s[3], s[4]}
+                                             : std::vector<int64_t>{B, s[0] / B, s[1], s[2]};
   if (!viewable(v, shape)) v = b.call("aten::clone", {v, c10::MemoryFormat::Contiguous});
   return b.call("aten::view", {v, shape});
 }
@@ -239,8 +394,7 @@ bool reaches_bmm(const Value* v) {
       v = n->input(sc->first);
       continue;
     }
-    if (op != "aten::view" && op != "aten::_unsafe_view" && op != "aten::reshape" && op != "aten::mul.Scalar" &&
-        op != "aten::div.Scalar" && op != "aten::_to_copy" && op != "aten::clone")
+    if (!is_view_step(n) && op != "aten::mul.Scalar" && op != "aten::div.Scalar" && op != "aten::_to_copy")
       return false;
     v = n->input(0);
   }
@@ -275,12 +429,19 @@ struct Match {
 bool score_chain(Match& m) {
   Value* s = m.softmax->input(0);
   bool masked = false;
+  bool moved = false;  // a view below that moves elements across the last dim: no mask above it
   const int64_t Lq = s->meta().sizes.end()[-2], Lk = s->meta().sizes.back();
-  for (int guard = 0; guard < 16; ++guard) {
+  for (int guard = 0; guard < 24; ++guard) {
     Node* n = producer(s);
     if (!n) return false;
     const std::string& op = n->op();
     if (op == "aten::bmm") {
+      // The views between, together, must be the reshape of the bmm's result to the scores.
+      std::vector<const Node*> down;
+      for (auto it = m.steps.rbegin(); it != m.steps.rend(); ++it)
+        down.push_back(!it->mask && is_view_step(it->n) ? it->n : nullptr);
+      if (!same_elements(composite(n->output(0)->meta().sizes, down), contiguous(m.softmax->input(0)->meta().sizes)))
+        return false;
       m.scores_bmm = n;
       return true;
     }
@@ -288,8 +449,12 @@ bool score_chain(Match& m) {
     if (auto sc = tensor_scaling(n)) {
       m.scale *= sc->second;
       st.path = sc->first;
-    } else if (op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::reshape" || op == "aten::clone") {
-      if (n->input(0)->meta().sizes.size() < 3 || n->input(0)->meta().sizes.back() != Lk) return false;
+    } else if (is_view_step(n)) {
+      const auto& in = n->input(0)->meta().sizes;
+      bool keeps_rows =
+          (op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::reshape" || op == "aten::clone") &&
+          in.size() >= 3 && in.back() == Lk;
+      moved |= !keeps_rows;
     } else if (op == "aten::mul.Scalar" || op == "aten::div.Scalar") {
       std::optional<double> c = n->arg(1).number();
       if (!c || *c == 0.0 || !std::isfinite(*c)) return false;
@@ -299,6 +464,8 @@ bool score_chain(Match& m) {
       // float32 itself.
       c10::ScalarType from = n->input(0)->meta().dtype, to = s->meta().dtype;
       if (!(c10::isReducedFloatingType(from) && to == c10::kFloat) || n->inputs().size() != 1) return false;
+    } else if (moved) {
+      return false;  // a mask on permuted scores would be misplaced in the operator's [.., Lq, Lk]
     } else if (op == "aten::add.Tensor" && !masked && n->arg(2).is_number(1.0)) {
       if (n->arg(0).kind != ArgKind::Tensor || n->arg(1).kind != ArgKind::Tensor) return false;
       // The scores are the operand with the full shape that leads to the bmm.
@@ -433,12 +600,16 @@ bool out_chain(Value* p, const std::unordered_set<const Value*>& tangent, std::v
     Node* n = u.user;
     if (n->is_return() || u.index != 0 || n->outputs().size() != 1 || tangent.count(n->output(0))) continue;
     if (n->op() == "aten::bmm") {
+      // The views between, together, must be the reshape of P to the bmm's [N, Lq, Lk].
+      const Value* top = steps.empty() ? p : steps.front()->input(0);
+      std::vector<const Node*> down;
+      for (const Node* s : steps) down.push_back(is_view_step(s) ? s : nullptr);
+      if (!same_elements(composite(top->meta().sizes, down), contiguous(p->meta().sizes))) continue;
       bmm = n;
       return true;
     }
-    bool view = n->op() == "aten::view" || n->op() == "aten::_unsafe_view" || n->op() == "aten::reshape" ||
-                n->op() == "aten::clone" || n->op() == "aten::expand" || n->op() == "aten::_to_copy";
-    if (!view || steps.size() > 8) continue;
+    bool view = is_view_step(n) || (n->op() == "aten::_to_copy" && n->inputs().size() == 1);
+    if (!view || steps.size() > 12) continue;
     steps.push_back(n);
     if (out_chain(n->output(0), tangent, steps, bmm)) return true;
     steps.pop_back();
@@ -452,18 +623,19 @@ bool recognize(Node* softmax, const std::unordered_set<const Value*>& tangent, M
   Value* p = softmax->output(0);
   const auto& ps = p->meta().sizes;
   int64_t rank = static_cast<int64_t>(ps.size());
-  if (rank != 3 && rank != 4) return false;
+  if (rank < 3 || rank > 5) return false;
   int64_t dim = softmax->arg(1).value.toInt();
   if (dim != -1 && dim != rank - 1) return false;
   if (softmax->op() == "aten::_softmax" && softmax->arg(2).value.toBool()) return false;  // half to float
   if (softmax->op() == "aten::_safe_softmax" && !softmax->arg(2).value.isNone()) return false;
   if (!score_chain(m)) return false;
+  // Grouped scores: a mask or causal over [Lq, Lk] is not the operator's over the G·Lq rows.
+  if (rank == 5 && m.mask_value) return false;
   std::vector<Node*> down;
   if (!out_chain(p, tangent, down, m.out_bmm)) return false;
-  // Heads: [B, H] of 4-d scores, [1, N] of 3-d ones.
-  int64_t B = rank == 4 ? ps[0] : 1, H = rank == 4 ? ps[1] : ps[0];
+  const std::array<int64_t, 3> rows = rows_of(ps);
+  const int64_t B = rows[0], H = rows[1], Lq = rows[2], Lk = ps[rank - 1];
   const auto& s3 = m.scores_bmm->output(0)->meta().sizes;
-  const int64_t Lq = ps[rank - 2], Lk = ps[rank - 1];
   if (s3.size() != 3 || s3[0] != B * H || s3[1] != Lq || s3[2] != Lk) return false;
   const auto& o3 = m.out_bmm->output(0)->meta().sizes;
   if (m.out_bmm->input(0)->meta().sizes != s3 || o3[0] != B * H || o3[1] != Lq) return false;
@@ -513,17 +685,17 @@ bool recognize(Node* softmax, const std::unordered_set<const Value*>& tangent, M
 
   // q, k and v above the views, scalings and repeats that lead to the matmuls. v's scalings stay
   // (the output is P times the values the bmm reads).
-  m.q = operand(m.a, B, H, false, true);
+  m.q = operand(
+      m.a, B, H, false, true,
+      rank == 5 ? std::vector<int64_t>{ps[0], ps[1], ps[2], ps[3], m.a.p->meta().sizes[2]} : std::vector<int64_t>{});
+  // Bt is kᵀ: k ([B, H, Lk, D] or [N, Lk, D]) reshaped to [N, Lk, D] and transposed (matmul's
+  // view of k.transpose(-2, -1), einsum's permutes); or k as the caller transposed it.
   Side bt = m.bt;
-  peel_same(bt);
   const auto bs = bt.p->meta().sizes;
-  if (bs.size() == 3 && bs[0] == B * H) peel_view_from(bt, {B, H, bs[1], bs[2]});
-  peel_same(bt);
-  if (Node* tr = producer(bt.p); tr && tr->op() == "aten::transpose.int") {
-    int64_t r = static_cast<int64_t>(bt.p->meta().sizes.size());
-    int64_t d0 = tr->arg(1).value.toInt(), d1 = tr->arg(2).value.toInt();
-    d0 = d0 < 0 ? d0 + r : d0, d1 = d1 < 0 ? d1 + r : d1;
-    if (std::min(d0, d1) == r - 2 && std::max(d0, d1) == r - 1 && step(bt, tr)) m.k_transposed = true;
+  m.k_transposed = peel_to(bt, {{B, H, bs[2], bs[1]}, {bs[0], bs[2], bs[1]}}, true, true);
+  if (!m.k_transposed) {
+    peel_to(bt, {{B, H, bs[1], bs[2]}, bs}, false, true);
+    peel_same(bt);
   }
   auto heads = [&](const Side& x) { return x.p->meta().sizes.size() == 4 ? x.p->meta().sizes[1] : H; };
   m.k = m.k_transposed ? operand(bt, B, H, true, true) : bt;
@@ -538,7 +710,8 @@ bool recognize(Node* softmax, const std::unordered_set<const Value*>& tangent, M
     const auto& sz = x->p->meta().sizes;
     if (sz.size() == 4 && sz[0] != B) return false;
     if (sz.size() == 3 && sz[0] != B * H) return false;
-    if (sz.size() != 3 && sz.size() != 4) return false;
+    if (sz.size() == 5 && (x != &m.q || sz[0] != B || sz[1] != H || sz[2] * sz[3] != Lq)) return false;
+    if (sz.size() < 3 || sz.size() > 5) return false;
   }
   return true;
 }
@@ -548,9 +721,8 @@ bool recognize(Node* softmax, const std::unordered_set<const Value*>& tangent, M
 std::pair<Node*, Value*> build(Graph& g, const Match& m) {
   Builder b(g);
   Value* s = m.softmax->input(0);
-  const auto& ps = s->meta().sizes;
-  bool four = ps.size() == 4;
-  int64_t B = four ? ps[0] : 1, H = four ? ps[1] : ps[0], Lq = ps.end()[-2];
+  const std::array<int64_t, 3> rows = rows_of(s->meta().sizes);
+  const int64_t B = rows[0], H = rows[1], Lq = rows[2];
   Value* q4 = as4d(b, m.q.p, B);
   Value* dq4 = as4d(b, m.q.t, B);
   Value* k4 = as4d(b, m.k.p, B);
@@ -565,7 +737,8 @@ std::pair<Node*, Value*> build(Graph& g, const Match& m) {
   Value* out4 = as4d(b, o3, B);
   // The logsumexp of the scores, which fold computes once from the tracing run's.
   Value* lse = b.call("aten::logsumexp", {s, std::vector<int64_t>{-1}, false});
-  if (!four) lse = b.call("aten::view", {lse, std::vector<int64_t>{1, H, Lq}});
+  if (lse->meta().sizes != std::vector<int64_t>{B, H, Lq})
+    lse = b.call("aten::view", {lse, std::vector<int64_t>{B, H, Lq}});
   Value* mask = m.mask;
   if (mask && m.keep_mask_negated) mask = b.call("aten::eq.Scalar", {mask, 0});  // ¬m
   auto opt = [](Value* t) { return t ? BArg(t) : BArg(std::nullopt); };
