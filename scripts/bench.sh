@@ -18,7 +18,8 @@
 # Configurations: the seed's (sdpa, bsz 1, 5 heads, seq 128, head dim 64), causal, the
 # transformer block, and on CUDA a large one (bsz 4, 16 heads, seq 2048, bfloat16); plus an sdpa
 # sequence-length sweep for the plot. Results: $JVPC_BENCH_OUT (default build/bench): one JSON
-# per run, table.md, seq_sweep.png.
+# per run, table.md, seq_sweep.png, load.txt (the 1-minute load average as each side started,
+# which table.md shows: the two sides run one after the other, and their times move with it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEVICE="" SETUP=1 COMPILE="" COMPILE_ONLY="" LONG=""
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
     --compile-only) COMPILE_ONLY=$2; shift 2 ;;
     --long) LONG=1; shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -55,8 +56,9 @@ CTIMEOUT=300; [ "$DEVICE" = cuda ] && CTIMEOUT=120
 
 # A configuration that fails on one side is reported and left out of the table; the rest run.
 failed=0
-side() {  # name log command...: runs one side, keeping its stderr in log
+side() {  # name log command...: runs one side, keeping its stderr in log; load.txt: the load it met
   local name=$1 log=$2; shift 2
+  echo "$name|$(cut -d' ' -f1 /proc/loadavg 2>/dev/null)" >>"$OUT/load.txt"
   "$@" >/dev/null 2>"$log" || { echo "[bench] $name failed: $(tail -n 1 "$log")" >&2; failed=$((failed + 1)); }
 }
 run() {  # name example flags...
@@ -77,7 +79,7 @@ sweep() {  # name example flags... (no torch.compile: seconds per point)
     --device "$DEVICE" --skip-compile --json "$OUT/torch_$name.json"
 }
 
-rm -f "$OUT"/*.json "$OUT"/*.log
+rm -f "$OUT"/*.json "$OUT"/*.log "$OUT/load.txt"
 run seed sdpa
 run causal sdpa --causal
 if [ "$DEVICE" = cuda ]; then

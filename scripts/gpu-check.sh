@@ -107,6 +107,20 @@ grep -E "^(\[  (PASSED|FAILED)|L=[0-9]+ H16|jvpc_bench)" "$OUT/long.log"
 JVPC_BUILD_DIR=build-gpu JVPC_BENCH_OUT=build-gpu/bench scripts/bench.sh --device $DEVICE --no-setup --compile-only seed
 bench_rc=$?
 cp build-gpu/bench/table.md build-gpu/bench/seq_sweep.png "$OUT/" 2>/dev/null
+
+# From Python (issue 18): jvpc's jvp_fn beside torch.func's eager one and beside its own matmuls
+# alone, at the seed's configuration (float16 on CUDA, as the seed's script), short rounds, no
+# torch.compile; the log and JSON go into bench.tgz. Skipped where the module was not built.
+py_rc=0
+mkdir -p build-gpu/bench
+if PYTHONPATH=build-gpu/python "$PY" -c "import jvpc" 2>/dev/null; then
+  PYTHONPATH=build-gpu/python "$PY" scripts/bench/python_bench.py --config sdpa --device $DEVICE --rounds 50 \
+    --warmup 10 --skip-compile --json build-gpu/bench/python_seed.json >build-gpu/bench/python_seed.log 2>&1
+  py_rc=$?
+  grep -E "^(jvpc|torch.func|floor|matmul throughput|target)" build-gpu/bench/python_seed.log || tail -n 3 build-gpu/bench/python_seed.log
+else
+  echo "python_bench: skipped (no jvpc module in build-gpu/python for $PY)"
+fi
 tar czf "$OUT/bench.tgz" -C build-gpu bench bench-long linearize.log 2>/dev/null
-echo "gpu-check: tests $tests_rc, cli $cli_rc, linearize $lin_rc, long $long_rc, bench $bench_rc; total $(( $(date +%s) - t0 )) s"
-[ $tests_rc = 0 ] && [ $cli_rc = 0 ] && [ $lin_rc = 0 ] && [ $long_rc = 0 ] && [ $bench_rc = 0 ]
+echo "gpu-check: tests $tests_rc, cli $cli_rc, linearize $lin_rc, long $long_rc, bench $bench_rc, python $py_rc; total $(( $(date +%s) - t0 )) s"
+[ $tests_rc = 0 ] && [ $cli_rc = 0 ] && [ $lin_rc = 0 ] && [ $long_rc = 0 ] && [ $bench_rc = 0 ] && [ $py_rc = 0 ]

@@ -16,6 +16,8 @@ check() { if grep -qF -- "$1" "$OUT/table.md"; then echo "ok   $1"; else echo "F
   { echo "FAIL jvpc_bench: $(tail -n 3 "$OUT/jvpc.log")"; exit 1; }
 "$PY" "$SRC/scripts/bench/torch_reference.py" --config sdpa --device cpu --repeats 2 --warmup 1 --skip-compile \
   --json "$OUT/torch_seed.json" >"$OUT/torch.log" 2>&1 || { echo "FAIL torch_reference.py: $(tail -n 3 "$OUT/torch.log")"; exit 1; }
+# The load each side met, as bench.sh records it (load.txt), is shown under the heading.
+printf 'seed (jvpc)|1.50\nseed (PyTorch)|2.25\n' >"$OUT/load.txt"
 "$PY" "$SRC/scripts/bench/compare.py" "$OUT" --markdown "$OUT/table.md" >/dev/null 2>"$OUT/compare.log" ||
   { echo "FAIL compare.py: $(tail -n 3 "$OUT/compare.log")"; exit 1; }
 check "| matmul FLOPs, linearize | 20,971,520 | 83,886,080 | 0.250 |"
@@ -24,6 +26,7 @@ check "| matmul FLOPs, later jvp calls | 41,943,040 | 41,943,040 | 1.000 |"
 check "| residual bytes held | 640.0 KiB | 4.85 MiB | 0.129 |"
 check "|   plus bytes aliasing the caller's inputs | 160.0 KiB | 480.0 KiB | — |"
 check "time per jvp call (later calls), vs eager jvp_fn"
+check "Load average (1 min) as each side started: jvpc 1.50, PyTorch 2.25 (each side runs in its own process"
 check "compile: linearize minus forward (median of the 3 differences)"
 check "| matmul FLOPs, linearize at a new point, compiled program | 20,971,520 | 83,886,080 | 0.250 |"
 check "time, linearize at a new point, compiled program (vs torch.func.linearize)"

@@ -101,6 +101,30 @@ def rows_for(j, t):
     return rows
 
 
+def load_averages(out_dir):
+    """{configuration: {"jvpc": load, "PyTorch": load}}: the 1-minute load average as each side
+    started, from the load.txt bench.sh writes (lines "NAME (SIDE)|LOAD"); empty without one."""
+    loads = {}
+    try:
+        with open(os.path.join(out_dir, "load.txt")) as f:
+            for line in f:
+                m = re.match(r"^(\S+) \((jvpc|PyTorch)\)\|([0-9.]+)$", line.strip())
+                if m:
+                    loads.setdefault(m.group(1), {})[m.group(2)] = float(m.group(3))
+    except OSError:
+        pass
+    return loads
+
+
+def load_line(load):
+    """The load each side met, for a table's heading; the two sides run one after the other."""
+    if not load:
+        return []
+    sides = ", ".join(f"{side} {load[side]:.2f}" for side in ("jvpc", "PyTorch") if side in load)
+    return [f"Load average (1 min) as each side started: {sides} (each side runs in its own process, one after "
+            "the other: the time ratios read both loads).", ""]
+
+
 def same_config(name, j, t):
     """Both sides must have measured the same configuration (their descriptions differ only in
     how the backend is named)."""
@@ -108,14 +132,15 @@ def same_config(name, j, t):
         sys.exit(f"compare.py: {name}: jvpc measured '{j['config']}' but PyTorch '{t['config']}'")
 
 
-def markdown(pairs):
+def markdown(pairs, loads=None):
+    loads = loads or {}
     lines = []
     for name, (j, t) in pairs.items():
         same_config(name, j, t)
         if name.startswith("seq"):
             continue
-        lines += [f"**{name}**: {j['config']} — {j['device']}", "",
-                  "| quantity | jvpc | PyTorch | jvpc / PyTorch |", "|---|---:|---:|---:|"]
+        lines += [f"**{name}**: {j['config']} — {j['device']}", ""] + load_line(loads.get(name))
+        lines += ["| quantity | jvpc | PyTorch | jvpc / PyTorch |", "|---|---:|---:|---:|"]
         lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows_for(j, t)]
         lines.append("")
     sweep = sorted(((int(re.sub(r"\D", "", n)), j, t) for n, (j, t) in pairs.items() if n.startswith("seq")),
@@ -128,6 +153,11 @@ def markdown(pairs):
             ad = j["phases"]["forward_ad"]
             lines.append(f"| {s} | {a} | {b} | {r} | {fmt_time(ad['time_s']) if 'time_s' in ad else ad.get('unavailable')} |")
         lines.append("")
+        swept = [(s, loads[f"seq{s}"]) for s, _, _ in sweep if f"seq{s}" in loads]
+        if swept:
+            lines += ["Load average (1 min) as each side started, jvpc / PyTorch: " + ", ".join(
+                f"seq {s} {ld.get('jvpc', float('nan')):.2f} / {ld.get('PyTorch', float('nan')):.2f}"
+                for s, ld in swept) + ".", ""]
     return "\n".join(lines)
 
 
@@ -172,7 +202,7 @@ def main():
     pairs = load_pairs(args.out_dir)
     if not pairs:
         sys.exit(f"compare.py: no jvpc_*.json / torch_*.json pairs in {args.out_dir}")
-    table = markdown(pairs)
+    table = markdown(pairs, load_averages(args.out_dir))
     print(table)
     if args.markdown:
         with open(args.markdown, "w") as f:

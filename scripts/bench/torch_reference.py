@@ -109,16 +109,16 @@ def time_once(fn, device):
     return time.perf_counter() - t0
 
 
-def interleaved_medians(calls, warmup, rounds):
+def interleaved_medians(calls, warmup, rounds, device=None):
     """Median seconds of each of `calls` (name -> fn), one call of each per round in an order
-    that rotates from round to round, after `warmup` untimed rounds (CPU: perf_counter)."""
+    that rotates from round to round, after `warmup` untimed rounds (time_once: perf_counter on
+    the CPU, CUDA events with a synchronization around each call on a GPU)."""
+    device = device or torch.device("cpu")
     names = list(calls)
     times = {n: [] for n in names}
     for r in range(warmup + rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
-            t0 = time.perf_counter()
-            calls[n]()
-            dt = time.perf_counter() - t0
+            dt = time_once(calls[n], device)
             if r >= warmup:
                 times[n].append(dt)
     return {n: statistics.median(times[n]) for n in names}

@@ -1,0 +1,62 @@
+"""scripts/bench/python_bench.py: its floor (jvpc's tangent graph's matmul kernels alone) runs
+exactly the arithmetic of jvpc's call, as FlopCounterMode counts it, and --device cuda refuses
+in one line where there is no GPU. Times are printed, never asserted."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "bench", "python_bench.py")
+
+
+def run_bench(tmp_path, *flags):
+    out = tmp_path / "bench.json"
+    r = subprocess.run([sys.executable, SCRIPT, *flags, "--rounds", "3", "--warmup", "1", "--skip-compile",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    return r, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_floor_is_the_seeds_four_matmuls(tmp_path):
+    r, got = run_bench(tmp_path, "--config", "sdpa")
+    assert r.returncode == 0, r.stderr
+    flops = got["matmul_flops"]
+    floor = got["floor"]
+    # jvpc's later calls, PyTorch's later calls and the floor: the same 4 matmuls, 41,943,040 FLOPs.
+    assert flops["jvpc"] == flops["torch.func eager"] == flops[floor["name"]] == 41_943_040
+    assert floor["name"] == "jvpc's 4 matmuls alone"
+    assert sorted(k.split("(")[0] for k in floor["kernels"]) == ["aten::baddbmm"] * 2 + ["aten::bmm"] * 2
+    assert floor["gflops_per_s"] == pytest.approx(41_943_040 / floor["time_s"] / 1e9)
+    assert got["target"]["time_s"] == pytest.approx(0.4 * got["median_s"]["torch.func eager"])
+    for line in ("floor: jvpc / matmuls alone", "matmul throughput at these shapes: 41,943,040 FLOPs",
+                 "target 0.4x torch.func eager"):
+        assert line in r.stdout
+
+
+def test_floor_of_the_block(tmp_path):
+    r, got = run_bench(tmp_path, "--config", "block", "--seq-len", "16", "--model-dim", "64", "--head-dim", "16")
+    assert r.returncode == 0, r.stderr
+    flops = got["matmul_flops"]
+    assert flops["jvpc"] == flops[got["floor"]["name"]] > 0
+    assert flops["jvpc"] == flops["torch.func eager"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without a GPU")
+def test_cuda_refused_without_a_gpu(tmp_path):
+    r, got = run_bench(tmp_path, "--config", "sdpa", "--device", "cuda")
+    assert r.returncode == 2 and got is None
+    assert r.stderr.strip().splitlines()[-1].endswith(
+        "error: --device cuda: no CUDA device here (torch.cuda.is_available() is False)")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_floor_on_cuda(tmp_path):
+    r, got = run_bench(tmp_path, "--config", "sdpa", "--device", "cuda")
+    assert r.returncode == 0, r.stderr
+    flops = got["matmul_flops"]
+    assert flops["jvpc"] == flops[got["floor"]["name"]] == 41_943_040
+    assert "float16, CUDA" in got["config"]
