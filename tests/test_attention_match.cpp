@@ -96,8 +96,9 @@ std::vector<at::Tensor> check_forms(const TensorFn& fn, const std::vector<TraceI
   // Counted on the kernels that ran: the cost model's FLOPs, in both forms.
   EXPECT_EQ(call_flops(ol, t.ordered, &got), ol.report.tangent.matmul_flops);
   EXPECT_EQ(call_flops(p, t.ordered, &want), p.report.tangent.matmul_flops);
-  if (attentions == 1 && only_attention && ol.report.attention.size() == 1)
+  if (attentions == 1 && only_attention && ol.report.attention.size() == 1) {
     EXPECT_EQ(ol.report.tangent.matmul_flops, ol.report.attention[0].o_l.matmul_flops);
+  }
   EXPECT_LT(compare(got, want).rel_error, tol) << "O(L) vs P";
   std::vector<at::Tensor> primals = test::values_of(in);
   EXPECT_LT(compare(got, forward_ad_jvp(reference, primals, t.per_input)).rel_error, tol) << "O(L) vs forward AD";
