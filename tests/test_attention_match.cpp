@@ -102,9 +102,10 @@ std::vector<at::Tensor> check_forms(const TensorFn& fn, const std::vector<TraceI
   EXPECT_LT(compare(got, want).rel_error, tol) << "O(L) vs P";
   std::vector<at::Tensor> primals = test::values_of(in);
   EXPECT_LT(compare(got, forward_ad_jvp(reference, primals, t.per_input)).rel_error, tol) << "O(L) vs forward AD";
-  if (tol <= 1e-10)
+  if (tol <= 1e-10) {
     EXPECT_LT(compare(got, central_differences_jvp(fn, primals, t.per_input)).rel_error, 1e-6)
         << "O(L) vs central differences";
+  }
   return got;
 }
 
@@ -326,7 +327,9 @@ TEST(HandWritten, GroupedQueryAttentionByRepeatInterleave) {
       qkv(2), with_budget(0));
   for (const Node* n : ol.tangent_graph->nodes()) {
     EXPECT_NE(n->op(), "aten::clone");
-    if (n->op() == runtime::kAttentionTangentOp) EXPECT_EQ(n->input(1)->meta().sizes[1], 2);
+    if (n->op() == runtime::kAttentionTangentOp) {
+      EXPECT_EQ(n->input(1)->meta().sizes[1], 2);
+    }
   }
 }
 
