@@ -345,11 +345,9 @@ TEST(HandWritten, MultiQueryAttentionByExpand) {
 
 // Softmax in float32 over bfloat16 scores, as hand-written attention often does it: the O(L) form
 // computes the scores in float32 itself, as the kernels do.
-TEST(HandWritten, SoftmaxInAnotherDtype) {
-  auto fn = [](const std::vector<at::Tensor>& x) {
-    at::Tensor s = at::matmul(x[0], kt(x[1])) * 0.25;
-    return std::vector<at::Tensor>{at::matmul(at::softmax(s.to(at::kFloat), -1).to(x[0].scalar_type()), x[2])};
-  };
+// Softmax in float32 over bfloat16 scores, as the fused kernels compute it: the O(L) form against
+// the P form and, in float32 on the same values, against forward AD.
+void check_reduced_softmax(const TensorFn& fn) {
   std::vector<TraceInput> in = qkv(2, 1, 2, 64, 96, 16, 16);
   for (TraceInput& i : in) i.value = i.value.to(at::kBFloat16);
   Linearized ol = linearize(fn, in, with_budget(0));
@@ -358,12 +356,18 @@ TEST(HandWritten, SoftmaxInAnotherDtype) {
   Tangents t = random_tangents(ol, in);
   std::vector<at::Tensor> got = ol.jvp(t.ordered), want = p.jvp(t.ordered);
   EXPECT_LT(compare(got, want).rel_error, 2e-2);
-  // Against forward AD in float32 on the same values.
   std::vector<at::Tensor> primals;
   std::vector<std::optional<at::Tensor>> t32;
   for (const TraceInput& i : in) primals.push_back(i.value.to(at::kFloat));
   for (const auto& x : t.per_input) t32.push_back(x ? std::optional<at::Tensor>(x->to(at::kFloat)) : std::nullopt);
   EXPECT_LT(compare(got, forward_ad_jvp(fn, primals, t32)).rel_error, 2e-2);
+}
+
+TEST(HandWritten, SoftmaxInAnotherDtype) {
+  check_reduced_softmax([](const std::vector<at::Tensor>& x) {
+    at::Tensor s = at::matmul(x[0], kt(x[1])) * 0.25;
+    return std::vector<at::Tensor>{at::matmul(at::softmax(s.to(at::kFloat), -1).to(x[0].scalar_type()), x[2])};
+  });
 }
 
 // --- Attention written with einsum --------------------------------------------------------------
@@ -396,6 +400,36 @@ TEST(Einsum, ScaledBeforeOnBothSides) {
         return std::vector<at::Tensor>{einsum("bhqk,bhkd->bhqd", at::softmax(s, -1), x[2])};
       },
       qkv());
+}
+
+// The operands in the other order: kᵀ·q's subscripts give the same scores, v·P's the same output.
+TEST(Einsum, OperandsInTheOtherOrder) {
+  check_forms(
+      [](const std::vector<at::Tensor>& x) {
+        at::Tensor s = einsum("bhkd,bhqd->bhqk", x[1], x[0]) * 0.25;
+        return std::vector<at::Tensor>{einsum("bhkd,bhqk->bhqd", x[2], at::softmax(s, -1))};
+      },
+      qkv());
+}
+
+// Sequence-major tensors [B, L, H, D], as projections give them, and the output in that layout.
+TEST(Einsum, SequenceMajorLayout) {
+  std::vector<TraceInput> in = qkv();
+  for (TraceInput& i : in) i.value = i.value.transpose(1, 2).contiguous();
+  check_forms(
+      [](const std::vector<at::Tensor>& x) {
+        at::Tensor s = einsum("bqhd,bkhd->bhqk", x[0], x[1]) * 0.25;
+        return std::vector<at::Tensor>{einsum("bhqk,bkhd->bqhd", at::softmax(s, -1), x[2])};
+      },
+      in);
+}
+
+TEST(Einsum, SoftmaxInAnotherDtype) {
+  check_reduced_softmax([](const std::vector<at::Tensor>& x) {
+    at::Tensor s = einsum("bhqd,bhkd->bhqk", x[0], x[1]) * 0.25;
+    return std::vector<at::Tensor>{
+        einsum("bhqk,bhkd->bhqd", at::softmax(s.to(at::kFloat), -1).to(x[0].scalar_type()), x[2])};
+  });
 }
 
 TEST(Einsum, EllipsisWithAnAdditiveMaskAndItsTangent) {
