@@ -13,7 +13,8 @@
 # Results go to $OUT (or build-gpu/out): test and CLI logs, the CUDA linearize report, the
 # benchmark table and plot, long.log (attention's tangent at long context: the operator's CUDA
 # checks and jvpc_bench at L = 32k, H16, bfloat16, both forms), and bench.tgz with every
-# benchmark JSON.
+# benchmark JSON and python_bench.py's log (jvpc's jvp_fn from Python beside torch.func's and
+# beside its own matmuls alone, on the GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

@@ -194,6 +194,16 @@ expect 2 "bad example flag" -- "$JVPC" trace sdpa --bsz 0; contains err "must be
 expect 2 "non-finite --scale" -- "$JVPC" trace sdpa --scale nan
 expect 2 "negative --seed" -- "$JVPC" run "$DIR/sdpa.json" --seed -1
 expect 2 "--tolerance inf" -- "$JVPC" linearize sdpa --device cpu --tolerance inf
+# linearize and compile share one declaration of the target, --device and --tolerance.
+for cmd in linearize compile; do
+  expect 2 "$cmd: negative --tolerance" -- "$JVPC" $cmd sdpa --tolerance -1; contains err "^jvpc: error: --tolerance: must be 0 or more, not '-1'"
+  expect 2 "$cmd: unknown --device" -- "$JVPC" $cmd sdpa --device tpu; contains err "^jvpc: error: --device: tpu not in {cpu,cuda}"
+  expect 2 "$cmd: no target" -- "$JVPC" $cmd --device cpu; contains err "target is required"
+  expect 0 "$cmd --help" -- "$JVPC" $cmd --help
+  contains out "an example (sdpa, mlp, block) or a graph .json from \`jvpc trace\`"
+  contains out "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2)"
+  contains out "cpu or cuda: where a graph file runs, or the example's --device"
+done
 expect 0 "--disable-pass shows what a pass does" -- "$JVPC" linearize sdpa --device cpu --disable-pass scale-to-residual
 contains out "41943040  (41.943M; 14 nodes"
 expect 2 "--disable-pass of a pass linearize needs" -- "$JVPC" linearize sdpa --device cpu --disable-pass fold

@@ -58,6 +58,11 @@ struct LimitFlags {
 };
 /// LoadOptions for a graph file: onto `device` (none: the file's own), with --max-memory.
 LoadOptions load_options(std::optional<c10::Device> device, const LimitFlags& limits);
+/// The options `jvpc linearize` and `jvpc compile` both take, declared once for both: the
+/// positional target (an example or a graph file), --device and --tolerance.
+void add_target_option(CLI::App* cmd, std::string& target);
+void add_device_option(CLI::App* cmd, std::string& device);
+void add_tolerance_option(CLI::App* cmd, std::optional<double>& tolerance);
 /// Adds --max-memory to a command that loads or runs a graph.
 void add_max_memory(CLI::App* cmd, LimitFlags& flags);
 /// Adds --max-flops to a command that runs a graph.

@@ -431,7 +431,7 @@ void add_linearize(CLI::App& app) {
       "linearize",
       "Linearize an example or a traced graph: compile the tangent graph, run it on random tangents and check it "
       "against LibTorch's forward AD (math attention backend)");
-  cmd->add_option("target", o->target, "an example (sdpa, mlp, block) or a graph .json from `jvpc trace`")->required();
+  add_target_option(cmd, o->target);
   cmd->add_option("--wrt", o->wrt, "comma-separated primal inputs to differentiate (default: the differentiable ones)");
   cmd->add_option("--report", o->report, "write the compile report and the check as JSON")->check(examples::kFileName);
   cmd->add_option("--dump-after", o->dump_after,
@@ -453,16 +453,12 @@ void add_linearize(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "seed of the random tangents (and of random primals, for a graph file)")
       ->capture_default_str()
       ->check(examples::kSeed);
-  cmd->add_option("--device", o->device, "cpu or cuda: where a graph file runs, or the example's --device")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_device_option(cmd, o->device);
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   cmd->add_flag("--verify-each", o->verify_each,
                 "verify the whole graph after every pass (by default only after passes that changed it)");
   cmd->add_flag("--timing", o->timing, "print each pass's time and its verification's, after the cost table");
-  cmd->add_option(
-         "--tolerance", o->tolerance,
-         "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 2e-2)")
-      ->check(examples::kNonNegative);
+  add_tolerance_option(cmd, o->tolerance);
   cmd->add_option("--residual-budget", o->residual_budget,
                   "bytes the attentions' tangents may hold and allocate per call (residuals plus peak): an attention "
                   "holds its probabilities P (B·H·Lq·Lk, 4 matmuls per call) where that fits, else takes the O(L) "

@@ -71,7 +71,7 @@ void add_compile(CLI::App& app) {
       "compile",
       "Compile an example or a traced graph into a program (primal graph + tangent graph) that linearizes at any "
       "point by running the primal graph alone; check it at a new point against LibTorch's forward AD; write it");
-  cmd->add_option("target", o->target, "an example (sdpa, mlp, block) or a graph .json from `jvpc trace`")->required();
+  add_target_option(cmd, o->target);
   cmd->add_option("-o,--output", o->out, "write the program as JSON (captured tensors beside it in .safetensors)")
       ->check(examples::kFileName);
   cmd->add_option("--inputs", o->inputs,
@@ -80,12 +80,8 @@ void add_compile(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "seed of the new point and the tangents of the check")
       ->capture_default_str()
       ->check(examples::kSeed);
-  cmd->add_option("--device", o->device, "cpu or cuda: where a graph file runs, or the example's --device")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--tolerance", o->tolerance,
-                  "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 "
-                  "2e-2)")
-      ->check(examples::kNonNegative);
+  add_device_option(cmd, o->device);
+  add_tolerance_option(cmd, o->tolerance);
   cmd->add_flag("--any-strides", o->loose_strides,
                 "accept primals of other strides than the example's (copied into its layout); by default a "
                 "program takes exactly the example's strides");

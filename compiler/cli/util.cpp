@@ -83,6 +83,22 @@ std::optional<int64_t> LimitFlags::memory() const {
   return parse_size(*max_memory, "--max-memory");
 }
 
+void add_target_option(CLI::App* cmd, std::string& target) {
+  cmd->add_option("target", target, "an example (sdpa, mlp, block) or a graph .json from `jvpc trace`")->required();
+}
+
+void add_device_option(CLI::App* cmd, std::string& device) {
+  cmd->add_option("--device", device, "cpu or cuda: where a graph file runs, or the example's --device")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
+void add_tolerance_option(CLI::App* cmd, std::optional<double>& tolerance) {
+  cmd->add_option("--tolerance", tolerance,
+                  "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 "
+                  "2e-2)")
+      ->check(examples::kNonNegative);
+}
+
 void add_max_memory(CLI::App* cmd, LimitFlags& flags) {
   cmd->add_option("--max-memory", flags.max_memory,
                   "refuse a graph whose constants, inputs and peak of intermediates (by the cost model) pass SIZE, "

@@ -60,3 +60,14 @@ def test_floor_on_cuda(tmp_path):
     flops = got["matmul_flops"]
     assert flops["jvpc"] == flops[got["floor"]["name"]] == 41_943_040
     assert "float16, CUDA" in got["config"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--target", "0"], "--target must be a ratio above 0, not 0.0"),
+    (["--rounds", "0"], "--rounds must be at least 1, --warmup and --profile at least 0"),
+])
+def test_bad_flags_refused(tmp_path, flags, message):
+    r = subprocess.run([sys.executable, SCRIPT, "--config", "sdpa", *flags], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].endswith(f"error: {message}")

@@ -147,8 +147,10 @@ def parse_args(argv=None):
     ref.check_config(p, args)
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
-    if args.rounds < 1 or args.warmup < 0:
-        p.error("--rounds must be at least 1 and --warmup at least 0")
+    if args.rounds < 1 or args.warmup < 0 or args.profile < 0:
+        p.error("--rounds must be at least 1, --warmup and --profile at least 0")
+    if not 0 < args.target < float("inf"):
+        p.error(f"--target must be a ratio above 0, not {args.target}")
     args.dtype = args.dtype or ("float16" if args.device == "cuda" else "float32")
     return args
 
@@ -166,7 +168,7 @@ def profile_table(call, calls, device):
         for _ in range(calls):
             call()
         ref.sync(device)
-    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     return prof.key_averages().table(sort_by=key, row_limit=20)
 
 
