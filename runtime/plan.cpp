@@ -17,9 +17,10 @@ namespace {
 // the result then reuses that operand's buffer instead of allocating (baddbmm would otherwise
 // copy its `self` into a fresh output first).
 bool has_safe_inplace_form(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {
-      "aten::baddbmm",    "aten::addmm",      "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor",
-      "aten::div.Tensor", "aten::mul.Scalar", "aten::div.Scalar", "aten::add.Scalar", "aten::sub.Scalar"};
+  static const std::unordered_set<std::string> ops = {"aten::baddbmm",    "aten::addmm",      "aten::add.Tensor",
+                                                      "aten::sub.Tensor", "aten::mul.Tensor", "aten::div.Tensor",
+                                                      "aten::mul.Scalar", "aten::div.Scalar", "aten::add.Scalar",
+                                                      "aten::sub.Scalar", "aten::addcmul"};
   return ops.count(op) > 0;
 }
 
