@@ -4,8 +4,10 @@
 //   bmm(a [B,n,k], t [K,B,k,m]):  t as [B,k,K·m], bmm(a, ·) [B,n,K·m], viewed back [K,B,n,m]
 //   bmm(t [K,B,n,k], a [B,k,m]):  t as [B,K·n,k], bmm(·, a) [B,K·n,m], viewed back [K,B,n,m]
 // so the residual is read once and the matmul FLOPs are exactly K times one call's. Two batched
-// operands (a product of two tangents) are one bmm over K·B matrices. Triangular and LU solves
-// with a residual factorization fold K into the columns (or rows) of their right-hand side.
+// operands (a product of two tangents) are one bmm over K·B matrices. A baddbmm / addmm that
+// accumulates into a batched self of its result's shape stays one (self folded alike, usually a
+// view: the runtime then runs it in place). Triangular and LU solves with a residual
+// factorization fold K into the columns (or rows) of their right-hand side.
 // Matrix functions (matrix_exp) act on the last two dims, K leading.
 #include "passes/batch_rules/rules.h"
 
