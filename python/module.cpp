@@ -185,6 +185,13 @@ void bind_compiled(py::module_& m) {
              return to_json(graph_cost(l.batched(K).fn->graph())).dump();
            })
       .def("batched_unrolled", [](Linearized& l, int64_t K) { return l.batched(K).unrolled; })
+      .def(
+          "batched_graph",
+          [](Linearized& l, int64_t K) {
+            std::shared_ptr<Executable> e = l.batched(K).fn;  // the Graph object keeps it alive
+            return std::shared_ptr<Graph>(e, const_cast<Graph*>(&e->graph()));
+          },
+          "the batched tangent graph for K tangents (compiled once per K)")
       .def_property_readonly("tangent_names", &Linearized::tangent_names)
       .def_property_readonly("graph",
                              [](const Linearized& l) { return std::const_pointer_cast<Graph>(l.tangent_graph); })

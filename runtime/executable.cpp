@@ -56,6 +56,15 @@ std::vector<at::Tensor> node_results(const std::string& where, const std::vector
   return results;
 }
 
+// The references a buffer has when nothing else holds it: the tensor's own, and, where the tensor
+// is an autograd view (a view op's result outside inference mode) whose base no slot holds any
+// more, its base's, which the view keeps.
+int64_t sole_owners(const at::Tensor& self) {
+  if (!self.is_view()) return 1;
+  const at::TensorBase& base = self._base();
+  return base.use_count() == 1 && base.storage().is_alias_of(self.storage()) ? 2 : 1;
+}
+
 }  // namespace
 
 Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options)
@@ -191,15 +200,16 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
       }
     }
     // The in-place form only on a buffer this call allocated and nothing else holds: not another
-    // tensor on its storage, not the same tensor under another name (an op that returned its
-    // input as it is: the slot and the stack hold it, nobody else), and not memory an op mapped
-    // or wrapped from elsewhere (a file, a blob): its storage must come from the device's allocator.
+    // tensor on its storage (but the dead base a view keeps), not the same tensor under another
+    // name (an op that returned its input as it is: the slot and the stack hold it, nobody else),
+    // and not memory an op mapped or wrapped from elsewhere (a file, a blob): its storage must
+    // come from the device's allocator.
     const OpInfo* info = st.info;
     if (st.functional && functional) {
       info = st.functional;
     } else if (st.functional) {
       const at::Tensor& self = stack[0].toTensor();
-      if (self.storage().use_count() != 1 || self.use_count() > 2 ||
+      if (self.storage().use_count() != sole_owners(self) || self.use_count() > 2 ||
           self.storage().allocator() != device_allocator(self.device()))
         info = st.functional;
     }

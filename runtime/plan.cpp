@@ -17,25 +17,28 @@ namespace {
 // the result then reuses that operand's buffer instead of allocating (baddbmm would otherwise
 // copy its `self` into a fresh output first).
 bool has_safe_inplace_form(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {
-      "aten::baddbmm",    "aten::addmm",      "aten::add.Tensor", "aten::sub.Tensor", "aten::mul.Tensor",
-      "aten::div.Tensor", "aten::mul.Scalar", "aten::div.Scalar", "aten::add.Scalar", "aten::sub.Scalar"};
+  static const std::unordered_set<std::string> ops = {"aten::baddbmm",    "aten::addmm",      "aten::add.Tensor",
+                                                      "aten::sub.Tensor", "aten::mul.Tensor", "aten::div.Tensor",
+                                                      "aten::mul.Scalar", "aten::div.Scalar", "aten::add.Scalar",
+                                                      "aten::sub.Scalar", "aten::addcmul"};
   return ops.count(op) > 0;
 }
 
-// The in-place form of `n`, if its first operand can be overwritten: an intermediate with its own
-// storage (no view shares it), read for the last time here, not a graph output, and laid out as
-// the result.
+// The in-place form of `n`, if its first operand can be overwritten: an intermediate (or a view
+// of one) read for the last time here, whose storage nothing else reads here or later (every
+// value living in it dies here: no graph output, no other operand of n), laid out as the result.
+// (A batched tangent graph accumulates q·dkᵀ into dq·kᵀ's result viewed with K in its columns.)
 const OpInfo* inplace_form(const Graph& g, const Node* n, const Liveness& live, int position,
-                           const std::unordered_map<const Value*, int>& storage_users) {
+                           const std::unordered_map<const Value*, int>& storage_last_use) {
   if (!has_safe_inplace_form(n->op()) || n->inputs().empty() || n->outputs().size() != 1) return nullptr;
   if (n->arg(0).kind != ArgKind::Tensor || n->arg(0).operands[0] != 0) return nullptr;
   const Value* self = n->input(0);
   const Value* out = n->output();
-  if (g.is_input(self) || live.storage_root.at(self) != self || storage_users.at(self) != 1) return nullptr;
+  const Value* root = live.storage_root.at(self);
+  if (g.is_input(root) || storage_last_use.at(root) != position) return nullptr;
   if (live.last_use.at(self) != position) return nullptr;
   for (size_t i = 1; i < n->inputs().size(); ++i)
-    if (n->input(i) == self) return nullptr;
+    if (live.storage_root.at(n->input(i)) == root) return nullptr;
   if (self->meta().sizes != out->meta().sizes || self->meta().strides != out->meta().strides ||
       self->meta().dtype != out->meta().dtype)
     return nullptr;
@@ -67,8 +70,11 @@ Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
       p.argument_slots.push_back(s);
     }
   }
-  std::unordered_map<const Value*, int> storage_users;  // storage root -> values living in it
-  for (const auto& [v, root] : live.storage_root) storage_users[root]++;
+  std::unordered_map<const Value*, int> storage_last_use;  // storage root -> the last read of any value in it
+  for (const auto& [v, root] : live.storage_root) {
+    auto [it, added] = storage_last_use.emplace(root, live.last_use.at(v));
+    if (!added) it->second = std::max(it->second, live.last_use.at(v));
+  }
   auto nodes = g.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node* n = nodes[i];
@@ -76,7 +82,7 @@ Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
     std::string written = hidden_write(*n);  // it would write a constant or an input
     if (!written.empty()) throw Error("node " + describe(n) + ": " + written);
     PlanStep st;
-    const OpInfo* inplace = reuse_buffers ? inplace_form(g, n, live, static_cast<int>(i), storage_users) : nullptr;
+    const OpInfo* inplace = reuse_buffers ? inplace_form(g, n, live, static_cast<int>(i), storage_last_use) : nullptr;
     st.info = inplace ? inplace : &op_info(n->op());
     if (inplace) st.functional = &op_info(n->op());
     st.where = "node " + describe(n);

@@ -9,9 +9,12 @@
 #include "compiler/cost/kernel_watch.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/files.h"
+#include "compiler/ir/ops.h"
+#include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
 #include "compiler/ir/verifier.h"
 #include "runtime/attention_tangent.h"
+#include "runtime/plan.h"
 #include "tests/batch_check.h"
 #include "tests/helpers.h"
 
@@ -19,6 +22,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/library.h>
 
+#include <map>
 #include <thread>
 
 namespace jvpc {
@@ -126,6 +130,53 @@ TEST(Batch, MatmulFlopsOfTheKernelsThatRanAreTheCostModelsBatchedFigure) {
         EXPECT_EQ(model, K * single) << where;
       }
     }
+}
+
+// Each product of the tangent graph stays ONE product of the batched graph, K folded into its
+// rows or columns: as many matmul nodes as one call has. At the seed, the sums dq·kᵀ + q·dkᵀ and
+// (P⊙dS)·v + P·dv stay accumulated in their baddbmm: two bmm, two baddbmm, no add.
+TEST(Batch, EachProductIsOneProductWithKFolded) {
+  auto count = [](const Graph& g) {
+    std::map<std::string, int> n;
+    for (const Node* node : g.nodes())
+      if (node->op() == "aten::mm" || node->op() == "aten::bmm" || node->op() == "aten::addmm" ||
+          node->op() == "aten::baddbmm" || node->op() == "aten::add.Tensor")
+        n[node->op()]++;
+    return n;
+  };
+  auto products = [&](const Graph& g) {
+    std::map<std::string, int> n = count(g);
+    return n["aten::mm"] + n["aten::bmm"] + n["aten::addmm"] + n["aten::baddbmm"];
+  };
+  for (const auto& cfg : test::example_configs())
+    for (const LinearizeOptions& o : forms(cfg)) {
+      std::string where = test::config_name(cfg) + form_name(o);
+      examples::Instance ex = test::make_example(cfg);
+      Linearized lin = linearize(ex.fn(), ex.inputs, o);
+      int single = products(*lin.tangent_graph);
+      for (int64_t K : {4, 16}) EXPECT_EQ(products(lin.batched(K).fn->graph()), single) << where << ", K = " << K;
+    }
+  examples::Instance ex = test::make_example({"sdpa"});
+  Linearized lin = linearize(ex.fn(), ex.inputs);
+  std::map<std::string, int> want = {{"aten::baddbmm", 2}, {"aten::bmm", 2}};
+  ASSERT_EQ(count(*lin.tangent_graph), want);
+  EXPECT_EQ(count(lin.batched(16).fn->graph()), want);
+}
+
+// The seed's batched graph accumulates q·dkᵀ into dq·kᵀ's result (a view of it, K folded the
+// other way) and P·dv into (P⊙dS)·v's likewise, and softmax's tangent (written out, so that P
+// broadcasts) overwrites dS: the plan runs those in place, no copy of self, no fresh [K, ...]
+// score buffer but the two bmm results.
+TEST(Batch, TheSeedsBatchedGraphRunsInPlace) {
+  examples::Instance ex = test::make_example({"sdpa"});
+  Linearized lin = linearize(ex.fn(), ex.inputs);
+  const Graph& g = lin.batched(16).fn->graph();
+  Plan plan = make_plan(g, analyze_liveness(g), /*reuse_buffers=*/true);
+  std::map<std::string, int> in_place;
+  for (const PlanStep& st : plan.steps)
+    if (st.functional) in_place[st.info->name]++;
+  std::map<std::string, int> want = {{"aten::baddbmm_", 2}, {"aten::mul_.Tensor", 1}, {"aten::addcmul_", 1}};
+  EXPECT_EQ(in_place, want) << to_text(g);
 }
 
 // Peak bytes allocated during a call, from the profiler's memory events.

@@ -7,6 +7,7 @@
 #include "runtime/executable.h"
 #include "tests/helpers.h"
 
+#include <algorithm>
 #include <thread>
 
 namespace jvpc {
@@ -122,6 +123,32 @@ TEST(Runtime, ReusesTheBufferOfAnOperandThatDies) {
   EXPECT_TRUE(out.allclose(keep * (keep.exp() + keep)));
   EXPECT_TRUE(xv.equal(keep));
   EXPECT_EQ(kernels, (std::vector<std::string>{"aten::exp", "aten::add_.Tensor", "aten::mul.Tensor"}));
+}
+
+// A view of an intermediate whose storage nothing reads afterwards (the intermediate and every
+// other view of it dead) is overwritten in place too; the autograd base the view keeps does not
+// count as a reader.
+TEST(Runtime, ReusesTheBufferOfAViewWhoseStorageDies) {
+  auto g = std::make_shared<Graph>();
+  Value* x = g->add_input("x", TensorMeta::contiguous({2, 4}, c10::kFloat, c10::kCPU), Role::Primal);
+  Builder b(*g);
+  Value* a = b.call("aten::exp", {x});
+  Value* t = b.call("aten::t", {a});
+  Value* v = b.call("aten::view", {b.call("aten::t", {t}), std::vector<int64_t>{8}});  // a's storage
+  Value* c = b.call("aten::add.Tensor", {v, b.call("aten::view", {x, std::vector<int64_t>{8}})});
+  g->add_output(b.call("aten::mul.Scalar", {c, 2.0}));
+  Executable exe{std::shared_ptr<const Graph>(g)};
+  at::Tensor xv = at::randn({2, 4}), keep = xv.clone();
+  at::Tensor out;
+  std::vector<std::string> kernels;
+  {
+    KernelWatch watch;
+    out = exe.run({xv})[0];
+    kernels = watch.kernels();
+  }
+  EXPECT_TRUE(out.allclose((keep.exp() + keep).view({8}) * 2));
+  EXPECT_TRUE(xv.equal(keep));
+  EXPECT_NE(std::find(kernels.begin(), kernels.end(), "aten::add_.Tensor"), kernels.end());
 }
 
 TEST(Runtime, NeverReusesBuffersThatAViewShares) {

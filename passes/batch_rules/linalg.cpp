@@ -4,8 +4,10 @@
 //   bmm(a [B,n,k], t [K,B,k,m]):  t as [B,k,K·m], bmm(a, ·) [B,n,K·m], viewed back [K,B,n,m]
 //   bmm(t [K,B,n,k], a [B,k,m]):  t as [B,K·n,k], bmm(·, a) [B,K·n,m], viewed back [K,B,n,m]
 // so the residual is read once and the matmul FLOPs are exactly K times one call's. Two batched
-// operands (a product of two tangents) are one bmm over K·B matrices. Triangular and LU solves
-// with a residual factorization fold K into the columns (or rows) of their right-hand side.
+// operands (a product of two tangents) are one bmm over K·B matrices. A baddbmm / addmm that
+// accumulates into a batched self of its result's shape stays one (self folded alike, usually a
+// view: the runtime then runs it in place). Triangular and LU solves with a residual
+// factorization fold K into the columns (or rows) of their right-hand side.
 // Matrix functions (matrix_exp) act on the last two dims, K leading.
 #include "passes/batch_rules/rules.h"
 
@@ -26,37 +28,40 @@ struct Folded {
   bool k_first;
 };
 
-// v [K, batch..., r, c] as [batch..., K·r, c] or [batch..., r·K, c] (rows), [batch..., r, K·c] or
-// [batch..., r, c·K] (columns): the order that is a view of v's layout where one is (a product's
-// permuted result often is), else copied.
-Folded fold(Ctx& c, Value* v, bool rows) {
+// v [K, batch..., r, c] as [batch..., K·r, c] (k_first) or [batch..., r·K, c] (rows), as
+// [batch..., r, K·c] (k_first) or [batch..., r, c·K] (columns); nullptr where that is not a view of
+// v's layout and `copy` is false (nothing emitted), else copied first.
+Value* fold_as(Ctx& c, Value* v, bool rows, bool k_first, bool copy) {
   const TensorMeta& m = v->meta();
   const auto& s = m.sizes;
   int64_t R = static_cast<int64_t>(s.size()) - 1;  // logical rank, at least 2
-  auto attempt = [&](bool k_first, bool copy) -> Value* {
-    std::vector<int64_t> perm, sizes;
-    for (int64_t d = 1; d <= R - 2; ++d) perm.push_back(d), sizes.push_back(s[static_cast<size_t>(d)]);
-    int64_t r = s[static_cast<size_t>(R - 1)], cols = s[static_cast<size_t>(R)];
-    if (rows)
-      perm.insert(perm.end(),
-                  k_first ? std::initializer_list<int64_t>{0, R - 1, R} : std::initializer_list<int64_t>{R - 1, 0, R});
-    else
-      perm.insert(perm.end(),
-                  k_first ? std::initializer_list<int64_t>{R - 1, 0, R} : std::initializer_list<int64_t>{R - 1, R, 0});
-    if (rows)
-      sizes.insert(sizes.end(), {c.K * r, cols});
-    else
-      sizes.insert(sizes.end(), {r, c.K * cols});
-    std::vector<int64_t> ps, pt;
-    for (int64_t d : perm) ps.push_back(s[static_cast<size_t>(d)]), pt.push_back(m.strides[static_cast<size_t>(d)]);
-    if (!copy && !at::detail::computeStride(ps, pt, sizes).has_value()) return nullptr;
-    return reshape(c, c.call("aten::permute", {v, perm}), sizes);
-  };
-  if (Value* f = attempt(true, false)) return {f, true};
-  if (Value* f = attempt(false, false)) return {f, false};
+  std::vector<int64_t> perm, sizes;
+  for (int64_t d = 1; d <= R - 2; ++d) perm.push_back(d), sizes.push_back(s[static_cast<size_t>(d)]);
+  int64_t r = s[static_cast<size_t>(R - 1)], cols = s[static_cast<size_t>(R)];
+  if (rows)
+    perm.insert(perm.end(),
+                k_first ? std::initializer_list<int64_t>{0, R - 1, R} : std::initializer_list<int64_t>{R - 1, 0, R});
+  else
+    perm.insert(perm.end(),
+                k_first ? std::initializer_list<int64_t>{R - 1, 0, R} : std::initializer_list<int64_t>{R - 1, R, 0});
+  if (rows)
+    sizes.insert(sizes.end(), {c.K * r, cols});
+  else
+    sizes.insert(sizes.end(), {r, c.K * cols});
+  std::vector<int64_t> ps, pt;
+  for (int64_t d : perm) ps.push_back(s[static_cast<size_t>(d)]), pt.push_back(m.strides[static_cast<size_t>(d)]);
+  if (!copy && !at::detail::computeStride(ps, pt, sizes).has_value()) return nullptr;
+  return reshape(c, c.call("aten::permute", {v, perm}), sizes);
+}
+
+// v folded into rows or columns in the order that is a view of its layout where one is (a
+// product's permuted result often is), else copied.
+Folded fold(Ctx& c, Value* v, bool rows) {
+  if (Value* f = fold_as(c, v, rows, true, false)) return {f, true};
+  if (Value* f = fold_as(c, v, rows, false, false)) return {f, false};
   // Copied: rows as r·K, columns as K·c, so that either product's result is laid out
   // [batch..., r, K, c] and a sum of the two (dq·kᵀ + q·dkᵀ) reads both alike.
-  return {attempt(!rows, true), !rows};
+  return {fold_as(c, v, rows, !rows, true), !rows};
 }
 
 // The inverse: a product's result res [batch..., K·r, c] (or r·K, or [.., r, K·c], [.., r, c·K])
@@ -103,17 +108,46 @@ std::vector<Value*> matmul(Ctx& c) {
   return {product(c, c.n.op().c_str(), c.x(0), c.batched(0), c.x(1), c.batched(1))};
 }
 
-// addmm / baddbmm (self, a, b, beta, alpha) = beta·self + alpha·a·b: the product batched as
-// above, then the scaled sum (self, unbatched, broadcasts).
+// addmm / baddbmm (self, a, b, beta, alpha) = beta·self + alpha·a·b. With a batched self of the
+// result's shape and one batched factor (a tangent's dq·kᵀ + q·dkᵀ, fused by fuse-matmul-add),
+// still one addmm / baddbmm: self folded like the product's result (a view where its layout
+// allows: the first product's result, folded the other way, usually is), the batched factor
+// folded in the same order, so the sum accumulates in the product's kernel. Otherwise the
+// product batched as above, then the scaled sum (an unbatched self broadcasts).
 Rule add_product(const char* op) {
   return [op](Ctx& c) -> std::vector<Value*> {
     double beta = c.c(3).isDouble() ? c.c(3).toDouble() : static_cast<double>(c.c(3).toInt());
     double alpha = c.c(4).isDouble() ? c.c(4).toDouble() : static_cast<double>(c.c(4).toInt());
-    Value* p = c.batched(1) || c.batched(2) ? product(c, op, c.x(1), c.batched(1), c.x(2), c.batched(2))
-                                            : c.broadcast(c.call(op, {c.x(1), c.x(2)}));
+    bool ba = c.batched(1), bb = c.batched(2);
+    const std::vector<int64_t>& want = c.n.output(0)->meta().sizes;
+    if (c.batched(0) && ba != bb && beta != 0.0 && c.n.tensor_arg(0)->meta().sizes == want) {
+      bool rows = ba;  // K into the rows of a batched a, the columns of a batched b
+      Value* self = c.x(0);
+      Value* factor = ba ? c.x(1) : c.x(2);
+      bool k_first = true;
+      Value* s = fold_as(c, self, rows, true, false);
+      if (!s) {
+        k_first = false;
+        s = fold_as(c, self, rows, false, false);
+      }
+      Value* f = nullptr;
+      if (s) {
+        f = fold_as(c, factor, rows, k_first, true);
+      } else {  // self copied in the order that suits the factor
+        Folded fo = fold(c, factor, rows);
+        f = fo.v;
+        k_first = fo.k_first;
+        s = fold_as(c, self, rows, k_first, true);
+      }
+      std::vector<BArg> args = c.args();
+      args[0] = s;
+      args[ba ? 1 : 2] = f;
+      return {unfold(c, c.emit(std::move(args)).at(0), rows, k_first)};
+    }
+    Value* p = ba || bb ? product(c, op, c.x(1), ba, c.x(2), bb) : c.broadcast(c.call(op, {c.x(1), c.x(2)}));
     if (alpha != 1.0) p = c.call("aten::mul.Scalar", {p, alpha});
     if (beta == 0.0) return {p};
-    int64_t rank = static_cast<int64_t>(c.n.output(0)->meta().sizes.size());
+    int64_t rank = static_cast<int64_t>(want.size());
     Value* self = c.batched(0) ? c.pad_to(c.x(0), rank) : c.x(0);
     return {c.call("aten::add.Tensor", {p, self, beta})};
   };

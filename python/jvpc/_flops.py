@@ -1,4 +1,5 @@
-"""FlopCounterMode's formula for jvpc's own operator, jvpc::attention_tangent.
+"""FlopCounterMode's formula for jvpc's own operator, jvpc::attention_tangent (and its batched
+overload, jvpc::attention_tangent.batched).
 
 The operator (runtime/attention_tangent.h) runs its bmms inside its kernel, where a dispatch
 mode does not see them: the mode sees the operator itself, and takes itself off the mode stack
@@ -7,7 +8,8 @@ torch.utils.flop_counter when jvpc is imported (before any FlopCounterMode is ma
 copies the registry). It counts exactly the bmms the kernel runs: for each block of block_q
 queries and each block_k keys it computes (a causal mask skips the key blocks it hides),
 2·rows·keys·(D per q·kᵀ, dq·kᵀ, q·dkᵀ) + 2·rows·keys·(Dv per (P⊙dS)·v, P·dv), as
-attention_tangent_matmul_flops does in the cost model (compiler/cost/cost_model.cpp).
+attention_tangent_matmul_flops does in the cost model (compiler/cost/cost_model.cpp); the batched
+overload the recompute once and the tangents' bmms K times.
 """
 
 from torch.utils.flop_counter import register_flop_formula
@@ -31,11 +33,16 @@ def score_elements(lq: int, lk: int, causal: bool, block_q: int, block_k: int) -
 @register_flop_formula(torch.ops.jvpc.attention_tangent)
 def attention_tangent_flop(q, k, v, out, lse, dq, dk, dv, mask, dmask, causal, scale, block_q, block_k, *,
                            out_shape=None, **kwargs) -> int:
-    """Matmul FLOPs of one jvpc::attention_tangent call (arguments are shapes, None for an absent tensor)."""
+    """Matmul FLOPs of one jvpc::attention_tangent or jvpc::attention_tangent.batched call (arguments
+    are shapes, None for an absent tensor; the packet registers the formula for both overloads).
+
+    The batched overload's tangents and result have K in front ([K, B, H, Lq, Dv]): the score
+    recompute q·kᵀ runs once per call, the tangents' bmms K times."""
     b, h, lq, d = q
     lk, dv_size = k[2], v[3]
+    tangents = 1 if out_shape is None or len(out_shape) == 4 else out_shape[0]
     has_ds = dq is not None or dk is not None or dmask is not None
-    if (not has_ds and dv is None) or b * h * lq * dv_size == 0:
+    if (not has_ds and dv is None) or tangents * b * h * lq * dv_size == 0:
         return 0  # the kernel returns zeros without a bmm
-    per = d * (1 + (dq is not None) + (dk is not None)) + dv_size * (int(has_ds) + (dv is not None))
+    per = d + tangents * (d * ((dq is not None) + (dk is not None)) + dv_size * (int(has_ds) + (dv is not None)))
     return 2 * b * h * score_elements(lq, lk, causal, block_q, block_k) * per

@@ -70,3 +70,15 @@ def test_jacfwd_has_aux():
     want, want_aux = torch.func.jacfwd(f, has_aux=True)(x)
     torch.testing.assert_close(jac, want)
     torch.testing.assert_close(aux, want_aux)
+
+
+def test_batched_graph_keeps_the_seeds_four_products():
+    """The batched tangent graph (jvp_fn._lin.batched_graph(K)) of the seed's attention: each product
+    one product with K folded in, the sums still accumulated in their baddbmm (no add)."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 5, 128, 64, generator=gen) for _ in range(3))
+    _, jvp_fn = jvpc.linearize(math_sdpa, q, k, v)
+    text = str(jvp_fn._lin.batched_graph(16))
+    assert text.count("aten::bmm(") == 2 and text.count("aten::baddbmm(") == 2
+    assert "aten::add.Tensor(" not in text
+    assert jvp_fn._lin.batched_graph(16).to_json() == jvp_fn._lin.batched_graph(16).to_json()  # cached per K

@@ -1,6 +1,7 @@
 """FlopCounterMode counts jvpc exactly: the seed's own method (../shared/seed, jvp_flops.py)
 with jvpc.linearize in place of torch.func.linearize, on the CPU in float32."""
 
+import json
 from functools import partial
 
 import pytest
@@ -202,3 +203,37 @@ def test_attention_tangent_count_is_the_kernels_that_ran(causal, kv_heads, tange
             jvp_fn(*t)
         assert mode.get_total_flops() == ran
     assert ran == jvp_fn.cost()["matmul_flops"]
+
+
+@pytest.mark.parametrize("causal,kv_heads,tangents", [(False, 2, "qkv"), (True, 1, "qkv"), (False, 2, "v"),
+                                                      (True, 2, "qk")])
+def test_batched_attention_tangent_counted_exactly_under_vmap(causal, kv_heads, tangents):
+    """vmap(jvp_fn) at residual budget 0 runs jvpc::attention_tangent.batched once: the mode counts
+    it by the formula, the score recompute once and the tangents' bmms K times, which is the bmms
+    the kernel ran and the cost model's figure for the batched graph."""
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 600, 8, generator=gen)
+    k, v = (torch.randn(1, kv_heads, 600, 8, generator=gen) for _ in range(2))
+
+    def f(q, k, v):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv_heads != 2)
+
+    argnums = tuple("qkv".index(c) for c in tangents)
+    opts = jvpc.LinearizeOptions()
+    opts.residual_budget = 0
+    _, jvp_fn = linearize(f, q, k, v, argnums=argnums, options=opts)
+    K = 3
+    batch = tuple(torch.randn(K, *(q, k, v)[i].shape, generator=gen) for i in argnums)
+    batched_cost = json.loads(jvp_fn._lin.batched_cost_json(K))
+    assert batched_cost["ops"].get("jvpc::attention_tangent.batched") == 1
+    single = jvp_fn.cost()["matmul_flops"]
+    assert single < batched_cost["matmul_flops"] < K * single  # the recompute is shared
+    ran = profiled_bmm_flops(lambda: torch.func.vmap(jvp_fn)(*batch))
+    for _ in range(2):
+        with FlopCounterMode(display=False) as mode:
+            got = torch.func.vmap(jvp_fn)(*batch)
+        assert mode.get_flop_counts()["Global"] == {torch.ops.jvpc.attention_tangent: ran}  # by packet
+    assert ran == batched_cost["matmul_flops"]
+    want = torch.stack([jvp_fn(*(t[i] for t in batch)) for i in range(K)])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
