@@ -52,7 +52,7 @@ fi
 
 t0=$(date +%s)
 cmake -S . -B build-gpu "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DTORCH_CUDA_ARCH_LIST=9.0 \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$DEPS/root/usr;$DEPS/gtest" >build-gpu/configure.log 2>&1 ||
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$DEPS/root/usr;$DEPS/gtest" -DPython3_EXECUTABLE="$(command -v "$PY")" >build-gpu/configure.log 2>&1 ||
   { cp build-gpu/configure.log "$OUT/"; tail -30 build-gpu/configure.log; exit 1; }
 cmake --build build-gpu -j "$JOBS" >build-gpu/build.log 2>&1 ||
   { cp build-gpu/build.log "$OUT/"; grep -E "error" -A3 build-gpu/build.log | head -40; exit 1; }
