@@ -177,6 +177,17 @@ TEST(Batch, TheSeedsBatchedGraphRunsInPlace) {
     if (st.functional) in_place[st.info->name]++;
   std::map<std::string, int> want = {{"aten::baddbmm_", 2}, {"aten::mul_.Tensor", 1}, {"aten::addcmul_", 1}};
   EXPECT_EQ(in_place, want) << to_text(g);
+  // And a call runs them so: the dead base a view of a product's result keeps is no other holder.
+  std::vector<at::Tensor> tangents = test::random_batched_tangents(lin, 16);
+  lin.jvp_batched(16, tangents);
+  std::map<std::string, int> ran;
+  {
+    KernelWatch watch;
+    lin.jvp_batched(16, tangents);
+    for (const std::string& k : watch.kernels())
+      if (want.count(k) || k == "aten::baddbmm" || k == "aten::addcmul") ran[k]++;
+  }
+  EXPECT_EQ(ran, want);
 }
 
 // Peak bytes allocated during a call, from the profiler's memory events.
