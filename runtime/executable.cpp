@@ -59,7 +59,7 @@ std::vector<at::Tensor> node_results(const std::string& where, const std::vector
 // The references a buffer has when nothing else holds it: the tensor's own, and, where the tensor
 // is an autograd view (a view op's result outside inference mode) whose base no slot holds any
 // more, its base's, which the view keeps.
-int64_t sole_owners(const at::Tensor& self) {
+size_t sole_owners(const at::Tensor& self) {
   if (!self.is_view()) return 1;
   const at::TensorBase& base = self._base();
   return base.use_count() == 1 && base.storage().is_alias_of(self.storage()) ? 2 : 1;

@@ -66,14 +66,17 @@ TEST(Batch, ExamplesEqualKSingleCallsInFloat64) {
       at::manual_seed(0);
       examples::Instance ex = test::make_example(cfg, {"--dtype", "float64"});
       Linearized lin = linearize(ex.fn(), ex.inputs, o);
-      if (o.residual_budget) ASSERT_TRUE(has_op(*lin.tangent_graph, runtime::kAttentionTangentOp)) << where;
+      if (o.residual_budget) {
+        ASSERT_TRUE(has_op(*lin.tangent_graph, runtime::kAttentionTangentOp)) << where;
+      }
       for (int64_t K : {1, 3}) {
         test::BatchCheck r = test::batched_vs_single(lin, K);
         EXPECT_LT(r.rel_error, 1e-12) << where << ", K = " << K;
         EXPECT_TRUE(r.unrolled.empty()) << where << ": " << r.unrolled.front();
       }
-      if (o.residual_budget)
+      if (o.residual_budget) {
         EXPECT_TRUE(has_op(lin.batched(3).fn->graph(), runtime::kAttentionTangentBatchedOp)) << where;
+      }
     }
 }
 
