@@ -74,20 +74,6 @@ Value* Ctx::broadcast(Value* v) {
 
 int64_t Ctx::dim(int64_t d, int64_t rank) { return c10::maybe_wrap_dim(d, std::max<int64_t>(rank, 1)) + 1; }
 
-void Registry::add(const std::string& op, Rule r) { rules_[op] = std::move(r); }
-
-const Rule* Registry::find(const std::string& op) const {
-  auto it = rules_.find(op);
-  return it == rules_.end() ? nullptr : &it->second;
-}
-
-std::vector<std::string> Registry::ops() const {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : rules_) out.push_back(k);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 const Registry& registry() {
   static const Registry r = [] {
     Registry reg;

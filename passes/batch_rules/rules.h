@@ -14,9 +14,9 @@
 #pragma once
 
 #include "compiler/ir/builder.h"
+#include "passes/op_table.h"
 
 #include <functional>
-#include <unordered_map>
 
 namespace jvpc::batch_rules {
 
@@ -68,15 +68,7 @@ class Ctx {
 
 using Rule = std::function<std::vector<Value*>(Ctx&)>;
 
-class Registry {
- public:
-  void add(const std::string& op, Rule r);
-  const Rule* find(const std::string& op) const;
-  std::vector<std::string> ops() const;
-
- private:
-  std::unordered_map<std::string, Rule> rules_;
-};
+using Registry = OpTable<Rule>;
 
 /// All rules, built once.
 const Registry& registry();

@@ -45,24 +45,10 @@ std::vector<Value*> Ctx::reapply(const std::vector<std::pair<size_t, Value*>>& r
   return b.emit(n.op(), std::move(args), &n);  // each v is shaped like the operand it replaces
 }
 
-void Registry::add(const std::string& op, Rule r) { rules_[op] = std::move(r); }
-
-const Rule* Registry::find(const std::string& op) const {
-  auto it = rules_.find(op);
-  return it == rules_.end() ? nullptr : &it->second;
-}
-
 void Registry::allow_complex(const std::string& op) { complex_.insert(op); }
 
 std::vector<std::string> Registry::complex_ops() const {
   std::vector<std::string> out(complex_.begin(), complex_.end());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<std::string> Registry::ops() const {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : rules_) out.push_back(k);
   std::sort(out.begin(), out.end());
   return out;
 }

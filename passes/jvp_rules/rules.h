@@ -10,9 +10,9 @@
 #pragma once
 
 #include "compiler/ir/builder.h"
+#include "passes/op_table.h"
 
 #include <functional>
-#include <unordered_map>
 #include <unordered_set>
 
 namespace jvpc::jvp_rules {
@@ -61,18 +61,14 @@ class Ctx {
 
 using Rule = std::function<std::vector<Value*>(Ctx&)>;
 
-class Registry {
+class Registry : public OpTable<Rule> {
  public:
-  void add(const std::string& op, Rule r);
-  const Rule* find(const std::string& op) const;
-  std::vector<std::string> ops() const;
   /// Marks op's rule as holding for complex operands and results too (complex.cpp says which).
   void allow_complex(const std::string& op);
   bool holds_for_complex(const std::string& op) const { return complex_.count(op) > 0; }
   std::vector<std::string> complex_ops() const;
 
  private:
-  std::unordered_map<std::string, Rule> rules_;
   std::unordered_set<std::string> complex_;
 };
 
