@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 namespace jvpc::cli {
 
@@ -136,18 +137,25 @@ void add_compile(CLI::App& app) {
     // The check: a new point, a seeded step away from the example's, against forward AD there.
     at::Generator gen = at::detail::createCPUGenerator(o->seed + 1);
     std::vector<at::Tensor> x2 = moved(example, gen);
-    KernelWatch watch;
-    Linearized lin = prog->linearize(x2);
-    int64_t measured = watch.matmul_flops();
-    // Memory: a linearization at the new point against the forward's own peak there (measured).
+    // One linearization there, its matmul FLOPs counted on the kernels that ran and its peak
+    // measured, against the forward's own peak at that point.
     const c10::Device device = x2.empty() ? c10::Device(c10::kCPU) : x2[0].device();
+    std::optional<Linearized> at_x2;
+    int64_t measured = 0;
+    int64_t linearize_peak = measured_peak_bytes(
+        [&] {
+          KernelWatch watch;
+          at_x2.emplace(prog->linearize(x2));
+          measured = watch.matmul_flops();
+        },
+        device);
+    Linearized& lin = *at_x2;
     int64_t forward_peak = measured_peak_bytes(
         [&] {
           at::NoGradGuard no_grad;
           forward(x2);
         },
         device);
-    int64_t linearize_peak = measured_peak_bytes([&] { prog->linearize(x2); }, device);
     std::vector<at::Tensor> tangents;
     std::vector<std::optional<at::Tensor>> ref_tangents(example.size());
     const auto primals = prog->executable().primal_inputs();
