@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -59,13 +61,13 @@ inline TensorMeta f32(std::vector<int64_t> sizes) {
 }
 
 /// A temporary file path of the running test alone (ctest runs tests, parameterized cases too,
-/// in parallel processes).
+/// in parallel processes, and two checkouts may run the same test at once: the process id).
 inline std::string temp_path(const std::string& suffix) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = std::string(info->test_suite_name()) + "." + info->name();
   for (char& ch : name)
     if (!isalnum(static_cast<unsigned char>(ch)) && ch != '.') ch = '_';
-  return ::testing::TempDir() + "jvpc_" + name + "_" + suffix;
+  return ::testing::TempDir() + "jvpc_" + std::to_string(getpid()) + "_" + name + "_" + suffix;
 }
 
 /// Runs f and expects a jvpc::Error whose message contains `fragment`.
