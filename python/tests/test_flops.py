@@ -176,12 +176,10 @@ def profiled_bmm_flops(call):
     return sum(e.flops for e in events)
 
 
-@pytest.mark.parametrize("causal,kv_heads,tangents", [(False, 2, "qkv"), (True, 2, "qkv"), (True, 1, "qkv"),
-                                                      (False, 2, "v"), (True, 2, "qk")])
-def test_attention_tangent_count_is_the_kernels_that_ran(causal, kv_heads, tangents):
-    """Several query and key blocks (L 600 > block sizes 256 and 512), the causal skip, grouped
-    heads, absent tangents: the mode's count equals the bmms the kernel ran (the profiler sees
-    them nested inside the operator) and the cost model's."""
+def o_l_attention(causal, kv_heads, tangents):
+    """Flash attention (L 600: several query and key blocks) linearized at residual budget 0, with
+    tangents for the inputs named in `tangents`: the generator (for the tangents to follow), q, k
+    and v, the argnums and jvp_fn."""
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(1, 2, 600, 8, generator=gen)
     k, v = (torch.randn(1, kv_heads, 600, 8, generator=gen) for _ in range(2))
@@ -190,11 +188,20 @@ def test_attention_tangent_count_is_the_kernels_that_ran(causal, kv_heads, tange
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             return scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv_heads != 2)
 
-    names = "qkv"
-    argnums = tuple(names.index(c) for c in tangents)
+    argnums = tuple("qkv".index(c) for c in tangents)
     opts = jvpc.LinearizeOptions()
     opts.residual_budget = 0
     _, jvp_fn = linearize(f, q, k, v, argnums=argnums, options=opts)
+    return gen, (q, k, v), argnums, jvp_fn
+
+
+@pytest.mark.parametrize("causal,kv_heads,tangents", [(False, 2, "qkv"), (True, 2, "qkv"), (True, 1, "qkv"),
+                                                      (False, 2, "v"), (True, 2, "qk")])
+def test_attention_tangent_count_is_the_kernels_that_ran(causal, kv_heads, tangents):
+    """Several query and key blocks (L 600 > block sizes 256 and 512), the causal skip, grouped
+    heads, absent tangents: the mode's count equals the bmms the kernel ran (the profiler sees
+    them nested inside the operator) and the cost model's."""
+    gen, (q, k, v), argnums, jvp_fn = o_l_attention(causal, kv_heads, tangents)
     assert jvp_fn.cost()["ops"].get("jvpc::attention_tangent") == 1
     t = tuple(torch.randn_like((q, k, v)[i]) for i in argnums)
     ran = profiled_bmm_flops(lambda: jvp_fn(*t))
@@ -211,18 +218,7 @@ def test_batched_attention_tangent_counted_exactly_under_vmap(causal, kv_heads, 
     """vmap(jvp_fn) at residual budget 0 runs jvpc::attention_tangent.batched once: the mode counts
     it by the formula, the score recompute once and the tangents' bmms K times, which is the bmms
     the kernel ran and the cost model's figure for the batched graph."""
-    gen = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 2, 600, 8, generator=gen)
-    k, v = (torch.randn(1, kv_heads, 600, 8, generator=gen) for _ in range(2))
-
-    def f(q, k, v):
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv_heads != 2)
-
-    argnums = tuple("qkv".index(c) for c in tangents)
-    opts = jvpc.LinearizeOptions()
-    opts.residual_budget = 0
-    _, jvp_fn = linearize(f, q, k, v, argnums=argnums, options=opts)
+    gen, (q, k, v), argnums, jvp_fn = o_l_attention(causal, kv_heads, tangents)
     K = 3
     batch = tuple(torch.randn(K, *(q, k, v)[i].shape, generator=gen) for i in argnums)
     batched_cost = json.loads(jvp_fn._lin.batched_cost_json(K))
