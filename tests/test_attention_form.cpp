@@ -15,6 +15,7 @@
 #include "examples/examples.h"
 #include "runtime/attention_tangent.h"
 #include "tests/helpers.h"
+#include "tests/pass_helpers.h"
 #include "tests/profiler.h"
 
 #include <ATen/ATen.h>
@@ -22,11 +23,7 @@
 namespace jvpc {
 namespace {
 
-int count_op(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node* node : g.nodes()) n += node->op() == op;
-  return n;
-}
+using test::count_op;
 
 std::vector<std::vector<std::string>> sdpa_configs() {
   return {

@@ -12,6 +12,7 @@
 #include "examples/examples.h"
 #include "runtime/attention_tangent.h"
 #include "tests/helpers.h"
+#include "tests/pass_helpers.h"
 #include "tests/same_structure.h"
 
 #include <ATen/ATen.h>
@@ -23,11 +24,7 @@
 namespace jvpc {
 namespace {
 
-int count_op(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node* node : g.nodes()) n += node->op() == op;
-  return n;
-}
+using test::count_op;
 
 // The text form with value ids renumbered in order of appearance: the same graph up to its ids.
 std::string canonical(const Graph& g) {
