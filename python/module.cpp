@@ -254,16 +254,6 @@ void bind_program(py::module_& m) {
       },
       py::arg("fn"), py::arg("primals"), py::arg("names"), py::arg("differentiable"), py::arg("wrt"),
       py::arg("options"), py::arg("exact_strides"));
-  m.def(
-      "_load_program",
-      [](const std::string& path, bool trusted, std::optional<std::string> device, ExecutableOptions runtime) {
-        LoadOptions o;
-        o.trusted = trusted;
-        if (device) o.device = c10::Device(*device);
-        py::gil_scoped_release release;
-        return std::make_shared<Program>(Program::load(path, o, runtime));
-      },
-      py::arg("path"), py::arg("trusted"), py::arg("device"), py::arg("runtime"));
 }
 
 }  // namespace
