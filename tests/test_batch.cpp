@@ -193,6 +193,28 @@ TEST(Batch, TheSeedsBatchedGraphRunsInPlace) {
   EXPECT_EQ(ran, want);
 }
 
+// K cannot be folded next to a product's rows or columns without a copy of the tangent (it
+// arrives [K, B·H, L, D]). That copy moves whole contiguous rows: in every example's batched
+// graph, each clone reads a value whose last dim is its contiguous one. The tangent that reaches
+// q·dkᵀ as the transpose dkᵀ is copied as dk folded into rows, then transposed back (a view), not
+// gathered element by element across the transpose (which is 6x slower on this CPU).
+TEST(Batch, EveryCopyOfATangentMovesContiguousRows) {
+  for (const auto& cfg : test::example_configs())
+    for (const LinearizeOptions& o : forms(cfg)) {
+      std::string where = test::config_name(cfg) + form_name(o);
+      examples::Instance ex = test::make_example(cfg);
+      Linearized lin = linearize(ex.fn(), ex.inputs, o);
+      const Graph& g = lin.batched(16).fn->graph();
+      for (const Node* n : g.nodes()) {
+        if (n->op() != "aten::clone") continue;
+        const TensorMeta& m = n->tensor_arg(0)->meta();
+        if (m.sizes.back() > 1) {
+          EXPECT_EQ(m.strides.back(), 1) << where << ": " << to_text(g);
+        }
+      }
+    }
+}
+
 // Peak bytes allocated during a call, from the profiler's memory events.
 int64_t measured_peak(const std::function<void()>& fn) {
   namespace prof = torch::autograd::profiler;

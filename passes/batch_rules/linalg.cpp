@@ -50,7 +50,17 @@ Value* fold_as(Ctx& c, Value* v, bool rows, bool k_first, bool copy) {
     sizes.insert(sizes.end(), {r, c.K * cols});
   std::vector<int64_t> ps, pt;
   for (int64_t d : perm) ps.push_back(s[static_cast<size_t>(d)]), pt.push_back(m.strides[static_cast<size_t>(d)]);
-  if (!copy && !at::detail::computeStride(ps, pt, sizes).has_value()) return nullptr;
+  if (!at::detail::computeStride(ps, pt, sizes).has_value()) {
+    if (!copy) return nullptr;
+    // A transposed matrix (contiguous along its rows: a tangent that reaches the product as
+    // dkᵀ) is copied as its transpose folded the other way, then transposed back (a view): the
+    // copy moves whole contiguous rows instead of gathering every element across the transpose.
+    const auto& st = m.strides;
+    if (st[static_cast<size_t>(R - 1)] == 1 && st[static_cast<size_t>(R)] != 1 && r > 1) {
+      Value* t = c.call("aten::transpose.int", {v, R - 1, R});
+      return c.call("aten::transpose.int", {fold_as(c, t, !rows, k_first, true), int64_t{-2}, int64_t{-1}});
+    }
+  }
   return reshape(c, c.call("aten::permute", {v, perm}), sizes);
 }
 

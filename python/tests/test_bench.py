@@ -1,6 +1,8 @@
 """scripts/bench/python_bench.py: its floor (jvpc's tangent graph's matmul kernels alone) runs
 exactly the arithmetic of jvpc's call, as FlopCounterMode counts it, and --device cuda refuses
-in one line where there is no GPU. Times are printed, never asserted."""
+in one line where there is no GPU. scripts/bench/batched_bench.py: its floor (the batched graph's
+matmul kernels alone) runs K times one call's matmul FLOPs, the batched call's. Times are printed,
+never asserted."""
 
 import json
 import os
@@ -12,6 +14,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "bench", "python_bench.py")
+BATCHED_SCRIPT = os.path.join(ROOT, "scripts", "bench", "batched_bench.py")
 
 
 def run_bench(tmp_path, *flags):
@@ -71,3 +74,19 @@ def test_bad_flags_refused(tmp_path, flags, message):
                        timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1].endswith(f"error: {message}")
+
+
+def test_batched_floor_is_k_times_the_seeds_four_matmuls(tmp_path):
+    out = tmp_path / "batched.json"
+    r = subprocess.run([sys.executable, BATCHED_SCRIPT, "--config", "sdpa", "--tangents", "1,4", "--rounds", "2",
+                        "--warmup", "1", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["K"] for row in rows] == [1, 4]
+    for row in rows:
+        # The batched call and its matmuls alone: K times one call's 41,943,040 FLOPs, in 4 kernels.
+        assert row["matmul_flops"] == row["K"] * 41_943_040
+        assert sorted(k.split("(")[0] for k in row["floor_kernels"]) == ["aten::baddbmm"] * 2 + ["aten::bmm"] * 2
+        per = row["per_tangent_s"]
+        assert row["batched_over_floor"] == pytest.approx(per["jvpc batched"] / per["matmuls alone"])
+    assert "K=4 167,772,160 FLOPs" in r.stdout
