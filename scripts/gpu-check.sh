@@ -14,7 +14,7 @@
 # benchmark table and plot, long.log (attention's tangent at long context: the operator's CUDA
 # checks and jvpc_bench at L = 32k, H16, bfloat16, both forms), and bench.tgz with every
 # benchmark JSON and python_bench.py's log (jvpc's jvp_fn from Python beside torch.func's and
-# beside its own matmuls alone, on the GPU).
+# beside its own matmuls alone, on the GPU), and batched_bench.py's (K tangents in one call).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -122,6 +122,20 @@ if PYTHONPATH=build-gpu/python "$PY" -c "import jvpc" 2>/dev/null; then
 else
   echo "python_bench: skipped (no jvpc module in build-gpu/python for $PY)"
 fi
+
+# Many tangents per call (issue 20): the seed's batched tangent graph for K = 16 on the device (a
+# CUDA graph there), checked by the CLI against 16 single calls, then timed per tangent beside K
+# single calls, torch.func's vmap and its own matmuls alone (float16 on CUDA).
+batched_rc=0
+build-gpu/jvpc linearize sdpa --device $DEVICE --tangents 16 >build-gpu/bench/batched_linearize.log 2>&1 || batched_rc=1
+grep -E "^ *(tangents|unrolled|vs 16)" build-gpu/bench/batched_linearize.log || tail -n 3 build-gpu/bench/batched_linearize.log
+if PYTHONPATH=build-gpu/python "$PY" -c "import jvpc" 2>/dev/null; then
+  PYTHONPATH=build-gpu/python "$PY" scripts/bench/batched_bench.py --config sdpa --device $DEVICE --tangents 1,4,16,64 \
+    --rounds 30 --json build-gpu/bench/batched_seed.json >build-gpu/bench/batched_seed.log 2>&1 || batched_rc=1
+  grep -vE "^(sdpa|matmuls alone)" build-gpu/bench/batched_seed.log | tail -n 6
+fi
 tar czf "$OUT/bench.tgz" -C build-gpu bench bench-long linearize.log 2>/dev/null
-echo "gpu-check: tests $tests_rc, cli $cli_rc, linearize $lin_rc, long $long_rc, bench $bench_rc, python $py_rc; total $(( $(date +%s) - t0 )) s"
-[ $tests_rc = 0 ] && [ $cli_rc = 0 ] && [ $lin_rc = 0 ] && [ $long_rc = 0 ] && [ $bench_rc = 0 ] && [ $py_rc = 0 ]
+echo "gpu-check: tests $tests_rc, cli $cli_rc, linearize $lin_rc, long $long_rc, bench $bench_rc, python $py_rc," \
+  "batched $batched_rc; total $(( $(date +%s) - t0 )) s"
+[ $tests_rc = 0 ] && [ $cli_rc = 0 ] && [ $lin_rc = 0 ] && [ $long_rc = 0 ] && [ $bench_rc = 0 ] && [ $py_rc = 0 ] &&
+  [ $batched_rc = 0 ]

@@ -90,3 +90,12 @@ def test_batched_floor_is_k_times_the_seeds_four_matmuls(tmp_path):
         per = row["per_tangent_s"]
         assert row["batched_over_floor"] == pytest.approx(per["jvpc batched"] / per["matmuls alone"])
     assert "K=4 167,772,160 FLOPs" in r.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without a GPU")
+def test_batched_cuda_refused_without_a_gpu():
+    r = subprocess.run([sys.executable, BATCHED_SCRIPT, "--config", "sdpa", "--device", "cuda"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].endswith(
+        "error: --device cuda: no CUDA device here (torch.cuda.is_available() is False)")

@@ -20,6 +20,7 @@ batched call beside it.
 
   PYTHONPATH=build/python python3 scripts/bench/batched_bench.py --config sdpa
   PYTHONPATH=build/python python3 scripts/bench/batched_bench.py --config block --tangents 1,4,16
+  PYTHONPATH=build/python python3 scripts/bench/batched_bench.py --config sdpa --device cuda   # float16
 """
 import argparse
 import json
@@ -44,16 +45,23 @@ def main():
     p.add_argument("--tangents", default="1,4,16,64", help="comma-separated K")
     p.add_argument("--rounds", type=int, default=30, help="interleaved rounds timed per K (medians reported)")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--dtype", choices=list(ref.DTYPES), help="default: float32 on the CPU, float16 on CUDA")
     p.add_argument("--json", metavar="OUT.json")
     args = p.parse_args()
     ref.check_config(p, args)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
+    if args.rounds < 1 or args.warmup < 0:
+        p.error("--rounds must be at least 1, --warmup at least 0")
+    args.dtype = args.dtype or ("float16" if args.device == "cuda" else "float32")
     ks = [int(k) for k in args.tangents.split(",")]
     if any(k < 1 for k in ks):
         p.error("--tangents: each K must be at least 1")
     heads = args.model_dim // args.head_dim
     make = ref.make_sdpa if args.config == "sdpa" else ref.make_block
     f, shapes, scales, offsets = make(args, heads)
-    device, dtype = torch.device("cpu"), torch.float32
+    device, dtype = torch.device(args.device), ref.DTYPES[args.dtype]
     primals = ref.random_tensors(shapes, scales, offsets, ref.SEED, dtype, device)
     _, jvpc_fn = jvpc.linearize(f, *primals)
     _, torch_fn = torch.func.linearize(f, *primals)
@@ -61,13 +69,12 @@ def main():
     rows = []
     for k in ks:
         gen = torch.Generator().manual_seed(ref.TANGENT_SEED + k)
-        batch = tuple(torch.randn(k, *s, generator=gen, dtype=dtype) for s in shapes)
+        batch = tuple(torch.randn(k, *s, generator=gen).to(device, dtype) for s in shapes)
         calls = {
             "jvpc batched": lambda: torch.func.vmap(jvpc_fn)(*batch),
             "jvpc K calls": lambda: [jvpc_fn(*(t[i] for t in batch)) for i in range(k)],
             "torch vmap": lambda: torch.func.vmap(torch_fn)(*batch),
         }
-        device = torch.device("cpu")
         floor, floor_counted, kernels = matmuls_alone(jvpc_fn._lin.batched_graph(k).to_json(), ref.TANGENT_SEED + k,
                                                       matmul_kernels_run(calls["jvpc batched"], device))
         flops = {"jvpc batched": ref.matmul_flops(calls["jvpc batched"]), "matmuls alone": ref.matmul_flops(floor_counted)}
@@ -80,18 +87,19 @@ def main():
             for name in ("jvpc batched", "jvpc K calls"):
                 got = calls[name]()
                 got = torch.stack(got) if isinstance(got, list) else got
-                err = (got - want).abs().max().item() / max(want.abs().max().item(), 1e-30)
-                if err > 1e-4:
+                err = (got - want).double().abs().max().item() / max(want.double().abs().max().item(), 1e-30)
+                if err > (1e-4 if dtype in (torch.float32, torch.float64) else 2e-2):
                     sys.exit(f"batched_bench: {name} differs from torch vmap at K={k} (relative error {err:.2e})")
             names = list(calls)
-            med = ref.interleaved_medians(calls, args.warmup, args.rounds)
+            med = ref.interleaved_medians(calls, args.warmup, args.rounds, device)
         per = {n: med[n] / k for n in names}
         rows.append({"K": k, "per_tangent_s": per, "ratio_to_one_jvpc_call": {n: per[n] / per["jvpc K calls"] for n in names},
                      "matmul_flops": flops["jvpc batched"], "floor_kernels": kernels,
                      "batched_over_floor": per["jvpc batched"] / per["matmuls alone"]})
 
     config = (f"{args.config}: bsz {args.bsz}, model dim {args.model_dim}, head dim {args.head_dim}, "
-              f"seq {args.seq_len}{', causal' if args.causal else ''}, float32, CPU, torch {torch.__version__}, "
+              f"seq {args.seq_len}{', causal' if args.causal else ''}, {args.dtype}, {ref.device_name(device)}, "
+              f"torch {torch.__version__}, "
               f"{torch.get_num_threads()} threads, {args.rounds} interleaved rounds per K")
     print(config)
     print(f"{'K':>4}  {'time per tangent (us)':>64}  {'vs one jvpc call':>42}  {'batched /':>10}")
