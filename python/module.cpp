@@ -20,6 +20,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty_strided.h>
 #include <nlohmann/json.hpp>
 
 #include <optional>
@@ -237,7 +238,35 @@ void bind_program(py::module_& m) {
             o.trusted = trusted;
             p.save(path, o);
           },
-          py::arg("path"), py::arg("trusted") = false);
+          py::arg("path"), py::arg("trusted") = false)
+      // Per primal input, in order: (name, whether a tangent goes with it, a meta tensor of its
+      // sizes, strides and dtype), which is all a loaded program knows of its arguments.
+      .def_property_readonly("primal_inputs",
+                             [](const Program& p) {
+                               py::list out;
+                               for (const Input* in : p.executable().primal_inputs()) {
+                                 bool tangent = false;
+                                 for (const Input& t : p.tangent_graph()->inputs())
+                                   tangent |= t.role == Role::Tangent && t.tangent_of == in->name;
+                                 const TensorMeta& m = in->value->meta();
+                                 out.append(py::make_tuple(
+                                     in->name, tangent,
+                                     at::empty_strided(m.sizes, m.strides, at::dtype(m.dtype).device(at::kMeta))));
+                               }
+                               return out;
+                             })
+      .def_property_readonly("num_primal_outputs",
+                             [](const Program& p) { return p.executable().num_primal_outputs(); });
+  m.def(
+      "_load_program",
+      [](const std::string& path, bool trusted, std::optional<std::string> device, ExecutableOptions runtime) {
+        LoadOptions o;
+        o.trusted = trusted;
+        if (device) o.device = c10::Device(*device);
+        py::gil_scoped_release release;
+        return std::make_shared<Program>(Program::load(path, o, runtime));
+      },
+      py::arg("path"), py::arg("trusted"), py::arg("device"), py::arg("runtime"));
   m.def(
       "_compile",
       [](py::object fn, const std::vector<at::Tensor>& primals, const std::vector<std::string>& names,

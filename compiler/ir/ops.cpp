@@ -328,9 +328,13 @@ std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>
     if (a.kind == ArgKind::Device) device = a.value.toDevice();
 
   // Shape inference computes nothing: Python dispatch modes (FlopCounterMode around a Python
-  // caller's linearize) must not see its kernels on Meta tensors.
+  // caller's linearize) must not see its kernels on Meta tensors. Nor may functorch's layers:
+  // inside a vmap rule (vmap(jvp_fn) compiling the batched graph on its first call) they would
+  // restore the dispatch keys saved when the vmap began, the Python mode's among them.
   c10::impl::ExcludeDispatchKeyGuard no_python_modes(
-      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
+                           c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+                           c10::DispatchKey::FuncTorchDynamicLayerBackMode}));
   std::vector<at::Tensor> metas;
   metas.reserve(inputs.size());
   for (const TensorMeta& m : inputs) {

@@ -6,6 +6,7 @@
     out, dout = jvpc.jvp(f, (q, k, v), (dq, dk, dv))
     prog = jvpc.compile(f, q, k, v)                # traced and optimized once
     out, jvp_fn = prog(q2, k2, v2)                 # the primal graph alone, at new primals
+    prog.save("prog.json"); prog = jvpc.load_program("prog.json")   # tensors in, positionally
 
 `import torch` must come first (the extension links LibTorch's Python bindings). The module is
 built by jvpc's CMake into build/python/jvpc: `PYTHONPATH=build/python python3 -c "import torch, jvpc"`.
@@ -17,7 +18,7 @@ import torch  # noqa: F401  (loads LibTorch and its Python bindings before the e
 from . import _C
 from . import _flops  # noqa: F401  (FlopCounterMode's formula for jvpc::attention_tangent)
 from ._C import Error, ExecutableOptions, Graph, LinearizeOptions, optional_passes
-from ._api import JvpFn, Loaded, Program, TracedGraph, compile, jacfwd, jvp, linearize, load, trace
+from ._api import JvpFn, Loaded, Program, TracedGraph, compile, jacfwd, jvp, linearize, load, load_program, trace
 
 __all__ = [
     "Error",
@@ -33,6 +34,7 @@ __all__ = [
     "jvp",
     "linearize",
     "load",
+    "load_program",
     "optional_passes",
     "trace",
 ]

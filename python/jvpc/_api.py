@@ -19,7 +19,8 @@ from torch.utils import _pytree as pytree
 from . import _C
 from ._C import Error
 
-__all__ = ["JvpFn", "Loaded", "Program", "TracedGraph", "compile", "jacfwd", "jvp", "linearize", "load", "trace"]
+__all__ = ["JvpFn", "Loaded", "Program", "TracedGraph", "compile", "jacfwd", "jvp", "linearize", "load",
+           "load_program", "trace"]
 
 
 def _argnums(argnums, n: int, who: str) -> tuple[int, ...]:
@@ -438,6 +439,24 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
         prog = _C._compile(_traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names,
                            inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions(), exact_strides)
     return Program(prog, inputs, out_spec[0], who)
+
+
+def load_program(path: str, *, trusted: bool = False, device: str | None = None,
+                 runtime: _C.ExecutableOptions | None = None) -> Program:
+    """Loads a program saved by Program.save (or `jvpc compile -o`): prog(*primals) -> (out, jvp_fn).
+
+    The file holds the graphs, not func's pytrees: the loaded program takes one tensor per primal
+    input, positionally, and returns its output as a tensor (a tuple of tensors where it has
+    several); jvp_fn takes one tangent per differentiated input. A graph file is data from a
+    stranger: it may use only the ops on the list graph files may use, within the memory limit,
+    unless trusted. device moves the program there (its captured tensors included)."""
+    who = "jvpc.load_program"
+    prog = _C._load_program(str(path), trusted, device, runtime or _C.ExecutableOptions())
+    metas = prog.primal_inputs
+    inputs = _Inputs([m for _, _, m in metas], tuple(i for i, (_, d, _) in enumerate(metas) if d), who)
+    n = prog.num_primal_outputs
+    out_spec = pytree.tree_structure(0 if n == 1 else tuple(range(n)))
+    return Program(prog, inputs, out_spec, "jvpc.Program")
 
 
 # --- jacfwd (issue 20): the Jacobian by batched tangents ---------------------------------------

@@ -50,6 +50,20 @@ def test_vmap_is_one_batched_call_and_flop_counter_mode_counts_it():
     assert jvp_fn._lin.batched_unrolled(6) == []
 
 
+def test_the_first_vmap_call_at_a_new_k_counts_only_its_own_kernels():
+    # The first call at a K compiles the batched graph inside the vmap rule: its shape inference
+    # on Meta tensors is not counted (functorch's layers once restored FlopCounterMode's key
+    # there, and the first call read three times its FLOPs).
+    q, k, v = (torch.randn(1, 5, 128, 64) for _ in range(3))
+    _, jvp_fn = jvpc.linearize(math_sdpa, q, k, v)
+    for K in (3, 7):
+        batch = tuple(torch.randn(K, 1, 5, 128, 64) for _ in range(3))
+        for _ in range(2):  # the first call (compiles) and the next
+            with FlopCounterMode(display=False) as mode:
+                torch.func.vmap(jvp_fn)(*batch)
+            assert mode.get_total_flops() == K * 41_943_040
+
+
 def test_jacfwd_matches_torch_func_jacfwd():
     f, _, primals = mlp_case(torch.float64)
     for argnums in (0, (0, 1)):

@@ -1,6 +1,7 @@
 """jvpc.compile: a program compiled once linearizes at new primals by running its primal graph alone,
 checked against torch.func.jvp in float64; FlopCounterMode counts exactly the primal graph's matmuls;
-captured parameters are read afresh after an optimizer step; guards are one-line jvpc.Errors."""
+captured parameters are read afresh after an optimizer step; guards are one-line jvpc.Errors; a
+saved program loads back (jvpc.load_program) and runs as the one saved, vmap included."""
 
 import pytest
 import torch
@@ -94,3 +95,66 @@ def test_a_program_saves_as_one_json_file(tmp_path):
     prog.save(tmp_path / "prog.json")
     assert (tmp_path / "prog.json").read_text().startswith("{")
     assert '"format": "jvpc-program"' in (tmp_path / "prog.json").read_text()
+
+
+def test_a_saved_program_loads_and_runs_as_the_one_saved(tmp_path):
+    # Captured parameters (the safetensors file beside the JSON), a non-differentiated argument
+    # and two outputs: the loaded program takes tensors positionally and returns a tuple.
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 4).double()
+
+    def f(x, scale):
+        h = torch.tanh(lin(x)) * scale
+        return h, h.sum(-1)
+
+    x, scale = torch.randn(3, 8, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+    prog = jvpc.compile(f, x, scale, argnums=0)
+    prog.save(tmp_path / "prog.json")
+    loaded = jvpc.load_program(tmp_path / "prog.json")
+    assert [name for name, _, _ in loaded._prog.primal_inputs] == ["a0", "a1"]
+    x2, dx = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 8, dtype=torch.float64)
+    (h, s), jvp_fn = loaded(x2, scale)
+    (want_h, want_s), want_fn = prog(x2, scale)
+    torch.testing.assert_close(h, want_h, atol=0, rtol=0)
+    torch.testing.assert_close(s, want_s, atol=0, rtol=0)
+    dh, ds = jvp_fn(dx)  # one tangent: only x is differentiated
+    want_dh, want_ds = want_fn(dx)
+    torch.testing.assert_close(dh, want_dh, atol=0, rtol=0)
+    ref_out, ref_dout = torch.func.jvp(lambda x: f(x, scale), (x2,), (dx,))
+    torch.testing.assert_close(dh, ref_dout[0].detach(), atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(ds, ref_dout[1].detach(), atol=1e-12, rtol=1e-10)
+    with pytest.raises(jvpc.Error, match=r"primal 'a0': expected shape \[3,8\] but got \[8,3\]"):
+        loaded(torch.randn(8, 3, dtype=torch.float64), scale)
+    with pytest.raises(jvpc.Error, match="expected 2 positional arguments"):
+        loaded(x2)
+
+
+def test_a_loaded_seed_program_counts_the_forward_and_batches(tmp_path):
+    with sdpa_kernel(SDPBackend.MATH):
+        jvpc.compile(sdpa, *seed_shaped()).save(tmp_path / "seed.json")
+    prog = jvpc.load_program(tmp_path / "seed.json")
+    q, k, v = seed_shaped()
+    with FlopCounterMode(display=False) as m:
+        out, jvp_fn = prog(q, k, v)
+    assert m.get_total_flops() == 20_971_520
+    assert isinstance(out, torch.Tensor)  # one output: a tensor, not a tuple
+    batch = [torch.randn(4, 1, 5, 128, 64) for _ in range(3)]
+    with FlopCounterMode(display=False) as m:
+        got = torch.func.vmap(jvp_fn)(*batch)
+    assert m.get_total_flops() == 4 * 41_943_040
+    with sdpa_kernel(SDPBackend.MATH):
+        want = torch.stack([torch.func.jvp(sdpa, (q, k, v), tuple(t[i] for t in batch))[1] for i in range(4)])
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_a_bad_program_file_is_a_one_line_error(tmp_path):
+    with pytest.raises(jvpc.Error, match="cannot read program file .*missing.json': No such file"):
+        jvpc.load_program(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text('{"format": "jvpc-program", "version": 1')
+    with pytest.raises(jvpc.Error, match="bad.json: invalid JSON at byte 40") as e:
+        jvpc.load_program(tmp_path / "bad.json")
+    assert "\n" not in str(e.value)
+    g = tmp_path / "graph.json"
+    jvpc.linearize(lambda x: x.sin(), torch.randn(3))[1].save(g)
+    with pytest.raises(jvpc.Error, match='format is not "jvpc-program"'):
+        jvpc.load_program(g)  # a tangent graph, not a program
