@@ -207,6 +207,15 @@ void bind_compiled(py::module_& m) {
       });
 }
 
+// How jvpc.load and jvpc.load_program read a file: the loader's op list unless trusted, moved to
+// `device` where one is given.
+LoadOptions load_options(bool trusted, const std::optional<std::string>& device) {
+  LoadOptions o;
+  o.trusted = trusted;
+  if (device) o.device = c10::Device(*device);
+  return o;
+}
+
 // --- compiled programs (compiler/api/program.h): jvpc.compile ------------------------------
 void bind_program(py::module_& m) {
   py::class_<Program, std::shared_ptr<Program>>(m, "_Program")
@@ -260,9 +269,7 @@ void bind_program(py::module_& m) {
   m.def(
       "_load_program",
       [](const std::string& path, bool trusted, std::optional<std::string> device, ExecutableOptions runtime) {
-        LoadOptions o;
-        o.trusted = trusted;
-        if (device) o.device = c10::Device(*device);
+        LoadOptions o = load_options(trusted, device);
         py::gil_scoped_release release;
         return std::make_shared<Program>(Program::load(path, o, runtime));
       },
@@ -334,9 +341,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "_load",
       [](const std::string& path, bool trusted, std::optional<std::string> device, ExecutableOptions runtime) {
-        LoadOptions o;
-        o.trusted = trusted;
-        if (device) o.device = c10::Device(*device);
+        LoadOptions o = load_options(trusted, device);
         py::gil_scoped_release release;
         return std::make_shared<Executable>(std::shared_ptr<const Graph>(load(path, o)), runtime);
       },
