@@ -852,11 +852,11 @@ at::Tensor view_of_entry(const TensorMeta& m, const json& view,
 
 // Refuses a graph over its memory limit before any constant is read: constants by their
 // declared sizes, those stored as views into one entry of the constants file counted once, as
-// the span of it they reach. The limit is that of the device the graph loads onto.
+// the span of it they reach. The limit is that of the device the graph loads onto and runs on:
+// LoadOptions::device, else the one the Executable's check uses (execution_device: that of the
+// first non-constant input).
 void check_memory_before_loading(const Graph& g, const json& j, const LoadOptions& options) {
-  c10::Device target = options.device ? *options.device : c10::Device(c10::kCPU);
-  if (!options.device)
-    for (const Input& in : g.inputs()) target = in.value->meta().device;
+  c10::Device target = options.device ? *options.device : execution_device(g);
   if (target.is_cuda() && !at::hasCUDA()) return;  // refused below, before anything runs
   MemoryNeed need = memory_needed(g);
   need.constants = 0;
