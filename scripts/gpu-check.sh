@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check, for the machine with an NVIDIA GPU (no network there): builds jvpc against
 # that machine's own python3 torch (2.11.0+cu130), runs the CUDA tests and the benchmark, and
-# prints a short table. Not yet run on a GPU machine; the --cpu rehearsal takes 5 to 6 minutes on
-# 2 cores with a warm compiler cache, and the GPU run is expected to take 6 to 9 minutes (allow
-# 10; the logs in $OUT are written as each step finishes).
+# prints a short table. Not yet run on a GPU machine; the --cpu rehearsal took 11 minutes on 2
+# cores on 2026-12-01 (7 of them building, 4.4 for the steps after the build, the batched step
+# included), and the GPU run is expected to take 6 to 9 minutes (allow 10; the logs in $OUT are
+# written as each step finishes).
 #
 #   here, once:   scripts/gpu-check.sh --prepare    # unpacks nlohmann-json, CLI11 and googletest
 #                                                   # sources from Debian into .deps/ (git-ignored)
