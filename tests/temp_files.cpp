@@ -1,7 +1,8 @@
 // The files test::temp_path names (TempDir()/jvpc_<pid>_<test>_<suffix>, and directories made
 // from such a name) are this process's alone; they are removed when the test program ends, so
-// that runs do not accumulate them. (POSIX calls: libtorch.so exports its own copy of
-// std::filesystem::remove_all, which the dynamic linker may bind and which crashes here.)
+// that runs do not accumulate them.
+#include "tests/temp_files.h"
+
 #include <dirent.h>
 #include <ftw.h>
 #include <gtest/gtest.h>
@@ -11,12 +12,20 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace jvpc::test {
 
+namespace {
 int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
   std::remove(path);
   return 0;
 }
+}  // namespace
+
+void remove_tree(const std::string& path) { nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+}  // namespace jvpc::test
+
+namespace {
 
 class RemoveTempFiles : public ::testing::Environment {
  public:
@@ -29,7 +38,7 @@ class RemoveTempFiles : public ::testing::Environment {
         if (std::string(e->d_name).rfind(prefix, 0) == 0) ours.push_back(dir + e->d_name);
       closedir(d);
     }
-    for (const std::string& path : ours) nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    for (const std::string& path : ours) jvpc::test::remove_tree(path);
   }
 };
 

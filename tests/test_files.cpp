@@ -5,6 +5,7 @@
 #include "compiler/ir/serialize.h"
 #include "compiler/trace/tracer.h"
 #include "tests/helpers.h"
+#include "tests/temp_files.h"
 
 #include <nlohmann/json.hpp>
 
@@ -16,7 +17,6 @@
 #include <unistd.h>
 
 #include <dirent.h>
-#include <ftw.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -27,10 +27,6 @@ namespace jvpc {
 namespace {
 
 using nlohmann::json;
-// POSIX calls rather than std::filesystem: LibTorch exports a std::filesystem::remove_all of its
-// own that crashes when called from here.
-int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
-
 // A fresh folder of the running test alone, removed at the end.
 struct Folder {
   std::string path;  // with a trailing '/'
@@ -39,7 +35,7 @@ struct Folder {
     if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
     path = tmpl + "/";
   }
-  ~Folder() { ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+  ~Folder() { test::remove_tree(path); }
   std::string operator/(const std::string& name) const { return path + name; }
   /// The names in the folder, sorted (temporary files included: they start with '.').
   std::set<std::string> names() const {
