@@ -99,3 +99,14 @@ def test_batched_cuda_refused_without_a_gpu():
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1].endswith(
         "error: --device cuda: no CUDA device here (torch.cuda.is_available() is False)")
+
+
+@pytest.mark.parametrize("tangents, message", [
+    ("a", "--tangents: a comma-separated list of integers, not 'a'"),
+    ("4,0", "--tangents: each K must be at least 1"),
+])
+def test_batched_bad_tangents_refused(tangents, message):
+    r = subprocess.run([sys.executable, BATCHED_SCRIPT, "--config", "sdpa", "--tangents", tangents],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].endswith(f"error: {message}")

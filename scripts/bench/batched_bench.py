@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_reference as ref  # noqa: E402
 
 import jvpc  # noqa: E402
-from python_bench import matmul_kernels_run, matmuls_alone  # noqa: E402
+from python_bench import (add_device_args, check_device_args, matmul_kernels_run, matmuls_alone,  # noqa: E402
+                          relative_error, tolerance_for)
 
 warnings.filterwarnings("ignore")
 
@@ -45,17 +46,17 @@ def main():
     p.add_argument("--tangents", default="1,4,16,64", help="comma-separated K")
     p.add_argument("--rounds", type=int, default=30, help="interleaved rounds timed per K (medians reported)")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--dtype", choices=list(ref.DTYPES), help="default: float32 on the CPU, float16 on CUDA")
+    add_device_args(p)
     p.add_argument("--json", metavar="OUT.json")
     args = p.parse_args()
     ref.check_config(p, args)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
+    check_device_args(p, args)
     if args.rounds < 1 or args.warmup < 0:
         p.error("--rounds must be at least 1, --warmup at least 0")
-    args.dtype = args.dtype or ("float16" if args.device == "cuda" else "float32")
-    ks = [int(k) for k in args.tangents.split(",")]
+    try:
+        ks = [int(k) for k in args.tangents.split(",")]
+    except ValueError:
+        p.error(f"--tangents: a comma-separated list of integers, not {args.tangents!r}")
     if any(k < 1 for k in ks):
         p.error("--tangents: each K must be at least 1")
     heads = args.model_dim // args.head_dim
@@ -87,8 +88,8 @@ def main():
             for name in ("jvpc batched", "jvpc K calls"):
                 got = calls[name]()
                 got = torch.stack(got) if isinstance(got, list) else got
-                err = (got - want).double().abs().max().item() / max(want.double().abs().max().item(), 1e-30)
-                if err > (1e-4 if dtype in (torch.float32, torch.float64) else 2e-2):
+                err = relative_error(got, want)
+                if err > tolerance_for(dtype):
                     sys.exit(f"batched_bench: {name} differs from torch vmap at K={k} (relative error {err:.2e})")
             names = list(calls)
             med = ref.interleaved_medians(calls, args.warmup, args.rounds, device)

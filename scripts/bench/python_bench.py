@@ -128,11 +128,28 @@ def matmuls_alone(graph_json, seed, kernels_run=()):
     return run(timed), run(counted), kernels
 
 
+def add_device_args(p):
+    """--device and --dtype, shared with batched_bench.py."""
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--dtype", choices=list(ref.DTYPES), help="default: float32 on the CPU, float16 on CUDA")
+
+
+def check_device_args(p, args):
+    """Refuses --device cuda without a GPU, in one line; fills in the default dtype."""
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
+    args.dtype = args.dtype or ("float16" if args.device == "cuda" else "float32")
+
+
+def tolerance_for(dtype):
+    """The relative error two computations of the same tangent map may differ by in `dtype`."""
+    return 1e-4 if dtype in (torch.float32, torch.float64) else 2e-2
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ref.add_config_args(p)
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--dtype", choices=list(ref.DTYPES), help="default: float32 on the CPU, float16 on CUDA")
+    add_device_args(p)
     p.add_argument("--rounds", type=int, default=200, help="interleaved rounds timed (medians reported)")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--skip-compile", action="store_true", help="leave torch.compile(jvp_fn) out")
@@ -145,13 +162,11 @@ def parse_args(argv=None):
     p.add_argument("--json", metavar="OUT.json")
     args = p.parse_args(argv)
     ref.check_config(p, args)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
+    check_device_args(p, args)
     if args.rounds < 1 or args.warmup < 0 or args.profile < 0:
         p.error("--rounds must be at least 1, --warmup and --profile at least 0")
     if not 0 < args.target < float("inf"):
         p.error(f"--target must be a ratio above 0, not {args.target}")
-    args.dtype = args.dtype or ("float16" if args.device == "cuda" else "float32")
     return args
 
 
@@ -191,7 +206,7 @@ def main(argv=None):
                                                   matmul_kernels_run(calls["jvpc"], device))
 
     reference = calls["torch.func eager"]()
-    tolerance = 1e-4 if dtype in (torch.float32, torch.float64) else 2e-2
+    tolerance = tolerance_for(dtype)
     for name, call in calls.items():  # the same tangent map, before any timing
         got = call()
         if name == "jvpc":  # the same structure as torch.func's (a tensor out)
