@@ -121,6 +121,22 @@ std::string device_name(const c10::Device& d) {
   return "cpu";
 }
 
+// The cost model's figures for a tangent graph, as the lean and --jvpc-only outputs give them.
+json predicted(const jvpc::GraphCost& c) {
+  return {{"jvp_matmul_flops", c.matmul_flops},
+          {"residual_bytes", c.residual_bytes},
+          {"aliased_input_bytes", c.aliased_input_bytes},
+          {"peak_bytes", c.peak_bytes},
+          {"workspace_bytes", c.workspace_bytes}};
+}
+
+// Prints the measurements and writes them to json_out, if given (whole or not at all).
+int print(const json& out, const std::string& json_out) {
+  std::cout << out.dump(1) << "\n";
+  if (!json_out.empty()) jvpc::write_file_atomically(json_out, out.dump(1) + "\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -182,21 +198,9 @@ int main(int argc, char** argv) {
       for (const jvpc::AttentionChoice& a : l->report.attention)
         attention.push_back({{"choice", a.o_l_form ? "O(L)" : "P"}, {"reason", a.reason}});
       const jvpc::GraphCost& c = l->report.tangent;
-      json out = {{"example", example},
-                  {"config", ex.description},
-                  {"linearize_s", lin_s},
-                  {"jvp_times_s", t},
-                  {"jvp_time_s", median(t)},
-                  {"attention", attention},
-                  {"predicted",
-                   {{"jvp_matmul_flops", c.matmul_flops},
-                    {"residual_bytes", c.residual_bytes},
-                    {"aliased_input_bytes", c.aliased_input_bytes},
-                    {"peak_bytes", c.peak_bytes},
-                    {"workspace_bytes", c.workspace_bytes}}}};
-      std::cout << out.dump(1) << "\n";
-      if (!json_out.empty()) jvpc::write_file_atomically(json_out, out.dump(1) + "\n");
-      return 0;
+      json out = {{"example", example},      {"config", ex.description}, {"linearize_s", lin_s},     {"jvp_times_s", t},
+                  {"jvp_time_s", median(t)}, {"attention", attention},   {"predicted", predicted(c)}};
+      return print(out, json_out);
     }
     jvpc::Linearized lin = linearize_once();
     int64_t lin_peak = peak_bytes([&] { linearize_once(); });
@@ -237,18 +241,8 @@ int main(int argc, char** argv) {
       phases["attention"].push_back({{"choice", a.o_l_form ? "O(L)" : "P"}, {"reason", a.reason}});
     if (jvpc_only) {
       const jvpc::GraphCost& c = lin.report.tangent;
-      json out = {{"example", example},
-                  {"config", ex.description},
-                  {"phases", phases},
-                  {"predicted",
-                   {{"jvp_matmul_flops", c.matmul_flops},
-                    {"residual_bytes", c.residual_bytes},
-                    {"aliased_input_bytes", c.aliased_input_bytes},
-                    {"peak_bytes", c.peak_bytes},
-                    {"workspace_bytes", c.workspace_bytes}}}};
-      std::cout << out.dump(1) << "\n";
-      if (!json_out.empty()) jvpc::write_file_atomically(json_out, out.dump(1) + "\n");
-      return 0;
+      json out = {{"example", example}, {"config", ex.description}, {"phases", phases}, {"predicted", predicted(c)}};
+      return print(out, json_out);
     }
     // LibTorch's forward AD in C++, on the untraced callable (math backend), and the plain forward.
     std::vector<std::optional<at::Tensor>> ad_tangents(ex.inputs.size());
@@ -362,9 +356,7 @@ int main(int argc, char** argv) {
           {"jvp_nodes", t.nodes},
           {"cuda_graph", lin.jvp_fn->replaying_cuda_graph()}}},
         {"counted_on", graphed ? "an eager run of the tangent graph (jvp_fn replays a CUDA graph)" : "jvp_fn"}};
-    if (!json_out.empty()) jvpc::write_file_atomically(json_out, out.dump(1) + "\n");
-    std::cout << out.dump(1) << "\n";
-    return 0;
+    return print(out, json_out);
   } catch (const std::exception& e) {
     std::cerr << "jvpc_bench: error: " << jvpc::one_line(e) << "\n";
     return 2;
