@@ -120,7 +120,7 @@ double seconds_to_parse(const std::vector<const std::string*>& texts) {
 }
 
 // One array of 8N empty objects against eight arrays of N: the same bytes, objects and memory,
-// so a linear parser takes as long for both (measured: 0.95 to 1.1). nlohmann's callback parser
+// so a linear parser takes as long for both (measured: 0.9 to 1.2). nlohmann's callback parser
 // scanned the array at the end of every object, so the one array took 8 times as long (7.5 at
 // N = 10,000; 160,000 objects took 9.8 s, and 800,000 would take minutes). For the rest of this
 // process the allocator keeps what is freed (no trimming, no mmap below 32 MiB), and a first
