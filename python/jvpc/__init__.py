@@ -18,7 +18,10 @@ import torch  # noqa: F401  (loads LibTorch and its Python bindings before the e
 from . import _C
 from . import _flops  # noqa: F401  (FlopCounterMode's formula for jvpc::attention_tangent)
 from ._C import Error, ExecutableOptions, Graph, LinearizeOptions, optional_passes
-from ._api import JvpFn, Loaded, Program, TracedGraph, compile, jacfwd, jvp, linearize, load, load_program, trace
+from ._api import Loaded, TracedGraph, jvp, linearize, load, trace
+from ._jacfwd import jacfwd
+from ._jvp_fn import JvpFn
+from ._program import Program, compile, load_program
 
 __all__ = [
     "Error",

@@ -1,0 +1,25 @@
+"""The private torch internals jvpc relies on, each behind one function.
+
+Everything else in the package uses torch's public API. A torch release that moves one of these
+changes this file alone.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def in_functorch_transform() -> bool:
+    """True inside a torch.func transform (vmap, grad, jvp) of the calling thread."""
+    return torch._C._functorch.peek_interpreter_stack() is not None
+
+
+def is_functorch_wrapped(t: torch.Tensor) -> bool:
+    """True for a tensor a torch.func transform wraps (a BatchedTensor of vmap, for one)."""
+    return torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
+def dynamo_stance() -> str:
+    """The current torch.compiler.set_stance stance ("default", "force_eager", ...)."""
+    from torch._dynamo import eval_frame
+    return eval_frame._stance.stance

@@ -1,0 +1,74 @@
+"""jacfwd: the Jacobian by batched tangents, one linearize and chunked calls of the batched tangent graph."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.utils import _pytree as pytree
+
+from ._C import Error
+from ._api import linearize
+
+
+def jacfwd(func: Callable, argnums=0, has_aux: bool = False, chunk_size: int | None = None):
+    """As torch.func.jacfwd(func, argnums, has_aux, chunk_size)(*primals): the Jacobian of func
+    with respect to the tensor arguments argnums names, by forward mode: func is linearized once
+    and its tangent graph applied to the columns of the identity, chunk_size columns per call of
+    the batched tangent graph (None: all of them in one call), which bounds memory.
+
+    The result has func's output structure; each leaf is the Jacobian [*out.shape, *in.shape]
+    (argnums an int), or a tuple of them, one per argument (argnums a tuple). With has_aux, func
+    returns (output, aux) and the result is (jacobian, aux)."""
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise Error(f"jacfwd: chunk_size must be a positive int or None, got {chunk_size!r}")
+
+    def wrapper(*primals):
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        for i in nums:
+            if not isinstance(i, int) or not -len(primals) <= i < len(primals):
+                raise Error(f"jacfwd: argnums {argnums!r} does not fit {len(primals)} positional arguments")
+            if not isinstance(primals[i], torch.Tensor):
+                raise Error(f"jacfwd: argument {i} is a {type(primals[i]).__name__}, not a Tensor")
+        aux = []
+
+        def f(*args):
+            if not has_aux:
+                return func(*args)
+            res = func(*args)
+            if not (isinstance(res, tuple) and len(res) == 2):
+                raise Error("jacfwd: with has_aux=True, func must return (output, aux)")
+            aux.append(res[1])
+            return res[0]
+
+        out, jvp_fn = linearize(f, *primals, argnums=argnums)
+        ins = [primals[i] for i in nums]
+        sizes = [x.numel() for x in ins]
+        n = sum(sizes)
+        flat_out, out_spec = pytree.tree_flatten(out)
+        columns = [[] for _ in flat_out]
+        chunk = n if chunk_size is None else min(chunk_size, n)
+        for start in range(0, n, max(chunk, 1)):
+            k = min(chunk, n - start)
+            rows = torch.arange(k, device=ins[0].device)
+            tangents, offset = [], 0
+            for x, size in zip(ins, sizes):
+                basis = torch.zeros(k, size, dtype=x.dtype, device=x.device)
+                cols = start + rows - offset
+                hit = (cols >= 0) & (cols < size)
+                basis[rows[hit], cols[hit]] = 1
+                tangents.append(basis.reshape(k, *x.shape))
+                offset += size
+            for i, r in enumerate(jvp_fn._lin.run_batched(k, tangents)):
+                columns[i].append(r)
+        jacs = []
+        for o, cols in zip(flat_out, columns):
+            full = torch.cat(cols) if cols else o.new_zeros(0, *o.shape)  # [n, *o.shape]
+            full = full.movedim(0, -1)  # [*o.shape, n]
+            parts = torch.split(full, sizes, dim=-1)
+            per_input = tuple(p.reshape(*o.shape, *x.shape) for p, x in zip(parts, ins))
+            jacs.append(per_input[0] if isinstance(argnums, int) else per_input)
+        jac = pytree.tree_unflatten(jacs, out_spec)
+        return (jac, aux[0]) if has_aux else jac
+
+    return wrapper

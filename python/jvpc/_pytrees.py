@@ -1,0 +1,113 @@
+"""Arguments and results as torch.func takes them: pytrees of tensors, flattened for the graph.
+
+Inputs and outputs are pytrees (nested tuples, lists and dicts) of tensors, flattened with
+torch.utils._pytree as torch.func does. Every tensor leaf of a differentiated argument is a
+primal input of the traced graph; tensor leaves of the other arguments (argnums) are inputs
+held constant, and their other leaves (ints, floats, ...) are passed to the function as they are.
+Tensors the function captures (module parameters, globals) are constants of the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.utils import _pytree as pytree
+
+from ._C import Error
+
+
+def argnums_of(argnums, n: int, who: str) -> tuple[int, ...]:
+    """The differentiated positional arguments, as torch.func.jacfwd's argnums."""
+    if argnums is None:
+        return tuple(range(n))
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums) if isinstance(argnums, (tuple, list)) else None
+    if nums is None or not nums or not all(isinstance(a, int) and not isinstance(a, bool) for a in nums):
+        raise Error(f"{who}: argnums must be an int or a non-empty tuple of ints, got {argnums!r}")
+    out = []
+    for a in nums:
+        if not -n <= a < n:
+            raise Error(f"{who}: argnums {a} is out of range for a function of {n} positional arguments")
+        a %= n
+        if a in out:
+            raise Error(f"{who}: argnums {a} appears twice")
+        out.append(a)
+    return tuple(out)
+
+
+def check_primal(p: Any, who: str) -> None:
+    if not isinstance(p, torch.Tensor):
+        raise Error(f"{who}: expected the differentiated primals to only contain Tensors, got {type(p)}")
+    if not (p.is_floating_point() or p.is_complex()):
+        # torch.func's error for integer primals, word for word.
+        raise ValueError(f"Expected primal to be floating point or complex, but got: {p.dtype}")
+
+
+class Inputs:
+    """The flattened positional arguments: which leaves are graph inputs, and how to rebuild them."""
+
+    def __init__(self, args: Sequence[Any], diff: tuple[int, ...], who: str):
+        self.n = len(args)
+        self.diff = diff
+        self.specs = []
+        self.leaves = []  # per argument: its leaves (the values passed when not a graph input)
+        self.slots = []  # per argument: per leaf, the graph input index or None
+        self.tensors = []
+        self.names = []
+        self.differentiable = []
+        self.diff_specs = []  # per differentiated argument: (spec, shapes, dtypes, devices)
+        for i, a in enumerate(args):
+            with_path, spec = pytree.tree_flatten_with_path(a)
+            self.specs.append(spec)
+            leaves = [leaf for _, leaf in with_path]
+            self.leaves.append(leaves)
+            slots = []
+            for path, leaf in with_path:
+                if i in diff:
+                    check_primal(leaf, who)
+                if isinstance(leaf, torch.Tensor):
+                    slots.append(len(self.tensors))
+                    self.tensors.append(leaf)
+                    self.names.append(f"a{i}{pytree.keystr(path)}")
+                    self.differentiable.append(i in diff)
+                else:
+                    slots.append(None)
+            self.slots.append(slots)
+        self.wrt = [self.names[s] for i in diff for s in self.slots[i]]
+
+    def rebuild(self, tensors: Sequence[torch.Tensor]) -> list[Any]:
+        """The positional arguments with the graph's tensors in place of the inputs' leaves."""
+        out = []
+        for i in range(self.n):
+            leaves = [self.leaves[i][j] if s is None else tensors[s] for j, s in enumerate(self.slots[i])]
+            out.append(pytree.tree_unflatten(leaves, self.specs[i]))
+        return out
+
+
+def flat_outputs(out: Any, who: str) -> tuple[list[torch.Tensor], Any]:
+    leaves, spec = pytree.tree_flatten(out)
+    for leaf in leaves:
+        if not isinstance(leaf, torch.Tensor):
+            raise Error(f"{who}: expected the function to return a pytree of Tensors, got a leaf of {type(leaf)}")
+    return leaves, spec
+
+
+def traced_fn(func: Callable, inputs: Inputs, who: str, out_spec: list) -> Callable:
+    def call(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        out = func(*inputs.rebuild(tensors))
+        leaves, spec = flat_outputs(out, who)
+        out_spec.append(spec)
+        return leaves
+
+    return call
+
+
+def shape_of(spec) -> str:
+    """A pytree structure on one line: ((*, *), {'a': *})."""
+    return str(pytree.tree_unflatten([Leaf()] * spec.num_leaves, spec))
+
+
+class Leaf:
+    def __repr__(self) -> str:
+        return "*"
