@@ -4,12 +4,14 @@
 
 #include "compiler/ir/limits.h"
 #include "compiler/ir/liveness.h"
+#include "compiler/ir/op_contracts.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verifier.h"
 #include "runtime/cuda_graph.h"
 #include "runtime/plan.h"
 
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 
 namespace jvpc {
@@ -21,6 +23,20 @@ bool device_matches(const c10::Device& declared, const c10::Device& actual) {
 }
 
 std::string meta_of(const at::Tensor& t) { return TensorMeta::of(t).str(); }
+
+// Zeroes all of `t`'s storage, the gaps between its elements included (an empty_strided with
+// gaps, which copy and the scatters clone whole).
+void zero_storage(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage() || t.storage().nbytes() == 0) return;
+  t.as_strided({static_cast<int64_t>(t.storage().nbytes() / t.itemsize())}, {1}, 0).zero_();
+}
+
+// Whether `t` reaches all of its storage from its start: no offset, no bytes it cannot reach.
+bool owns_its_storage(const at::Tensor& t) {
+  if (!t.has_storage() || t.storage_offset() != 0) return false;
+  size_t reach = t.numel() ? at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize()) : 0;
+  return t.storage().nbytes() == reach;
+}
 
 // A result must have the shape and dtype the graph declares for it: the graph's metadata may
 // come from a file (for kernels without a Meta implementation the loader cannot re-derive it).
@@ -90,7 +106,8 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
     versions_.push_back(version_counter(constants_.back()));  // to notice writes by others holding it
   }
   plan_ = std::make_shared<Plan>(make_plan(*graph_, live, options_.reuse_buffers));
-  if (options_.cuda_graph) cuda_device_ = cuda_graph_device(*graph_, plan_->arguments, plan_->impure);
+  if (options_.cuda_graph)
+    cuda_device_ = cuda_graph_device(*graph_, plan_->arguments, plan_->impure || plan_->checks_indices);
 }
 
 Executable::~Executable() = default;
@@ -165,8 +182,12 @@ std::vector<at::Tensor> Executable::checked(const std::vector<at::Tensor>& input
     if (t.layout() != c10::kStrided) throw Error(who + ": only strided tensors are supported");
     if (t.is_neg() || t.is_conj()) throw Error(who + ": lazily negated or conjugated tensors are not supported");
     // Views with a layout the graph was not compiled for are made contiguous (a copy);
-    // contiguous inputs are used as they are.
-    out.push_back(m.is_contiguous() && !t.is_contiguous() ? t.contiguous() : t);
+    // contiguous inputs are used as they are, unless the graph addresses storage by absolute
+    // offsets and the input is a view into a larger storage: it then gets a storage of its own,
+    // so that those offsets mean what they meant when traced and stay inside the input.
+    at::Tensor x = m.is_contiguous() && !t.is_contiguous() ? t.contiguous() : t;
+    if (plan_->storage_relative && !owns_its_storage(x)) x = x.clone(at::MemoryFormat::Preserve);
+    out.push_back(std::move(x));
   }
   for (size_t i = 0; i < constants_.size(); ++i) {
     const at::Tensor& c = constants_[i];
@@ -213,12 +234,15 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
           self.storage().allocator() != device_allocator(self.device()))
         info = st.functional;
     }
+    if (st.checked_indices) check_index_arguments(st.where, *st.checked_indices, stack);
     try {
       info->handle.callBoxed(stack);
     } catch (const std::exception& e) {
       throw Error(st.where + ": " + one_line(e));
     }
     std::vector<at::Tensor> results = node_results(st.where, stack, st.return_counts);
+    if (st.zero_results)
+      for (const at::Tensor& r : results) zero_storage(r);
     for (size_t k = 0; k < results.size(); ++k) slots[static_cast<size_t>(st.out_slots[k])] = std::move(results[k]);
     if (check)
       for (size_t k = 0; k < st.outs.size(); ++k)
@@ -271,12 +295,15 @@ std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor
   torch::jit::Stack stack;
   for (const Arg& a : n.args())
     stack.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
+  check_index_arguments("node " + describe(&n), n, stack);
   try {
     info.handle.callBoxed(stack);
   } catch (const std::exception& e) {
     throw Error("node " + describe(&n) + ": " + one_line(e));
   }
   std::vector<at::Tensor> out = node_results("node " + describe(&n), stack, n.return_counts());
+  if (allocates_uninitialized(n.op()))
+    for (const at::Tensor& r : out) zero_storage(r);
   if (out.size() != n.outputs().size()) throw Error("node " + describe(&n) + ": unexpected number of results");
   for (size_t i = 0; i < out.size(); ++i) check_result("node " + describe(&n), n.output(i), out[i]);
   return out;

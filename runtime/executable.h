@@ -8,14 +8,19 @@
 // At construction every node is resolved to a dispatcher handle and a boxed-argument template;
 // a call fills in the tensors, calls each kernel and releases each intermediate after its last
 // use; a node whose first operand dies there and that has an in-place form (baddbmm_, add_, ...)
-// runs in place, reusing that buffer. Inputs are never written. They are checked against the
-// graph's signature; a contiguous input declared contiguous is used as it is, never copied. An
+// runs in place, reusing that buffer. Before a node whose op takes indices (gather, embedding,
+// max_pool's backward: compiler/ir/op_contracts.h) runs, its index arguments are checked
+// against the tensors actually passed, on the host, so that no kernel reads or writes outside
+// them; a graph with an op that addresses storage by absolute offsets (as_strided, copy) gets
+// inputs that own their storage (a view into a larger buffer is copied first); an uninitialized
+// allocation (empty and its kin) is zeroed. Inputs are never written. They are checked against the
+// graph's signature; a contiguous input declared contiguous is used as it is (but for storage offsets, above). An
 // output that is a constant, or that repeats an earlier output, is returned as a copy; one that
 // is an input (an identity map) is that input, as in eager PyTorch. The first call checks every node's results against the
 // shapes and dtypes the graph declares.
 //
 // CUDA: work is issued on the caller's current stream. A graph on a CUDA device with static
-// shapes and no random ops is captured as a CUDA graph on the first call and replayed after
+// shapes, no random ops and no checked index arguments is captured as a CUDA graph on the first call and replayed after
 // that (ExecutableOptions::cuda_graph). Inputs are then copied into static buffers, unless the
 // caller wrote them there directly (input_buffers()), and outputs are copied out of the
 // graph's static memory unless ExecutableOptions::static_outputs.

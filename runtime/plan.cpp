@@ -2,6 +2,7 @@
 #include "runtime/plan.h"
 
 #include "compiler/ir/loadable_ops.h"
+#include "compiler/ir/op_contracts.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verifier.h"
 
@@ -87,6 +88,12 @@ Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
     if (inplace) st.functional = &op_info(n->op());
     st.where = "node " + describe(n);
     st.return_counts = n->return_counts();
+    if (const OpContract* c = op_contract(n->op())) {
+      if (!c->indices.empty()) st.checked_indices = n;
+      p.storage_relative |= c->storage_relative;
+    }
+    p.checks_indices |= st.checked_indices != nullptr;
+    st.zero_results = allocates_uninitialized(n->op());
     for (size_t a = 0; a < n->args().size(); ++a) {
       const Arg& arg = n->arg(a);
       if (arg.kind == ArgKind::Tensor) {

@@ -38,6 +38,11 @@ struct PlanStep {
   /// Where `info` is an in-place form: the op itself, run instead when the first operand's buffer
   /// turns out to be shared at run time (an op that returned an alias without saying so).
   const OpInfo* functional = nullptr;
+  /// The node, where its index arguments are checked before each call (its op's contract names
+  /// some: compiler/ir/op_contracts.h); null otherwise.
+  const Node* checked_indices = nullptr;
+  /// The results are an uninitialized allocation (empty and its kin): the call zeroes them.
+  bool zero_results = false;
 };
 
 struct Plan {
@@ -52,6 +57,11 @@ struct Plan {
   /// is returned as a tensor of its own, as eager code would.
   std::vector<bool> copied_outputs;
   bool impure = false;  ///< some node is impure (random): no CUDA graph
+  /// Some node's index arguments are checked on the host before it runs: no CUDA graph.
+  bool checks_indices = false;
+  /// Some node addresses its operand's storage by absolute offsets (as_strided, copy, the
+  /// scatters into views): inputs that do not own their storage are copied into their own.
+  bool storage_relative = false;
 };
 
 /// The plan of `g` (verified), given its liveness. `reuse_buffers`: run nodes in place where

@@ -356,6 +356,23 @@ expect 0 "cost of sum(expand(x, [2^40])): 2^40 FLOPs" -- "$JVPC" cost "$DIR/sum_
 expect 2 "run refuses it over --max-flops" -- "$JVPC" run "$DIR/sum_expand.json" --max-flops 1e12
 contains err "graph needs 1099511627776 FLOPs by the cost model (1.1e+12: matmul 0, other 1099511627776), more than --max-flops 1e12 allows"
 expect 2 "linearize refuses it over --max-flops" -- "$JVPC" linearize "$DIR/sum_expand.json" --max-flops 1000000; contains err "more than --max-flops 1000000 allows"
+# avg_pool2d of a 1024x1024 input with a 512 window: 513² outputs of 512² additions each (it ran
+# 60 s under --max-flops 2e6 when one FLOP per output was counted).
+f32m() { printf '"meta": {"sizes": [%s], "strides": [%s], "dtype": "Float", "device": "cpu"}' "$1" "$2"; }
+cat >"$DIR/pool.json" <<EOF
+{"format": "jvpc-graph", "schema_version": 1,
+ "inputs": [{"name": "x", "id": 0, "role": "primal", $(f32m 1,1,1024,1024 1048576,1048576,1024,1)}],
+ "nodes": [{"op": "aten::avg_pool2d", "args": [{"tensor": 0}, {"ints": [512, 512]}, {"ints": [1, 1]}, {"ints": [0, 0]},
+            {"bool": false}, {"bool": true}, {"none": null}], "outputs": [{"id": 1, $(f32m 1,1,513,513 263169,263169,513,1)}]}],
+ "outputs": [{"name": "y", "id": 1}]}
+EOF
+expect 2 "avg_pool2d with a large window is refused by --max-flops" -- "$JVPC" run "$DIR/pool.json" --max-flops 2e6
+contains err "graph needs 68988174336 FLOPs by the cost model"
+# Parsing takes at most 16 bytes of memory per byte of the file: 3 MB of empty objects (96 bytes
+# per 3) are refused early (out of memory while parsing: Parse.RunningOutOfMemoryIsAnError).
+python3 -c 'import sys; sys.stdout.write("[" + "{},"*1000000 + "{}]")' >"$DIR/objects.json"
+expect 2 "a file of empty objects is refused" -- "$JVPC" show "$DIR/objects.json"; contains err "bytes of memory (16 per byte of text, and 1 MiB)"
+rm -f "$DIR/objects.json"
 for bad in abc -1 1e400 nan ''; do
   expect 2 "--max-flops '$bad' is refused" -- "$JVPC" run "$DIR/sdpa.json" --max-flops "$bad"; contains err "is not a number of FLOPs"
 done

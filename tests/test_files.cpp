@@ -320,6 +320,41 @@ TEST(Files, AGraphFileThatFailsLeavesThePreviousConstantsFile) {
   EXPECT_TRUE(load(d / "g.json")->inputs()[1].data.equal(at::arange(6, at::kFloat) + 1));
 }
 
+// Four processes saving to one path at once: the graph file and constants file on disk are
+// always from one save, and a process loading meanwhile always reads a pair (before the folder
+// lock, one round in six left a graph file and a constants file from different saves).
+TEST(Files, ProcessesSavingToOnePathLeaveAPair) {
+  Folder d;
+  std::vector<std::unique_ptr<Graph>> graphs;
+  for (int k = 0; k < 4; ++k) graphs.push_back(small_graph(64, static_cast<float>(k)));
+  save(*graphs[0], d / "g.json");
+  for (int round = 0; round < 6; ++round) {
+    std::vector<pid_t> writers;
+    for (int k = 0; k < 4; ++k) {
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        ::alarm(60);
+        try {
+          for (int i = 0; i < 20; ++i) save(*graphs[static_cast<size_t>(k)], d / "g.json");
+        } catch (...) {
+          ::_exit(1);
+        }
+        ::_exit(0);
+      }
+      writers.push_back(pid);
+    }
+    for (int i = 0; i < 20; ++i) EXPECT_NO_THROW(load(d / "g.json")) << "round " << round;
+    for (pid_t pid : writers) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a writer failed";
+    }
+    at::Tensor c = load(d / "g.json")->inputs()[1].data;
+    EXPECT_TRUE(at::equal(c - c[0], at::arange(64, at::kFloat))) << "round " << round;
+    EXPECT_EQ(d.names(), (std::set<std::string>{"g.json", "g.safetensors"}));  // no temporary left
+  }
+}
+
 // --- paths in errors ------------------------------------------------------------------------
 
 TEST(Files, ControlCharactersInPathsAreEscapedInErrors) {

@@ -335,5 +335,58 @@ TEST(Limits, TheRuntimeChecksAtConstruction) {
   EXPECT_EQ(exe.run({at::ones({256})})[0].numel(), 256);
 }
 
+// Temporaries LibTorch's kernels make beyond their outputs count (the op's contract's workspace,
+// compiler/ir/op_contracts.h): mvlgamma(x, p) builds [numel, p] (1 to 2 GB resident under a
+// 64 MiB limit), and losses and distances over a stride-0 expand make terms as large as it.
+TEST(Limits, KernelWorkspaceCountsAgainstTheLimit) {
+  auto mvlgamma = [](int64_t p) {
+    Graph g;
+    Value* x = g.add_input("x", f32({1 << 20}), Role::Primal);  // 4 MiB
+    Builder b(g);
+    g.add_output(b.call("aten::mvlgamma", {x, p}));
+    return load(saved(g, "mvlgamma"), limited(kNoMemoryLimit));
+  };
+  EXPECT_EQ(memory_needed(*mvlgamma(1)).total(), 4 * (4 << 20));  // input, output, two [2^20, 1] temporaries
+  // p = 64: two [2^20, 64] temporaries, 512 MiB.
+  EXPECT_EQ(memory_needed(*mvlgamma(64)).intermediates, (4 << 20) + 2 * 64 * (4 << 20));
+  expect_error([&] { load(saved(*mvlgamma(64), "mvlgamma64"), limited(64 << 20)); },
+               "graph needs 520.00 MiB (545259520 bytes) at its peak (constants 0 bytes, inputs 4.00 MiB, "
+               "intermediates 516.00 MiB) but the memory limit on cpu is 64.00 MiB");
+  for (const char* loss : {"aten::mse_loss", "aten::huber_loss", "aten::smooth_l1_loss", "aten::binary_cross_entropy",
+                           "aten::binary_cross_entropy_with_logits", "aten::dist", "aten::logsumexp"}) {
+    Graph g;
+    Value* x = g.add_input("x", f32({1}), Role::Primal);
+    Value* y = g.add_input("y", f32({1}), Role::Primal);
+    Builder b(g);
+    Value* big = b.call("aten::expand", {x, std::vector<int64_t>{1 << 28}});
+    Value* other = b.call("aten::expand", {y, std::vector<int64_t>{1 << 28}});
+    Value* r = std::string(loss) == "aten::logsumexp" ? b.call(loss, {big, std::vector<int64_t>{0}})
+                                                      : b.call(loss, {big, other});
+    g.add_output(r);
+    std::string path = saved(g, "loss");
+    // Terms as large as the expand (1 GiB each), and the dense copies the kernel may make.
+    EXPECT_GE(memory_needed(*load(path, limited(kNoMemoryLimit))).intermediates, 2 * kGiB) << loss;
+    expect_error([&] { load(path, limited(64 << 20)); }, "but the memory limit on cpu is 64.00 MiB");
+  }
+}
+
+// Ops whose work per output element grows with their arguments are counted by it: avg_pool2d of
+// a 1024² input with a 512 window ran 60 s under --max-flops 2e6 (1 FLOP per output counted).
+TEST(Limits, WindowsAndFactorizationsAreCountedByTheirWork) {
+  Graph g;
+  Value* x = g.add_input("x", f32({1, 1, 1024, 1024}), Role::Primal);
+  Builder b(g);
+  std::vector<int64_t> window = {512, 512}, stride = {1, 1};
+  g.add_output(b.call("aten::avg_pool2d", {x, window, stride}));
+  GraphCost c = graph_cost(*load(saved(g, "pool")));
+  EXPECT_EQ(c.other_flops, int64_t{513} * 513 * 512 * 512);  // each output averages its window
+  EXPECT_TRUE(c.uncosted_ops.empty());
+  Graph h;
+  Value* a = h.add_input("a", f32({512, 512}), Role::Primal);
+  Builder hb(h);
+  h.add_output(hb.call("aten::_linalg_det", {a}));
+  EXPECT_GE(graph_cost(h).other_flops, int64_t{512} * 512 * 512);  // one output, n³ work
+}
+
 }  // namespace
 }  // namespace jvpc

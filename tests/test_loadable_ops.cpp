@@ -4,6 +4,7 @@
 #include "compiler/api/linearize.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/loadable_ops.h"
+#include "compiler/ir/op_contracts.h"
 #include "compiler/ir/serialize.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"
@@ -231,7 +232,7 @@ TEST(LoadableOps, IndexConstantsOutOfRangeAreRefusedAtLoad) {
   std::string path = test::temp_path("g.json");
   save(*index_select_graph(at::tensor({0, 4, 2, 7}, at::kLong).view({2, 2})), path);
   test::expect_error([&] { load(path); },
-                     "aten::index_select -> %3: its index holds an index out of range [0, 5) (from 0 to 7)");
+                     "aten::index_select -> %3: argument 'index' holds an index out of range [0, 5)");
   save(*index_select_graph(at::tensor({0, 4, 2, 1}, at::kLong).view({2, 2})), path);
   auto g = load(path);
   at::Tensor x = at::randn({5, 3});
@@ -268,6 +269,147 @@ TEST(LoadableOps, TheListHoldsNoOpThatWritesReadsFilesOrSizesItsResultFromData) 
        {"aten::from_file", "aten::_print", "aten::_local_scalar_dense", "aten::item", "aten::nonzero",
         "aten::repeat_interleave.Tensor", "aten::bincount", "aten::_unique2", "aten::save", "aten::unique_consecutive"})
     EXPECT_FALSE(is_loadable_op(op)) << op;
+}
+
+// --- the safety contracts (compiler/ir/op_contracts.h) ------------------------------------------
+
+TEST(OpContracts, EveryLoadableOpHasAContract) {
+  for (const std::string& op : loadable_ops()) EXPECT_NE(op_contract(op), nullptr) << op;
+  for (const std::string& op : loadable_ops())
+    for (const IndexArg& a : op_contract(op)->indices) {  // the names are the schema's
+      EXPECT_TRUE(op_info(op).schema().argumentIndexWithName(a.index)) << op << " " << a.index;
+      EXPECT_TRUE(op_info(op).schema().argumentIndexWithName(a.of)) << op << " " << a.of;
+    }
+}
+
+// A graph file saved and loaded back as a stranger's: it passes every load-time check.
+std::unique_ptr<Graph> reloaded(const Graph& g) {
+  std::string path = test::temp_path("contract.json");
+  save(g, path);
+  return load(path);
+}
+
+// max_pool2d_with_indices_backward(grad [1,1,2,2], self [1,1,4,4], ..., indices): the kernel
+// writes grad at each index of self's 4x4 plane, unchecked.
+std::unique_ptr<Graph> max_pool_backward_graph(const std::function<Value*(Builder&, Value*)>& indices) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->add_input("x", test::f32({1, 1, 4, 4}), Role::Primal);
+  Value* grad = g->add_input("g", test::f32({1, 1, 2, 2}), Role::Primal);
+  Value* v = g->add_input("v", test::f32({1, 1, 2, 2}), Role::Primal);
+  Builder b(*g);
+  std::vector<int64_t> two = {2, 2}, zero = {0, 0}, one = {1, 1};
+  g->add_output(b.call("aten::max_pool2d_with_indices_backward", {grad, x, two, two, zero, one, false, indices(b, v)}),
+                "dx");
+  return g;
+}
+
+TEST(OpContracts, MaxPoolBackwardIndicesOutOfRangeAreRefusedBeforeTheKernelWrites) {
+  at::Tensor x = at::randn({1, 1, 4, 4}), grad = at::randn({1, 1, 2, 2}), v = at::zeros({1, 1, 2, 2});
+  // Indices made by the graph (full): 1e8 crashed, 20 corrupted the heap, 16 gave wrong numbers.
+  for (int64_t bad : {int64_t{100000000}, int64_t{20}, int64_t{16}, int64_t{-1}}) {
+    auto g = reloaded(*max_pool_backward_graph([&](Builder& b, Value*) {
+      return b.call("aten::full", {std::vector<int64_t>{1, 1, 2, 2}, bad, at::kLong, std::nullopt, c10::Device("cpu")});
+    }));
+    test::expect_error(
+        [&] {
+          Executable(std::move(g)).run({x, grad, v});
+        },
+        "aten::max_pool2d_with_indices_backward -> %4: argument 'indices' holds an index out of range "
+        "[0, 16)");
+  }
+  // Indices computed at run time from an input: checked at each call.
+  auto computed = [](Builder& b, Value* v) { return b.call("aten::_to_copy", {v, at::kLong}); };
+  Executable f(reloaded(*max_pool_backward_graph(computed)));
+  test::expect_error(
+      [&] {
+        f.run({x, grad, at::full({1, 1, 2, 2}, 1e8)});
+      },
+      "argument 'indices' holds an index out of range [0, 16)");
+  at::Tensor good = at::tensor({0.0f, 3.0f, 12.0f, 15.0f}).view({1, 1, 2, 2});
+  at::Tensor want =
+      at::max_pool2d_with_indices_backward(grad, x, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false, good.to(at::kLong));
+  EXPECT_TRUE(at::equal(f.run({x, grad, good})[0], want));
+}
+
+// _embedding_bag(weight [10,3], indices [4], offsets [3]) with a negative offset: the kernel
+// read before its buffer (-1e8 crashed; -3 printed a heap word in LibTorch's error).
+std::unique_ptr<Graph> embedding_bag_graph(const char* op) {
+  auto g = std::make_unique<Graph>();
+  Value* w = g->add_input("w", test::f32({10, 3}), Role::Primal);
+  Value* i = g->add_input("i", TensorMeta::contiguous({4}, at::kLong, c10::kCPU), Role::Primal);
+  Value* o = g->add_input("o", test::f32({3}), Role::Primal);
+  Builder b(*g);
+  Value* offsets = b.call("aten::_to_copy", {o, at::kLong});
+  g->add_output(b.emit(op, {w, i, offsets})[0], "y");
+  return g;
+}
+
+TEST(OpContracts, EmbeddingBagOffsetsAndIndicesAreCheckedAndTheErrorShowsNoValue) {
+  at::Tensor w = at::randn({10, 3}), i = at::tensor({1, 2, 3, 4}, at::kLong);
+  auto offsets = [](float a, float b, float c) { return at::tensor({a, b, c}); };
+  for (const char* op : {"aten::_embedding_bag", "aten::_embedding_bag_forward_only"}) {
+    Executable f(reloaded(*embedding_bag_graph(op)));
+    for (float bad : {-1e8f, -3.0f, 5.0f}) {
+      try {
+        f.run({w, i, offsets(0, bad, 4)});
+        ADD_FAILURE() << op << " ran with offset " << bad;
+      } catch (const Error& e) {
+        std::string msg = e.what();
+        EXPECT_NE(msg.find("argument 'offsets' holds an index out of range [0, 5)"), std::string::npos) << msg;
+        EXPECT_EQ(msg.find("value"), std::string::npos) << msg;  // no number read from memory
+      }
+    }
+    test::expect_error([&] { f.run({w, i, offsets(0, 3, 1)}); }, "argument 'offsets' decrease");
+    test::expect_error([&] { f.run({w, i, offsets(1, 2, 3)}); }, "argument 'offsets' must start at 0");
+    test::expect_error([&] { f.run({w, at::tensor({1, 2, 3, 10}, at::kLong), offsets(0, 2, 4)}); },
+                       "argument 'indices' holds an index out of range [0, 10)");
+    at::Tensor y = f.run({w, i, offsets(0, 2, 4)})[0];  // bags [1, 2], [3, 4] and none
+    EXPECT_TRUE(at::allclose(y, at::stack({w[1] + w[2], w[3] + w[4], at::zeros({3})})));
+  }
+}
+
+// copy(empty_strided([N], [2]), zeros([N])) clones the empty storage, gaps included; an
+// as_strided over the gaps read the heap (the caller's previous inputs, pointers).
+std::unique_ptr<Graph> gaps_graph() {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->add_input("x", test::f32({4}), Role::Primal);
+  Builder b(*g);
+  Value* e = b.call("aten::empty_strided",
+                    {std::vector<int64_t>{4}, std::vector<int64_t>{2}, at::kFloat, std::nullopt, c10::Device("cpu")});
+  Value* c = b.call("aten::copy", {e, x});
+  Value* all = b.call("aten::as_strided", {c, std::vector<int64_t>{7}, std::vector<int64_t>{1}});
+  g->add_output(b.call("aten::clone", {all}), "y");
+  return g;
+}
+
+TEST(OpContracts, UninitializedGapsAreRefusedAtLoadAndZeroedAtRunTime) {
+  std::string path = test::temp_path("gaps.json");
+  EXPECT_THROW(save(*gaps_graph(), path), Error);  // save refuses what load would
+  // Written by hand (as a stranger would): load refuses the read of the gaps.
+  nlohmann::json j = to_json(*gaps_graph());
+  std::ofstream(path) << j.dump();
+  test::expect_error([&] { load(path); },
+                     "aten::clone -> %4: reads an uninitialized allocation (%3, from aten::as_strided");
+  // A graph built in memory runs, and the gaps are zeros whatever the heap held.
+  Executable f(gaps_graph());
+  for (int k = 0; k < 3; ++k) {
+    float v = 7.0f + static_cast<float>(k);
+    at::Tensor y = f.run({at::full({4}, v)})[0];
+    EXPECT_TRUE(at::equal(y, at::tensor({v, 0.0f, v, 0.0f, v, 0.0f, v}))) << y;
+  }
+}
+
+// as_strided's offset is into the storage: given buf[4:8], as_strided(x, [4], [1], 0) returned
+// buf[0:4]. The runtime gives such a graph inputs that own their storage.
+TEST(OpContracts, AsStridedStaysInsideTheTensorPassed) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->add_input("x", test::f32({4}), Role::Primal);
+  Builder b(*g);
+  g->add_output(b.call("aten::as_strided", {x, std::vector<int64_t>{4}, std::vector<int64_t>{1}, int64_t{0}}), "y");
+  Executable f(reloaded(*g));
+  at::Tensor buf = at::arange(8, at::kFloat);
+  EXPECT_TRUE(at::equal(f.run({buf.slice(0, 4, 8)})[0], at::tensor({4.0f, 5.0f, 6.0f, 7.0f})));
+  EXPECT_TRUE(at::equal(f.run({buf.slice(0, 0, 4)})[0], at::tensor({0.0f, 1.0f, 2.0f, 3.0f})));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "compiler/cost/cost_model.h"
 
+#include "compiler/cost/scaled_work.h"
+
 #include "compiler/ir/liveness.h"
 #include "compiler/ir/ops.h"
 
@@ -340,6 +342,10 @@ NodeCost cost_of(const Node& n) {
     else if (n.op().rfind("aten::_scaled_dot_product_", 0) == 0 && shapes.at(0).at(1) != shapes.at(1).at(1))
       c.note = "FlopCounterMode has no rule for grouped-query attention; counted as two bmms over the query heads";
     if (n.op() == "aten::addmm" || n.op() == "aten::baddbmm") c.other_flops = out_elems;  // the addition
+    return c;
+  }
+  if (std::optional<int64_t> work = scaled_work_flops(n)) {  // windows, factorizations, sorts, ...
+    c.other_flops = *work;
     return c;
   }
   auto it = rules().find(n.op());

@@ -89,6 +89,22 @@ class AtomicFile {
   bool finished_ = false, committed_ = false;
 };
 
+/// An advisory lock (flock(2)) on the folder that holds `path`, held while the object lives:
+/// exclusive while a writer replaces files that belong together (a graph file and its constants
+/// file), shared while a reader reads them. Writers of the same folder then replace their pairs
+/// one after the other, and a reader never gets half of one pair and half of another. Where the
+/// folder cannot be opened for reading or its file system has no locks, nothing is locked.
+class FolderLock {
+ public:
+  FolderLock(const std::string& path, bool exclusive);
+  ~FolderLock();
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 /// Writes `contents` to `path` through an AtomicFile.
 void write_file_atomically(const std::string& path, const std::string& contents);
 

@@ -230,6 +230,9 @@ void write_with_constants(const std::string& path, const StoredConstants& c,
   }
   graph_file.write(j.dump(1) + "\n");
   graph_file.finish();
+  // Other processes saving to this folder replace their pairs before or after this one, whole;
+  // loaders read a pair under a shared lock.
+  FolderLock pair(path, /*exclusive=*/true);
   if (constants_file) constants_file->commit();
   graph_file.commit();
 }
@@ -344,8 +347,10 @@ std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> 
 }
 
 std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options) {
+  FolderLock pair(path, /*exclusive=*/false);  // the graph file and its constants from one save
   std::string text = read_regular_file(path, "graph file", int64_t{1} << 30);
   json j;
+  ReleaseOnExit free_j{j};
   try {
     j = parse_json(text);
   } catch (const Error& e) {
@@ -357,8 +362,10 @@ std::unique_ptr<Graph> load(const std::string& path, const LoadOptions& options)
 }
 
 ProgramGraphs load_program(const std::string& path, const LoadOptions& options) {
+  FolderLock pair(path, /*exclusive=*/false);  // the program file and its constants from one save
   std::string text = read_regular_file(path, "program file", int64_t{1} << 30);
   json j;
+  ReleaseOnExit free_j{j};
   ProgramGraphs p;
   try {
     j = parse_json(text);

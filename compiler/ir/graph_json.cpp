@@ -368,7 +368,9 @@ std::unique_ptr<Graph> checked_from_json(const json& j, bool trusted) {
 }
 
 std::unique_ptr<Graph> parse_graph(const std::string& text, bool trusted) {
-  return checked_from_json(parse_json(text), trusted);
+  json j = parse_json(text);
+  ReleaseOnExit free_j{j};
+  return checked_from_json(j, trusted);
 }
 
 }  // namespace jvpc

@@ -7,6 +7,24 @@ namespace jvpc {
 
 using nlohmann::json;
 
+void release(json& j) noexcept {
+  if (j.is_array()) {
+    auto& a = j.get_ref<json::array_t&>();
+    while (!a.empty()) {
+      release(a.back());
+      a.pop_back();
+    }
+  } else if (j.is_object()) {
+    auto& o = j.get_ref<json::object_t&>();
+    while (!o.empty()) {
+      auto last = std::prev(o.end());
+      release(last->second);
+      o.erase(last);
+    }
+  }
+  j = nullptr;
+}
+
 std::string shown(const std::string& s) {
   return json(s.size() > 60 ? s.substr(0, 60) + "..." : s).dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -46,10 +64,19 @@ struct CountingIterator {
 
 constexpr int kMaxJsonDepth = 16;
 
+// What the document's parts take on the heap with libstdc++ on 64 bits, malloc's 16 bytes of
+// overhead per block included: a value in an array (16 bytes, with the vector's doubling at
+// most 32), an object (its std::map), a member (a map node: links, key and value), an array
+// (its std::vector), a string (its std::string), and the block a long string or key needs
+// beyond the short-string buffer (15 characters).
+constexpr int64_t kArrayElementBytes = 32, kObjectBytes = 64, kMemberBytes = 96, kArrayBytes = 40, kStringBytes = 48;
+int64_t long_string_bytes(const std::string& s) { return s.size() > 15 ? static_cast<int64_t>(s.size()) + 1 + 16 : 0; }
+
 // Builds the DOM from nlohmann's SAX events, in time linear in the text (nlohmann's callback
 // parser scans the enclosing array at the end of every object, which is quadratic in an array
 // of objects). It limits nesting to kMaxJsonDepth arrays and objects, and refuses a key that
-// appears twice in one object (nlohmann's own parser keeps the last).
+// appears twice in one object (nlohmann's own parser keeps the last). It counts the memory the
+// document takes as it grows (the k*Bytes above), and refuses a document past `budget` bytes.
 class DomBuilder {
  public:
   using number_integer_t = json::number_integer_t;
@@ -58,21 +85,25 @@ class DomBuilder {
   using string_t = json::string_t;
   using binary_t = json::binary_t;
 
-  DomBuilder(json& root, const char* begin, const char* const* read, bool quote)
-      : root_(root), begin_(begin), read_(read), quote_(quote) {}
+  DomBuilder(json& root, const char* begin, const char* const* read, bool quote, int64_t budget)
+      : root_(root), begin_(begin), read_(read), quote_(quote), budget_(budget) {}
 
   bool null() { return put(nullptr); }
   bool boolean(bool b) { return put(b); }
   bool number_integer(number_integer_t i) { return put(i); }
   bool number_unsigned(number_unsigned_t u) { return put(u); }
   bool number_float(number_float_t d, const string_t&) { return put(d); }
-  bool string(string_t& s) { return put(std::move(s)); }
+  bool string(string_t& s) {
+    charge(kStringBytes + long_string_bytes(s));
+    return put(std::move(s));
+  }
   bool binary(binary_t& b) { return put(std::move(b)); }  // not in JSON text
   bool start_object(std::size_t) { return open(json::value_t::object); }
   bool start_array(std::size_t) { return open(json::value_t::array); }
   bool end_object() { return close(); }
   bool end_array() { return close(); }
   bool key(string_t& k) {
+    charge(kMemberBytes + long_string_bytes(k));
     auto& object = stack_.back()->get_ref<json::object_t&>();
     auto [it, fresh] = object.try_emplace(k);  // k is left as it is when the key exists
     if (!fresh)
@@ -89,6 +120,12 @@ class DomBuilder {
   [[noreturn]] void fail(const std::string& what) const {
     throw Error("invalid JSON at byte " + std::to_string(*read_ - begin_) + ": " + what);
   }
+  void charge(int64_t bytes) {
+    used_ += bytes;
+    if (used_ > budget_)
+      fail("the document takes more than " + std::to_string(budget_) + " bytes of memory (" +
+           std::to_string(kJsonMemoryPerTextByte) + " per byte of text, and 1 MiB)");
+  }
   // Places a value: the root, the next element of the array being read, or the value of the key
   // just read. Returns where it is.
   template <class V>
@@ -99,6 +136,7 @@ class DomBuilder {
     }
     json* top = stack_.back();
     if (top->is_array()) {
+      charge(kArrayElementBytes);
       auto& array = top->get_ref<json::array_t&>();
       array.emplace_back(std::forward<V>(v));
       return &array.back();
@@ -114,6 +152,7 @@ class DomBuilder {
   bool open(json::value_t kind) {
     if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth))
       fail("JSON nesting deeper than " + std::to_string(kMaxJsonDepth));
+    charge(kind == json::value_t::object ? kObjectBytes : kArrayBytes);
     stack_.push_back(place(kind));  // pointers stay valid: only the innermost container grows
     return true;
   }
@@ -126,6 +165,7 @@ class DomBuilder {
   const char* begin_;
   const char* const* read_;
   bool quote_;
+  int64_t budget_, used_ = 0;
   std::vector<json*> stack_;  // the arrays and objects being read, outermost first
   json* element_ = nullptr;   // the value of the key just read
 };
@@ -136,7 +176,8 @@ json parse_json(const std::string& text, bool quote) {
   json j;
   const char* read = text.data();
   try {
-    DomBuilder builder(j, text.data(), &read, quote);
+    int64_t budget = kJsonMemoryPerTextByte * static_cast<int64_t>(text.size()) + (int64_t{1} << 20);
+    DomBuilder builder(j, text.data(), &read, quote, budget);
     CountingIterator first{text.data(), &read}, last{text.data() + text.size(), &read};
     json::sax_parse(first, last, &builder);
   } catch (const json::parse_error& e) {
@@ -145,6 +186,9 @@ json parse_json(const std::string& text, bool quote) {
     if (!quote) throw Error("invalid JSON: a number out of range");
     std::string msg = json_message(e);
     throw Error("invalid JSON: " + (msg.size() > 120 ? msg.substr(0, 120) + "..." : msg));
+  } catch (const std::bad_alloc&) {
+    release(j);  // what was built is freed before the error is made
+    throw Error("out of memory parsing " + std::to_string(text.size()) + " bytes of JSON");
   }
   return j;
 }

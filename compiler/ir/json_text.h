@@ -14,10 +14,28 @@
 
 namespace jvpc {
 
+/// The memory a parsed document may take, per byte of its text (and 1 MiB more). The document's
+/// parts are counted as they are built, at what they take on the heap (an object 64 bytes, a
+/// member 96, an array element 32, a string 48, long strings and keys their length more), so
+/// that a file of nothing but `{},` (96 bytes per 3 of text) is refused early. A jvpc graph
+/// file, compact, takes at most about 11 per byte, and as jvpc writes it about 5.
+constexpr int64_t kJsonMemoryPerTextByte = 16;
+
 /// Text to JSON, in time linear in its length: nesting limited to 16 arrays and objects, a key
-/// twice in one object refused, errors one line with their byte offset. With `quote` false,
-/// errors never quote the text (for files that may not be what they claim to be).
+/// twice in one object refused, memory limited to kJsonMemoryPerTextByte per byte, errors one
+/// line with their byte offset (running out of memory too). With `quote` false, errors never
+/// quote the text (for files that may not be what they claim to be).
 nlohmann::json parse_json(const std::string& text, bool quote = true);
+
+/// Frees `j`'s contents in place, innermost first, without allocating. nlohmann's destructor
+/// first moves a container's elements into a vector as large as it, which fails (and, in a
+/// destructor, aborts) where memory has run out.
+void release(nlohmann::json& j) noexcept;
+/// release()s a document when it goes out of scope, as an error unwinds too.
+struct ReleaseOnExit {
+  nlohmann::json& j;
+  ~ReleaseOnExit() { release(j); }
+};
 
 /// A string from a file as errors show it: escaped (no control characters reach the terminal),
 /// quoted, and cut short.

@@ -219,7 +219,7 @@ MemoryNeed inputs_needed(const Graph& g) {
 MemoryNeed memory_needed(const Graph& g) {
   MemoryNeed need = inputs_needed(g);
   try {
-    need.intermediates = peak_intermediate_bytes(g);
+    need.intermediates = peak_intermediate_bytes(g, analyze_liveness(g), /*workspace=*/true);
   } catch (const Error&) {  // bytes past 2^63
     need.intermediates = kNoMemoryLimit;
   }
@@ -229,7 +229,7 @@ MemoryNeed memory_needed(const Graph& g) {
 MemoryNeed memory_needed(const Graph& g, const Liveness& live) {
   MemoryNeed need = inputs_needed(g);
   try {
-    need.intermediates = peak_intermediate_bytes(g, live);
+    need.intermediates = peak_intermediate_bytes(g, live, /*workspace=*/true);
   } catch (const Error&) {  // bytes past 2^63
     need.intermediates = kNoMemoryLimit;
   }

@@ -63,7 +63,7 @@ std::string describe_bytes(int64_t bytes);
 struct MemoryNeed {
   int64_t constants = 0;      ///< bound: their storages, each once; unbound: declared sizes
   int64_t inputs = 0;         ///< the non-constant inputs, declared sizes
-  int64_t intermediates = 0;  ///< peak of intermediates and outputs alive at once
+  int64_t intermediates = 0;  ///< peak of intermediates, outputs and kernel workspace alive at once
   /// The sum; kNoMemoryLimit if it passes 2^63.
   int64_t total() const;
 };

@@ -1,5 +1,6 @@
 #include "compiler/ir/liveness.h"
 
+#include "compiler/ir/op_contracts.h"
 #include "compiler/ir/ops.h"
 
 #include <algorithm>
@@ -29,7 +30,7 @@ Liveness analyze_liveness(const Graph& g) {
   return l;
 }
 
-int64_t peak_intermediate_bytes(const Graph& g, const Liveness& live) {
+int64_t peak_intermediate_bytes(const Graph& g, const Liveness& live, bool workspace) {
   auto nodes = g.nodes();
   std::unordered_map<const Value*, int> refs;  // storage root -> live values in it
   int64_t current = 0, peak = 0;
@@ -45,7 +46,10 @@ int64_t peak_intermediate_bytes(const Graph& g, const Liveness& live) {
       if (refs[root]++ == 0 && __builtin_add_overflow(current, root->meta().nbytes(), &current))
         throw Error("bytes of intermediates exceed 2^63 (sizes too large to count)");
     }
-    peak = std::max(peak, current);
+    int64_t at_node = current;
+    if (workspace && __builtin_add_overflow(current, workspace_bytes(*nodes[i]), &at_node))
+      throw Error("bytes of intermediates exceed 2^63 (sizes too large to count)");
+    peak = std::max(peak, at_node);
     std::unordered_set<const Value*> done;
     for (const Value* v : nodes[i]->inputs())
       if (live.last_use.at(v) == static_cast<int>(i) && done.insert(v).second) release(v);

@@ -24,8 +24,10 @@ Liveness analyze_liveness(const Graph& g);
 /// order: each fresh output is allocated when its node runs (views allocate nothing), and a
 /// storage is freed once the last value living in it is dead. Measured after each node's
 /// outputs exist, with its operands still alive. Graph inputs and constants are not counted
-/// (see memory_needed in limits.h). Throws jvpc::Error when the bytes pass 2^63.
-int64_t peak_intermediate_bytes(const Graph& g, const Liveness& live);
+/// (see memory_needed in limits.h). Throws jvpc::Error when the bytes pass 2^63. With
+/// `workspace`, each node's kernel workspace (workspace_bytes in op_contracts.h) counts on top of
+/// what is alive while it runs.
+int64_t peak_intermediate_bytes(const Graph& g, const Liveness& live, bool workspace = false);
 int64_t peak_intermediate_bytes(const Graph& g);
 
 }  // namespace jvpc

@@ -1,6 +1,7 @@
 // The list of ops graph files may use, and the load-time checks that go with it.
 #include "compiler/ir/loadable_ops.h"
 
+#include "compiler/ir/op_contracts.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verifier.h"
 
@@ -39,7 +40,7 @@ const std::vector<std::string>& loadable_ops() {
   return ops;
 }
 
-bool is_loadable_op(const std::string& op) { return loadable_set().count(op) > 0; }
+bool is_loadable_op(const std::string& op) { return loadable_set().count(op) > 0 && op_contract(op) != nullptr; }
 
 std::string not_loadable(const std::string& op) {
   return op +
@@ -76,8 +77,9 @@ std::string hidden_write(const Node& n) {
 
 namespace {
 
-// Which elements of a value are known to be initialized: all (absent from the map), or a
-// boolean mask of its shape. A mask is kept only for values small enough to simulate.
+// Which elements of a value's storage are known to be initialized: all (absent from the map), or
+// a boolean mask laid out as the value is, over a storage as large as the value's. A mask is
+// kept only for values small enough to simulate.
 constexpr int64_t kMaxMaskElements = int64_t{1} << 24;
 
 at::Tensor call_on(const Node& n, const std::vector<at::Tensor>& operands) {
@@ -92,8 +94,10 @@ at::Tensor call_on(const Node& n, const std::vector<at::Tensor>& operands) {
 }  // namespace
 
 void check_initialized(const Graph& g) {
-  // Values not wholly initialized: a mask of their initialized elements, laid out as they are
-  // (undefined: too large to track, so any read is refused).
+  // Values whose storage is not wholly initialized: a mask of it, laid out as they are
+  // (undefined: too large to track, so any read is refused). A value's own elements may all be
+  // initialized while the gaps between them are not: copy and the scatters into views clone
+  // self's whole storage, gaps included, where a later as_strided can reach them.
   std::unordered_map<const Value*, at::Tensor> mask;
   auto refuse = [](const Node* n, const std::string& why) {
     throw Error(describe(n) + ": " + why + " (its bytes would be whatever the heap held; use aten::zeros)");
@@ -102,7 +106,10 @@ void check_initialized(const Graph& g) {
     const std::string& op = n->op();
     if (allocates_uninitialized(op)) {
       const TensorMeta& m = n->output()->meta();
-      int64_t span = m.numel() ? static_cast<int64_t>(at::detail::computeStorageNbytes(m.sizes, m.strides, 1)) : 0;
+      int64_t span = kMaxMaskElements + 1;  // a span past size_t (found by the fuzzer): too large to track
+      try {
+        span = m.numel() ? static_cast<int64_t>(at::detail::computeStorageNbytes(m.sizes, m.strides, 1)) : 0;
+      } catch (const c10::Error&) {}
       mask[n->output()] =
           span > kMaxMaskElements ? at::Tensor() : at::zeros({span}, at::kBool).as_strided(m.sizes, m.strides);
       continue;
@@ -115,16 +122,20 @@ void check_initialized(const Graph& g) {
       for (int o : a.operands) self_refs += o == 0;
     for (size_t i = 0; i < n->inputs().size(); ++i) {
       const Value* v = n->input(i);
-      if (!mask.count(v)) continue;
+      auto it = mask.find(v);
+      if (it == mask.end()) continue;
       bool as_self = i == 0 && self_refs == 1 && n->arg(0).kind == ArgKind::Tensor && (meta_only || view || scatter);
-      if (!as_self)
+      // Other ops read the value's elements only.
+      if (!as_self && (!it->second.defined() || !it->second.all().item<bool>()))
         refuse(n, "reads an uninitialized allocation (%" + std::to_string(v->id()) + ", from " + v->producer()->op() +
                       " or a view of it)");
     }
-    if (n->inputs().empty() || !mask.count(n->input(0)) || meta_only) continue;
+    // copy clones self's storage (gaps included) and writes its elements: simulated like a scatter.
+    bool clones_self = op == "aten::copy";
+    if (n->inputs().empty() || !mask.count(n->input(0)) || (meta_only && !clones_self)) continue;
     const at::Tensor& m = mask.at(n->input(0));
     if (!m.defined() || n->outputs().size() != 1) {
-      if (scatter) refuse(n, "writes part of an uninitialized allocation too large to track");
+      if (scatter || clones_self) refuse(n, "writes part of an uninitialized allocation too large to track");
       for (const Value* o : n->outputs()) mask[o] = at::Tensor();
       continue;
     }
@@ -137,7 +148,13 @@ void check_initialized(const Graph& g) {
     } catch (const std::exception& e) {
       refuse(n, "reads an uninitialized allocation (" + one_line(e) + ")");
     }
-    if (!out.all().item<bool>()) mask[n->output()] = out;
+    if (view) {  // the storage is that of self, known not to be wholly initialized
+      mask[n->output()] = out;
+      continue;
+    }
+    // A fresh storage (copy, the scatters): wholly initialized, or masked as it is.
+    int64_t storage = static_cast<int64_t>(out.storage().nbytes());  // bool: one byte per element
+    if (!out.as_strided({storage}, {1}, 0).all().item<bool>()) mask[n->output()] = out;
   }
   for (const Value* o : g.outputs())
     if (mask.count(o))
@@ -148,40 +165,6 @@ void check_initialized(const Graph& g) {
 // --- index constants --------------------------------------------------------------------------
 
 namespace {
-
-// Where an op reads indices: the index argument, the argument it indexes, the dim it indexes
-// (an argument name, or a fixed dim when `dim_arg` is null), and the range [lo, hi) where hi is
-// that dim's size plus `hi_offset` and lo is -size (negative indices wrap) or `lo`.
-struct IndexUse {
-  const char* index;
-  const char* indexed;
-  const char* dim_arg;
-  int64_t fixed_dim;
-  bool negative_wraps;
-  int64_t lo = 0, hi_offset = 0;
-};
-
-const std::unordered_map<std::string, std::vector<IndexUse>>& index_uses() {
-  static const std::unordered_map<std::string, std::vector<IndexUse>> t = {
-      {"aten::gather", {{"index", "self", "dim", 0, false}}},
-      {"aten::scatter.src", {{"index", "self", "dim", 0, false}}},
-      {"aten::scatter.value", {{"index", "self", "dim", 0, false}}},
-      {"aten::scatter_add", {{"index", "self", "dim", 0, false}}},
-      {"aten::scatter_reduce.two", {{"index", "self", "dim", 0, false}}},
-      {"aten::index_select", {{"index", "self", "dim", 0, false}}},
-      {"aten::index_add", {{"index", "self", "dim", 0, false}}},
-      {"aten::index_copy", {{"index", "self", "dim", 0, false}}},
-      {"aten::index_fill.int_Scalar", {{"index", "self", "dim", 0, true}}},
-      {"aten::index_fill.int_Tensor", {{"index", "self", "dim", 0, true}}},
-      {"aten::embedding", {{"indices", "weight", nullptr, 0, false}}},
-      {"aten::_embedding_bag", {{"indices", "weight", nullptr, 0, false}}},
-      {"aten::_embedding_bag_forward_only", {{"indices", "weight", nullptr, 0, false}}},
-      // LU pivots are 1-based row numbers.
-      {"aten::lu_unpack", {{"LU_pivots", "LU_data", nullptr, -2, false, 1, 1}}},
-      {"aten::linalg_lu_solve", {{"pivots", "LU", nullptr, -2, false, 1, 1}}},
-  };
-  return t;
-}
 
 // The value of `v` if it is a stored constant or a view of one (views replayed on the data),
 // else an undefined tensor.
@@ -200,53 +183,26 @@ at::Tensor stored_value(const Graph& g, const Value* v) {
   return call_on(*p, operands);
 }
 
-void check_range(const Node* n, const std::string& what, const at::Tensor& idx, int64_t lo, int64_t hi) {
-  if (idx.numel() == 0 || !c10::isIntegralType(idx.scalar_type(), /*includeBool=*/false)) return;
-  int64_t min = idx.min().item<int64_t>(), max = idx.max().item<int64_t>();
-  if (min < lo || max >= hi)
-    throw Error(describe(n) + ": " + what + " holds an index out of range [" + std::to_string(lo) + ", " +
-                std::to_string(hi) + ") (from " + std::to_string(min) + " to " + std::to_string(max) + ")");
-}
-
 }  // namespace
 
 void check_index_constants(const Graph& g) {
   for (const Node* n : g.nodes()) {
-    const auto& s = op_info(n->op()).schema();
-    auto it = index_uses().find(n->op());
-    if (it != index_uses().end()) {
-      for (const IndexUse& u : it->second) {
-        int i = arg_index(s, u.index), x = arg_index(s, u.indexed);
-        if (i < 0 || x < 0 || n->arg(static_cast<size_t>(i)).kind != ArgKind::Tensor) continue;
-        at::Tensor idx = stored_value(g, n->tensor_arg(static_cast<size_t>(i)));
-        if (!idx.defined()) continue;
-        const std::vector<int64_t>& sizes = n->tensor_arg(static_cast<size_t>(x))->meta().sizes;
-        int64_t dim = u.dim_arg ? n->arg(static_cast<size_t>(arg_index(s, u.dim_arg))).value.toInt() : u.fixed_dim;
-        int64_t rank = std::max<int64_t>(static_cast<int64_t>(sizes.size()), 1);
-        if (dim < -rank || dim >= rank) continue;  // the kernel refuses it
-        int64_t size = sizes.empty() ? 1 : sizes[static_cast<size_t>(dim < 0 ? dim + rank : dim)];
-        check_range(n, std::string("its ") + u.index, idx, u.negative_wraps ? -size : u.lo, size + u.hi_offset);
-      }
+    const OpContract* c = op_contract(n->op());
+    if (!c || c->indices.empty()) continue;
+    // The node's arguments with the stored values where there are some, Meta tensors of the
+    // declared shapes elsewhere (the contract reads only the shapes of what it indexes).
+    bool stored = false;
+    std::vector<at::Tensor> operands;
+    for (const Value* v : n->inputs()) {
+      at::Tensor t = stored_value(g, v);
+      stored |= t.defined();
+      operands.push_back(t.defined() ? t : on_meta(v->meta()));
     }
-    // index.Tensor and index_put: the k-th index tensor of the list indexes dim k of self.
-    if (n->op() == "aten::index.Tensor" || n->op() == "aten::index_put") {
-      const Arg& list = n->arg(1);
-      const std::vector<int64_t>& sizes = n->tensor_arg(0)->meta().sizes;
-      for (size_t k = 0; k < list.operands.size() && k < sizes.size(); ++k) {
-        if (list.operands[k] < 0) continue;
-        at::Tensor idx = stored_value(g, n->input(static_cast<size_t>(list.operands[k])));
-        if (idx.defined()) check_range(n, "index " + std::to_string(k), idx, -sizes[k], sizes[k]);
-      }
-    }
-    // NLL losses: class indices into dim 1 (dim 0 for one sample), or the ignore_index.
-    if (n->op() == "aten::nll_loss_forward" || n->op() == "aten::nll_loss2d_forward") {
-      at::Tensor target = stored_value(g, n->tensor_arg(1));
-      if (!target.defined() || target.numel() == 0) continue;
-      const std::vector<int64_t>& sizes = n->tensor_arg(0)->meta().sizes;
-      int64_t classes = sizes.size() == 1 ? sizes[0] : sizes.size() > 1 ? sizes[1] : 1;
-      int64_t ignore = n->arg(static_cast<size_t>(arg_index(s, "ignore_index"))).value.toInt();
-      check_range(n, "its target", target.masked_fill(target == ignore, 0), 0, classes);
-    }
+    if (!stored) continue;
+    torch::jit::Stack stack;
+    for (const Arg& a : n->args())
+      stack.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
+    check_index_arguments(describe(n), *n, stack);
   }
 }
 

@@ -24,6 +24,7 @@ bool is_loadable_op(const std::string& op);
 const std::vector<std::string>& loadable_ops();
 
 /// "OP is not on the list of ops graph files may use (...)": how the loader and save say it.
+/// An op on the list needs a safety contract too (op_contracts.h); one without is not loadable.
 std::string not_loadable(const std::string& op);
 /// Throws jvpc::Error naming the first node whose op is off the list (`what` says who refuses:
 /// "cannot save", a JSON path).
@@ -38,9 +39,9 @@ std::string hidden_write(const Node& n);
 void check_initialized(const Graph& g);
 
 /// Throws jvpc::Error where an index operand that is a stored constant (or a view of one) holds
-/// an index out of range of the tensor it indexes (gather, scatter, index_select, embedding,
-/// ...). On CUDA such an index is a device-side assert, not an error; on the CPU the kernel
-/// would refuse it only when the graph runs.
+/// an index out of the range its op's contract states (op_contracts.h: gather, scatter,
+/// index_select, embedding, ...): at load time, on the CPU, before the graph moves to its
+/// device. The runtime checks every index operand again before each kernel runs.
 void check_index_constants(const Graph& g);
 
 }  // namespace jvpc

@@ -1,6 +1,7 @@
 // Operator lookup, Arg <-> IValue conversion and output-metadata inference.
 #include "compiler/ir/ops.h"
 
+#include "compiler/ir/op_contracts.h"
 #include "compiler/ir/shape_rules.h"
 
 #include <ATen/ATen.h>
@@ -335,6 +336,7 @@ std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>
       c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
                            c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
                            c10::DispatchKey::FuncTorchDynamicLayerBackMode}));
+  check_arguments(info.name, args, inputs);  // values no kernel, Meta kernels included, survives (op_contracts.h)
   std::vector<at::Tensor> metas;
   metas.reserve(inputs.size());
   for (const TensorMeta& m : inputs) {

@@ -91,6 +91,7 @@ std::unordered_map<std::string, at::Tensor> parse_safetensors(const std::string&
     throw bad("header length exceeds the limit of " + std::to_string(kMaxSafetensorsHeader) + " bytes");
   if (n > bytes.size() - 8) throw bad("header length exceeds the file");
   json header;
+  ReleaseOnExit free_header{header};
   try {
     header = parse_json(bytes.substr(8, n), /*quote=*/false);
   } catch (const Error& e) {

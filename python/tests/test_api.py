@@ -62,6 +62,31 @@ def test_load_refuses_a_missing_file(tmp_path):
         jvpc.load(tmp_path / "nothing.json")
 
 
+def test_a_hostile_graph_file_is_an_error_not_a_crash(tmp_path):
+    # max_pool2d_with_indices_backward writes at its indices: 1e8 killed the interpreter.
+    def meta(sizes, strides, dtype="Float"):
+        return {"sizes": sizes, "strides": strides, "dtype": dtype, "device": "cpu"}
+    graph = {
+        "format": "jvpc-graph", "schema_version": 1,
+        "inputs": [{"name": "x", "id": 0, "role": "primal", "meta": meta([1, 1, 4, 4], [16, 16, 4, 1])},
+                   {"name": "g", "id": 1, "role": "primal", "meta": meta([1, 1, 2, 2], [4, 4, 2, 1])}],
+        "nodes": [
+            {"op": "aten::full",
+             "args": [{"ints": [1, 1, 2, 2]}, {"int": 100000000}, {"scalar_type": "Long"}, {"none": None},
+                      {"device": "cpu"}, {"none": None}],
+             "outputs": [{"id": 2, "meta": meta([1, 1, 2, 2], [4, 4, 2, 1], "Long")}]},
+            {"op": "aten::max_pool2d_with_indices_backward",
+             "args": [{"tensor": 1}, {"tensor": 0}, {"ints": [2, 2]}, {"ints": [2, 2]}, {"ints": [0, 0]},
+                      {"ints": [1, 1]}, {"bool": False}, {"tensor": 2}],
+             "outputs": [{"id": 3, "meta": meta([1, 1, 4, 4], [16, 16, 4, 1])}]}],
+        "outputs": [{"name": "dx", "id": 3}]}
+    path = tmp_path / "pool.json"
+    path.write_text(json.dumps(graph))
+    loaded = jvpc.load(path)
+    with pytest.raises(jvpc.Error, match=r"argument 'indices' holds an index out of range \[0, 16\)"):
+        loaded(torch.randn(1, 1, 4, 4), torch.randn(1, 1, 2, 2))
+
+
 def test_trace():
     f, _, primals = mlp_case(torch.float32)
     g = jvpc.trace(f, *primals)
