@@ -101,11 +101,19 @@ class Parser {
     throw Error("IR text, line " + std::to_string(line) + ", column " + std::to_string(col) + ": " + msg);
   }
 
-  // Spaces and newlines; with `same_line` only spaces and tabs.
+  // Spaces, newlines and comments (// to the end of the line); with `same_line` only spaces,
+  // tabs and a comment, not the newline after it.
   void skip_space(bool same_line = false) {
-    while (pos_ < t_.size() &&
-           (t_[pos_] == ' ' || t_[pos_] == '\t' || t_[pos_] == '\r' || (!same_line && t_[pos_] == '\n')))
-      ++pos_;
+    while (pos_ < t_.size()) {
+      char c = t_[pos_];
+      if (c == ' ' || c == '\t' || c == '\r' || (!same_line && c == '\n')) {
+        ++pos_;
+      } else if (c == '/' && pos_ + 1 < t_.size() && t_[pos_ + 1] == '/') {
+        while (pos_ < t_.size() && t_[pos_] != '\n') ++pos_;
+      } else {
+        break;
+      }
+    }
   }
   bool peek(char c) {
     skip_space();

@@ -11,6 +11,8 @@
 // outputs with their names. Constants' values are not in the text: a constant marked
 // "stored" is bound by ParseTextOptions::bind (zeros of its declared layout by default).
 //
+// `//` starts a comment, to the end of the line (jvpc opt's output and the .ir tests carry them).
+//
 // This is not a loader of files from strangers: it trusts its text as tests do (shapes are
 // checked by verify(), but no limits on size or memory apply). Graph files are JSON
 // (serialize.h), which is checked as untrusted input.
