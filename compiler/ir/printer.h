@@ -1,5 +1,5 @@
 // Human-readable forms of a graph: one line per node (for people, pass tests and
-// --dump-after), and Graphviz dot (for pictures). The JSON form is in serialize.h; the text
+// --dump-after), and Graphviz dot (for pictures). The JSON form is in graph_json.h; the text
 // form reads back with parse_text (text.h), for tests and tools.
 //
 //   graph(%0 : f32[2,3] x,                                 // a differentiable primal input

@@ -15,7 +15,7 @@
 //
 // This is not a loader of files from strangers: it trusts its text as tests do (shapes are
 // checked by verify(), but no limits on size or memory apply). Graph files are JSON
-// (serialize.h), which is checked as untrusted input.
+// (graph_json.h, graph_files.h), which is checked as untrusted input.
 #pragma once
 
 #include "compiler/ir/graph.h"
