@@ -15,8 +15,9 @@ include(CMakePackageConfigHelpers)
 set(JVPC_PUBLIC_HEADERS
   compiler/api/linearize.h compiler/api/program.h compiler/api/reference.h compiler/api/report.h
   compiler/cost/cost_model.h compiler/cost/kernel_watch.h
-  compiler/ir/builder.h compiler/ir/files.h compiler/ir/graph.h compiler/ir/limits.h compiler/ir/ops.h
-  compiler/ir/printer.h compiler/ir/serialize.h compiler/ir/text.h compiler/ir/verifier.h
+  compiler/ir/builder.h compiler/ir/files.h compiler/ir/graph.h compiler/ir/graph_files.h compiler/ir/graph_json.h
+  compiler/ir/json_text.h compiler/ir/limits.h compiler/ir/ops.h compiler/ir/printer.h compiler/ir/retarget.h
+  compiler/ir/safetensors.h compiler/ir/serialize.h compiler/ir/text.h compiler/ir/verifier.h
   compiler/trace/tracer.h
   passes/cost_table.h passes/linearize_pipeline.h passes/pass.h passes/passes.h passes/rewrite.h
   runtime/executable.h runtime/program.h)

@@ -5,7 +5,6 @@
 #include "passes/jvp_rules/rules.h"
 
 #include <algorithm>
-#include <map>
 #include <set>
 
 namespace jvpc {
@@ -72,23 +71,11 @@ const std::vector<std::string>& extra_ops() {
   return ops;
 }
 
-// Ops with a JVP rule that a graph file may not use, and why.
-const std::map<std::string, std::string>& refused_ops() {
-  static const std::map<std::string, std::string> ops = {};
-  return ops;
-}
-
 }  // namespace
-
-std::string refused_for_loading(const std::string& op) {
-  auto it = refused_ops().find(op);
-  return it == refused_ops().end() ? "" : it->second;
-}
 
 std::vector<std::string> derive_loadable_ops() {
   std::set<std::string> ops;
-  for (const std::string& op : jvp_rules::registry().ops())
-    if (!refused_ops().count(op)) ops.insert(op);
+  for (const std::string& op : jvp_rules::registry().ops()) ops.insert(op);
   ops.insert(emitted_ops().begin(), emitted_ops().end());
   ops.insert(extra_ops().begin(), extra_ops().end());
   ops.insert(comparison_ops().begin(), comparison_ops().end());  // boolean results: no tangent

@@ -14,6 +14,7 @@
 #include "compiler/api/linearize.h"
 #include "compiler/api/program.h"
 #include "compiler/api/report.h"
+#include "compiler/ir/dtypes.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
@@ -149,6 +150,7 @@ void bind_options(py::module_& m) {
       .def_readwrite("runtime", &LinearizeOptions::runtime);
   m.def("optional_passes", &optional_linearize_passes, "The passes LinearizeOptions.disabled_passes may name.");
   m.def("matmul_ops", &matmul_ops, "The ops whose FLOPs count as matmul FLOPs (the cost model's list).");
+  m.def("dtype_names", &python_dtype_names, "ATen's name of each dtype a graph may hold (a graph's JSON) -> Python's.");
 }
 
 void bind_compiled(py::module_& m) {

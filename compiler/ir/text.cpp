@@ -13,6 +13,8 @@
 // schema's element type), so the text needs no kind annotations.
 #include "compiler/ir/text.h"
 
+#include "compiler/ir/dtypes.h"
+
 #include "compiler/ir/ops.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
@@ -25,19 +27,6 @@
 #include <unordered_map>
 
 namespace jvpc {
-
-c10::ScalarType dtype_from_text(const std::string& name) {
-  static const std::unordered_map<std::string, c10::ScalarType> short_names = {
-      {"f32", c10::kFloat}, {"f64", c10::kDouble}, {"f16", c10::kHalf}, {"bf16", c10::kBFloat16},
-      {"i64", c10::kLong},  {"i32", c10::kInt},    {"bool", c10::kBool}};
-  auto it = short_names.find(name);
-  if (it != short_names.end()) return it->second;
-  for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
-    auto t = static_cast<c10::ScalarType>(i);
-    if (c10::toString(t) == name) return t;
-  }
-  throw Error("unknown dtype '" + name + "'");
-}
 
 namespace {
 

@@ -37,7 +37,4 @@ struct ParseTextOptions {
 /// jvpc::Error naming the line and column of the first problem.
 std::unique_ptr<Graph> parse_text(const std::string& text, const ParseTextOptions& options = {});
 
-/// The dtype named as TensorMeta::str() names it ("f32", "i64", "bool", "ComplexFloat", ...).
-c10::ScalarType dtype_from_text(const std::string& name);
-
 }  // namespace jvpc

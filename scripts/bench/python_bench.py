@@ -47,8 +47,7 @@ warnings.filterwarnings("ignore")
 
 # The ops whose FLOPs the cost model counts as matmul FLOPs (compiler/ir/ops.cpp).
 MATMULS = set(jvpc._C.matmul_ops())
-GRAPH_DTYPES = {"Float": torch.float32, "Double": torch.float64, "Half": torch.float16, "BFloat16": torch.bfloat16,
-                "Bool": torch.bool, "Long": torch.int64}
+GRAPH_DTYPES = {aten: getattr(torch, python) for aten, python in jvpc._C.dtype_names()}  # a graph JSON's dtypes
 
 
 def matmul_kernels_run(call, device):
