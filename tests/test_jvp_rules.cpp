@@ -3,23 +3,11 @@
 // differences. Fused attention kernels are checked against forward AD of the math path. And
 // what the table cannot hold: errors on complex tensors, NaN tangents.
 #include "compiler/api/linearize.h"
-#include "compiler/api/program.h"
 #include "compiler/api/reference.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/loadable_ops.h"
-#include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
-#include "compiler/ir/text.h"
-#include "compiler/ir/verifier.h"
-#include "passes/passes.h"
 #include "passes/jvp_rules/rules.h"
-#include "passes/loadable_ops.h"
-#include "runtime/executable.h"
-#include "examples/examples.h"
-#include "tests/batch_check.h"
 #include "tests/helpers.h"
 #include "tests/rule_cases.h"
-#include "tests/same_structure.h"
 
 #include <ATen/ATen.h>
 
@@ -29,13 +17,7 @@
 namespace jvpc {
 namespace {
 
-using test::ComplexCase;
-using test::Fn;
-using test::RuleCase;
-using test::cases;
-using test::complex_cases;
-using test::for_each_case;
-using test::one;
+using namespace test;  // the rule cases (tests/rule_cases.h)
 
 class ComplexRule : public ::testing::TestWithParam<size_t> {};
 

@@ -3,15 +3,11 @@
 // without writing their operands, and batch by rules to K single calls.
 #include "compiler/api/linearize.h"
 #include "compiler/api/program.h"
-#include "compiler/api/reference.h"
-#include "compiler/ir/builder.h"
 #include "compiler/ir/loadable_ops.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
 #include "compiler/ir/text.h"
 #include "compiler/ir/verifier.h"
-#include "passes/passes.h"
-#include "passes/jvp_rules/rules.h"
 #include "passes/loadable_ops.h"
 #include "runtime/executable.h"
 #include "examples/examples.h"
@@ -24,17 +20,12 @@
 
 #include <optional>
 #include <set>
+#include <tuple>
 
 namespace jvpc {
 namespace {
 
-using test::ComplexCase;
-using test::Fn;
-using test::RuleCase;
-using test::cases;
-using test::complex_cases;
-using test::for_each_case;
-using test::one;
+using namespace test;  // the rule cases (tests/rule_cases.h)
 
 // Every case's traced graph loads back from JSON: the loader re-derives each node's outputs, so
 // every op a case traces has a Meta kernel or a shape rule (cholesky_solve had neither).

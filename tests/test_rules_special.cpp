@@ -3,39 +3,19 @@
 // softmax inputs, normalization without affine parameters, running statistics, mixed dtypes,
 // and the names the jvp pass gives tangents.
 #include "compiler/api/linearize.h"
-#include "compiler/api/program.h"
 #include "compiler/api/reference.h"
 #include "compiler/ir/builder.h"
-#include "compiler/ir/loadable_ops.h"
 #include "compiler/ir/printer.h"
-#include "compiler/ir/serialize.h"
-#include "compiler/ir/text.h"
 #include "compiler/ir/verifier.h"
 #include "passes/passes.h"
-#include "passes/jvp_rules/rules.h"
-#include "passes/loadable_ops.h"
-#include "runtime/executable.h"
-#include "examples/examples.h"
-#include "tests/batch_check.h"
 #include "tests/helpers.h"
-#include "tests/rule_cases.h"
-#include "tests/same_structure.h"
 
 #include <ATen/ATen.h>
 
-#include <optional>
 #include <set>
 
 namespace jvpc {
 namespace {
-
-using test::ComplexCase;
-using test::Fn;
-using test::RuleCase;
-using test::cases;
-using test::complex_cases;
-using test::for_each_case;
-using test::one;
 
 // det at a singular matrix: the tangent is Σ cof(A) ⊙ dA, which central differences confirm
 // (LibTorch's forward AD gives 0 there: det times an inverse that does not exist).
