@@ -1,5 +1,5 @@
-# Installs headers (under include/jvpc, keeping their source paths: "runtime/executable.h"),
-# the static libraries and a CMake package:
+# Installs the public headers (under include/jvpc, keeping their source paths:
+# "runtime/executable.h"), the static libraries and a CMake package:
 #
 #   find_package(jvpc REQUIRED)                        # also finds Torch and nlohmann_json
 #   target_link_libraries(app PRIVATE jvpc::runtime)   # load and run compiled graphs
@@ -7,8 +7,24 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(DIRECTORY compiler runtime passes DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/jvpc
-  FILES_MATCHING PATTERN "*.h" PATTERN "cli" EXCLUDE)
+
+# The public headers: the API an application includes (linearize, programs, the forward-AD
+# reference, graph files and the text form, the runtime, the passes and the pipeline) and the
+# headers those include. The rules' tables, shape rules, the tracer's state, the runtime's plan
+# and CUDA-graph internals stay inside.
+set(JVPC_PUBLIC_HEADERS
+  compiler/api/linearize.h compiler/api/program.h compiler/api/reference.h compiler/api/report.h
+  compiler/cost/cost_model.h compiler/cost/kernel_watch.h
+  compiler/ir/builder.h compiler/ir/files.h compiler/ir/graph.h compiler/ir/graph_files.h compiler/ir/graph_json.h
+  compiler/ir/json_text.h compiler/ir/limits.h compiler/ir/ops.h compiler/ir/printer.h compiler/ir/retarget.h
+  compiler/ir/safetensors.h compiler/ir/serialize.h compiler/ir/text.h compiler/ir/verifier.h
+  compiler/trace/tracer.h
+  passes/cost_table.h passes/linearize_pipeline.h passes/pass.h passes/passes.h passes/rewrite.h
+  runtime/executable.h runtime/program.h)
+foreach(_header IN LISTS JVPC_PUBLIC_HEADERS)
+  get_filename_component(_dir ${_header} DIRECTORY)
+  install(FILES ${_header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/jvpc/${_dir})
+endforeach()
 set_target_properties(jvpc_ir PROPERTIES EXPORT_NAME ir)
 set_target_properties(jvpc_cost PROPERTIES EXPORT_NAME cost)
 set_target_properties(jvpc_runtime PROPERTIES EXPORT_NAME runtime)
@@ -17,7 +33,9 @@ set_target_properties(jvpc_passes PROPERTIES EXPORT_NAME passes)
 set_target_properties(jvpc_lib PROPERTIES EXPORT_NAME jvpc)
 install(TARGETS jvpc_options jvpc_ir jvpc_cost jvpc_runtime jvpc_trace jvpc_passes jvpc_lib
   EXPORT jvpcTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(TARGETS jvpc_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET jvpc_cli)
+  install(TARGETS jvpc_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
 install(EXPORT jvpcTargets NAMESPACE jvpc:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/jvpc)
 configure_package_config_file(cmake/jvpcConfig.cmake.in ${PROJECT_BINARY_DIR}/jvpcConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/jvpc)

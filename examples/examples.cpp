@@ -1,6 +1,7 @@
 // Example registry, common flags and the SDPA backend switch.
 #include "examples/common.h"
 
+#include "compiler/ir/dtypes.h"
 #include "compiler/ir/files.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -139,10 +140,7 @@ void resolve(const Common& c, Instance& inst) {
   if (device == "cuda" && !at::hasCUDA()) throw Error("--device cuda: CUDA is not available on this machine");
   inst.device = c10::Device(device);
   std::string dtype = c.dtype.empty() ? (device == "cuda" ? "float16" : "float32") : c.dtype;
-  inst.dtype = dtype == "float16"    ? c10::kHalf
-               : dtype == "bfloat16" ? c10::kBFloat16
-               : dtype == "float64"  ? c10::kDouble
-                                     : c10::kFloat;
+  inst.dtype = dtype_from_python_name(dtype);
   inst.backend = parse_backend(c.backend);
   if (device == "cpu" && (inst.backend == Backend::Efficient || inst.backend == Backend::CuDNN))
     throw Error("--backend " + c.backend + ": that SDPA kernel runs on CUDA only (on the CPU: math, flash or auto)");

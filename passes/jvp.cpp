@@ -52,7 +52,13 @@ std::string fresh_name(const Graph& g, const std::string& name) {
 
 }  // namespace
 
+void reject_random_ops(const Graph& g) {
+  for (const Node* n : g.nodes())
+    if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
+}
+
 bool jvp(Graph& g, const std::vector<std::string>& wrt) {
+  reject_random_ops(g);
   // The inputs to differentiate, in wrt's order (the tangents' order), or the differentiable ones.
   std::vector<Input> chosen;  // copies: add_input grows the vector
   for (const Input& in : g.inputs())
@@ -87,7 +93,6 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
     bool float_out = false;
     for (Value* o : n->outputs()) float_out |= differentiable_dtype(o->meta().dtype);
     if (!any || !float_out) continue;
-    if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
     const jvp_rules::Rule* rule = rules.find(n->op());
     if (!rule) throw Error("no JVP rule for " + n->op());
     if ((complex_valued(n->inputs()) || complex_valued(n->outputs())) && !rules.holds_for_complex(n->op()))

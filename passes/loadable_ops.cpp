@@ -85,11 +85,6 @@ const std::map<std::string, std::string>& refused_ops() {
 
 }  // namespace
 
-std::string refused_for_loading(const std::string& op) {
-  auto it = refused_ops().find(op);
-  return it == refused_ops().end() ? "" : it->second;
-}
-
 std::vector<std::string> derive_loadable_ops() {
   std::set<std::string> ops;
   for (const std::string& op : jvp_rules::registry().ops())

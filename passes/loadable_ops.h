@@ -7,11 +7,7 @@
 
 namespace jvpc {
 
-/// The ops that have a JVP rule, plus those rules and passes emit, plus the extras, less the ops
-/// refused for loaded graphs; sorted. `jvpc rules --loadable` prints it.
+/// The ops that have a JVP rule, plus those rules and passes emit, plus the extras; sorted. `jvpc rules --loadable` prints it.
 std::vector<std::string> derive_loadable_ops();
-
-/// Why a graph file may not use `op` although it has a JVP rule ("" if it may).
-std::string refused_for_loading(const std::string& op);
 
 }  // namespace jvpc

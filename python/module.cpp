@@ -10,8 +10,11 @@
 //
 // Tangent outputs are computed without autograd (a stop-gradient); primal outputs are the
 // tracing run's results, whose kernels ran through Autograd as eager's do.
+#include "compiler/api/inputs_file.h"
 #include "compiler/api/linearize.h"
 #include "compiler/api/program.h"
+#include "compiler/api/report.h"
+#include "compiler/ir/dtypes.h"
 #include "compiler/ir/ops.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
@@ -85,22 +88,6 @@ std::string report_text(const CompileReport& r) {
   return os.str();
 }
 
-std::string report_json(const Linearized& lin) {
-  const CompileReport& r = lin.report;
-  nlohmann::json rep;
-  rep["passes"] = nlohmann::json::array();
-  for (const auto& row : r.passes) {
-    nlohmann::json j = to_json(row.cost);
-    j["name"] = row.pass;
-    rep["passes"].push_back(j);
-  }
-  rep["forward"] = to_json(r.forward);
-  rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
-  rep["jvp"] = to_json(r.tangent);
-  rep["jvp"]["tangents"] = lin.tangent_names();
-  return rep.dump();
-}
-
 // Runs a compiled graph without autograd (tangents are a stop-gradient) and without the GIL.
 std::vector<at::Tensor> run_graph(Executable& e, const std::vector<at::Tensor>& inputs) {
   py::gil_scoped_release release;
@@ -162,6 +149,8 @@ void bind_options(py::module_& m) {
                      "jvpc::attention_tangent, everywhere)")
       .def_readwrite("runtime", &LinearizeOptions::runtime);
   m.def("optional_passes", &optional_linearize_passes, "The passes LinearizeOptions.disabled_passes may name.");
+  m.def("matmul_ops", &matmul_ops, "The ops whose FLOPs count as matmul FLOPs (the cost model's list).");
+  m.def("dtype_names", &python_dtype_names, "ATen's name of each dtype a graph may hold (a graph's JSON) -> Python's.");
 }
 
 void bind_compiled(py::module_& m) {
@@ -171,7 +160,7 @@ void bind_compiled(py::module_& m) {
              l.check_captured();
              return run_graph(*l.jvp_fn, t);
            })
-      // --- batched tangents (issue 20): K tangents stacked on a leading dim, one call ---------
+      // --- batched tangents: K tangents stacked on a leading dim, one call ---------
       .def(
           "run_batched",
           [](Linearized& l, int64_t K, const std::vector<at::Tensor>& t) {
@@ -197,7 +186,7 @@ void bind_compiled(py::module_& m) {
       .def_property_readonly("graph",
                              [](const Linearized& l) { return std::const_pointer_cast<Graph>(l.tangent_graph); })
       .def_property_readonly("report_text", [](const Linearized& l) { return report_text(l.report); })
-      .def_property_readonly("report_json", &report_json);
+      .def_property_readonly("report_json", [](const Linearized& l) { return report_json(l).dump(); });
   py::class_<Executable, std::shared_ptr<Executable>>(m, "_Executable")
       .def("run", &run_graph)
       .def_property_readonly("argument_names", &argument_names)
@@ -239,7 +228,15 @@ void bind_program(py::module_& m) {
       .def_property_readonly("tangent_graph",
                              [](const Program& p) { return std::const_pointer_cast<Graph>(p.tangent_graph()); })
       .def_property_readonly("primal_cost_json", [](const Program& p) { return cost_json(p.primal_cost()); })
-      .def_property_readonly("report_text", [](const Program& p) { return report_text(p.report()); })
+      // A loaded program keeps no compile report: its graphs' costs instead, as `jvpc cost` shows them.
+      .def_property_readonly("report_text",
+                             [](const Program& p) {
+                               if (!p.report().passes.empty()) return report_text(p.report());
+                               std::ostringstream os;
+                               print_cost_rows({{"primal graph", p.primal_cost()}, {"tangent graph", p.report().tangent}},
+                                               os);
+                               return os.str();
+                             })
       .def(
           "save",
           [](const Program& p, const std::string& path, bool trusted) {
@@ -338,6 +335,16 @@ PYBIND11_MODULE(_C, m) {
         return py::make_tuple(std::shared_ptr<Graph>(std::move(t.graph)), t.outputs);
       },
       py::arg("fn"), py::arg("inputs"), py::arg("names"));
+  m.def(
+      "_save_inputs",
+      [](const std::string& graph_path, const std::vector<std::string>& names, const std::vector<at::Tensor>& values) {
+        std::vector<std::pair<std::string, at::Tensor>> inputs;
+        for (size_t i = 0; i < names.size() && i < values.size(); ++i) inputs.emplace_back(names[i], values[i]);
+        py::gil_scoped_release release;
+        save_traced_inputs(graph_path, inputs);
+      },
+      "Writes the inputs file beside a saved graph (x.inputs.safetensors), as `jvpc trace -o` does.",
+      py::arg("graph_path"), py::arg("names"), py::arg("values"));
   m.def(
       "_load",
       [](const std::string& path, bool trusted, std::optional<std::string> device, ExecutableOptions runtime) {

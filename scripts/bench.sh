@@ -37,6 +37,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$SETUP" ] && scripts/setup.sh
 BUILD=${JVPC_BUILD_DIR:-build}
+export PYTHONPATH=$(cd "$BUILD" && pwd)/python${PYTHONPATH:+:$PYTHONPATH}  # torch_reference.py reads jvpc's list of matmul ops
 PY=$(cat "$BUILD/.jvpc-python" 2>/dev/null || command -v python3)
 if [ -n "$LONG" ]; then
   OUT=${JVPC_BENCH_OUT:-$BUILD/bench-long}

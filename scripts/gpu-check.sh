@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check, for the machine with an NVIDIA GPU (no network there): builds jvpc against
 # that machine's own python3 torch (2.11.0+cu130), runs the CUDA tests and the benchmark, and
-# prints a short table. Not yet run on a GPU machine; the --cpu rehearsal took 11 minutes on 2
-# cores on 2026-12-01 (7 of them building, 4.4 for the steps after the build, the batched step
-# included), and the GPU run is expected to take 6 to 9 minutes (allow 10; the logs in $OUT are
-# written as each step finishes).
+# prints a short table. The --cpu rehearsal takes about 11 minutes on 2 cores (7 of them
+# building, 4.4 for the steps after the build, the batched step included); the GPU run is
+# expected to take 6 to 9 minutes (allow 10; the logs in $OUT are written as each step finishes).
 #
 #   here, once:   scripts/gpu-check.sh --prepare    # unpacks nlohmann-json, CLI11 and googletest
 #                                                   # sources from Debian into .deps/ (git-ignored)
@@ -62,7 +61,7 @@ echo "$PY" >build-gpu/.jvpc-python
 
 # From here on a failing step is reported, and the next one still runs.
 set +e
-# Every unit test, now on a machine with a GPU (the CUDA ones no longer skip), and the CLI checks.
+# Every unit test, the CUDA ones included (they skip only without a GPU), and the CLI checks.
 build-gpu/tests/jvpc_tests --gtest_brief=1 >"$OUT/tests.log" 2>&1
 tests_rc=$?
 grep -E "^\[  (PASSED|SKIPPED|FAILED) " "$OUT/tests.log"
@@ -74,7 +73,7 @@ lin_rc=$?
 tail -n 6 build-gpu/linearize.log
 echo "tests + linearize: $(( $(date +%s) - t0 )) s"
 
-# Long context (issue 17): jvpc::attention_tangent on CUDA. Its unit tests (O(L) form against the
+# Long context: jvpc::attention_tangent on CUDA. Its unit tests (O(L) form against the
 # P form and forward AD, FLOPs on the kernels that ran), the linearize check of both forms at
 # L = 8k (forward AD of the math path still fits there), then the benchmark point L = 32k, H16,
 # D64, bfloat16 in each form (--lean: one linearize, one warm-up and three timed calls; the P
@@ -110,7 +109,7 @@ JVPC_BUILD_DIR=build-gpu JVPC_BENCH_OUT=build-gpu/bench scripts/bench.sh --devic
 bench_rc=$?
 cp build-gpu/bench/table.md build-gpu/bench/seq_sweep.png "$OUT/" 2>/dev/null
 
-# From Python (issue 18): jvpc's jvp_fn beside torch.func's eager one and beside its own matmuls
+# From Python: jvpc's jvp_fn beside torch.func's eager one and beside its own matmuls
 # alone, at the seed's configuration (float16 on CUDA, as the seed's script), short rounds, no
 # torch.compile; the log and JSON go into bench.tgz. Skipped where the module was not built.
 py_rc=0
@@ -124,7 +123,7 @@ else
   echo "python_bench: skipped (no jvpc module in build-gpu/python for $PY)"
 fi
 
-# Many tangents per call (issue 20): the seed's batched tangent graph for K = 16 on the device (a
+# Many tangents per call: the seed's batched tangent graph for K = 16 on the device (a
 # CUDA graph there), checked by the CLI against 16 single calls, then timed per tangent beside K
 # single calls, torch.func's vmap and its own matmuls alone (float16 on CUDA).
 batched_rc=0

@@ -5,7 +5,8 @@
 #   Debian packages: cmake, ninja, g++, ccache, nlohmann-json3-dev, libgtest-dev, libcli11-dev
 #   Python:          torch==2.11.0 (LibTorch comes from this wheel), numpy; for the Python module
 #                    and its tests: CPython's headers (python3-dev where that Python lacks them),
-#                    pytest, tabulate (FlopCounterMode's table), expecttest (PyTorch's OpInfo)
+#                    pytest, tabulate (FlopCounterMode's table), expecttest (PyTorch's OpInfo),
+#                    safetensors (the tests that move files between Python and the CLI)
 #
 # Environment: JVPC_PYTHON (a python3 with torch 2.11), JVPC_BUILD_DIR (default build),
 # JVPC_BUILD_TYPE (default Release), JVPC_CMAKE_ARGS (extra configure arguments),
@@ -58,7 +59,7 @@ if ! has_headers && "$PY" -c 'import sys; sys.exit(0 if sys.base_prefix == "/usr
   export DEBIAN_FRONTEND=noninteractive
   as_root apt-get install -y -qq python3-dev >/dev/null
 fi
-PY_PACKAGES="pytest==9.2.0 tabulate==0.9.0 expecttest==0.3.0"
+PY_PACKAGES="pytest==9.2.0 tabulate==0.9.0 expecttest==0.3.0 safetensors==0.8.0"
 if ! "$PY" -c "import sys, importlib.metadata as m; sys.exit(0 if all(m.version(p.split('==')[0]) == p.split('==')[1] for p in sys.argv[1:]) else 1)" $PY_PACKAGES 2>/dev/null; then
   log "installing $PY_PACKAGES"
   # shellcheck disable=SC2086

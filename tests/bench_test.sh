@@ -7,6 +7,7 @@ set -u
 BUILD=$1
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 PY=$(cat "$BUILD/.jvpc-python" 2>/dev/null || command -v python3)
+export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}  # torch_reference.py reads jvpc's list of matmul ops
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 fails=0

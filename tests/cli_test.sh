@@ -26,7 +26,7 @@ contains() { if grep -q -- "$2" "$DIR/$1"; then pass "  ...$1 has '$2'"; else fa
 
 expect 0 "jvpc --help" -- "$JVPC" --help; contains out "sdpa: at::scaled_dot_product_attention"
 expect 0 "jvpc --version" -- "$JVPC" --version; contains out "^jvpc [0-9.]* (LibTorch 2.11.0, graph schema 1, CUDA"
-for cmd in trace show run cost linearize rules; do expect 0 "jvpc $cmd --help" -- "$JVPC" "$cmd" --help; done
+for cmd in trace show run cost linearize rules compile jvp opt; do expect 0 "jvpc $cmd --help" -- "$JVPC" "$cmd" --help; done
 expect 0 "trace --help lists the examples' flags" -- "$JVPC" trace --help; contains out "--kv-heads"
 
 expect 0 "trace sdpa" -- "$JVPC" trace sdpa --device cpu -o "$DIR/sdpa.json"
@@ -225,6 +225,19 @@ JVPC_MAX_INPUT_BYTES=1e9 expect 2 "a malformed JVPC_MAX_INPUT_BYTES" -- "$JVPC" 
 expect 2 "unknown command" -- "$JVPC" frobnicate; contains err "unknown command 'frobnicate'"
 expect 2 "incompatible sizes" -- "$JVPC" trace sdpa --device cpu --model-dim 100 --head-dim 64
 expect 2 "unknown wrt" -- "$JVPC" linearize sdpa --device cpu --wrt mask
+# The pipeline, listed; jvpc opt runs its passes on the text form (the pass tests: tests/ir/*.ir).
+expect 0 "linearize --list-passes" -- "$JVPC" linearize --list-passes; contains out "^14  fold  "
+expect 2 "--list-passes with a target" -- "$JVPC" linearize sdpa --list-passes; contains err "takes no target"
+"$JVPC" trace sdpa --device cpu --seq-len 8 >"$DIR/sdpa8.ir"
+expect 0 "opt on a traced graph's text" -- "$JVPC" opt --passes=jvp,drop-primal-outputs,dce,attention-form,fold,15 "$DIR/sdpa8.ir"
+contains out "^// fold: changed"; contains out "dq \[tangent, tangent_of q\]"
+expect 0 "opt reads stdin" -- sh -c "'$JVPC' opt --passes=cse - <'$DIR/sdpa8.ir'"; contains out "^// cse: no change"
+expect 2 "opt: an unknown pass" -- "$JVPC" opt --passes=cse,nope "$DIR/sdpa8.ir"; contains err "no pass is named 'nope' (passes: jvp,"
+expect 2 "opt: a row past the table" -- "$JVPC" opt --passes=19 "$DIR/sdpa8.ir"; contains err "or a row number 1 to 18"
+printf 'graph(%%0 : f32[4] x):\n  %%1 : f32[5] = aten::exp(%%0)\n  return (%%1 out0)\n' >"$DIR/bad.ir"
+expect 2 "opt: a graph that does not verify" -- "$JVPC" opt --passes=cse "$DIR/bad.ir"; contains err "f32\[5\]"
+printf 'graph(%%0 : f32[4] x):\n  %%1 : f32[4] = aten::nope(%%0)\n  return (%%1 out0)\n' >"$DIR/bad.ir"
+expect 2 "opt: an unknown op, by line and column" -- "$JVPC" opt --passes=cse "$DIR/bad.ir"; contains err "line 2, column 17: unknown op 'aten::nope'"
 python3 - "$DIR/sin.json" <<'PY'
 import json, sys
 m = {"device": "cpu", "dtype": "Float", "sizes": [3], "strides": [1]}
@@ -413,8 +426,9 @@ contains out "linearize matmul FLOPs       20971520"; contains out "       20971
 contains out "jvp call matmul FLOPs        41943040"; contains out "program -> "
 contains out "^peak          .* allocated at once by linearize at a new point (measured); the forward's own peak "
 if [ ! -e "$DIR/prog.safetensors" ]; then pass "  ...sdpa captures no tensor: no constants file"; else fail "  ...prog.safetensors written"; fi
-# The block's primal graph holds gelu's derivative (gelu_backward), which fold used to evaluate
-# away: it is on the list of ops graph files may use, so the program saves and loads untrusted.
+# The block's primal graph holds gelu's derivative (gelu_backward), which linearize's fold
+# evaluates away but a program's primal graph runs: it is on the list of ops graph files may
+# use, so the program saves and loads untrusted.
 expect 0 "compile block -o" -- "$JVPC" compile block --seq-len 8 --device cpu -o "$DIR/block-prog.json"
 contains out "PASS"
 expect 0 "  ...it runs untrusted" -- "$JVPC" jvp "$DIR/block-prog.json"; contains out "dout0 *f32\[1,8,320\]"

@@ -8,7 +8,8 @@
 //   )"));
 //
 // Each non-blank line of `checks` is one directive:
-//  - CHECK: the pattern occurs at or after where the last match ended;
+//  - CHECK: the pattern occurs at or after where the last match ended (CHECK-LABEL: the same,
+//    to name the start of a graph in a file of several);
 //  - CHECK-NEXT: it occurs on the line after the last match;
 //  - CHECK-SAME: it occurs on the line of the last match, after it;
 //  - CHECK-NOT: it does not occur between the last match and the next positive match (or the
@@ -122,6 +123,7 @@ inline ::testing::AssertionResult filecheck(const std::string& text, const std::
       if (t.empty()) continue;
       size_t colon = t.find(':');
       std::string kind = colon == std::string::npos ? "" : t.substr(0, colon);
+      if (kind == "CHECK-LABEL") kind = "CHECK";
       if (kind != "CHECK" && kind != "CHECK-NEXT" && kind != "CHECK-SAME" && kind != "CHECK-NOT")
         return ::testing::AssertionFailure() << "filecheck: not a directive: '" << t << "'";
       ds.push_back({kind, trim(t.substr(colon + 1)), t});

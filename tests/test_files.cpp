@@ -276,9 +276,9 @@ TEST(Files, AReplacedFileKeepsItsPermissions) {
   EXPECT_EQ(bytes_of(d / "g.json"), "new");
 }
 
-// A file-size limit (as a full disk would) in the middle of a save: exit 0 with the data gone
-// before, or a process killed by SIGXFSZ. Now a one-line error with the reason, the previous
-// files byte for byte, and no temporary file left.
+// A file-size limit (as a full disk would) in the middle of a save: a one-line error with the
+// reason (not exit 0 with the data gone, nor a process killed by SIGXFSZ), the previous files
+// byte for byte, and no temporary file left.
 TEST(Files, AFailedWriteLeavesThePreviousFilesAndNoTemporary) {
   Folder d;
   save(*small_graph(6), d / "g.json");

@@ -59,16 +59,6 @@ TEST(Fold, MarksResidualsThatAliasAPrimalInput) {
   EXPECT_EQ(g->inputs().back().data.data_ptr(), xv.data_ptr());
 }
 
-TEST(Fold, LeavesGraphsWithoutPrimalWorkAlone) {
-  const char* text = R"(
-    graph(%0 : f32[4] dx [tangent]):
-      %1 : f32[4] = aten::neg(%0)
-      return (%1 out0))";
-  auto g = parse_text(text);
-  EXPECT_FALSE(fold(*g, {}));
-  EXPECT_TRUE(test::same_structure(*g, *parse_text(text)));
-}
-
 TEST(Fold, NeedsAValueForEveryPrimalInput) {
   auto g = parse_text(kSmall);
   EXPECT_THROW(fold(*g, {}), Error);

@@ -1,5 +1,6 @@
 // The IR: building graphs, use lists, mutation, cloning and the text form.
 #include "compiler/ir/builder.h"
+#include "compiler/ir/dtypes.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
 #include "runtime/executable.h"
@@ -443,6 +444,24 @@ TEST(Ir, ShapeRulesKeepATransposedOperandsLayout) {
     EXPECT_EQ(got.strides().vec(), out->meta().strides) << op;
     EXPECT_EQ(got.scalar_type(), out->meta().dtype) << op;
   }
+}
+
+// Each dtype's names (compiler/ir/dtypes.h) lead back to it, and TensorMeta::str() writes the
+// short one; a name no table holds, and complex dtypes in a graph file, are errors.
+TEST(Dtypes, EveryNameLeadsBackToItsDtype) {
+  for (const auto& [aten, python] : python_dtype_names()) {
+    c10::ScalarType t = dtype_from_aten_name(aten);
+    EXPECT_EQ(dtype_from_python_name(python), t) << python;
+    EXPECT_EQ(dtype_from_text(short_dtype_name(t)), t) << aten;
+    if (t != c10::kUInt64) EXPECT_EQ(dtype_from_safetensors_name(safetensors_dtype_name(t)), t) << aten;
+    EXPECT_EQ(TensorMeta::contiguous({2}, t, c10::kCPU).str(), short_dtype_name(t) + "[2]");
+  }
+  EXPECT_EQ(short_dtype_name(c10::kBFloat16), "bf16");
+  EXPECT_EQ(dtype_from_text("ComplexFloat"), c10::kComplexFloat);  // the text form holds complex graphs
+  test::expect_error([] { dtype_from_aten_name("ComplexFloat"); }, "is not supported");
+  test::expect_error([] { dtype_from_aten_name("Floaty"); }, "unknown dtype 'Floaty'");
+  test::expect_error([] { safetensors_dtype_name(c10::kComplexFloat); }, "cannot be stored");
+  test::expect_error([] { dtype_from_safetensors_name("F8"); }, "unknown safetensors dtype");
 }
 
 }  // namespace

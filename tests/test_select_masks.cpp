@@ -1,4 +1,5 @@
-// select-masks: a product by a 0/1 mask becomes a select on the boolean mask.
+// select-masks through linearize: relu's boolean residual. The pass on graphs:
+// tests/ir/select_masks.ir.
 #include "tests/pass_helpers.h"
 
 #include "compiler/api/linearize.h"
@@ -8,24 +9,6 @@
 namespace jvpc {
 namespace {
 using test::f32;
-
-TEST(SelectMasks, KeepsAMaskAsBooleans) {
-  Graph g;
-  Value* x = g.add_input("x", f32({4, 8}), Role::Primal, true);
-  Value* t = g.add_input("dx", f32({4, 8}), Role::Tangent);
-  Builder bld(g);
-  Value* mask = bld.call("aten::_to_copy", {bld.call("aten::gt.Scalar", {x, 0}), c10::kFloat});
-  g.add_output(bld.call("aten::mul.Tensor", {t, mask}));
-  std::unique_ptr<Graph> before = g.clone();
-  EXPECT_TRUE(select_masks(g));
-  verify(g);
-  const Node* out = g.outputs()[0]->producer();
-  ASSERT_EQ(out->op(), "aten::where.ScalarOther") << to_text(g);
-  EXPECT_EQ(out->input(0)->meta().dtype, c10::kBool);
-  EXPECT_EQ(test::count_op(g, "aten::_to_copy"), 0);
-  std::vector<at::Tensor> in = {at::randn({4, 8}), at::randn({4, 8})};
-  EXPECT_TRUE(Executable(std::move(before)).run(in)[0].equal(Executable(g.clone()).run(in)[0]));
-}
 
 // relu between two matmuls: the residual between them is relu's mask, one byte per element.
 TEST(SelectMasks, ReluHoldsABooleanResidual) {

@@ -94,6 +94,24 @@ TEST(IrText, ArgumentKindsComeFromTheTextAndTheSchema) {
   EXPECT_EQ(g->outputs()[0]->id(), 2);  // the text's ids
 }
 
+// `//` comments run to the end of their line, anywhere space may stand; a node's flags may
+// follow its arguments before one.
+TEST(IrText, CommentsRunToTheEndOfTheLine) {
+  auto g = parse_text(R"(// jvpc opt: changed
+    // a second line
+    graph(%0 : f32[4] x,  // the input
+          %1 : f32[4] y [primal]):
+      %2 : f32[4] = aten::mul.Tensor(%0, %1)  // a product
+      %3 : f32[4] = aten::rand([4], None, None, None, None)  # impure  // flags, then a comment
+      return (%2 out0, %3 out1)  // end
+    // after the graph)");
+  EXPECT_EQ(g->num_nodes(), 2u);
+  EXPECT_TRUE(g->nodes()[1]->impure());
+  EXPECT_EQ(g->inputs()[1].name, "y");
+  EXPECT_NE(error_of("graph(%0 : f32[4] x):\n  return (%0) / not a comment").find("text after the return"),
+            std::string::npos);
+}
+
 TEST(IrText, ErrorsNameTheLineAndTheProblem) {
   EXPECT_EQ(error_of("graph(%0 : f32[4] x):\n  %1 : f32[4] = aten::exp(%7)\n  return (%1)"),
             "IR text, line 2, column 27: %7 is not defined before this use");

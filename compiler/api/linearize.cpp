@@ -3,7 +3,7 @@
 #include "compiler/cost/kernel_watch.h"
 #include "compiler/ir/limits.h"
 #include "compiler/ir/verifier.h"
-#include "passes/passes.h"
+#include "passes/linearize_pipeline.h"
 
 #include <algorithm>
 #include <unordered_set>
@@ -23,84 +23,6 @@ void Linearized::check_captured() const {
                   ") was written in place after the graph was compiled (it is a tensor the traced function "
                   "captured, and the tangent graph holds values computed from the old one): compile (linearize) "
                   "again");
-}
-
-const std::vector<LinearizePass>& linearize_passes() {
-  using Ctx = LinearizePassContext;
-  // The order matters: simplifications that move work onto primal values run before fold, so
-  // that fold computes that work once; dce after fold drops the whole forward.
-  static const std::vector<LinearizePass> table = {
-      {"jvp", false, [](Graph& g, const Ctx& c) { return jvp(g, c.wrt); }},
-      // While the traced attention outputs, which the O(L) form reads, are still in the graph.
-      // With the P form everywhere (budget inf) the rules' P form stays as it is.
-      {"attention-match", true,
-       [](Graph& g, const Ctx& c) {
-         *c.matched = c.residual_budget == kNoMemoryLimit ? std::vector<MatchedAttention>{} : attention_match(g);
-         return !c.matched->empty();
-       }},
-      // linearize returns f(x) from the tracing run; the graph keeps only tangent outputs. A
-      // program's primal graph computes f(x): there fold takes them out with the residuals.
-      {"drop-primal-outputs", false,
-       [](Graph& g, const Ctx& c) {
-         if (c.split) return false;
-         for (size_t i = 0; i < c.primal_outputs; ++i) g.erase_output(0);
-         return c.primal_outputs > 0;
-       }},
-      {"dce", false, [](Graph& g, const Ctx&) { return dce(g); }},
-      // Before the simplifications: the P form it expands is minimised like any other graph.
-      {"attention-form", false,
-       [](Graph& g, const Ctx& c) {
-         auto choices = attention_form(g, c.residual_budget, *c.matched);
-         bool changed = false;
-         for (const AttentionChoice& a : choices) changed |= !a.o_l_form;
-         if (c.attention) *c.attention = choices;
-         return changed;
-       }},
-      {"simplify-views", true, [](Graph& g, const Ctx&) { return simplify_views(g); }},
-      {"simplify-arith", true, [](Graph& g, const Ctx&) { return simplify_arith(g); }},
-      {"cse", true, [](Graph& g, const Ctx&) { return cse(g); }},
-      {"scale-to-residual", true, [](Graph& g, const Ctx&) { return scale_to_residual(g); }},
-      {"merge-factors", true, [](Graph& g, const Ctx&) { return merge_factors(g); }},
-      {"select-masks", true, [](Graph& g, const Ctx&) { return select_masks(g); }},
-      {"group-bmm", true, [](Graph& g, const Ctx&) { return group_bmm(g); }},
-      {"zero-blocks", true, [](Graph& g, const Ctx&) { return zero_blocks(g); }},
-      {"fold", false,
-       [](Graph& g, const Ctx& c) {
-         if (!c.split) return fold(g, *c.known);
-         return fold(g, *c.known, {c.primal_outputs, /*constants_as_residuals=*/true}, c.split.get());
-       }},
-      {"dce", false, [](Graph& g, const Ctx&) { return dce(g, /*prune_primal_inputs=*/true); }},
-      {"simplify-views", true, [](Graph& g, const Ctx&) { return simplify_views(g); }},
-      {"fuse-matmul-add", true, [](Graph& g, const Ctx&) { return fuse_matmul_add(g); }},
-      {"cse", true, [](Graph& g, const Ctx&) { return cse(g); }},
-  };
-  return table;
-}
-
-std::vector<std::string> optional_linearize_passes() {
-  std::vector<std::string> out;
-  for (const LinearizePass& p : linearize_passes())
-    if (p.optional && std::find(out.begin(), out.end(), p.name) == out.end()) out.push_back(p.name);
-  return out;
-}
-
-void add_linearize_passes(Pipeline& p, LinearizePassContext context, const std::set<std::string>& disabled) {
-  std::vector<std::string> optional = optional_linearize_passes();
-  for (const std::string& name : disabled)
-    if (std::find(optional.begin(), optional.end(), name) == optional.end()) {
-      std::string list;
-      for (const std::string& o : optional) list += (list.empty() ? "" : ", ") + o;
-      bool required = std::any_of(linearize_passes().begin(), linearize_passes().end(),
-                                  [&](const LinearizePass& lp) { return lp.name == name; });
-      throw Error(required ? "pass '" + name + "' cannot be disabled (these can: " + list + ")"
-                           : "no optional pass is named '" + name + "' (these can be disabled: " + list + ")");
-    }
-  auto ctx = std::make_shared<LinearizePassContext>(std::move(context));
-  for (const LinearizePass& lp : linearize_passes())
-    if (!disabled.count(lp.name)) {
-      const auto& run = lp.run;
-      p.add(make_pass(lp.name, [ctx, &run](Graph& g) { return run(g, *ctx); }));
-    }
 }
 
 namespace detail {
@@ -146,11 +68,6 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
     if (out.defined() && out.has_storage() && residual_storages.count(out.storage().unsafeGetStorageImpl()))
       out = out.clone();
   return lin;
-}
-
-void reject_random_ops(const Graph& g) {
-  for (const Node* n : g.nodes())
-    if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
 }
 
 std::vector<Linearized::Captured> captured_of(const Graph& g) {
@@ -204,7 +121,7 @@ Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals,
   TraceOptions at_these_primals;
   at_these_primals.specialize_on_scalars = true;  // the linear map is for these primals
   Trace t = trace(fn, primals, at_these_primals);
-  detail::reject_random_ops(*t.graph);
+  reject_random_ops(*t.graph);
   // The outputs carry the tracing run's autograd history (its kernels ran through Autograd, as
   // eager's do); the values kept for folding do not need it, and residuals must not hold it.
   for (auto& [id, v] : t.values)

@@ -18,8 +18,7 @@
 #include "compiler/cost/cost_model.h"
 #include "compiler/trace/tracer.h"
 #include "passes/cost_table.h"
-#include "passes/pass.h"
-#include "passes/passes.h"
+#include "passes/linearize_pipeline.h"
 #include "runtime/executable.h"
 
 #include <functional>
@@ -34,7 +33,7 @@ struct LinearizeOptions {
   /// marked differentiable, in graph order.
   std::vector<std::string> wrt;
   /// Optimizations to leave out, to see what each one does: the optional passes of
-  /// linearize_passes() (optional_linearize_passes()). The tangent graph is as correct, and larger.
+  /// linearize_passes() (passes/linearize_pipeline.h). The tangent graph is as correct, and larger.
   std::set<std::string> disabled_passes;
   /// Extra observers of the pass pipeline (IR dumps, ...).
   std::vector<PassObserver*> observers;
@@ -123,38 +122,6 @@ Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals,
 Linearized linearize(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values,
                      const LinearizeOptions& options = {});
 
-/// What linearize's passes need besides the graph.
-struct LinearizePassContext {
-  std::vector<std::string> wrt;  ///< see LinearizeOptions::wrt
-  size_t primal_outputs = 0;     ///< the traced graph's outputs, dropped from the tangent graph
-  /// Values by id, from the tracing run, for fold.
-  std::shared_ptr<std::unordered_map<int, at::Tensor>> known;
-  std::optional<int64_t> residual_budget;  ///< see LinearizeOptions::residual_budget
-  /// Where attention-form writes its choices (the CompileReport's), if anywhere.
-  std::shared_ptr<std::vector<AttentionChoice>> attention;
-  /// Set when compiling a program (compiler/api/program.h): the primal outputs stay outputs
-  /// until fold, fold takes them into the primal graph with the residuals (captured constants
-  /// that tangent nodes read among them) and writes the primal graph here.
-  std::shared_ptr<PrimalSplit> split;
-  /// What attention-match recognized, for attention-form.
-  std::shared_ptr<std::vector<MatchedAttention>> matched = std::make_shared<std::vector<MatchedAttention>>();
-};
-
-/// One pass of linearize's pipeline: its name, whether --disable-pass may leave it out, and how
-/// it runs.
-struct LinearizePass {
-  std::string name;
-  bool optional;
-  std::function<bool(Graph&, const LinearizePassContext&)> run;
-};
-/// The pipeline linearize runs on a traced graph, `jvp` first, in order: the one table that the
-/// pipeline, --disable-pass and --dump-after are derived from.
-const std::vector<LinearizePass>& linearize_passes();
-/// The names of the optional passes, in pipeline order, each once.
-std::vector<std::string> optional_linearize_passes();
-/// Adds linearize_passes() to `p`, less the `disabled` ones (each must be optional).
-void add_linearize_passes(Pipeline& p, LinearizePassContext context, const std::set<std::string>& disabled = {});
-
 class KernelWatch;
 
 namespace detail {
@@ -168,8 +135,6 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
 Trace evaluate_graph(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values);
 /// The graph's captured tensors (bound constants other than inference tensors), by version.
 std::vector<Linearized::Captured> captured_of(const Graph& g);
-/// Throws jvpc::Error naming the first random (impure) node.
-void reject_random_ops(const Graph& g);
 }  // namespace detail
 
 struct JvpResult {

@@ -84,7 +84,7 @@ void Program::save(const std::string& path, const SaveOptions& options) const {
 Program compile(const TensorFn& fn, const std::vector<TraceInput>& example_primals, const ProgramOptions& options) {
   KernelWatch watch;
   Trace t = trace(fn, example_primals);  // without specialize_on_scalars: the graph is replayed
-  detail::reject_random_ops(*t.graph);
+  reject_random_ops(*t.graph);
   reject_data_dependent_shapes(*t.graph);
   for (auto& [id, v] : t.values)
     if (v.defined() && v.requires_grad()) v = v.detach();

@@ -2,6 +2,7 @@
 // Exit codes: 0 success, 1 a check failed (linearize's comparison), 2 bad input or error.
 #pragma once
 
+#include "compiler/api/inputs_file.h"
 #include "compiler/ir/graph.h"
 #include "compiler/ir/serialize.h"
 
@@ -21,6 +22,7 @@ void add_linearize(CLI::App& app);
 void add_rules(CLI::App& app);
 void add_compile(CLI::App& app);  // program_command.cpp
 void add_jvp(CLI::App& app);      // program_command.cpp
+void add_opt(CLI::App& app);      // opt_command.cpp
 
 /// --trusted: what it allows (docs/bad-input.md, "Graph files from strangers").
 constexpr const char* kTrustedHelp =
@@ -35,8 +37,6 @@ extern int exit_code;
 std::vector<at::Tensor> random_inputs(const Graph& g, uint64_t seed);
 /// Values for the non-constant inputs of `g`, by name, from a safetensors file ("inputs file").
 std::vector<at::Tensor> inputs_from_file(const Graph& g, const std::string& path);
-/// Where `jvpc trace -o x.json` writes the example's input values: "x.inputs.safetensors".
-std::string traced_inputs_path_for(const std::string& graph_path);
 /// Refuses inputs larger than JVPC_MAX_INPUT_BYTES (default 16 GiB) before allocating them,
 /// counting what random_inputs() allocates: each input in its own dtype, plus the host copy of
 /// an input drawn for another device while it exists.
@@ -60,7 +60,7 @@ struct LimitFlags {
 LoadOptions load_options(std::optional<c10::Device> device, const LimitFlags& limits);
 /// The options `jvpc linearize` and `jvpc compile` both take, declared once for both: the
 /// positional target (an example or a graph file), --device and --tolerance.
-void add_target_option(CLI::App* cmd, std::string& target);
+void add_target_option(CLI::App* cmd, std::string& target, bool required = true);
 void add_device_option(CLI::App* cmd, std::string& device);
 void add_tolerance_option(CLI::App* cmd, std::optional<double>& tolerance);
 /// Adds --max-memory to a command that loads or runs a graph.

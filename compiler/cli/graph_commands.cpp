@@ -28,6 +28,91 @@ LoadOptions cpu_options(bool trusted, const LimitFlags& limits) {
   return o;
 }
 
+// The graphs of a file `show` and `cost` print: a graph file's one graph (titled by the file), or
+// a program's primal and tangent graphs (`jvpc compile -o`, Program.save).
+struct Titled {
+  std::string title;
+  std::unique_ptr<Graph> graph;
+};
+std::vector<Titled> graphs_in(const std::string& path, const LoadOptions& options) {
+  std::vector<Titled> out;
+  try {
+    out.push_back({path, load(path, options)});
+    return out;
+  } catch (const Error& e) {
+    // load() refuses a program by name; anything else is the file's error.
+    if (std::string(e.what()).find("is a compiled program") == std::string::npos) throw;
+  }
+  ProgramGraphs p = load_program(path, options);
+  size_t residuals = p.primal->outputs().size() - p.primal_outputs;
+  out.push_back({"primal graph: the function's outputs (" + std::to_string(p.primal_outputs) +
+                     "), then its residuals (" + std::to_string(residuals) + ")",
+                 std::move(p.primal)});
+  out.push_back({"tangent graph", std::move(p.tangent)});
+  return out;
+}
+
+// The attentions in the O(L) form (jvpc::attention_tangent): what each computes per call.
+nlohmann::json attention_json(const Graph& g) {
+  nlohmann::json attention = nlohmann::json::array();
+  for (const Node* n : g.nodes()) {
+    if (n->op() != "jvpc::attention_tangent") continue;
+    AttentionTangentShape a = attention_tangent_shape(*n);
+    NodeCost nc = node_cost(*n);
+    attention.push_back({{"node", describe(n)},
+                         {"choice", "O(L)"},
+                         {"scores", std::vector<int64_t>{a.B, a.H, a.Lq, a.Lk}},
+                         {"causal", a.causal},
+                         {"blocks", std::vector<int64_t>{a.block_q, a.block_k}},
+                         {"matmul_flops", nc.matmul_flops},
+                         {"workspace_bytes", nc.workspace_bytes}});
+  }
+  return attention;
+}
+
+nlohmann::json cost_json(const Graph& g) {
+  nlohmann::json j = to_json(graph_cost(g));
+  j["attention"] = attention_json(g);
+  return j;
+}
+
+// What `jvpc cost` prints under a graph's row: its ops, attentions, uncosted ops, and with
+// --nodes every node's cost.
+void print_cost_details(const Graph& g, bool nodes) {
+  GraphCost c = graph_cost(g);
+  std::cout << "ops:";
+  for (const auto& [op, n] : c.ops) std::cout << " " << op << "×" << n;
+  std::cout << "\n";
+  for (const auto& a : attention_json(g))
+    std::cout << "attention " << a["node"].get<std::string>() << ": O(L) form, scores " << a["scores"].dump()
+              << (a["causal"].get<bool>() ? " causal" : "") << ", blocks " << a["blocks"].dump() << ", matmul FLOPs "
+              << a["matmul_flops"].get<int64_t>() << " per call, workspace "
+              << human_bytes(a["workspace_bytes"].get<int64_t>()) << "\n";
+  if (!c.uncosted_ops.empty()) {
+    std::cout << "uncosted ops (no FLOP convention; counted as 1 FLOP per output element):";
+    for (const auto& [op, n] : c.uncosted_ops) std::cout << " " << op << "×" << n;
+    std::cout << "\n";
+  }
+  if (nodes)
+    for (const Node* n : g.nodes()) {
+      NodeCost nc = node_cost(*n);
+      std::cout << "  " << to_text(*n) << "\n      matmul " << nc.matmul_flops << "  other " << nc.other_flops
+                << "  transcendental " << nc.transcendentals << "  bytes " << nc.bytes
+                << (nc.note ? std::string("  (") + nc.note + ")" : "") << "\n";
+    }
+}
+
+void print_cost(const Graph& g, const std::string& title, bool json, bool nodes) {
+  if (json) {
+    std::cout << cost_json(g).dump(1) << "\n";
+    return;
+  }
+  CostTable t(title);
+  t.start(g);
+  t.print(std::cout);
+  print_cost_details(g, nodes);
+}
+
 }  // namespace
 
 void add_trace(CLI::App& app) {
@@ -78,21 +163,29 @@ void add_show(CLI::App& app) {
     LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("show", "Print a graph file as text, JSON or Graphviz dot");
-  cmd->add_option("graph", o->file, "graph JSON file")->required();
+  auto* cmd = app.add_subcommand("show", "Print a graph file, or a program's two graphs, as text, JSON or Graphviz dot");
+  cmd->add_option("graph", o->file, "graph JSON file, or a program (jvpc compile -o)")->required();
   cmd->add_option("--format", o->format, "text, json or dot (render dot with: dot -Tpng)")
       ->check(CLI::IsMember({"text", "json", "dot"}))
       ->capture_default_str();
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   add_max_memory(cmd, o->limits);
   cmd->callback([o] {
-    auto g = load(o->file, cpu_options(o->trusted, o->limits));
-    if (o->format == "json")
-      std::cout << to_json(*g).dump(1) << "\n";
-    else if (o->format == "dot")
-      std::cout << to_dot(*g, o->file);
-    else
-      std::cout << to_text(*g);
+    std::vector<Titled> graphs = graphs_in(o->file, cpu_options(o->trusted, o->limits));
+    bool program = graphs.size() > 1;
+    if (o->format == "json" && program) {
+      std::cout << nlohmann::json{{"primal", to_json(*graphs[0].graph)}, {"tangent", to_json(*graphs[1].graph)}}.dump(1)
+                << "\n";
+      return;
+    }
+    for (const Titled& t : graphs) {
+      if (o->format == "json")
+        std::cout << to_json(*t.graph).dump(1) << "\n";
+      else if (o->format == "dot")
+        std::cout << to_dot(*t.graph, t.title);
+      else
+        std::cout << (program ? "// " + t.title + "\n" : "") << to_text(*t.graph);
+    }
   });
 }
 
@@ -145,59 +238,33 @@ void add_cost(CLI::App& app) {
     LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd =
-      app.add_subcommand("cost", "FLOPs, bytes and memory of a graph (matmul FLOPs as FlopCounterMode counts them)");
-  cmd->add_option("graph", o->file, "graph JSON file")->required();
+  auto* cmd = app.add_subcommand(
+      "cost", "FLOPs, bytes and memory of a graph, or of a program's two graphs (matmul FLOPs as FlopCounterMode "
+              "counts them)");
+  cmd->add_option("graph", o->file, "graph JSON file, or a program (jvpc compile -o)")->required();
   cmd->add_flag("--json", o->json, "print a JSON object");
   cmd->add_flag("--nodes", o->nodes, "also print the cost of every node");
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   add_max_memory(cmd, o->limits);
   cmd->callback([o] {
-    auto g = load(o->file, cpu_options(o->trusted, o->limits));
-    GraphCost c = graph_cost(*g);
-    // Attentions in the O(L) form (jvpc::attention_tangent): what each computes per call.
-    nlohmann::json attention = nlohmann::json::array();
-    for (const Node* n : g->nodes()) {
-      if (n->op() != "jvpc::attention_tangent") continue;
-      AttentionTangentShape a = attention_tangent_shape(*n);
-      NodeCost nc = node_cost(*n);
-      attention.push_back({{"node", describe(n)},
-                           {"choice", "O(L)"},
-                           {"scores", std::vector<int64_t>{a.B, a.H, a.Lq, a.Lk}},
-                           {"causal", a.causal},
-                           {"blocks", std::vector<int64_t>{a.block_q, a.block_k}},
-                           {"matmul_flops", nc.matmul_flops},
-                           {"workspace_bytes", nc.workspace_bytes}});
-    }
-    if (o->json) {
-      nlohmann::json j = to_json(c);
-      j["attention"] = attention;
-      std::cout << j.dump(1) << "\n";
+    std::vector<Titled> graphs = graphs_in(o->file, cpu_options(o->trusted, o->limits));
+    if (graphs.size() == 1) {
+      print_cost(*graphs[0].graph, o->file, o->json, o->nodes);
       return;
     }
-    CostTable t(o->file);
-    t.start(*g);
-    t.print(std::cout);
-    std::cout << "ops:";
-    for (const auto& [op, n] : c.ops) std::cout << " " << op << "×" << n;
-    std::cout << "\n";
-    for (const auto& a : attention)
-      std::cout << "attention " << a["node"].get<std::string>() << ": O(L) form, scores " << a["scores"].dump()
-                << (a["causal"].get<bool>() ? " causal" : "") << ", blocks " << a["blocks"].dump() << ", matmul FLOPs "
-                << a["matmul_flops"].get<int64_t>() << " per call, workspace "
-                << human_bytes(a["workspace_bytes"].get<int64_t>()) << "\n";
-    if (!c.uncosted_ops.empty()) {
-      std::cout << "uncosted ops (no FLOP convention; counted as 1 FLOP per output element):";
-      for (const auto& [op, n] : c.uncosted_ops) std::cout << " " << op << "×" << n;
-      std::cout << "\n";
+    // A program: a row per graph, then each graph's ops (and nodes); --json: {"primal", "tangent"}.
+    if (o->json) {
+      std::cout << nlohmann::json{{"primal", cost_json(*graphs[0].graph)}, {"tangent", cost_json(*graphs[1].graph)}}
+                       .dump(1)
+                << "\n";
+      return;
     }
-    if (o->nodes)
-      for (const Node* n : g->nodes()) {
-        NodeCost nc = node_cost(*n);
-        std::cout << "  " << to_text(*n) << "\n      matmul " << nc.matmul_flops << "  other " << nc.other_flops
-                  << "  transcendental " << nc.transcendentals << "  bytes " << nc.bytes
-                  << (nc.note ? std::string("  (") + nc.note + ")" : "") << "\n";
-      }
+    print_cost_rows({{"primal graph", graph_cost(*graphs[0].graph)}, {"tangent graph", graph_cost(*graphs[1].graph)}},
+                    std::cout);
+    for (const Titled& t : graphs) {
+      std::cout << "\n" << t.title << "\n";
+      print_cost_details(*t.graph, o->nodes);
+    }
   });
 }
 

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   jvpc::cli::add_rules(app);
   jvpc::cli::add_compile(app);
   jvpc::cli::add_jvp(app);
+  jvpc::cli::add_opt(app);
   const std::string first = argc > 1 ? argv[1] : "";
   if (!first.empty() && first[0] == '-' && first != "-h" && first != "--help" && first != "--version") {
     std::cerr << "jvpc: error: unknown option '" << jvpc::printable_path(argv[1])

@@ -2,6 +2,8 @@
 // point other than the one it was compiled at against LibTorch's forward AD, and write it.
 // jvpc jvp: load a program and run it at given primals and tangents (compiler/api/program.h).
 #include "compiler/cli/cli.h"
+#include "compiler/cli/linearize_check.h"
+#include "compiler/cli/target.h"
 
 #include "compiler/api/program.h"
 #include "compiler/api/reference.h"
@@ -93,45 +95,30 @@ void add_compile(CLI::App& app) {
   cmd->footer(examples_help());
   cmd->callback([o, cmd] {
     o->limits.check();
-    bool is_graph = o->target.size() > 5 && o->target.compare(o->target.size() - 5, 5, ".json") == 0;
+    Target target = resolve_target({o->target, o->device, o->inputs, o->seed, o->trusted, o->limits}, leftover(*cmd));
+    References refs = references_for(target, o->limits);
     if (!o->out.empty()) check_destination(constants_path_for(o->out));
     ProgramOptions po;
     po.exact_strides = !o->loose_strides;
     po.linearize.runtime.max_memory = o->limits.memory();
-    std::string description;
-    std::vector<at::Tensor> example;
-    TensorFn reference, forward;  // forward AD runs the first; the memory line measures the second
-    std::optional<Program> prog;
-    if (is_graph) {
-      if (!leftover(*cmd).empty()) throw Error("unexpected arguments after a graph file: " + leftover(*cmd)[0]);
-      std::optional<c10::Device> dev;
-      if (!o->device.empty()) dev = c10::Device(o->device);
-      LoadOptions lo = load_options(dev, o->limits);
-      lo.trusted = o->trusted;
-      std::unique_ptr<Graph> g = load(o->target, lo);
-      check_flops(*g, o->limits);
-      std::string inputs = o->inputs;
-      if (inputs.empty() && std::filesystem::is_regular_file(traced_inputs_path_for(o->target)))
-        inputs = traced_inputs_path_for(o->target);
-      example = inputs.empty() ? random_inputs(*g, o->seed) : inputs_from_file(*g, inputs);
-      description = o->target;
+    const std::string& description = target.description;
+    std::vector<at::Tensor> example = target.primal_values();
+    // The memory line measures the forward: the example's callable, or the graph with its
+    // attention on the math path.
+    TensorFn forward;
+    if (target.example) {
+      forward = target.example->fn();
+    } else {
       ExecutableOptions plain = ExecutableOptions::plain();
       plain.max_memory = o->limits.memory();
-      auto exe = std::make_shared<Executable>(with_math_attention(*g), plain);
-      reference = [exe](const std::vector<at::Tensor>& x) { return exe->run(x); };
-      forward = reference;
-      prog.emplace(compile(std::move(g), example, po));
-    } else {
-      if (!o->inputs.empty()) throw Error("--inputs is for a graph file; an example makes its own inputs");
-      std::vector<std::string> flags = leftover(*cmd);
-      if (!o->device.empty()) flags.insert(flags.end(), {"--device", o->device});
-      examples::Instance ex = examples::make(o->target, flags);
-      description = ex.description;
-      for (const TraceInput& in : ex.inputs) example.push_back(in.value);
-      reference = ex.make_fn(examples::Backend::Math);
-      forward = ex.fn();
-      prog.emplace(compile(ex.fn(), ex.inputs, po));
+      auto exe = std::make_shared<Executable>(with_math_attention(*target.graph), plain);
+      forward = [exe](const std::vector<at::Tensor>& x) { return exe->run(x); };
     }
+    std::optional<Program> prog;
+    if (target.is_graph)
+      prog.emplace(compile(std::move(target.graph), example, po));
+    else
+      prog.emplace(compile(target.example->fn(), target.primals, po));
     check_flops(*prog->tangent_graph(), o->limits, "tangent graph");
 
     // The check: a new point, a seeded step away from the example's, against forward AD there.
@@ -168,7 +155,15 @@ void add_compile(CLI::App& app) {
     std::vector<at::Tensor> got = lin.jvp(tangents);
     std::vector<at::Tensor> want;
     try {
-      want = forward_ad_jvp(reference, x2, ref_tangents);
+      // In float16 or bfloat16 the reference runs in float32 on the same values, as linearize's.
+      auto ref_dtype = [&](const at::Tensor& v) {
+        return refs.in_float32 && c10::isReducedFloatingType(v.scalar_type()) ? v.to(at::kFloat) : v;
+      };
+      std::vector<at::Tensor> ref_x2;
+      for (const at::Tensor& v : x2) ref_x2.push_back(ref_dtype(v));
+      for (auto& d : ref_tangents)
+        if (d) d = ref_dtype(*d);
+      want = forward_ad_jvp(refs.forward_ad, ref_x2, ref_tangents);
     } catch (const std::exception& e) {
       throw Error(std::string("cannot check against LibTorch's forward AD: ") + one_line(e));
     }

@@ -52,11 +52,6 @@ std::vector<at::Tensor> inputs_from_file(const Graph& g, const std::string& path
   return out;
 }
 
-std::string traced_inputs_path_for(const std::string& graph_path) {
-  std::string c = constants_path_for(graph_path);  // "x.safetensors"
-  return c.substr(0, c.size() - std::string(".safetensors").size()) + ".inputs.safetensors";
-}
-
 void check_input_size(const Graph& g) {
   int64_t limit = 16LL << 30;
   if (const char* env = std::getenv("JVPC_MAX_INPUT_BYTES")) {
@@ -83,8 +78,9 @@ std::optional<int64_t> LimitFlags::memory() const {
   return parse_size(*max_memory, "--max-memory");
 }
 
-void add_target_option(CLI::App* cmd, std::string& target) {
-  cmd->add_option("target", target, "an example (sdpa, mlp, block) or a graph .json from `jvpc trace`")->required();
+void add_target_option(CLI::App* cmd, std::string& target, bool required) {
+  cmd->add_option("target", target, "an example (sdpa, mlp, block) or a graph .json from `jvpc trace`")
+      ->required(required);
 }
 
 void add_device_option(CLI::App* cmd, std::string& device) {

@@ -45,12 +45,6 @@ int64_t distinct_bytes(const TensorMeta& m) {
   return std::min(numel, extent) * static_cast<int64_t>(c10::elementSize(m.dtype));
 }
 
-bool is_matmul(const std::string& op) {
-  return op == "jvpc::attention_tangent" || op == "jvpc::attention_tangent.batched" || op == "aten::mm" ||
-         op == "aten::addmm" || op == "aten::bmm" || op == "aten::baddbmm" || op == "aten::convolution" ||
-         is_fused_attention(op);
-}
-
 int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& s,
                          const std::vector<int64_t>& out, bool transposed) {
   auto dim = [&](size_t t, size_t d) { return s.at(t).at(d); };

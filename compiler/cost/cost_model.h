@@ -93,10 +93,6 @@ AttentionTangentShape attention_tangent_shape(const Node& n);
 /// Bytes of one tensor as a kernel reads it: distinct elements × element size.
 int64_t distinct_bytes(const TensorMeta& m);
 
-/// Whether `op` is one whose FLOPs count as matmul FLOPs (mm, addmm, bmm, baddbmm, convolution,
-/// the fused attention kernels).
-bool is_matmul(const std::string& op);
-
 /// The comparisons (eq, ne, lt, le, gt, ge; Scalar and Tensor overloads): boolean results, no
 /// tangent, 1 FLOP per output element. The cost table prices them; the loader admits them.
 const std::vector<std::string>& comparison_ops();

@@ -1,6 +1,7 @@
 #include "compiler/cost/peak_bytes.h"
 
-#include <torch/csrc/autograd/profiler_kineto.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 
 #ifdef JVPC_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -8,9 +9,8 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-#include <algorithm>
-#include <utility>
-#include <vector>
+#include <atomic>
+#include <memory>
 
 namespace jvpc {
 
@@ -27,20 +27,26 @@ int64_t measured_peak_bytes(const std::function<void()>& fn, c10::Device device)
     return alloc->getDeviceStats(dev).allocated_bytes[0].peak - before;
 #endif
   }
-  namespace prof = torch::autograd::profiler;
-  namespace impl = torch::profiler::impl;
-  impl::ProfilerConfig cfg(impl::ProfilerState::KINETO, false, /*profile_memory=*/true);
-  prof::prepareProfiler(cfg, {impl::ActivityType::CPU});
-  prof::enableProfiler(cfg, {impl::ActivityType::CPU});
-  fn();
-  auto result = prof::disableProfiler();
-  std::vector<std::pair<uint64_t, int64_t>> events;
-  for (const auto& e : result->events())
-    if (e.name() == "[memory]" && e.deviceType() == c10::DeviceType::CPU) events.emplace_back(e.startNs(), e.nBytes());
-  std::stable_sort(events.begin(), events.end());
-  int64_t current = 0, peak = 0;
-  for (const auto& [t, bytes] : events) peak = std::max(peak, current += bytes);
-  return peak;
+  // The CPU allocator reports each allocation and free to the thread's memory reporter (the
+  // profiler's hook, ThreadLocalDebugInfo PROFILER_STATE, which intra-op threads inherit): a
+  // reporter of our own keeps the running total and its peak, without starting the profiler
+  // (whose start probes for GPUs and logs an error on a machine without one).
+  struct Peak : c10::MemoryReportingInfoBase {
+    std::atomic<int64_t> current{0}, peak{0};
+    bool memoryProfilingEnabled() const override { return true; }
+    void reportMemoryUsage(void*, int64_t bytes, size_t, size_t, c10::Device d) override {
+      if (!d.is_cpu()) return;
+      int64_t now = current += bytes, seen = peak.load();
+      while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+      }
+    }
+  };
+  auto reporter = std::make_shared<Peak>();
+  {
+    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, reporter);
+    fn();
+  }
+  return reporter->peak.load();
 }
 
 }  // namespace jvpc

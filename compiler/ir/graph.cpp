@@ -1,6 +1,8 @@
 // Graph, Node and Value: construction, use lists and mutation.
 #include "compiler/ir/graph.h"
 
+#include "compiler/ir/dtypes.h"
+
 #include <unordered_set>
 
 #include <algorithm>
@@ -52,31 +54,7 @@ bool TensorMeta::is_contiguous() const {
 
 std::string TensorMeta::str() const {
   std::ostringstream os;
-  switch (dtype) {
-    case c10::kFloat:
-      os << "f32";
-      break;
-    case c10::kDouble:
-      os << "f64";
-      break;
-    case c10::kHalf:
-      os << "f16";
-      break;
-    case c10::kBFloat16:
-      os << "bf16";
-      break;
-    case c10::kLong:
-      os << "i64";
-      break;
-    case c10::kInt:
-      os << "i32";
-      break;
-    case c10::kBool:
-      os << "bool";
-      break;
-    default:
-      os << c10::toString(dtype);
-  }
+  os << short_dtype_name(dtype);
   os << "[";
   for (size_t i = 0; i < sizes.size(); ++i) os << (i ? "," : "") << sizes[i];
   os << "]";

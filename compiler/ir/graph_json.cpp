@@ -2,6 +2,7 @@
 // written by hand, by other versions and by fuzzers.
 #include "compiler/ir/graph_json.h"
 
+#include "compiler/ir/dtypes.h"
 #include "compiler/ir/json_text.h"
 #include "compiler/ir/loadable_ops.h"
 #include "compiler/ir/ops.h"
@@ -20,22 +21,6 @@ namespace jvpc {
 using nlohmann::json;
 
 // --- names of enums -------------------------------------------------------------------------
-
-c10::ScalarType parse_dtype(const std::string& s) {
-#define JVPC_DTYPE_CASE(_, name) \
-  if (s == #name) return c10::ScalarType::name;
-  AT_FORALL_SCALAR_TYPES(JVPC_DTYPE_CASE)
-  JVPC_DTYPE_CASE(_, Bool)
-  JVPC_DTYPE_CASE(_, Half)
-  JVPC_DTYPE_CASE(_, BFloat16)
-  JVPC_DTYPE_CASE(_, UInt64)  // flash attention's rng_state (metadata only: constants cannot be uint64)
-#undef JVPC_DTYPE_CASE
-#define JVPC_DTYPE_CASE(_, name) \
-  if (s == #name) throw Error("dtype '" + s + "' is not supported (jvpc handles real, integer and bool tensors)");
-  AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(JVPC_DTYPE_CASE)
-#undef JVPC_DTYPE_CASE
-  throw Error("unknown dtype '" + s + "'");
-}
 
 namespace {
 
@@ -78,7 +63,7 @@ json float_json(double d) { return std::isfinite(d) ? json(d) : json(format_doub
 
 json meta_json(const TensorMeta& m) {
   try {  // what the loader refuses is not written: a graph that saves must load back
-    parse_dtype(c10::toString(m.dtype));
+    dtype_from_aten_name(c10::toString(m.dtype));
   } catch (const Error&) {
     throw Error(std::string("dtype ") + c10::toString(m.dtype) +
                 " cannot be saved (jvpc's files hold real, integer and bool tensors)");
@@ -175,7 +160,7 @@ TensorMeta read_meta(const At& m) {
   TensorMeta t;
   t.sizes = m["sizes"].ints();
   t.strides = m["strides"].ints();
-  t.dtype = wrap(m, [&] { return parse_dtype(m["dtype"].str()); });
+  t.dtype = wrap(m, [&] { return dtype_from_aten_name(m["dtype"].str()); });
   t.device = wrap(m, [&] { return parse_device(m["device"].str()); });
   if (t.strides.size() != t.sizes.size()) m.fail("sizes and strides differ in length");
   wrap(m, [&] { return t.numel(); });
@@ -211,7 +196,7 @@ Arg read_arg(const At& a, const std::function<int(const At&)>& operand) {
     for (size_t i = 0; i < v.array().size(); ++i) bs.push_back(v[i].boolean());
     return Arg{ArgKind::Bools, bs, {}};
   }
-  if (key == "scalar_type") return Arg::of_scalar_type(wrap(v, [&] { return parse_dtype(v.str()); }));
+  if (key == "scalar_type") return Arg::of_scalar_type(wrap(v, [&] { return dtype_from_aten_name(v.str()); }));
   if (key == "layout")
     return Arg{ArgKind::Layout, static_cast<int64_t>(wrap(v, [&] { return parse_layout(v.str()); })), {}};
   if (key == "memory_format")

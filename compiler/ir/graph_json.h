@@ -40,6 +40,4 @@ std::unique_ptr<Graph> checked_from_json(const nlohmann::json& j, bool trusted =
 /// Parses text (parse_json in json_text.h) and calls checked_from_json.
 std::unique_ptr<Graph> parse_graph(const std::string& text, bool trusted = false);
 
-c10::ScalarType parse_dtype(const std::string& s);
-
 }  // namespace jvpc

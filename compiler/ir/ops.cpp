@@ -8,6 +8,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -312,9 +313,27 @@ bool value_dependent_shape(const Node& n, size_t output) {
 }
 
 bool is_fused_attention(const std::string& op) {
-  return op == "aten::_scaled_dot_product_flash_attention_for_cpu" ||
-         op == "aten::_scaled_dot_product_flash_attention" || op == "aten::_scaled_dot_product_efficient_attention" ||
-         op == "aten::_scaled_dot_product_cudnn_attention";
+  return op.rfind("aten::_scaled_dot_product_", 0) == 0 && is_matmul(op);
+}
+
+const std::vector<std::string>& matmul_ops() {
+  static const std::vector<std::string> ops = {"aten::mm",
+                                               "aten::addmm",
+                                               "aten::bmm",
+                                               "aten::baddbmm",
+                                               "aten::convolution",
+                                               "aten::_scaled_dot_product_flash_attention_for_cpu",
+                                               "aten::_scaled_dot_product_flash_attention",
+                                               "aten::_scaled_dot_product_efficient_attention",
+                                               "aten::_scaled_dot_product_cudnn_attention",
+                                               "jvpc::attention_tangent",
+                                               "jvpc::attention_tangent.batched"};
+  return ops;
+}
+
+bool is_matmul(const std::string& op) {
+  const auto& ops = matmul_ops();
+  return std::find(ops.begin(), ops.end(), op) != ops.end();
 }
 
 std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,

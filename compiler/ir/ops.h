@@ -27,6 +27,12 @@ struct OpInfo {
 
 /// The fused SDPA kernels (flash, efficient, cuDNN, CPU flash).
 bool is_fused_attention(const std::string& op);
+/// The ops whose FLOPs count as matmul FLOPs, as FlopCounterMode counts them (mm, addmm, bmm,
+/// baddbmm, convolution, the fused attention kernels) and jvpc's attention tangent operator:
+/// the one list the cost model, the printers, the CLI and the Python scripts (through
+/// jvpc._C.matmul_ops) read.
+const std::vector<std::string>& matmul_ops();
+bool is_matmul(const std::string& op);
 /// Whether an output's shape may depend on the operands' values, not only their shapes (lstsq's
 /// residuals exist only for A of full rank; masked_select and index.Tensor with a boolean mask
 /// have as many elements as the mask has true ones; cudnn_batch_norm's reserve is sized by cuDNN):

@@ -2,6 +2,8 @@
 // compiler/ir/text.cpp reads the text form back; the two must change together.
 #include "compiler/ir/printer.h"
 
+#include "compiler/ir/ops.h"
+
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -180,8 +182,7 @@ std::string to_dot(const Graph& g, const std::string& title) {
   for (const Node* n : g.nodes()) {
     std::string id = "n" + std::to_string(node_id.size());
     node_id[n] = id;
-    bool heavy =
-        n->op() == "aten::bmm" || n->op() == "aten::mm" || n->op() == "aten::addmm" || n->op() == "aten::baddbmm";
+    bool heavy = is_matmul(n->op());
     os << "  " << id << " [label=\"" << n->op() << "\"" << (heavy ? ", style=filled, fillcolor=orange" : "") << "];\n";
     for (const Value* v : n->inputs()) {
       os << "  " << src(v) << " -> " << id << " [label=\"" << v->meta().str() << "\"];\n";

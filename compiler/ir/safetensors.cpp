@@ -1,6 +1,7 @@
 // Safetensors files (safetensors.h): written whole, and checked whole before any tensor is made.
 #include "compiler/ir/safetensors.h"
 
+#include "compiler/ir/dtypes.h"
 #include "compiler/ir/files.h"
 #include "compiler/ir/json_text.h"
 
@@ -14,39 +15,6 @@ namespace jvpc {
 using nlohmann::json;
 
 namespace {
-
-const char* safetensors_dtype(c10::ScalarType t) {
-  switch (t) {
-    case c10::kDouble:
-      return "F64";
-    case c10::kFloat:
-      return "F32";
-    case c10::kHalf:
-      return "F16";
-    case c10::kBFloat16:
-      return "BF16";
-    case c10::kLong:
-      return "I64";
-    case c10::kInt:
-      return "I32";
-    case c10::kShort:
-      return "I16";
-    case c10::kChar:
-      return "I8";
-    case c10::kByte:
-      return "U8";
-    case c10::kBool:
-      return "BOOL";
-    default:
-      throw Error(std::string("dtype ") + c10::toString(t) + " cannot be stored");
-  }
-}
-c10::ScalarType from_safetensors_dtype(const std::string& s) {
-  for (auto t : {c10::kDouble, c10::kFloat, c10::kHalf, c10::kBFloat16, c10::kLong, c10::kInt, c10::kShort, c10::kChar,
-                 c10::kByte, c10::kBool})
-    if (s == safetensors_dtype(t)) return t;
-  throw Error("unknown safetensors dtype " + shown(s));
-}
 
 // The safetensors format's own limit on the header (the reference implementation's).
 constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
@@ -62,7 +30,7 @@ std::string safetensors_bytes(const std::vector<std::pair<std::string, at::Tenso
     if (header.contains(name)) throw Error("safetensors: tensor '" + name + "' is given twice");  // one would be lost
     at::Tensor c = t.to(at::kCPU).contiguous();
     int64_t nbytes = static_cast<int64_t>(c.nbytes());
-    header[name] = {{"dtype", safetensors_dtype(c.scalar_type())},
+    header[name] = {{"dtype", safetensors_dtype_name(c.scalar_type())},
                     {"shape", c.sizes().vec()},
                     {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
@@ -115,7 +83,7 @@ std::unordered_map<std::string, at::Tensor> parse_safetensors(const std::string&
       continue;
     }
     try {
-      c10::ScalarType dtype = wrap(e, [&] { return from_safetensors_dtype(e["dtype"].str()); });
+      c10::ScalarType dtype = wrap(e, [&] { return dtype_from_safetensors_name(e["dtype"].str()); });
       TensorMeta m = wrap(e, [&] { return TensorMeta::contiguous(e["shape"].ints(), dtype, c10::kCPU); });
       int64_t nbytes = wrap(e, [&] { return m.nbytes(); });  // negative sizes, overflow
       auto offs = e["data_offsets"].ints();

@@ -13,6 +13,8 @@
 // schema's element type), so the text needs no kind annotations.
 #include "compiler/ir/text.h"
 
+#include "compiler/ir/dtypes.h"
+
 #include "compiler/ir/ops.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
@@ -25,19 +27,6 @@
 #include <unordered_map>
 
 namespace jvpc {
-
-c10::ScalarType dtype_from_text(const std::string& name) {
-  static const std::unordered_map<std::string, c10::ScalarType> short_names = {
-      {"f32", c10::kFloat}, {"f64", c10::kDouble}, {"f16", c10::kHalf}, {"bf16", c10::kBFloat16},
-      {"i64", c10::kLong},  {"i32", c10::kInt},    {"bool", c10::kBool}};
-  auto it = short_names.find(name);
-  if (it != short_names.end()) return it->second;
-  for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
-    auto t = static_cast<c10::ScalarType>(i);
-    if (c10::toString(t) == name) return t;
-  }
-  throw Error("unknown dtype '" + name + "'");
-}
 
 namespace {
 
@@ -101,11 +90,19 @@ class Parser {
     throw Error("IR text, line " + std::to_string(line) + ", column " + std::to_string(col) + ": " + msg);
   }
 
-  // Spaces and newlines; with `same_line` only spaces and tabs.
+  // Spaces, newlines and comments (// to the end of the line); with `same_line` only spaces,
+  // tabs and a comment, not the newline after it.
   void skip_space(bool same_line = false) {
-    while (pos_ < t_.size() &&
-           (t_[pos_] == ' ' || t_[pos_] == '\t' || t_[pos_] == '\r' || (!same_line && t_[pos_] == '\n')))
-      ++pos_;
+    while (pos_ < t_.size()) {
+      char c = t_[pos_];
+      if (c == ' ' || c == '\t' || c == '\r' || (!same_line && c == '\n')) {
+        ++pos_;
+      } else if (c == '/' && pos_ + 1 < t_.size() && t_[pos_ + 1] == '/') {
+        while (pos_ < t_.size() && t_[pos_] != '\n') ++pos_;
+      } else {
+        break;
+      }
+    }
   }
   bool peek(char c) {
     skip_space();

@@ -11,6 +11,8 @@
 // outputs with their names. Constants' values are not in the text: a constant marked
 // "stored" is bound by ParseTextOptions::bind (zeros of its declared layout by default).
 //
+// `//` starts a comment, to the end of the line (jvpc opt's output and the .ir tests carry them).
+//
 // This is not a loader of files from strangers: it trusts its text as tests do (shapes are
 // checked by verify(), but no limits on size or memory apply). Graph files are JSON
 // (graph_json.h, graph_files.h), which is checked as untrusted input.
@@ -34,8 +36,5 @@ struct ParseTextOptions {
 /// Builds the graph that `text` describes. Values take the text's ids. Throws a one-line
 /// jvpc::Error naming the line and column of the first problem.
 std::unique_ptr<Graph> parse_text(const std::string& text, const ParseTextOptions& options = {});
-
-/// The dtype named as TensorMeta::str() names it ("f32", "i64", "bool", "ComplexFloat", ...).
-c10::ScalarType dtype_from_text(const std::string& name);
 
 }  // namespace jvpc

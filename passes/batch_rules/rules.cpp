@@ -175,14 +175,4 @@ Rule fold_first() {
   };
 }
 
-Rule with_sizes(size_t arg) {
-  return [arg](Ctx& c) -> std::vector<Value*> {
-    std::vector<BArg> args = c.args();
-    std::vector<int64_t> sizes = c.c(arg).toIntVector();
-    sizes.insert(sizes.begin(), c.K);
-    args[arg] = BArg(sizes);
-    return c.emit(std::move(args));
-  };
-}
-
 }  // namespace jvpc::batch_rules

@@ -89,8 +89,6 @@ Rule with_dims(std::vector<size_t> dim_args, std::vector<size_t> keep = {}, int6
 /// K folded into the first dim of the single batched operand, which the op treats as a batch
 /// (pooling, resampling, padding: [K·N, C, ...]), and unfolded from the result.
 Rule fold_first();
-/// The op with the size list in argument `arg` given K in front (view, expand, zeros-shaped).
-Rule with_sizes(size_t arg);
 
 /// v viewed as `sizes`; copied first where its layout cannot be viewed so.
 Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes);

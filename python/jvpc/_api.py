@@ -13,7 +13,7 @@ from . import _C
 from ._C import Error
 from ._context import supported_context
 from ._jvp_fn import JvpFn
-from ._pytrees import Inputs, argnums_of, traced_fn
+from ._pytrees import Inputs, argnums_of, parameter_names, traced_fn
 
 __all__ = ["Loaded", "TracedGraph", "jvp", "linearize", "load", "trace"]
 
@@ -28,7 +28,7 @@ def linearize(func: Callable, *primals: Any, argnums=None, options: _C.Linearize
     """
     who = "jvpc.linearize"
     diff = argnums_of(argnums, len(primals), who)
-    inputs = Inputs(primals, diff, who)
+    inputs = Inputs(primals, diff, who, parameter_names(func, len(primals)))
     out_spec: list = []
     with supported_context(who):
         outputs, lin = _C._linearize(traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names,
@@ -53,11 +53,12 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, options=No
 
 
 class TracedGraph:
-    """The kernel-level graph of func at these inputs (jvpc.trace)."""
+    """The kernel-level graph of func at these inputs (jvpc.trace), and the inputs it was traced at."""
 
-    def __init__(self, graph: _C.Graph, outputs):
+    def __init__(self, graph: _C.Graph, outputs, inputs: Inputs):
         self.graph = graph
         self.outputs = outputs
+        self._inputs = inputs
 
     def __str__(self) -> str:
         return self.graph.to_text()
@@ -75,17 +76,21 @@ class TracedGraph:
         return json.loads(self.graph._cost_json())
 
     def save(self, path: str, trusted: bool = False) -> None:
+        """Writes the graph as `jvpc trace -o` does: x.json, its constants in x.safetensors, and the
+        inputs it was traced at, by name, in x.inputs.safetensors, where `jvpc linearize x.json`
+        and `jvpc compile x.json` take their primals from."""
         self.graph.save(str(path), trusted)
+        _C._save_inputs(str(path), self._inputs.names, [t.detach() for t in self._inputs.tensors])
 
 
 def trace(func: Callable, *args: Any) -> TracedGraph:
     """Traces func(*args) into a jvpc graph (every tensor leaf of args an input); .outputs holds func's result."""
     who = "jvpc.trace"
-    inputs = Inputs(args, (), who)
+    inputs = Inputs(args, (), who, parameter_names(func, len(args)))
     out_spec: list = []
     with supported_context(who):
         graph, outputs = _C._trace(traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names)
-    return TracedGraph(graph, pytree.tree_unflatten(outputs, out_spec[0]))
+    return TracedGraph(graph, pytree.tree_unflatten(outputs, out_spec[0]), inputs)
 
 
 class Loaded:

@@ -13,7 +13,7 @@ from . import _C
 from ._C import Error
 from ._context import supported_context
 from ._jvp_fn import JvpFn
-from ._pytrees import Inputs, argnums_of, shape_of, traced_fn
+from ._pytrees import Inputs, argnums_of, parameter_names, shape_of, traced_fn
 
 __all__ = ["Program", "compile", "load_program"]
 
@@ -39,7 +39,7 @@ class Program:
         ref = self._inputs
         if len(primals) != ref.n:
             raise Error(f"{who}: expected {ref.n} positional arguments, as compiled, got {len(primals)}")
-        inputs = Inputs(primals, ref.diff, who)
+        inputs = Inputs(primals, ref.diff, who, ref.arg_names)
         for i in range(ref.n):
             if inputs.specs[i] != ref.specs[i]:
                 raise Error(f"{who}: argument {i} has the structure {shape_of(inputs.specs[i])}, "
@@ -68,7 +68,8 @@ class Program:
         return json.loads(self._prog.primal_cost_json)
 
     def report_text(self) -> str:
-        """The compile's per-pass cost table, as `jvpc linearize` prints it."""
+        """The compile's per-pass cost table, as `jvpc linearize` prints it; a loaded program (which
+        keeps no compile report) shows its primal and tangent graphs' costs, as `jvpc cost` does."""
         return self._prog.report_text
 
     def save(self, path: str, trusted: bool = False) -> None:
@@ -89,7 +90,7 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
     """
     who = "jvpc.compile"
     diff = argnums_of(argnums, len(example_primals), who)
-    inputs = Inputs(example_primals, diff, who)
+    inputs = Inputs(example_primals, diff, who, parameter_names(func, len(example_primals)))
     out_spec: list = []
     with supported_context(who):
         prog = _C._compile(traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names,
@@ -109,7 +110,8 @@ def load_program(path: str, *, trusted: bool = False, device: str | None = None,
     who = "jvpc.load_program"
     prog = _C._load_program(str(path), trusted, device, runtime or _C.ExecutableOptions())
     metas = prog.primal_inputs
-    inputs = Inputs([m for _, _, m in metas], tuple(i for i, (_, d, _) in enumerate(metas) if d), who)
+    inputs = Inputs([m for _, _, m in metas], tuple(i for i, (_, d, _) in enumerate(metas) if d), who,
+                    [name for name, _, _ in metas])
     n = prog.num_primal_outputs
     out_spec = pytree.tree_structure(0 if n == 1 else tuple(range(n)))
     return Program(prog, inputs, out_spec, "jvpc.Program")

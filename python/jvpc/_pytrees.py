@@ -5,10 +5,16 @@ torch.utils._pytree as torch.func does. Every tensor leaf of a differentiated ar
 primal input of the traced graph; tensor leaves of the other arguments (argnums) are inputs
 held constant, and their other leaves (ints, floats, ...) are passed to the function as they are.
 Tensors the function captures (module parameters, globals) are constants of the graph.
+
+Graph inputs are named after the function's parameters where Python knows them (q, k, v for
+`def f(q, k, v)`; a leaf inside an argument adds its pytree path: x['w'], x[0]), else a0, a1, ...
+by position; tangents take "d" and the primal's name (dq). The names are what the CLI's
+safetensors files hold (`jvpc linearize x.json --inputs`, `jvpc jvp --primals --tangents`).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Sequence
 
 import torch
@@ -36,6 +42,21 @@ def argnums_of(argnums, n: int, who: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def parameter_names(func: Callable, n: int) -> list[str]:
+    """Names for func's first n positional arguments: its positional parameters' names, as far as
+    inspect finds them (not past *args), else a0, a1, ... by position (builtins, *args)."""
+    names = [f"a{i}" for i in range(n)]
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return names
+    for i, p in enumerate(params[:n]):
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            break
+        names[i] = p.name
+    return names
+
+
 def check_primal(p: Any, who: str) -> None:
     if not isinstance(p, torch.Tensor):
         raise Error(f"{who}: expected the differentiated primals to only contain Tensors, got {type(p)}")
@@ -47,8 +68,9 @@ def check_primal(p: Any, who: str) -> None:
 class Inputs:
     """The flattened positional arguments: which leaves are graph inputs, and how to rebuild them."""
 
-    def __init__(self, args: Sequence[Any], diff: tuple[int, ...], who: str):
+    def __init__(self, args: Sequence[Any], diff: tuple[int, ...], who: str, arg_names: Sequence[str] | None = None):
         self.n = len(args)
+        self.arg_names = list(arg_names) if arg_names is not None else [f"a{i}" for i in range(self.n)]
         self.diff = diff
         self.specs = []
         self.leaves = []  # per argument: its leaves (the values passed when not a graph input)
@@ -69,7 +91,7 @@ class Inputs:
                 if isinstance(leaf, torch.Tensor):
                     slots.append(len(self.tensors))
                     self.tensors.append(leaf)
-                    self.names.append(f"a{i}{pytree.keystr(path)}")
+                    self.names.append(f"{self.arg_names[i]}{pytree.keystr(path)}")
                     self.differentiable.append(i in diff)
                 else:
                     slots.append(None)

@@ -1,4 +1,4 @@
-"""Batched tangents (issue 20): vmap(jvp_fn) is one call of the batched tangent graph, which
+"""Batched tangents: vmap(jvp_fn) is one call of the batched tangent graph, which
 FlopCounterMode counts exactly; jvpc.jacfwd matches torch.func.jacfwd, chunked or not."""
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -131,7 +131,7 @@ def test_pytrees_and_argnums():
     torch.testing.assert_close(out, ref_out)
     t = {"a": torch.randn(3, 4, dtype=torch.float64), "b": [torch.randn(4, dtype=torch.float64)]}
     torch.testing.assert_close(jvp_fn(t), ref_jvp(t))
-    assert jvp_fn.tangent_names == ["da0['a']", "da0['b'][0]"]
+    assert jvp_fn.tangent_names == ["dd['a']", "dd['b'][0]"]
 
 
 def test_integer_primal_is_refused_as_torch_func_does():

@@ -71,11 +71,11 @@ def test_an_optimizer_step_between_two_points_is_seen():
 
 def test_guards_are_one_line_errors_naming_the_input():
     prog = jvpc.compile(lambda x, y: x.sin() * y, torch.randn(3, 4), torch.randn(3, 4))
-    with pytest.raises(jvpc.Error, match=r"primal 'a1': expected shape \[3,4\] but got \[4,3\]"):
+    with pytest.raises(jvpc.Error, match=r"primal 'y': expected shape \[3,4\] but got \[4,3\]"):
         prog(torch.randn(3, 4), torch.randn(4, 3))
-    with pytest.raises(jvpc.Error, match="primal 'a0': expected dtype Float but got Double"):
+    with pytest.raises(jvpc.Error, match="primal 'x': expected dtype Float but got Double"):
         prog(torch.randn(3, 4, dtype=torch.float64), torch.randn(3, 4))
-    with pytest.raises(jvpc.Error, match=r"primal 'a0': expected strides \[4,1\] but got \[1,3\]"):
+    with pytest.raises(jvpc.Error, match=r"primal 'x': expected strides \[4,1\] but got \[1,3\]"):
         prog(torch.randn(4, 3).t(), torch.randn(3, 4))
     with pytest.raises(jvpc.Error, match="expected 2 positional arguments"):
         prog(torch.randn(3, 4))
@@ -111,7 +111,7 @@ def test_a_saved_program_loads_and_runs_as_the_one_saved(tmp_path):
     prog = jvpc.compile(f, x, scale, argnums=0)
     prog.save(tmp_path / "prog.json")
     loaded = jvpc.load_program(tmp_path / "prog.json")
-    assert [name for name, _, _ in loaded._prog.primal_inputs] == ["a0", "a1"]
+    assert [name for name, _, _ in loaded._prog.primal_inputs] == ["x", "scale"]
     x2, dx = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 8, dtype=torch.float64)
     (h, s), jvp_fn = loaded(x2, scale)
     (want_h, want_s), want_fn = prog(x2, scale)
@@ -123,7 +123,7 @@ def test_a_saved_program_loads_and_runs_as_the_one_saved(tmp_path):
     ref_out, ref_dout = torch.func.jvp(lambda x: f(x, scale), (x2,), (dx,))
     torch.testing.assert_close(dh, ref_dout[0].detach(), atol=1e-12, rtol=1e-10)
     torch.testing.assert_close(ds, ref_dout[1].detach(), atol=1e-12, rtol=1e-10)
-    with pytest.raises(jvpc.Error, match=r"primal 'a0': expected shape \[3,8\] but got \[8,3\]"):
+    with pytest.raises(jvpc.Error, match=r"primal 'x': expected shape \[3,8\] but got \[8,3\]"):
         loaded(torch.randn(8, 3, dtype=torch.float64), scale)
     with pytest.raises(jvpc.Error, match="expected 2 positional arguments"):
         loaded(x2)

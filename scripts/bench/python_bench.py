@@ -14,7 +14,7 @@ preallocated outputs), in the same rotation. It is the floor of any jvp_fn that 
 arithmetic: FlopCounterMode must count the same matmul FLOPs in it as in jvpc's call (checked),
 and jvpc's call and PyTorch's later calls run those same FLOPs. The script prints jvpc / floor,
 floor / eager, the machine's matmul throughput at those shapes (FLOPs / floor time) and the time a
-target ratio to eager (--target, default issue 18's 0.4) would need beside the floor's.
+target ratio to eager (--target, default 0.4) would need beside the floor's.
 
 At --seq-len 1 the calls are almost free of arithmetic, so jvpc's median there is its fixed cost
 per call from Python. --profile prints torch.profiler's per-op table of jvpc's calls (where a
@@ -45,10 +45,9 @@ import jvpc  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
-# The ops whose FLOPs the cost model counts as matmul FLOPs (compiler/cost/cost_model.cpp).
-MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution", "jvpc::attention_tangent"}
-GRAPH_DTYPES = {"Float": torch.float32, "Double": torch.float64, "Half": torch.float16, "BFloat16": torch.bfloat16,
-                "Bool": torch.bool, "Long": torch.int64}
+# The ops whose FLOPs the cost model counts as matmul FLOPs (compiler/ir/ops.cpp).
+MATMULS = set(jvpc._C.matmul_ops())
+GRAPH_DTYPES = {aten: getattr(torch, python) for aten, python in jvpc._C.dtype_names()}  # a graph JSON's dtypes
 
 
 def matmul_kernels_run(call, device):
@@ -156,7 +155,7 @@ def parse_args(argv=None):
     p.add_argument("--no-grad", action="store_true",
                    help="time the calls under torch.no_grad() (default: grad mode on, as the seed's script)")
     p.add_argument("--target", type=float, default=0.4, help="a target ratio of jvpc to torch.func eager, "
-                   "set beside the floor (default: issue 18's 0.4)")
+                   "set beside the floor (default: 0.4)")
     p.add_argument("--profile", type=int, metavar="CALLS", default=0,
                    help="also print torch.profiler's per-op table over this many jvpc calls")
     p.add_argument("--json", metavar="OUT.json")

@@ -7,8 +7,10 @@ phase it records the matmul FLOPs FlopCounterMode counts in one execution (the p
 compiled code), the median time and the peak memory of one execution; it also reports the bytes
 the linearized function keeps alive. It prints a table and, with --json, writes the numbers.
 
-  python3 scripts/bench/torch_reference.py --config sdpa [--causal] [--json OUT.json]
-  python3 scripts/bench/torch_reference.py --config block --seq-len 64 --model-dim 128 --head-dim 32
+  PYTHONPATH=build/python python3 scripts/bench/torch_reference.py --config sdpa [--causal] [--json OUT.json]
+  PYTHONPATH=build/python python3 scripts/bench/torch_reference.py --config block --seq-len 64 --model-dim 128
+
+jvpc's module gives it only the list of matmul ops whose FLOPs it counts.
 """
 import argparse
 import gc
@@ -27,12 +29,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
+import jvpc  # only its list of matmul ops: this side runs PyTorch alone
+
 # torch.fx's constant folding (inside linearize) warns on every call about a get_attr it inserts.
 warnings.filterwarnings("ignore", message="Attempted to insert a get_attr Node")
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 ONE_OFF_SAMPLES = 5  # fresh linearize instances timed for the one-off phases
-MATMUL_OPS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"}  # profiler names with FLOPs
+# The ops whose FLOPs count as matmul FLOPs: jvpc's list (compiler/ir/ops.cpp), as the profiler names them.
+MATMUL_OPS = set(jvpc._C.matmul_ops())
 SEED, TANGENT_SEED = 0, 1  # SEED is the default --seed of jvpc's examples
 
 

@@ -1,0 +1,19 @@
+// The inputs file beside a traced graph (inputs_file.h).
+#include "compiler/api/inputs_file.h"
+
+#include "compiler/ir/serialize.h"
+
+namespace jvpc {
+
+std::string traced_inputs_path_for(const std::string& graph_path) {
+  std::string c = constants_path_for(graph_path);  // "x.safetensors"
+  return c.substr(0, c.size() - std::string(".safetensors").size()) + ".inputs.safetensors";
+}
+
+void save_traced_inputs(const std::string& graph_path, const std::vector<std::pair<std::string, at::Tensor>>& inputs) {
+  std::vector<std::pair<std::string, at::Tensor>> cpu;
+  for (const auto& [name, t] : inputs) cpu.emplace_back(name, t.cpu());
+  write_safetensors(traced_inputs_path_for(graph_path), cpu);
+}
+
+}  // namespace jvpc

@@ -1,0 +1,128 @@
+// linearize's pipeline: the table of its steps, in order, each with why it stands there
+// (passes/linearize_pipeline.h shows the table as `jvpc linearize --list-passes` prints it).
+#include "passes/linearize_pipeline.h"
+
+#include "compiler/ir/limits.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+
+namespace jvpc {
+
+const std::vector<LinearizePass>& linearize_passes() {
+  using Ctx = LinearizePassContext;
+  static const std::vector<LinearizePass> table = {
+      {"jvp", false, "differentiates: a tangent input per primal input, each node's tangent after it",
+       [](Graph& g, const Ctx& c) { return jvp(g, c.wrt); }},
+      // With the P form everywhere (budget inf) the rules' P form stays as it is.
+      {"attention-match", true, "while the traced attention outputs the O(L) form reads are in the graph",
+       [](Graph& g, const Ctx& c) {
+         *c.matched = c.residual_budget == kNoMemoryLimit ? std::vector<MatchedAttention>{} : attention_match(g);
+         return !c.matched->empty();
+       }},
+      // A program's primal graph computes f(x): there fold takes the primal outputs out with
+      // the residuals.
+      {"drop-primal-outputs", false, "linearize returns f(x) from the tracing run; a program keeps it until fold",
+       [](Graph& g, const Ctx& c) {
+         if (c.split) return false;
+         for (size_t i = 0; i < c.primal_outputs; ++i) g.erase_output(0);
+         return c.primal_outputs > 0;
+       }},
+      {"dce", false, "drops the P form of the attentions matched, now unread",
+       [](Graph& g, const Ctx&) { return dce(g); }},
+      {"attention-form", false, "P or O(L) per attention under the budget, before the simplifications",
+       [](Graph& g, const Ctx& c) {
+         auto choices = attention_form(g, c.residual_budget, *c.matched);
+         bool changed = false;
+         for (const AttentionChoice& a : choices) changed |= !a.o_l_form;
+         if (c.attention) *c.attention = choices;
+         return changed;
+       }},
+      {"simplify-views", true, "from here to zero-blocks: work moves onto primal values, before fold",
+       [](Graph& g, const Ctx&) { return simplify_views(g); }},
+      {"simplify-arith", true, "multiplications by one, additions of zero, scalar chains merged",
+       [](Graph& g, const Ctx&) { return simplify_arith(g); }},
+      {"cse", true, "one value for each repeat, so that the rewrites below see it once",
+       [](Graph& g, const Ctx&) { return cse(g); }},
+      {"scale-to-residual", true, "scalar scales off the tangent path, onto a product's primal operand",
+       [](Graph& g, const Ctx&) { return scale_to_residual(g); }},
+      {"merge-factors", true, "t·a·b -> t·(a·b): one residual where there were two",
+       [](Graph& g, const Ctx&) { return merge_factors(g); }},
+      {"select-masks", true, "t·float(m) -> where(m, t, 0): the residual is a boolean mask",
+       [](Graph& g, const Ctx&) { return select_masks(g); }},
+      {"group-bmm", true, "grouped-query heads read unrepeated, before fold holds them",
+       [](Graph& g, const Ctx&) { return group_bmm(g); }},
+      {"zero-blocks", true, "products skip the zeros of a KV cache's tangent",
+       [](Graph& g, const Ctx&) { return zero_blocks(g); }},
+      {"fold", false, "evaluates every primal-only value once; those the tangent reads become residuals",
+       [](Graph& g, const Ctx& c) {
+         if (!c.split) return fold(g, *c.known);
+         return fold(g, *c.known, {c.primal_outputs, /*constants_as_residuals=*/true}, c.split.get());
+       }},
+      {"dce", false, "drops the forward and the primal inputs the tangent no longer reads",
+       [](Graph& g, const Ctx&) { return dce(g, /*prune_primal_inputs=*/true); }},
+      {"simplify-views", true, "views of residuals fold took in",
+       [](Graph& g, const Ctx&) { return simplify_views(g); }},
+      {"fuse-matmul-add", true, "add(x, bmm(a, b)) -> baddbmm: after fold, so only tangent adds fuse",
+       [](Graph& g, const Ctx&) { return fuse_matmul_add(g); }},
+      {"cse", true, "repeats the rewrites after fold left", [](Graph& g, const Ctx&) { return cse(g); }},
+  };
+  return table;
+}
+
+std::vector<std::string> optional_linearize_passes() {
+  std::vector<std::string> out;
+  for (const LinearizePass& p : linearize_passes())
+    if (p.optional && std::find(out.begin(), out.end(), p.name) == out.end()) out.push_back(p.name);
+  return out;
+}
+
+void add_linearize_passes(Pipeline& p, LinearizePassContext context, const std::set<std::string>& disabled) {
+  std::vector<std::string> optional = optional_linearize_passes();
+  for (const std::string& name : disabled)
+    if (std::find(optional.begin(), optional.end(), name) == optional.end()) {
+      std::string list;
+      for (const std::string& o : optional) list += (list.empty() ? "" : ", ") + o;
+      bool required = std::any_of(linearize_passes().begin(), linearize_passes().end(),
+                                  [&](const LinearizePass& lp) { return lp.name == name; });
+      throw Error(required ? "pass '" + name + "' cannot be disabled (these can: " + list + ")"
+                           : "no optional pass is named '" + name + "' (these can be disabled: " + list + ")");
+    }
+  auto ctx = std::make_shared<LinearizePassContext>(std::move(context));
+  for (const LinearizePass& lp : linearize_passes())
+    if (!disabled.count(lp.name)) {
+      const auto& run = lp.run;
+      p.add(make_pass(lp.name, [ctx, &run](Graph& g) { return run(g, *ctx); }));
+    }
+}
+
+const LinearizePass& linearize_pass(const std::string& name_or_row) {
+  const auto& table = linearize_passes();
+  for (const LinearizePass& p : table)
+    if (p.name == name_or_row) return p;
+  if (!name_or_row.empty() && name_or_row.size() <= 3 &&
+      std::all_of(name_or_row.begin(), name_or_row.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    size_t row = std::stoul(name_or_row);
+    if (row >= 1 && row <= table.size()) return table[row - 1];
+  }
+  std::string names;
+  for (const LinearizePass& p : table)
+    if (names.find(" " + p.name + ",") == std::string::npos) names += " " + p.name + ",";
+  throw Error("no pass is named '" + name_or_row + "' (passes:" + names + " or a row number 1 to " +
+              std::to_string(table.size()) + " of `jvpc linearize --list-passes`)");
+}
+
+void print_linearize_passes(std::ostream& os) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%2s  %-20s %-9s %s\n", "#", "pass", "optional", "why it stands here");
+  os << line;
+  int i = 0;
+  for (const LinearizePass& p : linearize_passes()) {
+    std::snprintf(line, sizeof line, "%2d  %-20s %-9s %s\n", ++i, p.name.c_str(), p.optional ? "yes" : "",
+                  p.why.c_str());
+    os << line;
+  }
+}
+
+}  // namespace jvpc
