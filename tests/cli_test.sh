@@ -232,6 +232,8 @@ expect 2 "--list-passes with a target" -- "$JVPC" linearize sdpa --list-passes; 
 expect 0 "opt on a traced graph's text" -- "$JVPC" opt --passes=jvp,drop-primal-outputs,dce,attention-form,fold,15 "$DIR/sdpa8.ir"
 contains out "^// fold: changed"; contains out "dq \[tangent, tangent_of q\]"
 expect 0 "opt reads stdin" -- sh -c "'$JVPC' opt --passes=cse - <'$DIR/sdpa8.ir'"; contains out "^// cse: no change"
+expect 2 "opt: stdin past its limit" -- sh -c "head -c 70000000 /dev/zero | '$JVPC' opt --passes=cse -"; contains err "more than 67108864 bytes"
+expect 2 "opt: an empty pass name" -- "$JVPC" opt --passes=cse, "$DIR/sdpa8.ir"; contains err "an empty name"
 expect 2 "opt: an unknown pass" -- "$JVPC" opt --passes=cse,nope "$DIR/sdpa8.ir"; contains err "no pass is named 'nope' (passes: jvp,"
 expect 2 "opt: a row past the table" -- "$JVPC" opt --passes=19 "$DIR/sdpa8.ir"; contains err "or a row number 1 to 18"
 printf 'graph(%%0 : f32[4] x):\n  %%1 : f32[5] = aten::exp(%%0)\n  return (%%1 out0)\n' >"$DIR/bad.ir"

@@ -73,6 +73,9 @@ constexpr double kFlopsWorthSaying = 1e12;
 /// other) pass --max-flops, in one line naming both; above kFlopsWorthSaying prints them on one
 /// line to stderr, before the graph runs.
 void check_flops(const Graph& g, const LimitFlags& flags, const std::string& what = "graph");
+/// A flag's comma-separated names (--wrt q,v; --passes cse,dce): at least one, none empty, and
+/// with `distinct` none twice; otherwise a jvpc::Error naming the flag.
+std::vector<std::string> comma_list(const std::string& s, const std::string& flag, bool distinct);
 /// Example flags: the arguments CLI11 left over, in order.
 std::vector<std::string> leftover(const CLI::App& sub);
 /// Each example's description and flags, for the --help footers of trace and linearize.

@@ -26,7 +26,6 @@
 #include <filesystem>
 #include <iostream>
 #include <set>
-#include <sstream>
 
 namespace jvpc::cli {
 
@@ -43,21 +42,6 @@ struct Opts {
   bool trusted = false, verify_each = false, timing = false, list_passes = false;
   TargetFlags target_flags() const { return {target, device, inputs, seed, trusted, limits}; }
 };
-
-std::vector<std::string> split_names(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  if (!s.empty() && s.back() == ',') throw Error("--wrt '" + s + "': an empty name");  // getline drops it
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) throw Error("--wrt '" + s + "': an empty name");
-    if (std::find(out.begin(), out.end(), item) != out.end())
-      throw Error("--wrt '" + s + "' names '" + item + "' twice");
-    out.push_back(item);
-  }
-  if (out.empty()) throw Error("--wrt '" + s + "' names no input");
-  return out;
-}
 
 // --disable-pass takes the optional passes; --dump-after "trace" (the traced graph), the names of
 // the passes that run, or "all".
@@ -248,7 +232,7 @@ void add_linearize(CLI::App& app) {
     if (!o->out.empty()) check_destination(constants_path_for(o->out));
 
     LinearizeOptions opts;
-    if (cmd->count("--wrt")) opts.wrt = split_names(o->wrt);
+    if (cmd->count("--wrt")) opts.wrt = comma_list(o->wrt, "--wrt", /*distinct=*/true);
     opts.disabled_passes = std::set<std::string>(o->disabled.begin(), o->disabled.end());
     if (o->verify_each) opts.verify_each = true;
     if (cmd->count("--residual-budget")) opts.residual_budget = parse_size(o->residual_budget, "--residual-budget");

@@ -22,7 +22,6 @@
 
 #include <cstdio>
 #include <iostream>
-#include <iterator>
 #include <sstream>
 
 namespace jvpc::cli {
@@ -32,15 +31,16 @@ namespace {
 constexpr const char* kSplit = "// -----";
 constexpr int64_t kMaxTextBytes = int64_t(64) << 20;
 
-std::vector<std::string> split_list(const std::string& s, const std::string& flag) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
-    if (item.empty()) throw Error(flag + " '" + s + "': an empty name");
-    out.push_back(item);
+// Standard input, refused past `limit` bytes.
+std::string read_stdin(int64_t limit) {
+  std::string text;
+  char buf[1 << 16];
+  while (std::cin.read(buf, sizeof buf) || std::cin.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(std::cin.gcount()));
+    if (static_cast<int64_t>(text.size()) > limit)
+      throw Error("standard input: more than " + std::to_string(limit) + " bytes of IR text");
   }
-  if (out.empty() || s.back() == ',') throw Error(flag + " '" + s + "': an empty name");
-  return out;
+  return text;
 }
 
 std::vector<std::string> split_input(const std::string& text, bool split) {
@@ -122,11 +122,11 @@ void add_opt(CLI::App& app) {
   cmd->add_flag("--verify-each", o->verify_each,
                 "verify the whole graph after every pass (by default only after passes that changed it)");
   cmd->callback([o, cmd] {
-    std::vector<std::string> names = split_list(o->passes, "--passes");
+    std::vector<std::string> names = comma_list(o->passes, "--passes", /*distinct=*/false);
     for (const std::string& n : names) linearize_pass(n);  // a bad name fails before any work
     std::string text;
     if (o->file == "-")
-      text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+      text = read_stdin(kMaxTextBytes);
     else
       text = read_regular_file(o->file, "IR text file", kMaxTextBytes);
     std::vector<std::string> graphs = split_input(text, o->split);
@@ -139,7 +139,7 @@ void add_opt(CLI::App& app) {
         throw Error(where + e.what());
       }
       auto ctx = std::make_shared<LinearizePassContext>();
-      if (!o->wrt.empty()) ctx->wrt = split_list(o->wrt, "--wrt");
+      if (!o->wrt.empty()) ctx->wrt = comma_list(o->wrt, "--wrt", /*distinct=*/true);
       ctx->primal_outputs = g->outputs().size();
       if (cmd->count("--residual-budget")) ctx->residual_budget = parse_size(o->residual_budget, "--residual-budget");
       // fold evaluates what the tangent reads at random primals (the text holds no values).

@@ -10,10 +10,12 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 
 namespace jvpc::cli {
 
@@ -145,6 +147,20 @@ void check_flops(const Graph& g, const LimitFlags& flags, const std::string& wha
                 static_cast<long long>(c.matmul_flops), static_cast<long long>(c.other_flops));
   if (flops > limit) throw Error(what + " needs " + count + ", more than --max-flops " + flags.max_flops + " allows");
   if (flops > kFlopsWorthSaying) std::cerr << "jvpc: " << what << " costs " << count << "; running it\n";
+}
+
+std::vector<std::string> comma_list(const std::string& s, const std::string& flag, bool distinct) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  if (!s.empty() && s.back() == ',') throw Error(flag + " '" + s + "': an empty name");  // getline drops it
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (item.empty()) throw Error(flag + " '" + s + "': an empty name");
+    if (distinct && std::find(out.begin(), out.end(), item) != out.end())
+      throw Error(flag + " '" + s + "' names '" + item + "' twice");
+    out.push_back(item);
+  }
+  if (out.empty()) throw Error(flag + " '" + s + "' names nothing");
+  return out;
 }
 
 std::vector<std::string> leftover(const CLI::App& sub) { return sub.remaining(); }
