@@ -40,5 +40,5 @@ install(EXPORT jvpcTargets NAMESPACE jvpc:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/
 configure_package_config_file(cmake/jvpcConfig.cmake.in ${PROJECT_BINARY_DIR}/jvpcConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/jvpc)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/jvpcConfigVersion.cmake COMPATIBILITY SameMinorVersion)
-install(FILES ${PROJECT_BINARY_DIR}/jvpcConfig.cmake ${PROJECT_BINARY_DIR}/jvpcConfigVersion.cmake
+install(FILES ${PROJECT_BINARY_DIR}/jvpcConfig.cmake ${PROJECT_BINARY_DIR}/jvpcConfigVersion.cmake cmake/torch.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/jvpc)

@@ -3,19 +3,20 @@
 # Idempotent: quick when everything is already there. Used by quickstart.sh, test.sh and CI.
 #
 #   Debian packages: cmake, ninja, g++, ccache, nlohmann-json3-dev, libgtest-dev, libcli11-dev
-#   Python:          torch==2.11.0 (LibTorch comes from this wheel), numpy; for the Python module
+#   Python:          torch==2.15.0 (LibTorch comes from this wheel), numpy; for the Python module
 #                    and its tests: CPython's headers (python3-dev where that Python lacks them),
 #                    pytest, tabulate (FlopCounterMode's table), expecttest (PyTorch's OpInfo),
 #                    safetensors (the tests that move files between Python and the CLI)
 #
-# Environment: JVPC_PYTHON (a python3 with torch 2.11), JVPC_BUILD_DIR (default build),
+# Environment: JVPC_PYTHON (a python3 with that torch), JVPC_TORCH_VERSION (default 2.15.0; jvpc
+# builds against 2.11.0 to 2.15.0), JVPC_BUILD_DIR (default build),
 # JVPC_BUILD_TYPE (default Release), JVPC_CMAKE_ARGS (extra configure arguments),
 # JVPC_EXTRA_PACKAGES (more Debian packages), JVPC_SETUP_ONLY=1 (install, do not build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD_DIR=${JVPC_BUILD_DIR:-build}
-TORCH_VERSION=2.11.0
+TORCH_VERSION=${JVPC_TORCH_VERSION:-2.15.0}
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else "$@"; fi; }
@@ -32,7 +33,7 @@ if [ ${#need[@]} -gt 0 ]; then
   as_root apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# --- Python with torch 2.11.0 -----------------------------------------------------------------
+# --- Python with torch $TORCH_VERSION -------------------------------------------------------------
 has_torch() { "$1" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; }
 PY=""
 for cand in ${JVPC_PYTHON:-} python3 "$ROOT/.venv/bin/python"; do
@@ -40,10 +41,13 @@ for cand in ${JVPC_PYTHON:-} python3 "$ROOT/.venv/bin/python"; do
 done
 if [ -z "$PY" ]; then
   log "installing torch==$TORCH_VERSION (several GB with its CUDA runtime packages)"
-  if python3 -m pip install -q "torch==$TORCH_VERSION" numpy 2>/dev/null && has_torch python3; then
-    PY=$(command -v python3)
+  # Into JVPC_PYTHON where given; else into python3 where it has no torch yet (another version
+  # there is left alone); else, and where Debian's python3 refuses pip installs (PEP 668), into .venv.
+  target=${JVPC_PYTHON:-python3}
+  if [ -z "${JVPC_PYTHON:-}" ] && python3 -c "import torch" 2>/dev/null; then target=""; fi
+  if [ -n "$target" ] && "$target" -m pip install -q "torch==$TORCH_VERSION" numpy 2>/dev/null && has_torch "$target"; then
+    PY=$(command -v "$target")
   else
-    # Debian's system Python refuses pip installs (PEP 668): use a virtual environment.
     dpkg -s python3-venv >/dev/null 2>&1 || as_root apt-get install -y -qq python3-venv >/dev/null
     python3 -m venv "$ROOT/.venv"
     "$ROOT/.venv/bin/python" -m pip install -q "torch==$TORCH_VERSION" numpy
@@ -69,7 +73,7 @@ PY=$("$PY" -c 'import sys; print(sys.executable)')  # the interpreter itself, no
 TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 log "torch $("$PY" -c 'import torch; print(torch.__version__)') from $PY"
 
-[ -n "${JVPC_SETUP_ONLY:-}" ] && { mkdir -p build && echo "$PY" >build/.jvpc-python; exit 0; }
+[ -n "${JVPC_SETUP_ONLY:-}" ] && { mkdir -p "$BUILD_DIR" && echo "$PY" >"$BUILD_DIR/.jvpc-python"; exit 0; }
 
 # --- configure and build --------------------------------------------------------------------
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime

@@ -115,7 +115,11 @@ TEST(JvpRules, EveryRegisteredRuleHasACase) {
       "aten::mkldnn_rnn_layer"};  // float32 only: Linearize.OneDnnLstmLayersMatchForwardAdOfTheUnfusedPath
   for (const RuleCase& rc : cases()) covered.insert(rc.op);
   for (const ComplexCase& cc : complex_cases()) covered.insert(cc.op);
-  for (const std::string& op : jvp_rules::registry().ops()) EXPECT_TRUE(covered.count(op)) << op << " has no case";
+  for (const std::string& op : jvp_rules::registry().ops()) {
+    if (has_op(op)) {
+      EXPECT_TRUE(covered.count(op)) << op << " has no case";
+    }
+  }
   for (const std::string& op : jvp_rules::registry().complex_ops()) EXPECT_TRUE(jvp_rules::registry().find(op)) << op;
 }
 

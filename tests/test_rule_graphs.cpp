@@ -223,7 +223,7 @@ TEST(LoadableOps, EveryCasesGraphsSaveLoadAndRunWithoutWritingTheirOperands) {
   for (const ComplexCase& cc : complex_cases()) exempt.insert(cc.op);
   std::vector<std::string> unrun;
   for (const std::string& op : loadable_ops())
-    if (!ran.count(op) && !exempt.count(op)) unrun.push_back(op);
+    if (!ran.count(op) && !exempt.count(op) && test::has_op(op)) unrun.push_back(op);
   EXPECT_TRUE(unrun.empty()) << "ops on the list no case runs: " << ::testing::PrintToString(unrun);
   std::vector<std::string> missing;
   for (const std::string& op : ran)

@@ -73,7 +73,7 @@ std::vector<Sample> samples() {
   at::Tensor q = n({2, 4, 5, 8}), k = n({2, 2, 7, 8}), v = n({2, 2, 7, 8});
   at::Tensor weight = r({10, 3}), idx = longs({1, 2, 3, 4}), offs = longs({0, 1});
   at::Tensor cx = at::randn({3, 4}, at::kComplexFloat);
-  return {
+  std::vector<Sample> all = {
       {"aten::_adaptive_avg_pool2d", {n({2, 3, 5, 7}), I({2, 3})}},
       {"aten::_adaptive_avg_pool2d", {n({3, 5, 7}), I({1, 1})}},
       {"aten::_adaptive_avg_pool2d", {cl(n({2, 3, 5, 7})), I({2, 2})}},
@@ -225,6 +225,10 @@ std::vector<Sample> samples() {
       {"aten::where.Scalar", {at::rand({3, 4}) > 0.5, 0.0, -std::numeric_limits<double>::infinity()}},
       {"aten::where.Scalar", {at::ones({2, 1}, at::kBool), int64_t{1}, int64_t{0}}},
   };
+  std::vector<Sample> present;  // the ops of this LibTorch (test::has_op)
+  for (Sample& s : all)
+    if (test::has_op(s.op)) present.push_back(std::move(s));
+  return present;
 }
 
 std::string describe(const Sample& s) {
@@ -327,6 +331,7 @@ TEST(ShapeRules, CoverEveryOpWithoutACppMetaKernel) {
   std::set<std::string> sampled;
   for (const Sample& s : samples()) sampled.insert(s.op);
   for (const std::string& op : ops) {
+    if (!test::has_op(op)) continue;
     SCOPED_TRACE(op);
     EXPECT_TRUE(sampled.count(op));
     for (const Sample& s : samples())
@@ -502,6 +507,7 @@ TEST(ShapeRules, BadArgumentsAreErrors) {
       {"aten::prod", {meta({3}), int64_t{999}}, "is not a dtype"},
   };
   for (const Bad& c : cases) {
+    if (!test::has_op(c.op)) continue;
     SCOPED_TRACE(c.op);
     test::expect_error([&] { infer(c.op, c.args); }, c.fragment);
     try {

@@ -332,7 +332,8 @@ NodeCost cost_of(const Node& n) {
   if (mm >= 0) {
     c.matmul_flops = mm;
     if (n.op() == "aten::_scaled_dot_product_flash_attention_for_cpu")
-      c.note = "FlopCounterMode has no rule for the CPU flash kernel; counted as its two bmms over the query heads";
+      c.note = "the CPU flash kernel, counted as its two bmms over the query heads (as torch 2.15's FlopCounterMode "
+               "counts it; 2.11's has no rule for it)";
     else if (n.op().rfind("aten::_scaled_dot_product_", 0) == 0 && shapes.at(0).at(1) != shapes.at(1).at(1))
       c.note = "FlopCounterMode has no rule for grouped-query attention; counted as two bmms over the query heads";
     if (n.op() == "aten::addmm" || n.op() == "aten::baddbmm") c.other_flops = out_elems;  // the addition

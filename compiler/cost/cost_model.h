@@ -3,9 +3,10 @@
 // matmul_flops are counted exactly as PyTorch's FlopCounterMode counts them
 // (torch/utils/flop_counter.py): mm and addmm 2·m·n·k, bmm and baddbmm 2·b·m·n·k (the addition
 // of addmm/baddbmm is not counted), fused attention forwards (flash, efficient, cuDNN)
-// 2·b·h·s_q·s_k·d_qk + 2·b·h·s_q·s_k·d_v, mask ignored. FlopCounterMode has no rule for the CPU
-// flash kernel; jvpc uses the same formula there (the two bmms it replaces), and says so in
-// the node's note. So graph matmul_flops compare directly with FlopCounterMode's totals.
+// 2·b·h·s_q·s_k·d_qk + 2·b·h·s_q·s_k·d_v, mask ignored. The CPU flash kernel takes the same
+// formula (the two bmms it replaces), as torch 2.15's FlopCounterMode counts it; torch 2.11's
+// has no rule for it, and the node's note says so. So graph matmul_flops compare directly with
+// FlopCounterMode's totals.
 //
 // Everything else goes in other_flops and transcendentals, by the convention in
 // docs/cost-model.md: one per output element for elementwise arithmetic, one per input element

@@ -7,7 +7,7 @@
 // Where a sibling op with a Meta kernel computes the same output shape (a reduction's from sum
 // or max.dim, an elementwise op's from add or sub), the rule runs it on Meta tensors, so that
 // LibTorch's own checks and messages apply; LibTorch's shape-check helpers (Pool.h,
-// im2col_shape_check.h, GridSamplerUtils.h, Padding.h) do the same for pooling and friends.
+// im2col_shape_check.h, GridSamplerUtils.h) do the same for pooling and friends.
 // The formulas left mirror the CPU kernels' allocations (sizes, dtype, and the layout where
 // practical); the CUDA-only kernels' mirror torch/_meta_registrations.py of 2.11.
 #include "compiler/ir/shape_rules.h"
@@ -17,7 +17,6 @@
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/GridSamplerUtils.h>
-#include <ATen/native/Padding.h>
 #include <ATen/native/Pool.h>
 #include <ATen/native/im2col_shape_check.h>
 #include <c10/core/ScalarTypeToTypeMeta.h>
@@ -418,7 +417,11 @@ Metas max_pool3d_with_indices(const Call& c) {
 Metas reflection_pad2d(const Call& c) {
   at::Tensor x = c.t(0);
   auto pad = c.ints(1);
-  at::native::padding::check_valid_input<2>(x, pad);
+  TORCH_CHECK(pad.size() == 4, "padding size is expected to be 4, but got: ", pad.size());
+  bool batched = x.dim() == 4, valid = batched || x.dim() == 3;
+  for (int64_t d = batched ? 1 : 0; valid && d < x.dim(); ++d) valid = x.size(d) != 0;  // an empty batch only
+  TORCH_CHECK(valid, "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero "
+              "dimensions for input, but got: ", x.sizes());
   int64_t dim_h = x.dim() - 2, dim_w = x.dim() - 1, ih = x.size(dim_h), iw = x.size(dim_w);
   TORCH_CHECK(pad[0] < iw && pad[1] < iw,
               "Argument #4: Padding size should be less than the corresponding input dimension, but got: padding (",

@@ -45,7 +45,7 @@ using nlohmann::json;
 
 bool on_cuda = false;
 
-void sync() {
+void sync_device() {
 #ifdef JVPC_WITH_CUDA
   if (on_cuda) c10::cuda::getCurrentCUDAStream().synchronize();
 #endif
@@ -79,7 +79,7 @@ double median(std::vector<double> t) {
 
 double median_time(const std::function<void()>& fn, int warmup, int repeats) {
   for (int i = 0; i < warmup; ++i) fn();
-  sync();
+  sync_device();
   std::vector<double> t;
   for (int i = 0; i < repeats; ++i) t.push_back(time_once(fn));
   return median(t);
@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
     int64_t first_flops = 0;
     for (int i = 0; i <= fresh; ++i) {
       jvpc::Linearized l = linearize_once();
-      sync();
+      sync_device();
       if (i == 0)
         first_flops = matmul_flops(graphed ? std::function<void()>(eager_call) : [&] { l.jvp(tangents); });
       else

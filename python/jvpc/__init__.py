@@ -8,14 +8,18 @@
     out, jvp_fn = prog(q2, k2, v2)                 # the primal graph alone, at new primals
     prog.save("prog.json"); prog = jvpc.load_program("prog.json")   # tensors in, positionally
 
-`import torch` must come first (the extension links LibTorch's Python bindings). The module is
-built by jvpc's CMake into build/python/jvpc: `PYTHONPATH=build/python python3 -c "import torch, jvpc"`.
-See docs/python.md.
+Installed with `pip install --no-build-isolation .`, or built by jvpc's CMake into build/python/jvpc
+(`PYTHONPATH=build/python python3 -c "import jvpc"`). It loads only under the torch release it
+was built against. See docs/python.md.
 """
 
 import torch  # noqa: F401  (loads LibTorch and its Python bindings before the extension)
 
-from . import _C
+from . import _build, _compat
+
+_compat.check_torch(_build.torch_version)
+
+from . import _C  # noqa: E402
 from . import _flops  # noqa: F401  (FlopCounterMode's formula for jvpc::attention_tangent)
 from ._C import Error, ExecutableOptions, Graph, LinearizeOptions, optional_passes
 from ._api import Loaded, TracedGraph, jvp, linearize, load, trace

@@ -1,4 +1,5 @@
-"""The private torch internals jvpc relies on, each behind one function.
+"""What differs between torch releases, in one place: the private torch internals jvpc relies on,
+each behind one function, and the check that the torch imported is the one jvpc was built against.
 
 Everything else in the package uses torch's public API. A torch release that moves one of these
 changes this file alone.
@@ -7,6 +8,16 @@ changes this file alone.
 from __future__ import annotations
 
 import torch
+
+
+def check_torch(built: str) -> None:
+    """Raises ImportError, one line naming both, where the torch imported is not the release jvpc
+    was built against ("2.15.0"; a local part such as "+cu132" is not compared): the extension
+    links that release's LibTorch."""
+    running = torch.__version__
+    if built.split("+")[0] != running.split("+")[0]:
+        raise ImportError(f"jvpc was built against torch {built} but torch {running} is installed: "
+                          "rebuild jvpc with this torch")
 
 
 def in_functorch_transform() -> bool:

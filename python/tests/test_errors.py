@@ -1,6 +1,11 @@
 """Bad input and unsupported contexts: jvpc.Error (a RuntimeError) with a one-line message;
 a Python exception raised inside func reaches the caller as it was."""
 
+import os
+import shutil
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -167,3 +172,20 @@ def test_bad_disabled_pass():
     o.disabled_passes = {"fold"}
     with pytest.raises(jvpc.Error, match="cannot be disabled"):
         jvpc.linearize(torch.sin, x64(3), options=o)
+
+
+def test_the_torch_built_against_is_the_one_imported():
+    assert jvpc._build.torch_version == torch.__version__.split("+")[0]
+
+
+def test_import_under_another_torch_is_one_line_naming_both(tmp_path):
+    """A build of jvpc loads only under the torch release it was built against (jvpc/_build.py):
+    the package, with another release recorded, refuses to load before its extension does."""
+    shutil.copytree(os.path.dirname(jvpc.__file__), tmp_path / "jvpc", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "jvpc" / "_build.py").write_text('torch_version = "2.10.0"\n')
+    r = subprocess.run([sys.executable, "-c", "import jvpc"], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"ImportError: jvpc was built against torch 2.10.0 but torch {torch.__version__} is installed: "
+        "rebuild jvpc with this torch")
