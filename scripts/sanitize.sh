@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One clang-14 build with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/) that
-# serves both the JSON-loader fuzzer and the GoogleTest suite (all of it: about 20 s); then the fuzzer runs
-# for JVPC_FUZZ_SECONDS (default 60) from the examples' JSON and tests/fuzz/seeds/. A crash, a sanitizer report or a
-# leak fails the script. Called by scripts/test.sh unless JVPC_SKIP_SANITIZE=1.
+# serves the two fuzzers and the GoogleTest suite (all of it: about 20 s). The JSON-loader fuzzer
+# runs for JVPC_FUZZ_SECONDS (default 60) from the examples' JSON and tests/fuzz/seeds/; the
+# fuzzer over the loadable ops (tests/fuzz/fuzz_loadable_ops.cpp) runs every op on the list
+# with JVPC_FUZZ_OP_BASES (default BASES) bases each, and each base once with every argument made
+# adversarial (the same cases on every run; about SECONDS s). A crash, a sanitizer report, a leak
+# or a fuzzer's finding fails the script. Called by scripts/test.sh unless JVPC_SKIP_SANITIZE=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JVPC_EXTRA_PACKAGES="clang-14 libclang-rt-14-dev" JVPC_SETUP_ONLY=1 scripts/setup.sh
@@ -17,7 +20,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DJVPC_SANITIZE=ON -DJVPC_FUZZ=ON -DJVPC_PYTHON=OFF >"$BUILD.configure.log" 2>&1 ||
     { cat "$BUILD.configure.log"; exit 1; }
 fi
-cmake --build "$BUILD" --target jvpc_tests fuzz_graph_json jvpc_cli
+cmake --build "$BUILD" --target jvpc_tests fuzz_graph_json fuzz_loadable_ops jvpc_cli
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_odr_violation=0
 export LSAN_OPTIONS=suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0
@@ -38,4 +41,6 @@ done
 cp tests/fuzz/seeds/*.json "$CORPUS/"  # the hostile files the tests use (tests/fuzz/seeds/README.md)
 "$BUILD/tests/fuzz/fuzz_graph_json" -max_total_time="${JVPC_FUZZ_SECONDS:-60}" -rss_limit_mb=4096 \
   -artifact_prefix="$BUILD/" "$CORPUS" 2>&1 | tail -n 5
+echo "[sanitize] fuzzing every loadable op (${JVPC_FUZZ_OP_BASES:-BASES} bases each)"
+"$BUILD/tests/fuzz_loadable_ops" --cases "${JVPC_FUZZ_OP_BASES:-BASES}" --quiet
 echo "[sanitize] passed in $(( $(date +%s) - start )) s after the build"

@@ -346,7 +346,33 @@ json.dump(graph([x(meta([N, N]))], [{"op": "aten::sin", "args": [{"tensor": 0}],
 # a float16 input of 200 MB, summed
 json.dump(graph([x(meta([100000000], "Half"))], [{"op": "aten::sum", "args": [{"tensor": 0}, {"none": None}], "outputs": [{"id": 1, "meta": meta([], "Half")}]}], 1),
           open(d + "/f16.json", "w"))
+# LibTorch's temporaries: mvlgamma(expand(x + 100, [n]), 64) builds a [n, 64] temporary;
+# mse_loss(expand(x, [n]), expand(t, [n])) terms as large as the expand.
+def expanded(src, n, i):
+    return {"op": "aten::expand", "args": [{"tensor": src}, {"ints": [n]}, {"bool": False}], "outputs": [{"id": i, "meta": meta([n], strides=[0])}]}
+for n in (16, 2 ** 16, 2 ** 20):
+    json.dump(graph([x(meta([1]))], [
+        {"op": "aten::add.Scalar", "args": [{"tensor": 0}, {"int": 100}, {"int": 1}], "outputs": [{"id": 1, "meta": meta([1])}]},
+        expanded(1, n, 2),
+        {"op": "aten::mvlgamma", "args": [{"tensor": 2}, {"int": 64}], "outputs": [{"id": 3, "meta": meta([n])}]}], 3),
+        open(d + "/mvlgamma%d.json" % n, "w"))
+for n in (2 ** 21, 2 ** 28):
+    t = {"id": 1, "name": "t", "role": "primal", "differentiable": True, "meta": meta([1])}
+    json.dump(graph([x(meta([1])), t], [expanded(0, n, 2), expanded(1, n, 3),
+        {"op": "aten::mse_loss", "args": [{"tensor": 2}, {"tensor": 3}, {"int": 1}], "outputs": [{"id": 4, "meta": meta([])}]}], 4),
+        open(d + "/mse%d.json" % n, "w"))
 PY
+# peak_rss FILE command...: runs the command, writes its peak resident set in KiB to FILE, and
+# exits as it did.
+peak_rss() { python3 -c 'import resource, subprocess, sys
+code = subprocess.call(sys.argv[2:])
+open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(code if code >= 0 else 128 - code)' "$@"; }
+# rss_within NAME FILE MIB: the peak in FILE is at most MIB above the small run's ($DIR/rss0).
+rss_within() {
+  local d=$(( ($(cat "$2") - $(cat "$DIR/rss0")) / 1024 ))
+  if [ "$d" -le "$3" ]; then pass "  ...$1: resident set $d MiB above a small run's"; else fail "  ...$1: resident set $d MiB above a small run's, more than $3"; fi
+}
 for cmd in show cost run; do
   expect 2 "$cmd of a 4 TiB graph file is refused" -- "$JVPC" $cmd "$DIR/zeros.json"
   contains err "graph needs 4.00 TiB (4398046511104 bytes) at its peak (constants 0 bytes, inputs 0 bytes, intermediates 4.00 TiB) but the memory limit on cpu is "
@@ -382,12 +408,29 @@ cat >"$DIR/pool.json" <<EOF
             {"bool": false}, {"bool": true}, {"none": null}], "outputs": [{"id": 1, $(f32m 1,1,513,513 263169,263169,513,1)}]}],
  "outputs": [{"name": "y", "id": 1}]}
 EOF
-expect 2 "avg_pool2d with a large window is refused by --max-flops" -- "$JVPC" run "$DIR/pool.json" --max-flops 2e6
+expect 2 "avg_pool2d with a large window is refused by --max-flops, within 20 s" -- timeout 20 "$JVPC" run "$DIR/pool.json" --max-flops 2e6
 contains err "graph needs 68988174336 FLOPs by the cost model"
-# Parsing takes at most 16 bytes of memory per byte of the file: 3 MB of empty objects (96 bytes
-# per 3) are refused early (out of memory while parsing: Parse.RunningOutOfMemoryIsAnError).
-python3 -c 'import sys; sys.stdout.write("[" + "{},"*1000000 + "{}]")' >"$DIR/objects.json"
-expect 2 "a file of empty objects is refused" -- "$JVPC" show "$DIR/objects.json"; contains err "bytes of memory (16 per byte of text, and 1 MiB)"
+# Kernels' temporaries count against --max-memory: mvlgamma over an expand of 2^20 (its [n, 64]
+# temporary: 1 to 2 GB resident under --max-memory 64MiB) and mse_loss over one of 2^28 (up to
+# 4.5 GB) are refused; of 2^16 and 2^21 they run; the resident set stays within the limit.
+expect 0 "a small run" -- peak_rss "$DIR/rss0" "$JVPC" run "$DIR/mvlgamma16.json" --max-memory 64MiB
+expect 2 "mvlgamma's temporary counts against --max-memory" -- peak_rss "$DIR/rss" "$JVPC" run "$DIR/mvlgamma1048576.json" --max-memory 64MiB
+contains err "(constants 0 bytes, inputs 4 bytes, intermediates 520.00 MiB) but the memory limit on cpu is 64.00 MiB"; rss_within "refused" "$DIR/rss" 16
+expect 0 "mvlgamma within --max-memory runs" -- peak_rss "$DIR/rss" "$JVPC" run "$DIR/mvlgamma65536.json" --max-memory 64MiB
+rss_within "mvlgamma ran" "$DIR/rss" 64
+expect 2 "mse_loss's terms count against --max-memory" -- peak_rss "$DIR/rss" "$JVPC" run "$DIR/mse268435456.json" --max-memory 64MiB
+contains err "but the memory limit on cpu is 64.00 MiB"; rss_within "refused" "$DIR/rss" 16
+expect 0 "mse_loss within --max-memory runs" -- peak_rss "$DIR/rss" "$JVPC" run "$DIR/mse2097152.json" --max-memory 64MiB
+rss_within "mse_loss ran" "$DIR/rss" 64
+# Parsing takes at most 16 bytes of memory per byte of the file, and the file itself: 50 MB and
+# 150 MB of empty objects (96 bytes per 3) took 2 GB and aborted; they are refused halfway, with
+# a resident set at most 18 times the file's size (out of memory while parsing:
+# Parse.RunningOutOfMemoryIsAnError).
+for mb in 50 150; do
+  python3 -c 'import sys; n = int(sys.argv[1]) * 1000000 // 3; sys.stdout.write("[" + "{},"*n + "{}]")' "$mb" >"$DIR/objects.json"
+  expect 2 "$mb MB of empty objects are refused" -- peak_rss "$DIR/rss" "$JVPC" show "$DIR/objects.json"
+  contains err "bytes of memory (16 per byte of text, and 1 MiB)"; rss_within "$mb MB of JSON" "$DIR/rss" $((18 * mb * 1000000 / 1048576))
+done
 rm -f "$DIR/objects.json"
 for bad in abc -1 1e400 nan ''; do
   expect 2 "--max-flops '$bad' is refused" -- "$JVPC" run "$DIR/sdpa.json" --max-flops "$bad"; contains err "is not a number of FLOPs"

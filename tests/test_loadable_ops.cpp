@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -284,6 +285,65 @@ TEST(OpContracts, EveryLoadableOpHasAContract) {
     }
 }
 
+// The table of contracts names only ops on the list: a contract is written for an op the list
+// has, once (the table refuses a second row for one op: it keeps the first).
+TEST(OpContracts, TheWrittenContractsAreForOpsOnTheList) {
+  const std::vector<std::string>& list = loadable_ops();
+  std::vector<std::string> written = ops_with_written_contracts();
+  EXPECT_GT(written.size(), 300u);
+  for (const std::string& op : written) EXPECT_TRUE(std::binary_search(list.begin(), list.end(), op)) << op;
+}
+
+// An op on the list whose contract is not written is refused in a stranger's file, and saved
+// and loaded only as trusted.
+TEST(OpContracts, AnOpWithoutAContractIsRefusedInAnUntrustedFile) {
+  Graph g;
+  Value* x = g.add_input("x", test::f32({3}), Role::Primal);
+  Builder b(g);
+  g.add_output(b.call("aten::sin", {x}), "y");
+  std::string path = test::temp_path("uncontracted.json");
+  save(g, path);
+  EXPECT_NO_THROW(load(path));
+  {
+    detail::WithoutContract hide("aten::sin");
+    EXPECT_FALSE(is_loadable_op("aten::sin"));
+    test::expect_error([&] { load(path); },
+                       "$.nodes[0].op: aten::sin has no safety contract (compiler/ir/op_contracts.cpp), so graph "
+                       "files may not use it; a file you made yourself can be saved and loaded as trusted");
+    test::expect_error([&] { save(g, path); }, "aten::sin has no safety contract");
+    LoadOptions trusted;
+    trusted.trusted = true;
+    EXPECT_NO_THROW(load(path, trusted));
+  }
+  EXPECT_TRUE(is_loadable_op("aten::sin"));
+}
+
+// Arguments LibTorch's kernels, Meta kernels included, do not survive are refused by shape
+// inference, before any kernel sees them (found by the fuzzer: a window past 32 bits threw a
+// std::runtime_error from the pools' Meta kernels; a short padding list made reflection_pad3d's
+// read past it; arange's int64 length trapped).
+TEST(OpContracts, ArgumentsNoKernelSurvivesAreRefusedBeforeShapeInference) {
+  Graph g;
+  Value* x = g.add_input("x", test::f32({1, 1, 4, 4}), Role::Primal);
+  Value* v = g.add_input("v", test::f32({1, 1, 4, 4, 4}), Role::Primal);
+  Builder b(g);
+  int64_t huge = int64_t{1} << 40;
+  test::expect_error([&] { b.call("aten::avg_pool2d", {x, std::vector<int64_t>{huge, 2}}); },
+                     "aten::avg_pool2d: window, stride, padding and dilation must fit in 32-bit integers");
+  test::expect_error(
+      [&] {
+        b.call("aten::max_pool2d_with_indices",
+               {x, std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, huge}, std::vector<int64_t>{0, 0}});
+      },
+      "aten::max_pool2d_with_indices: window, stride, padding and dilation must fit in 32-bit integers");
+  test::expect_error([&] { b.call("aten::reflection_pad3d", {v, std::vector<int64_t>{1, 1}}); },
+                     "aten::reflection_pad3d: padding size is expected to be 6");
+  test::expect_error([&] { b.call("aten::arange.start_step", {int64_t{0}, int64_t{10}, 0.5, at::kLong}); },
+                     "aten::arange.start_step: step must not be 0 as an integer");
+  EXPECT_EQ(b.call("aten::avg_pool2d", {x, std::vector<int64_t>{2, 2}})->meta().sizes,
+            (std::vector<int64_t>{1, 1, 2, 2}));
+}
+
 // A graph file saved and loaded back as a stranger's: it passes every load-time check.
 std::unique_ptr<Graph> reloaded(const Graph& g) {
   std::string path = test::temp_path("contract.json");
@@ -291,46 +351,60 @@ std::unique_ptr<Graph> reloaded(const Graph& g) {
   return load(path);
 }
 
-// max_pool2d_with_indices_backward(grad [1,1,2,2], self [1,1,4,4], ..., indices): the kernel
-// writes grad at each index of self's 4x4 plane, unchecked.
-std::unique_ptr<Graph> max_pool_backward_graph(const std::function<Value*(Builder&, Value*)>& indices) {
-  auto g = std::make_unique<Graph>();
-  Value* x = g->add_input("x", test::f32({1, 1, 4, 4}), Role::Primal);
-  Value* grad = g->add_input("g", test::f32({1, 1, 2, 2}), Role::Primal);
-  Value* v = g->add_input("v", test::f32({1, 1, 2, 2}), Role::Primal);
-  Builder b(*g);
-  std::vector<int64_t> two = {2, 2}, zero = {0, 0}, one = {1, 1};
-  g->add_output(b.call("aten::max_pool2d_with_indices_backward", {grad, x, two, two, zero, one, false, indices(b, v)}),
-                "dx");
-  return g;
-}
+// max_pool2d_with_indices_backward(grad [1,1,2,2], self [1,1,4,4], ..., indices), and the 3-D
+// form with grad [1,1,1,2,2] and self [1,1,2,4,4]: the kernel writes grad at each index of self's
+// plane (16 and 32 elements), unchecked.
+struct MaxPoolBackward {
+  int dims;
+  std::vector<int64_t> self_sizes() const {
+    return dims == 2 ? std::vector<int64_t>{1, 1, 4, 4} : std::vector<int64_t>{1, 1, 2, 4, 4};
+  }
+  std::vector<int64_t> grad_sizes() const {
+    return dims == 2 ? std::vector<int64_t>{1, 1, 2, 2} : std::vector<int64_t>{1, 1, 1, 2, 2};
+  }
+  int64_t plane() const { return dims == 2 ? 16 : 32; }
+  std::string op() const { return dims == 2 ? "aten::max_pool2d_with_indices_backward" : "aten::max_pool3d_with_indices_backward"; }
+  std::vector<int64_t> window() const { return std::vector<int64_t>(static_cast<size_t>(dims), 2); }
+
+  std::unique_ptr<Graph> graph(const std::function<Value*(Builder&, Value*)>& indices) const {
+    auto g = std::make_unique<Graph>();
+    Value* x = g->add_input("x", test::f32(self_sizes()), Role::Primal);
+    Value* grad = g->add_input("g", test::f32(grad_sizes()), Role::Primal);
+    Value* v = g->add_input("v", test::f32(grad_sizes()), Role::Primal);
+    Builder b(*g);
+    std::vector<int64_t> zero(static_cast<size_t>(dims), 0), one(static_cast<size_t>(dims), 1);
+    g->add_output(b.call(op(), {grad, x, window(), window(), zero, one, false, indices(b, v)}), "dx");
+    return g;
+  }
+  at::Tensor reference(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& indices) const {
+    std::vector<int64_t> zero(static_cast<size_t>(dims), 0), one(static_cast<size_t>(dims), 1);
+    return dims == 2 ? at::max_pool2d_with_indices_backward(grad, x, window(), window(), zero, one, false, indices)
+                     : at::max_pool3d_with_indices_backward(grad, x, window(), window(), zero, one, false, indices);
+  }
+};
 
 TEST(OpContracts, MaxPoolBackwardIndicesOutOfRangeAreRefusedBeforeTheKernelWrites) {
-  at::Tensor x = at::randn({1, 1, 4, 4}), grad = at::randn({1, 1, 2, 2}), v = at::zeros({1, 1, 2, 2});
-  // Indices made by the graph (full): 1e8 crashed, 20 corrupted the heap, 16 gave wrong numbers.
-  for (int64_t bad : {int64_t{100000000}, int64_t{20}, int64_t{16}, int64_t{-1}}) {
-    auto g = reloaded(*max_pool_backward_graph([&](Builder& b, Value*) {
-      return b.call("aten::full", {std::vector<int64_t>{1, 1, 2, 2}, bad, at::kLong, std::nullopt, c10::Device("cpu")});
-    }));
-    test::expect_error(
-        [&] {
-          Executable(std::move(g)).run({x, grad, v});
-        },
-        "aten::max_pool2d_with_indices_backward -> %4: argument 'indices' holds an index out of range "
-        "[0, 16)");
+  for (int dims : {2, 3}) {
+    MaxPoolBackward m{dims};
+    at::Tensor x = at::randn(m.self_sizes()), grad = at::randn(m.grad_sizes()), v = at::zeros(m.grad_sizes());
+    std::string range = "argument 'indices' holds an index out of range [0, " + std::to_string(m.plane()) + ")";
+    // Indices made by the graph (full): in 2-D, 1e8 crashed, 20 corrupted the heap, 16 gave wrong
+    // numbers.
+    for (int64_t bad : {int64_t{100000000}, m.plane() + 4, m.plane(), int64_t{-1}}) {
+      auto g = reloaded(*m.graph([&](Builder& b, Value*) {
+        return b.call("aten::full", {m.grad_sizes(), bad, at::kLong, std::nullopt, c10::Device("cpu")});
+      }));
+      test::expect_error([&] { Executable(std::move(g)).run({x, grad, v}); },
+                         m.op() + " -> %4: " + range);
+    }
+    // Indices computed at run time from an input: checked at each call.
+    auto computed = [](Builder& b, Value* v) { return b.call("aten::_to_copy", {v, at::kLong}); };
+    Executable f(reloaded(*m.graph(computed)));
+    test::expect_error([&] { f.run({x, grad, at::full(m.grad_sizes(), 1e8)}); }, range);
+    test::expect_error([&] { f.run({x, grad, at::full(m.grad_sizes(), m.plane() + 4.0)}); }, range);
+    at::Tensor good = at::tensor({0.0f, 3.0f, 12.0f, m.plane() - 1.0f}).view(m.grad_sizes());
+    EXPECT_TRUE(at::equal(f.run({x, grad, good})[0], m.reference(grad, x, good.to(at::kLong)))) << dims;
   }
-  // Indices computed at run time from an input: checked at each call.
-  auto computed = [](Builder& b, Value* v) { return b.call("aten::_to_copy", {v, at::kLong}); };
-  Executable f(reloaded(*max_pool_backward_graph(computed)));
-  test::expect_error(
-      [&] {
-        f.run({x, grad, at::full({1, 1, 2, 2}, 1e8)});
-      },
-      "argument 'indices' holds an index out of range [0, 16)");
-  at::Tensor good = at::tensor({0.0f, 3.0f, 12.0f, 15.0f}).view({1, 1, 2, 2});
-  at::Tensor want =
-      at::max_pool2d_with_indices_backward(grad, x, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false, good.to(at::kLong));
-  EXPECT_TRUE(at::equal(f.run({x, grad, good})[0], want));
 }
 
 // _embedding_bag(weight [10,3], indices [4], offsets [3]) with a negative offset: the kernel

@@ -43,9 +43,10 @@ const std::vector<std::string>& loadable_ops() {
 bool is_loadable_op(const std::string& op) { return loadable_set().count(op) > 0 && op_contract(op) != nullptr; }
 
 std::string not_loadable(const std::string& op) {
-  return op +
-         " is not on the list of ops graph files may use (jvpc rules --loadable); a file you made yourself can be "
-         "saved and loaded as trusted (--trusted)";
+  std::string why = loadable_set().count(op) ? " has no safety contract (compiler/ir/op_contracts.cpp), so graph files "
+                                               "may not use it"
+                                             : " is not on the list of ops graph files may use (jvpc rules --loadable)";
+  return op + why + "; a file you made yourself can be saved and loaded as trusted (--trusted)";
 }
 
 void check_loadable_ops(const Graph& g, const std::string& what) {

@@ -24,7 +24,8 @@ bool is_loadable_op(const std::string& op);
 const std::vector<std::string>& loadable_ops();
 
 /// "OP is not on the list of ops graph files may use (...)": how the loader and save say it.
-/// An op on the list needs a safety contract too (op_contracts.h); one without is not loadable.
+/// An op on the list needs a safety contract too (op_contracts.h); one without is not loadable
+/// ("OP has no safety contract ...").
 std::string not_loadable(const std::string& op);
 /// Throws jvpc::Error naming the first node whose op is off the list (`what` says who refuses:
 /// "cannot save", a JSON path).

@@ -84,6 +84,8 @@ struct OpContract {
 
 /// The contract of `op`; null where none is written (the op is then refused in untrusted graphs).
 const OpContract* op_contract(const std::string& op);
+/// The ops whose contract is written out in the table (views have theirs from their schema).
+std::vector<std::string> ops_with_written_contracts();
 
 /// Throws jvpc::Error naming `op` where its contract refuses `args` (OpContract::arguments).
 void check_arguments(const std::string& op, const std::vector<Arg>& args, const std::vector<TensorMeta>& operands);
@@ -96,5 +98,20 @@ void check_index_arguments(const std::string& where, const Node& n, const torch:
 /// The bytes `n`'s kernel allocates beyond its outputs, by its contract, from its operands'
 /// declared metadata.
 int64_t workspace_bytes(const Node& n);
+
+namespace detail {
+/// For tests: while it lives, `op` has no contract, as an op on the list whose contract was never
+/// written.
+class WithoutContract {
+ public:
+  explicit WithoutContract(std::string op);
+  ~WithoutContract();
+  WithoutContract(const WithoutContract&) = delete;
+  WithoutContract& operator=(const WithoutContract&) = delete;
+
+ private:
+  std::string op_;
+};
+}  // namespace detail
 
 }  // namespace jvpc

@@ -3,7 +3,8 @@
 // stranger's file, then run under limits (256 MiB, 1e9 FLOPs by the cost model). Arguments:
 // extreme, negative and out-of-range integers and int lists; index tensors out of range,
 // stored as constants and computed at run time (a float input cast to Long); empty and
-// zero-size tensors, stride-0 expands and transposes; huge windows; NaN and infinite floats.
+// zero-size tensors, stride-0 expands and transposes; inputs that are views at an offset into a
+// larger buffer; huge windows; NaN and infinite floats.
 //
 // Each case must end in one of: refused by shape inference (as the loader would), refused by
 // the loader, refused by a limit, a one-line jvpc::Error from the run, or a result. Anything
@@ -76,6 +77,7 @@ class Case {
     std::mt19937_64 ctx(seed);
     rank_ = static_cast<int>(pick(ctx, {1, 2, 2, 3, 3, 4, 4, 5}));
     for (int i = 0; i < rank_; ++i) base_.push_back(pick(ctx, {1, 2, 2, 3, 4}));
+    offset_inputs_ = chance(ctx, 25);
   }
 
   /// Builds the graph; false where shape inference refuses the arguments (as the loader would).
@@ -144,7 +146,12 @@ class Case {
       t = at::randn(m.sizes, o);
       if (how == NonFinite && t.numel()) t.view(-1)[0] = std::numeric_limits<double>::quiet_NaN();
     }
-    return at::empty_strided(m.sizes, m.strides, o).copy_(t);
+    at::Tensor x = at::empty_strided(m.sizes, m.strides, o);
+    if (!offset_inputs_) return x.copy_(t);
+    // A view into a larger buffer, 4 elements past its start and 4 before its end (a
+    // storage-relative op must stay inside the tensor passed).
+    int64_t span = static_cast<int64_t>(x.storage().nbytes() / x.itemsize());
+    return at::empty({span + 8}, o).fill_(7).as_strided(m.sizes, m.strides, 4).copy_(t);
   }
 
   Value* input(const TensorMeta& m, Fill how) {
@@ -332,6 +339,7 @@ class Case {
   std::mt19937_64 adversary_;
   int rank_ = 0;
   std::vector<int64_t> base_;
+  bool offset_inputs_ = false;  // the run's inputs are views at an offset into larger buffers
   Graph g_;
   int next_ = 0;
   std::map<std::string, int> fills_;  // input name -> Fill
@@ -349,8 +357,13 @@ void finding(Counts& c, const std::string& op, int k, const std::string& what) {
 // Runs one case from its arguments to its result.
 void run_case(const std::string& op, int k, Case& fc, const std::string& dir, Counts& c) {
   ++c.cases;
-  if (!fc.build()) {
-    ++c.shape_refused;
+  try {
+    if (!fc.build()) {
+      ++c.shape_refused;
+      return;
+    }
+  } catch (const std::exception& e) {
+    finding(c, op, k, std::string("shape inference threw another exception: ") + e.what());
     return;
   }
   std::string path = dir + "/g.json";
@@ -437,6 +450,7 @@ int main(int argc, char** argv) {
   std::string dir = tmpl;
   jvpc::Counts total;
   std::vector<std::string> unreached;  // ops for which no base was found
+  std::vector<std::string> absent;     // ops this LibTorch does not have
   int ops = 0;
   auto start = std::chrono::steady_clock::now();
   for (const std::string& op : jvpc::loadable_ops()) {
@@ -446,11 +460,22 @@ int main(int argc, char** argv) {
     // Bases the op accepts, found among up to 100 per base asked for; each base runs as it is, and
     // once with each of its arguments made adversarial.
     int bases = 0;
-    size_t arity = jvpc::op_info(op).schema().arguments().size();
+    size_t arity = 0;
+    try {
+      arity = jvpc::op_info(op).schema().arguments().size();
+    } catch (const jvpc::Error&) {  // the list holds ops of other LibTorch releases
+      absent.push_back(op);
+      continue;
+    }
     for (int t = 0; bases < cases && t < 100 * cases; ++t) {
       uint64_t s = seed * 1000003 + std::hash<std::string>()(op) * 31 + static_cast<uint64_t>(t);
       jvpc::Case base(op, s, -1, 0);
-      if (!jvpc::Case(op, s, -1, 0).build()) continue;
+      try {
+        if (!jvpc::Case(op, s, -1, 0).build()) continue;
+      } catch (const std::exception& e) {
+        jvpc::finding(total, op, t, std::string("shape inference threw another exception: ") + e.what());
+        continue;
+      }
       ++bases;
       jvpc::run_case(op, t, base, dir, total);
       for (size_t j = 0; j < arity; ++j) {
@@ -477,6 +502,11 @@ int main(int argc, char** argv) {
       static_cast<long long>(total.load_refused), static_cast<long long>(total.limit_refused),
       static_cast<long long>(total.errors), static_cast<long long>(total.ran), static_cast<long long>(total.findings),
       seconds, ru.ru_maxrss / 1024);
+  if (!absent.empty()) {
+    std::printf("not in this LibTorch:");
+    for (const std::string& op : absent) std::printf(" %s", op.c_str());
+    std::printf("\n");
+  }
   if (!unreached.empty()) {
     std::printf("no base found for:");
     for (const std::string& op : unreached) std::printf(" %s", op.c_str());
