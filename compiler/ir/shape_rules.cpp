@@ -902,14 +902,21 @@ Metas convolution(const Call& c) {
   };
   bool transposed = c.flag(6);
   int64_t groups = c.i64(8);
-  std::vector<int64_t> out = {x.sizes[0], transposed ? w.sizes[1] * groups : w.sizes[0]};
+  if (groups < 1) throw Error("groups must be positive");
+  // Sizes in 128 bits: extreme strides, paddings and dilations overflow 64 (found by the fuzzer).
+  using Wide = __int128;
+  auto size = [](Wide v) {
+    if (v > std::numeric_limits<int64_t>::max()) throw Error("the output's size overflows 64 bits");
+    return static_cast<int64_t>(v);
+  };
+  std::vector<int64_t> out = {x.sizes[0], transposed ? size(Wide(w.sizes[1]) * groups) : w.sizes[0]};
   for (size_t d = 0; d < space; ++d) {
-    int64_t in = x.sizes[d + 2], k = w.sizes[d + 2], s = at_dim(3, d), p = at_dim(4, d), dl = at_dim(5, d);
+    Wide in = x.sizes[d + 2], k = w.sizes[d + 2], s = at_dim(3, d), p = at_dim(4, d), dl = at_dim(5, d);
     if (s < 1 || dl < 1 || p < 0) throw Error("stride and dilation must be positive and padding not negative");
     if (!transposed && dl * (k - 1) + 1 > in + 2 * p) throw Error("the kernel is larger than the padded input");
-    out.push_back(transposed ? (in - 1) * s - 2 * p + dl * (k - 1) + at_dim(7, d) + 1
-                             : (in + 2 * p - dl * (k - 1) - 1) / s + 1);
-    if (out.back() < 1) throw Error("the output would have no elements along spatial dim " + std::to_string(d));
+    Wide o = transposed ? (in - 1) * s - 2 * p + dl * (k - 1) + at_dim(7, d) + 1 : (in + 2 * p - dl * (k - 1) - 1) / s + 1;
+    if (o < 1) throw Error("the output would have no elements along spatial dim " + std::to_string(d));
+    out.push_back(size(o));
   }
   auto format = on_meta(x).suggest_memory_format();
   if (format == at::MemoryFormat::Contiguous) format = on_meta(w).suggest_memory_format();

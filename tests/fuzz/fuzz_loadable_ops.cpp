@@ -8,11 +8,14 @@
 //
 // Each case must end in one of: refused by shape inference (as the loader would), refused by
 // the loader, refused by a limit, a one-line jvpc::Error from the run, or a result. Anything
-// else is a finding: another exception type, a multi-line error, a case slower than 2 s; a
+// else is a finding: another exception type, a multi-line error, a case slower than --slow; a
 // crash or a sanitizer report ends the process (scripts/sanitize.sh runs it under ASan+UBSan).
 // The op is printed before each of its cases run, so a crash names it.
 //
-//   fuzz_loadable_ops [--cases N] [--seed S] [--op NAME | --from NAME] [--quiet | --verbose]
+//   fuzz_loadable_ops [--cases N] [--seed S] [--slow SECONDS] [--op NAME | --from NAME] [--quiet | --verbose]
+//
+// --cases: bases per op (default 24); --slow: the seconds a case may take (default 2; more under
+// the sanitizers, which slow kernels several times).
 #include "compiler/cost/cost_model.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/limits.h"
@@ -41,7 +44,7 @@ namespace {
 
 constexpr int64_t kMemoryLimit = 256 << 20;
 constexpr double kFlopLimit = 1e9;
-constexpr double kSlowSeconds = 2.0;
+double slow_seconds = 2.0;  // --slow: a case that takes longer is a finding
 
 struct Counts {
   int64_t ops_reached = 0, bases = 0, cases = 0, shape_refused = 0, load_refused = 0, limit_refused = 0, errors = 0,
@@ -413,7 +416,7 @@ void run_case(const std::string& op, int k, Case& fc, const std::string& dir, Co
     finding(c, op, k, std::string("the run threw another exception: ") + e.what());
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (seconds > kSlowSeconds) finding(c, op, k, "took " + std::to_string(seconds) + " s");
+  if (seconds > slow_seconds) finding(c, op, k, "took " + std::to_string(seconds) + " s");
 }
 
 }  // namespace
@@ -430,6 +433,8 @@ int main(int argc, char** argv) {
       cases = std::atoi(argv[++i]);
     else if (a == "--seed" && i + 1 < argc)
       seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--slow" && i + 1 < argc)
+      jvpc::slow_seconds = std::atof(argv[++i]);
     else if (a == "--op" && i + 1 < argc)
       only = argv[++i];
     else if (a == "--from" && i + 1 < argc)
@@ -439,7 +444,8 @@ int main(int argc, char** argv) {
     else if (a == "--verbose")
       jvpc::verbose = true;
     else {
-      std::cerr << "usage: fuzz_loadable_ops [--cases N] [--seed S] [--op NAME | --from NAME] [--quiet | --verbose]\n";
+      std::cerr << "usage: fuzz_loadable_ops [--cases N] [--seed S] [--slow SECONDS] [--op NAME | --from NAME] [--quiet | "
+                   "--verbose]\n";
       return 2;
     }
   }
