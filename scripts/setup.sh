@@ -9,9 +9,11 @@
 #                    safetensors (the tests that move files between Python and the CLI)
 #
 # Environment: JVPC_PYTHON (a python3 with that torch), JVPC_TORCH_VERSION (default 2.15.0; jvpc
-# builds against 2.11.0 to 2.15.0), JVPC_BUILD_DIR (default build),
+# builds against 2.11.0 to 2.15.0), JVPC_VENV (a virtual environment to make where missing and
+# use, instead of JVPC_PYTHON), JVPC_BUILD_DIR (default build),
 # JVPC_BUILD_TYPE (default Release), JVPC_CMAKE_ARGS (extra configure arguments),
-# JVPC_EXTRA_PACKAGES (more Debian packages), JVPC_SETUP_ONLY=1 (install, do not build).
+# JVPC_BUILD_TARGETS (the targets to build; default all), JVPC_EXTRA_PACKAGES (more Debian
+# packages), JVPC_SETUP_ONLY=1 (install, do not build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -34,10 +36,22 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # --- Python with torch $TORCH_VERSION -------------------------------------------------------------
+make_venv() {
+  [ -x "$1/bin/python" ] && return
+  dpkg -s python3-venv >/dev/null 2>&1 || as_root apt-get install -y -qq python3-venv >/dev/null
+  log "making the virtual environment $1"
+  python3 -m venv "$1"
+}
 has_torch() { "$1" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; }
 PY=""
+if [ -n "${JVPC_VENV:-}" ]; then
+  make_venv "$JVPC_VENV"
+  PY=$(cd "$JVPC_VENV" && pwd)/bin/python
+  has_torch "$PY" || { log "installing torch==$TORCH_VERSION into $JVPC_VENV"; "$PY" -m pip install -q "torch==$TORCH_VERSION" numpy; }
+fi
 for cand in ${JVPC_PYTHON:-} python3 "$ROOT/.venv/bin/python"; do
-  if [ -n "$cand" ] && command -v "$cand" >/dev/null && has_torch "$cand"; then PY=$(command -v "$cand"); break; fi
+  [ -z "$PY" ] || break
+  if [ -n "$cand" ] && command -v "$cand" >/dev/null && has_torch "$cand"; then PY=$(command -v "$cand"); fi
 done
 if [ -z "$PY" ]; then
   log "installing torch==$TORCH_VERSION (several GB with its CUDA runtime packages)"
@@ -48,8 +62,7 @@ if [ -z "$PY" ]; then
   if [ -n "$target" ] && "$target" -m pip install -q "torch==$TORCH_VERSION" numpy 2>/dev/null && has_torch "$target"; then
     PY=$(command -v "$target")
   else
-    dpkg -s python3-venv >/dev/null 2>&1 || as_root apt-get install -y -qq python3-venv >/dev/null
-    python3 -m venv "$ROOT/.venv"
+    make_venv "$ROOT/.venv"
     "$ROOT/.venv/bin/python" -m pip install -q "torch==$TORCH_VERSION" numpy
     PY=$ROOT/.venv/bin/python
   fi
@@ -89,5 +102,6 @@ if [ ! -f "$BUILD_DIR/build.ninja" ] || [ "$(cat "$BUILD_DIR/.jvpc-prefix" 2>/de
   echo "$TORCH_PREFIX" >"$BUILD_DIR/.jvpc-prefix"
 fi
 log "building $BUILD_DIR (2 cores: the first build takes several minutes)"
-cmake --build "$BUILD_DIR"
+# shellcheck disable=SC2086
+cmake --build "$BUILD_DIR" ${JVPC_BUILD_TARGETS:+--target $JVPC_BUILD_TARGETS}
 echo "$PY" >"$BUILD_DIR/.jvpc-python"
