@@ -26,8 +26,9 @@ class Program:
     Each call runs the primal graph alone (no tracing, no passes): FlopCounterMode around it
     counts exactly the primal graph's matmuls. The primals must have the structure, shapes,
     dtypes, devices and strides of the example primals, and equal non-tensor leaves (those are
-    compiled in). Tensors func captures (module parameters) are read as they are at each call,
-    so an optimizer step between two calls is seen; each jvp_fn keeps its own residuals.
+    compiled in). The weights of the modules func reaches are read by name at each call (other
+    tensors func captures as they are), so an optimizer step or a swap between two calls is seen;
+    under grad mode the call is recorded by autograd. Each jvp_fn keeps its own residuals.
     """
 
     def __init__(self, prog, inputs: Inputs, out_spec, who: str, weights: Weights | None = None,
@@ -48,16 +49,16 @@ class Program:
         if k:
             primals = (self._weights.read_checked(who),) + primals
         inputs = Inputs(primals, ref.diff, who, ref.arg_names)
-        for i in range(ref.n):
+        for i in range(k, ref.n):
             if inputs.specs[i] != ref.specs[i]:
-                raise Error(f"{who}: argument {i} has the structure {shape_of(inputs.specs[i])}, "
+                raise Error(f"{who}: argument {i - k} has the structure {shape_of(inputs.specs[i])}, "
                             f"compiled for {shape_of(ref.specs[i])}")
             for j, (s, leaf) in enumerate(zip(ref.slots[i], inputs.leaves[i])):
                 if s is None and leaf != ref.leaves[i][j]:
-                    raise Error(f"{who}: argument {i}'s non-tensor leaf {j} is {leaf!r}, compiled for "
+                    raise Error(f"{who}: argument {i - k}'s non-tensor leaf {j} is {leaf!r}, compiled for "
                                 f"{ref.leaves[i][j]!r} (non-tensor leaves are compiled in)")
                 if s is not None and not isinstance(leaf, torch.Tensor):
-                    raise Error(f"{who}: argument {i}'s leaf {j} is a {type(leaf).__name__}, compiled for a Tensor")
+                    raise Error(f"{who}: argument {i - k}'s leaf {j} is a {type(leaf).__name__}, compiled for a Tensor")
         outputs, lin = self._prog.linearize(inputs.tensors)
         run = None
         if self._tangent_grad_of is not None:
