@@ -9,7 +9,8 @@
 // type, once linearize has unwound; jvpc::Error becomes jvpc.Error (a RuntimeError).
 //
 // Tangent outputs are computed without autograd (a stop-gradient); primal outputs are the
-// tracing run's results, whose kernels ran through Autograd as eager's do.
+// tracing run's results, whose kernels ran through Autograd as eager's do, or a program's primal
+// graph run, which autograd records where a tensor requires grad.
 #include "compiler/api/inputs_file.h"
 #include "compiler/api/linearize.h"
 #include "compiler/api/program.h"

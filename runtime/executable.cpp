@@ -267,8 +267,20 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
   return outs;
 }
 
+bool Executable::records_autograd(const std::vector<at::Tensor>& inputs) const {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const at::Tensor& t : inputs)
+    if (t.requires_grad()) return true;
+  for (const at::Tensor& c : constants_)
+    if (c.defined() && c.requires_grad()) return true;
+  return false;
+}
+
 std::vector<at::Tensor> Executable::run(const std::vector<at::Tensor>& inputs) {
   std::vector<at::Tensor> in = checked(inputs);
+  // Under autograd recording every node runs as the graph names it: an in-place reuse of a
+  // buffer would overwrite a value autograd saved for the backward.
+  if (records_autograd(in)) return run_eager(in, true);
   // Under a Python dispatch mode (FlopCounterMode) the mode sees the kernels the graph names:
   // no in-place forms it may not know (baddbmm_), no CUDA-graph replay (which dispatches nothing).
   if (options_.functional_under_dispatch_mode && c10::impl::dispatch_mode_enabled()) return run_eager(in, true);

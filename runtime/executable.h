@@ -108,6 +108,9 @@ class Executable {
   const std::vector<at::Tensor>& constants() const { return constants_; }
 
   /// Runs the graph. `inputs` holds one tensor per non-constant graph input, in graph order.
+  /// Where grad mode is on and an input or a constant requires grad, every node runs as the
+  /// graph names it, eagerly (no in-place reuse, no CUDA graph), and autograd records it as it
+  /// records eager code; otherwise the graph records nothing (its results have no grad_fn).
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs);
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) { return run(inputs); }
 
@@ -128,6 +131,8 @@ class Executable {
   /// `functional`: every node in the form the graph names (no in-place reuse).
   std::vector<at::Tensor> run_eager(const std::vector<at::Tensor>& inputs, bool functional = false) const;
   std::vector<at::Tensor> checked(const std::vector<at::Tensor>& inputs) const;
+  /// Whether autograd records a run on `inputs` (grad mode, and an input or constant requiring grad).
+  bool records_autograd(const std::vector<at::Tensor>& inputs) const;
   /// `value` checked against constant `i` and moved to the graph's device (bind()'s rules).
   at::Tensor bindable(size_t i, const at::Tensor& value) const;
   Executable(const Executable& other, std::vector<at::Tensor> constants);

@@ -79,6 +79,14 @@ ProgramExecutable::ProgramExecutable(ProgramGraphs graphs, ExecutableOptions opt
     }
 }
 
+bool ProgramExecutable::needs_grad(const std::vector<at::Tensor>& primals) const {
+  for (const at::Tensor& t : primals)
+    if (t.requires_grad()) return true;
+  for (const Captured& c : captured_)
+    if (c.tensor.requires_grad()) return true;
+  return false;
+}
+
 ProgramExecutable::Point ProgramExecutable::linearize(const std::vector<at::Tensor>& primals) const {
   const std::vector<const Input*>& args = primal_fn_->arguments();
   if (primals.size() != args.size()) {
@@ -112,8 +120,8 @@ ProgramExecutable::Point ProgramExecutable::linearize(const std::vector<at::Tens
     }
   }
   std::vector<at::Tensor> outs;
+  bool record = false;  // whether autograd records the run: the primal outputs get eager's history
   {
-    at::NoGradGuard no_autograd_history;  // residuals must not hold one
     std::lock_guard<std::mutex> lock(mu_);
     for (Captured& c : captured_) {
       std::optional<int64_t> now = version_counter(c.tensor);
@@ -122,13 +130,20 @@ ProgramExecutable::Point ProgramExecutable::linearize(const std::vector<at::Tens
         c.version = now;
       }
     }
+    // Without a tensor that requires grad (or with grad mode off) nothing is recorded, and the
+    // run keeps its in-place buffer reuse; with one, the run is the step's only forward.
+    at::AutoGradMode grad(at::GradMode::is_enabled() && needs_grad(in));
+    record = at::GradMode::is_enabled();
     outs = primal_fn_->run(in);
   }
   std::vector<at::Tensor> residuals;
   residuals.reserve(residual_output_.size());
   size_t k = 0;
   for (const Input& r : tangent_->inputs())
-    if (r.role == Role::Constant) residuals.push_back(laid_out(outs[residual_output_[k++]], r.value->meta()));
+    if (r.role == Role::Constant) {
+      at::Tensor v = laid_out(outs[residual_output_[k++]], r.value->meta());
+      residuals.push_back(record && v.requires_grad() ? v.detach() : v);  // residuals hold no history
+    }
   Point p;
   p.jvp_fn = std::shared_ptr<Executable>(tangent_fn_->with_constants(residuals));
   // A primal output that is (in) a residual's storage goes to the caller as a copy: writing into

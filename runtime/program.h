@@ -20,7 +20,7 @@
 // residuals: a residual that is a captured tensor, or a view of one, is a copy (the Executable
 // copies results that alias its constants); one that aliases a caller's primal input is the
 // caller's, and the tangent Executable refuses to run once it was written in place. Residuals
-// carry no autograd history (the primal graph runs without autograd recording).
+// carry no autograd history.
 //
 // Threads: linearize() calls on one ProgramExecutable are serialised (the primal graph's
 // Executable may be rebound between them); what they return is independent of each other.
@@ -49,7 +49,10 @@ class ProgramExecutable {
     std::vector<at::Tensor> primal_outputs;
     std::shared_ptr<Executable> jvp_fn;
   };
-  /// Runs the primal graph at `primals`, one per primal input in graph order.
+  /// Runs the primal graph at `primals`, one per primal input in graph order. Under grad mode,
+  /// where a primal or a captured tensor requires grad, autograd records that run as it records
+  /// eager code: the primal outputs carry eager's history (one forward gives the loss's graph and
+  /// the residuals), and the residuals are detached.
   Point linearize(const std::vector<at::Tensor>& primals) const;
 
   const std::shared_ptr<const Graph>& primal_graph() const { return primal_; }
@@ -72,6 +75,7 @@ class ProgramExecutable {
     std::optional<int64_t> version;  // when bound into primal_fn_
   };
   mutable std::vector<Captured> captured_;
+  bool needs_grad(const std::vector<at::Tensor>& primals) const;
   mutable std::mutex mu_;  // rebinding a captured tensor's new version, and the run after it
 };
 

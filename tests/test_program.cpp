@@ -180,7 +180,30 @@ TEST(Program, AnOptimizerStepBetweenTwoPointsIsSeen) {
   EXPECT_LT(compare(after.primal_outputs, fn({x2})).rel_error, 1e-12);
   // The earlier linearization holds its own copy of the old weights: unchanged, still valid.
   EXPECT_TRUE(before.jvp({dx})[0].equal(dy_before[0]));
-  EXPECT_FALSE(after.primal_outputs[0].requires_grad());
+}
+
+// Under grad mode, a primal or a captured parameter that requires grad gets eager's gradient
+// from the one run that also gives the residuals; without grad mode nothing is recorded.
+TEST(Program, UnderGradModeTheRunIsTheStepsOnlyForward) {
+  at::Tensor w = at::randn({4, 4}, at::kDouble).requires_grad_(), b = at::randn({4}, at::kDouble);
+  TensorFn fn = [w, b](const Tensors& a) { return Tensors{at::mm(at::tanh(at::mm(a[0], w) + b), w)}; };
+  at::Tensor x = at::randn({3, 4}, at::kDouble);
+  Program prog = compile(fn, {{"x", x}});
+  at::Tensor x2 = at::randn({3, 4}, at::kDouble).requires_grad_(), g = at::randn({3, 4}, at::kDouble);
+  KernelWatch watch;
+  Linearized lin = prog.linearize({x2});
+  EXPECT_EQ(watch.matmul_flops(), prog.primal_cost().matmul_flops);
+  ASSERT_TRUE(lin.primal_outputs[0].requires_grad());
+  lin.primal_outputs[0].backward(g);
+  at::Tensor gx = x2.grad().clone(), gw = w.grad().clone();
+  x2.mutable_grad().reset();
+  w.mutable_grad().reset();
+  fn({x2})[0].backward(g);
+  EXPECT_LT(compare({gx, gw}, {x2.grad(), w.grad()}).rel_error, 1e-12);
+  at::Tensor dx = at::randn({3, 4}, at::kDouble);
+  EXPECT_LT(compare(lin.jvp({dx}), linearize(fn, {{"x", x2.detach()}}).jvp({dx})).rel_error, 1e-12);
+  at::NoGradGuard no_grad;
+  EXPECT_FALSE(prog.linearize({x2}).primal_outputs[0].requires_grad());
 }
 
 // A residual that aliases a caller's primal input is protected as linearize's are.

@@ -51,9 +51,11 @@ Program from_trace(Trace&& t, const ProgramOptions& options, const KernelWatch& 
     if (!read.count(primal.output_names()[i])) primal.erase_output(i);
   dce(primal);
   // Captured tensors keep no autograd history in the primal graph (a detached tensor shares the
-  // data and the version counter: an optimizer step's writes are seen).
+  // data and the version counter: an optimizer step's writes are seen). A leaf (a parameter)
+  // holds none and stays itself, so that a run under autograd reaches its .grad.
   for (Input& in : primal.inputs())
-    if (in.role == Role::Constant && in.data.defined() && in.data.requires_grad()) in.data = in.data.detach();
+    if (in.role == Role::Constant && in.data.defined() && in.data.requires_grad() && !in.data.is_leaf())
+      in.data = in.data.detach();
   return Program(std::move(graphs), options.linearize.runtime, std::move(lin.report));
 }
 

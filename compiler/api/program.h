@@ -58,6 +58,8 @@ class Program {
   /// and returns the primal outputs and the linear map at that point, as linearize(fn, primals)
   /// would. Its report holds the tangent graph's cost (report.tangent) only; its tangent_graph
   /// is the program's, whose residuals are unbound: this point's are jvp_fn->constants().
+  /// Under grad mode, where a primal or a captured tensor requires grad, the primal outputs carry
+  /// eager's autograd history from this one run (runtime/program.h).
   Linearized linearize(const std::vector<at::Tensor>& primals) const;
 
   /// Primal inputs (and captured tensors, as constants) -> primal outputs, then residuals.

@@ -14,17 +14,22 @@ from ._C import Error
 from ._context import supported_context
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, traced_fn
+from ._tangent_grad import through_tangent
+from ._weights import Weights, with_weights
 
 __all__ = ["Loaded", "TracedGraph", "jvp", "linearize", "load", "trace"]
 
 
-def linearize(func: Callable, *primals: Any, argnums=None, options: _C.LinearizeOptions | None = None):
+def linearize(func: Callable, *primals: Any, argnums=None, options: _C.LinearizeOptions | None = None,
+              tangent_grad: bool = False):
     """As torch.func.linearize(func, *primals): (func(*primals), jvp_fn), with func run once.
 
     argnums (int or tuple of ints, as torch.func.jacfwd's): the positional arguments to
     differentiate (default: all); the others may hold integers, constants, non-tensors, and
     jvp_fn takes tangents of the differentiated ones only, in argnums order.
     options: jvpc.LinearizeOptions (disabled passes, verification, runtime options).
+    tangent_grad: jvp_fn's outputs carry autograd history to the tangents, the primals and the
+    weights of the modules func reaches (jvpc/_tangent_grad.py; docs/training.md).
     """
     who = "jvpc.linearize"
     diff = argnums_of(argnums, len(primals), who)
@@ -33,17 +38,28 @@ def linearize(func: Callable, *primals: Any, argnums=None, options: _C.Linearize
     with supported_context(who):
         outputs, lin = _C._linearize(traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names,
                                      inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions())
-    return pytree.tree_unflatten(outputs, out_spec[0]), JvpFn(lin, inputs, out_spec[0], who)
+    weights = Weights(func)
+    check = run = None
+    if len(weights):
+        stamp = weights.stamp()
+
+        def check():
+            weights.check_stamp(stamp, who)
+
+    if tangent_grad:
+        traced, at = with_weights(func, weights, primals, diff, who, parameter_names(func, len(primals)))
+        run = through_tangent(lin.run, traced, at)
+    return pytree.tree_unflatten(outputs, out_spec[0]), JvpFn(lin, inputs, out_spec[0], who, run=run, check=check)
 
 
-def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, options=None):
-    """As torch.func.jvp(func, primals, tangents): (func(*primals), J·tangents)."""
+def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, options=None, tangent_grad: bool = False):
+    """As torch.func.jvp(func, primals, tangents): (func(*primals), J·tangents); tangent_grad as linearize's."""
     who = "jvpc.jvp"
     for what, v in (("primals", primals), ("tangents", tangents)):
         if not isinstance(v, (tuple, list)):
             raise Error(f"{who}(f, primals, tangents): expected {what} to be a tuple, "
                         "e.g. it should be valid to call f(*primals)")
-    out, jvp_fn = linearize(func, *primals, argnums=argnums, options=options)
+    out, jvp_fn = linearize(func, *primals, argnums=argnums, options=options, tangent_grad=tangent_grad)
     diff = argnums_of(argnums, len(primals), who)
     if argnums is None and len(tangents) != len(primals):
         raise Error(f"{who}: expected as many tangents ({len(tangents)}) as primals ({len(primals)})")

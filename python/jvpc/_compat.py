@@ -34,3 +34,10 @@ def dynamo_stance() -> str:
     """The current torch.compiler.set_stance stance ("default", "force_eager", ...)."""
     from torch._dynamo import eval_frame
     return eval_frame._stance.stance
+
+
+def reparametrize_module(module, tensors: dict):
+    """A context in which `module`'s parameters and buffers named in `tensors` are those tensors
+    (what torch.func.functional_call binds; tied weights follow)."""
+    from torch.nn.utils import stateless
+    return stateless._reparametrize_module(module, tensors, tie_weights=True, strict=False)

@@ -19,10 +19,12 @@ class JvpFn:
 
     Tangents have the structure of the differentiated arguments (all of them, or those argnums
     names, in that order); outputs have the structure of func's output. Tangent outputs are
-    computed without autograd (a stop-gradient: see docs/python.md).
+    computed without autograd (a stop-gradient: see docs/python.md), unless made with
+    tangent_grad (`run`: _tangent_grad.through_tangent). `check` runs before every call (a weight
+    replaced since).
     """
 
-    def __init__(self, lin, inputs: Inputs, out_spec, who: str):
+    def __init__(self, lin, inputs: Inputs, out_spec, who: str, *, run=None, check=None):
         self._lin = lin
         self._who = who
         self._out_spec = out_spec
@@ -36,7 +38,17 @@ class JvpFn:
         # pytree's flattening and rebuilding (several µs a call; the graph checks the tensors).
         self._plain_n = len(inputs.diff) if all(inputs.specs[i].is_leaf() for i in inputs.diff) else -1
         self._single_out = out_spec.is_leaf()
-        self._run = lin.run
+        self._tangent_grad = run is not None
+        self._run = run or lin.run
+        self._check = check
+        if check is not None:
+            run = self._run
+
+            def checked_run(tangents):
+                check()
+                return run(tangents)
+
+            self._run = checked_run
 
     def __call__(self, *tangents: Any) -> Any:
         if len(tangents) == self._plain_n and all(type(t) is torch.Tensor for t in tangents) and \
@@ -51,8 +63,13 @@ class JvpFn:
             if not isinstance(t, torch.Tensor):
                 raise Error(f"{self._who}'s jvp_fn: tangent {i} ({self._names[i]}) is a {type(t).__name__}, not a Tensor")
         if in_functorch_transform():
+            if self._tangent_grad:
+                raise Error(f"{self._who}'s jvp_fn: tangent_grad=True does not run under torch.func transforms "
+                            "(vmap): call it per tangent")
+            if self._check is not None:
+                self._check()
             return _batched_call(self, flat)
-        return pytree.tree_unflatten(self._lin.run(flat), self._out_spec)
+        return pytree.tree_unflatten(list(self._run(flat)), self._out_spec)
 
     def __del__(self):
         _registry.pop(id(self._lin), None)

@@ -14,6 +14,8 @@ from ._C import Error
 from ._context import supported_context
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, shape_of, traced_fn
+from ._tangent_grad import through_tangent
+from ._weights import Weights, with_weights
 
 __all__ = ["Program", "compile", "load_program"]
 
@@ -24,34 +26,44 @@ class Program:
     Each call runs the primal graph alone (no tracing, no passes): FlopCounterMode around it
     counts exactly the primal graph's matmuls. The primals must have the structure, shapes,
     dtypes, devices and strides of the example primals, and equal non-tensor leaves (those are
-    compiled in). Tensors func captures (module parameters) are read as they are at each call,
-    so an optimizer step between two calls is seen; each jvp_fn keeps its own residuals.
+    compiled in). The weights of the modules func reaches are read by name at each call (other
+    tensors func captures as they are), so an optimizer step or a swap between two calls is seen;
+    under grad mode the call is recorded by autograd. Each jvp_fn keeps its own residuals.
     """
 
-    def __init__(self, prog, inputs: Inputs, out_spec, who: str):
+    def __init__(self, prog, inputs: Inputs, out_spec, who: str, weights: Weights | None = None,
+                 tangent_grad_of: Callable | None = None):
         self._prog = prog
         self._inputs = inputs
         self._out_spec = out_spec
         self._who = who
+        self._weights = weights  # bound by name at each call: the program's first argument
+        self._tangent_grad_of = tangent_grad_of  # the traced function, where tangent_grad
 
     def __call__(self, *primals: Any):
         who = "jvpc.Program"
         ref = self._inputs
-        if len(primals) != ref.n:
-            raise Error(f"{who}: expected {ref.n} positional arguments, as compiled, got {len(primals)}")
+        k = 1 if self._weights is not None else 0
+        if len(primals) != ref.n - k:
+            raise Error(f"{who}: expected {ref.n - k} positional arguments, as compiled, got {len(primals)}")
+        if k:
+            primals = (self._weights.read_checked(who),) + primals
         inputs = Inputs(primals, ref.diff, who, ref.arg_names)
-        for i in range(ref.n):
+        for i in range(k, ref.n):
             if inputs.specs[i] != ref.specs[i]:
-                raise Error(f"{who}: argument {i} has the structure {shape_of(inputs.specs[i])}, "
+                raise Error(f"{who}: argument {i - k} has the structure {shape_of(inputs.specs[i])}, "
                             f"compiled for {shape_of(ref.specs[i])}")
             for j, (s, leaf) in enumerate(zip(ref.slots[i], inputs.leaves[i])):
                 if s is None and leaf != ref.leaves[i][j]:
-                    raise Error(f"{who}: argument {i}'s non-tensor leaf {j} is {leaf!r}, compiled for "
+                    raise Error(f"{who}: argument {i - k}'s non-tensor leaf {j} is {leaf!r}, compiled for "
                                 f"{ref.leaves[i][j]!r} (non-tensor leaves are compiled in)")
                 if s is not None and not isinstance(leaf, torch.Tensor):
-                    raise Error(f"{who}: argument {i}'s leaf {j} is a {type(leaf).__name__}, compiled for a Tensor")
+                    raise Error(f"{who}: argument {i - k}'s leaf {j} is a {type(leaf).__name__}, compiled for a Tensor")
         outputs, lin = self._prog.linearize(inputs.tensors)
-        return pytree.tree_unflatten(outputs, self._out_spec), JvpFn(lin, inputs, self._out_spec, who)
+        run = None
+        if self._tangent_grad_of is not None:
+            run = through_tangent(lin.run, self._tangent_grad_of, inputs)
+        return pytree.tree_unflatten(outputs, self._out_spec), JvpFn(lin, inputs, self._out_spec, who, run=run)
 
     @property
     def primal_graph(self) -> _C.Graph:
@@ -81,21 +93,28 @@ class Program:
 
 
 def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: bool = True,
-            options: _C.LinearizeOptions | None = None) -> Program:
+            options: _C.LinearizeOptions | None = None, tangent_grad: bool = False) -> Program:
     """Traces and optimizes func once, at example_primals; returns a Program, prog(*primals) -> (out, jvp_fn).
 
     argnums and options as jvpc.linearize's. exact_strides=False admits primals of other layouts
     (copied into the example's). func must not read tensor values into Python numbers (item(),
     if tensor): the program replays its graph at other primals, so that is an error naming the op.
+    The parameters and buffers of the modules func reaches are read by name at every call
+    (jvpc/_weights.py); under grad mode the call's primal outputs carry eager's autograd history.
+    tangent_grad: jvp_fn's outputs carry autograd history too (docs/training.md).
     """
     who = "jvpc.compile"
-    diff = argnums_of(argnums, len(example_primals), who)
-    inputs = Inputs(example_primals, diff, who, parameter_names(func, len(example_primals)))
+    n = len(example_primals)
+    diff = argnums_of(argnums, n, who)
+    names = parameter_names(func, n)
+    weights = Weights(func)
+    traced, inputs = with_weights(func, weights, example_primals, diff, who, names)
     out_spec: list = []
     with supported_context(who):
-        prog = _C._compile(traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names,
+        prog = _C._compile(traced_fn(traced, inputs, who, out_spec), inputs.tensors, inputs.names,
                            inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions(), exact_strides)
-    return Program(prog, inputs, out_spec[0], who)
+    return Program(prog, inputs, out_spec[0], who, weights if len(weights) else None,
+                   traced if tangent_grad else None)
 
 
 def load_program(path: str, *, trusted: bool = False, device: str | None = None,

@@ -1,0 +1,167 @@
+"""Weights bound by name: the parameters and buffers of the modules a function reaches, as
+torch.func.functional_call binds them.
+
+The modules `func` reaches are found where Python keeps them: `func` itself (a module), the module
+of a bound method (`net.forward`), a functools.partial's arguments, and the closure cells and
+globals `func`'s code names. A compiled program takes their tensors as inputs of its primal graph
+(held constant, without tangents) and reads them again, by name, at every call: a replaced
+parameter (`m.weight = nn.Parameter(...)`), `load_state_dict(..., assign=True)` and an EMA swap
+are seen, and autograd reaches the parameters the call read. A linear map (`jvpc.linearize`) is
+for the weights it was made with: its jvp_fn refuses to run once one was replaced, rebound
+(`p.data = ...`) or written in place since; a write through `p.data`, which moves no version
+counter, is seen where it changes a floating CPU weight's float64 sum (docs/training.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ._C import Error
+from ._compat import reparametrize_module
+from ._pytrees import Inputs
+
+
+def modules_reached(func: Callable) -> list[tuple[str, nn.Module]]:
+    """(name, module) for each module func reaches; submodules of another one found are left out."""
+    found: list[tuple[str, nn.Module]] = []
+
+    def add(name: str, obj: Any) -> None:
+        if isinstance(obj, nn.Module) and all(obj is not m for _, m in found):
+            found.append((name, obj))
+
+    while isinstance(func, functools.partial):
+        for i, a in enumerate(func.args):
+            add(f"arg{i}", a)
+        for k, a in func.keywords.items():
+            add(k, a)
+        func = func.func
+    add("self", func)
+    add("self", getattr(func, "__self__", None))
+    code = getattr(func, "__code__", None)
+    if code is not None:
+        for name, cell in zip(code.co_freevars, getattr(func, "__closure__", None) or ()):
+            with contextlib.suppress(ValueError):  # an empty cell
+                add(name, cell.cell_contents)
+        scope = getattr(func, "__globals__", {})
+        for name in code.co_names:
+            add(name, scope.get(name))
+    inner = {id(sub) for _, m in found for sub in list(m.modules())[1:]}
+    return [(n, m) for n, m in found if id(m) not in inner]
+
+
+class Weights:
+    """The named parameters and buffers of the modules a function reaches, and how to read them."""
+
+    def __init__(self, func: Callable):
+        roots = modules_reached(func)
+        self._roots = roots
+        self.names: list[str] = []
+        self._where: list[tuple[int, list[str], str]] = []  # root, attribute path, "_parameters"/"_buffers"
+        for r, (root_name, root) in enumerate(roots):
+            prefix = "" if len(roots) == 1 else root_name + "."
+            for kind, named in (("_parameters", root.named_parameters()), ("_buffers", root.named_buffers())):
+                for name, _ in named:
+                    self.names.append(prefix + name)
+                    self._where.append((r, name.split("."), kind))
+        self.example = self.read()
+        self._metas = [(t.shape, t.dtype, t.device) for t in self.example]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def read(self) -> list[torch.Tensor]:
+        """The tensors bound now, by name."""
+        out = []
+        for name, (r, path, kind) in zip(self.names, self._where):
+            m = self._roots[r][1]
+            try:
+                for part in path[:-1]:
+                    m = getattr(m, part)
+                t = getattr(m, kind)[path[-1]]
+            except (AttributeError, KeyError):
+                t = None
+            if not isinstance(t, torch.Tensor):
+                raise Error(f"{'parameter' if kind == '_parameters' else 'buffer'} '{name}' is gone "
+                            "from its module; compile again for the module as it is")
+            out.append(t)
+        return out
+
+    def read_checked(self, who: str) -> list[torch.Tensor]:
+        """read(), each tensor checked against the one compiled for: shape, dtype, device."""
+        out = self.read()
+        for name, t, (shape, dtype, device) in zip(self.names, out, self._metas):
+            if t.shape != shape or t.dtype != dtype or t.device != device:
+                raise Error(f"{who}: parameter '{name}' is {_meta(t.shape, t.dtype, t.device)}, compiled for "
+                            f"{_meta(shape, dtype, device)}; compile again for the new weights")
+        return out
+
+    @contextlib.contextmanager
+    def bound(self, tensors: list[torch.Tensor]):
+        """The modules with `tensors` in place of their weights, by name (functional_call's binding)."""
+        per_root: list[dict[str, torch.Tensor]] = [{} for _ in self._roots]
+        for (r, path, _), t in zip(self._where, tensors):
+            per_root[r][".".join(path)] = t
+        with contextlib.ExitStack() as stack:
+            for (_, root), d in zip(self._roots, per_root):
+                stack.enter_context(reparametrize_module(root, d))
+            yield
+
+    def stamp(self):
+        """What a linear map was made with: each weight, its data pointer and version, and the
+        float64 sums of the floating CPU weights (a write through .data moves no version counter)."""
+        tensors = self.read()
+        return [(t, t.data_ptr(), t._version) for t in tensors], _sums(tensors)
+
+    def check_stamp(self, stamp, who: str) -> None:
+        """Refuses a linear map whose weights were replaced, rebound (.data = ...) or written since."""
+        tensors = self.read()
+        def stale(name, how):
+            return Error(f"{who}'s jvp_fn: parameter '{name}' was {how} since jvpc.linearize (the linear map "
+                         "holds values computed from the old one): linearize again")
+
+        for name, t, (t0, ptr, version) in zip(self.names, tensors, stamp[0]):
+            if t is not t0:
+                raise stale(name, "replaced")
+            if t.data_ptr() != ptr:
+                raise stale(name, "rebound (.data = ...)")
+            if t._version != version:
+                raise stale(name, "written in place")
+        sums = _sums(tensors)
+        if sums is not None and not torch.equal(sums, stamp[1]):
+            summed = [n for n, t in zip(self.names, tensors) if _summed(t)]
+            raise stale(next(n for n, a, b in zip(summed, sums, stamp[1]) if not (a == b or (a.isnan() and b.isnan()))),
+                        "written (through .data)")
+
+
+def with_weights(func: Callable, weights: Weights, args, diff: tuple[int, ...], who: str, names: list[str]):
+    """func taking the weights first (bound by name) and then its arguments, and those Inputs, the
+    weights' leaves named as the weights; func and Inputs(args) as they are where there are none."""
+    if not len(weights):
+        return func, Inputs(args, diff, who, names)
+
+    def bound(w, *a):
+        with weights.bound(w):
+            return func(*a)
+
+    inputs = Inputs((weights.read(),) + tuple(args), tuple(i + 1 for i in diff), who, ["weights"] + names)
+    inputs.names[:len(weights)] = weights.names
+    return bound, inputs
+
+
+def _summed(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and t.is_floating_point()
+
+
+def _sums(tensors) -> torch.Tensor | None:
+    """Each floating CPU tensor's sum in float64 (on a GPU, a comparison would synchronise every call)."""
+    sums = [t.detach().sum(dtype=torch.float64) for t in tensors if _summed(t)]
+    return torch.stack(sums) if sums else None
+
+
+def _meta(shape, dtype, device) -> str:
+    return f"{str(dtype).removeprefix('torch.')}{list(shape)} on {device}"
