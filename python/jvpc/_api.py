@@ -11,6 +11,7 @@ from torch.utils import _pytree as pytree
 
 from . import _C
 from ._C import Error
+from ._cache import cache_for
 from ._context import eager_only, supported_context
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, traced_fn, with_aux
@@ -19,7 +20,7 @@ __all__ = ["Loaded", "TracedGraph", "jvp", "linearize", "load", "trace"]
 
 
 @eager_only
-def linearize(func: Callable, *primals: Any, argnums=None, has_aux: bool = False,
+def linearize(func: Callable, *primals: Any, argnums=None, has_aux: bool = False, cache: bool = False,
               options: _C.LinearizeOptions | None = None):
     """As torch.func.linearize(func, *primals): (func(*primals), jvp_fn), with func run once.
 
@@ -28,10 +29,14 @@ def linearize(func: Callable, *primals: Any, argnums=None, has_aux: bool = False
     jvp_fn takes tangents of the differentiated ones only, in argnums order.
     has_aux (as torch.func.jvp's): func returns (output, aux); the result is (output, jvp_fn, aux),
     aux from the one run of func, not differentiated.
+    cache: reuse the optimized graphs of an earlier call with this func whose trace is the same
+    (ops, shapes, dtypes, captured tensors): then only the trace and fold run, about two
+    forwards (FlopCounterMode counts the trace's kernels and fold's); see docs/python.md.
     options: jvpc.LinearizeOptions (disabled passes, verification, runtime options).
     """
     who = "jvpc.linearize"
     names = parameter_names(func, len(primals))
+    graphs = cache_for(func) if cache else None
     aux: list = []
     if has_aux:
         func = with_aux(func, who, aux)
@@ -40,16 +45,17 @@ def linearize(func: Callable, *primals: Any, argnums=None, has_aux: bool = False
     out_spec: list = []
     with supported_context(who):
         outputs, lin = _C._linearize(traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names,
-                                     inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions())
+                                     inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions(), graphs)
     out, jvp_fn = pytree.tree_unflatten(outputs, out_spec[0]), JvpFn(lin, inputs, out_spec[0], who)
     return (out, jvp_fn, aux[0]) if has_aux else (out, jvp_fn)
 
 
 @eager_only
-def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, has_aux: bool = False, options=None):
+def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, has_aux: bool = False, cache: bool = False,
+        options=None):
     """As torch.func.jvp(func, primals, tangents, has_aux=): (func(*primals), J·tangents), and
-    with has_aux (func returns (output, aux)) (output, J·tangents, aux). argnums and options
-    as linearize's."""
+    with has_aux (func returns (output, aux)) (output, J·tangents, aux). argnums, cache and
+    options as linearize's."""
     who = "jvpc.jvp"
     for what, v in (("primals", primals), ("tangents", tangents)):
         if not isinstance(v, (tuple, list)):
@@ -60,7 +66,7 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, has_aux: b
         raise Error(f"{who}: expected as many tangents ({len(tangents)}) as primals ({len(primals)})")
     if argnums is not None and len(tangents) != len(diff):
         raise Error(f"{who}: expected one tangent per differentiated argument ({len(diff)}), got {len(tangents)}")
-    res = linearize(func, *primals, argnums=argnums, has_aux=has_aux, options=options)
+    res = linearize(func, *primals, argnums=argnums, has_aux=has_aux, cache=cache, options=options)
     return (res[0], res[1](*tangents)) + tuple(res[2:])
 
 
