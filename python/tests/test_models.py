@@ -9,30 +9,16 @@ import sys
 
 import pytest
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import jvpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench"))
+from models import on_math  # noqa: E402
 from model_zoo import MODELS, NO_TORCH_FUNC_JVP, build, partial, tangents_for  # noqa: E402
 
 BY_TORCH_FUNC = [m for m in MODELS if m not in NO_TORCH_FUNC_JVP]
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-4}
-
-
-def on_math(f):
-    """f with attention on the math backend, as torch.func's reference needs it (LibTorch's fused
-    kernels have no forward-AD formula), and as jvpc traces nn modules (no inference fast path)."""
-    def g(*args):
-        fastpath = torch.backends.mha.get_fastpath_enabled()
-        torch.backends.mha.set_fastpath_enabled(False)
-        try:
-            with sdpa_kernel(SDPBackend.MATH):
-                return f(*args)
-        finally:
-            torch.backends.mha.set_fastpath_enabled(fastpath)
-    return g
 
 
 def rel_error(got, want):
@@ -110,3 +96,11 @@ def test_unet_which_torch_func_cannot_differentiate_against_central_differences(
         assert rel_error(out, g(*x)) <= 1e-12
         fd = central_differences(g, x, t)
     assert rel_error(dout, fd) <= 1e-7
+
+
+def test_models_bench_refuses_an_unknown_model():
+    import subprocess
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench", "models_bench.py")
+    r = subprocess.run([sys.executable, script, "--models", "vit,nope"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert "unknown model 'nope'" in r.stderr.strip().splitlines()[-1]
