@@ -47,12 +47,14 @@
 
 #include <ATen/TensorUtils.h>
 #include <c10/core/WrapDimMinimal.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <typeinfo>
 #include <unordered_map>
 
 namespace jvpc {
@@ -113,6 +115,10 @@ std::optional<double> constant_number(const Value* v) {
   for (const Input& in : v->graph()->inputs())
     if (in.value == v) {
       if (in.role != Role::Constant || !in.data.defined() || in.data.is_complex()) return std::nullopt;
+      // Read as the compiler reads metadata: a Python dispatch mode (FlopCounterMode around
+      // linearize) must not see it, and would get a wrapped number as a Python int.
+      c10::impl::ExcludeDispatchKeyGuard no_python_modes(
+          c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
       return in.data.item<double>();
     }
   return std::nullopt;
@@ -750,6 +756,12 @@ std::pair<Node*, Value*> build(Graph& g, const Match& m) {
   return {node, r};
 }
 
+// An exception's first line, or its type where it has no message.
+std::string detail_of(const std::exception& e) {
+  std::string msg = one_line(e);
+  return msg.empty() ? std::string("an error without a message (") + typeid(e).name() + ")" : msg;
+}
+
 }  // namespace
 
 std::vector<MatchedAttention> attention_match(Graph& g) {
@@ -759,12 +771,22 @@ std::vector<MatchedAttention> attention_match(Graph& g) {
     if (n->op() != "aten::_safe_softmax" && n->op() != "aten::_softmax") continue;
     if (tangent.count(n->output(0))) continue;
     Match m;
-    if (recognize(n, tangent, m)) matches.push_back(m);
+    try {
+      if (recognize(n, tangent, m)) matches.push_back(m);
+    } catch (const std::exception& e) {
+      throw Error("could not match the attention around the softmax " + describe(n) + ": " + detail_of(e));
+    }
   }
   std::vector<MatchedAttention> out;
   for (Match& m : matches) {
     InsertionGuard at(g, m.dout3->producer());
-    auto [node, r] = build(g, m);
+    std::pair<Node*, Value*> built;
+    try {
+      built = build(g, m);
+    } catch (const std::exception& e) {
+      throw Error("could not build the O(L) form of the attention " + describe(m.out_bmm) + ": " + detail_of(e));
+    }
+    auto [node, r] = built;
     m.dout3->replace_all_uses_with(r);
     MatchedAttention a{node, r, m.out_bmm->output(0), {{m.q.p, m.q.t}, {m.k.p, m.k.t}, {m.v.p, m.v.t}}};
     if (m.mask_value) a.seeds.emplace_back(m.mask_value, m.dmask);

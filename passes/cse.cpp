@@ -45,6 +45,12 @@ std::string key_of(const Node& n) {
       k += format_double(a.value.toDouble());
     } else if (a.kind == ArgKind::Floats) {
       for (double d : a.value.toDoubleVector()) k += format_double(d) + ",";
+    } else if (a.value.isInt()) {  // ints, and dtypes, layouts and formats held as ints
+      k += std::to_string(a.value.toInt());
+    } else if (a.value.isIntList()) {
+      for (int64_t i : a.value.toIntVector()) k += std::to_string(i) + ",";
+    } else if (a.value.isBool()) {
+      k += a.value.toBool() ? "true" : "false";
     } else {
       std::ostringstream os;
       os << a.value;

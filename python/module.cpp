@@ -13,6 +13,7 @@
 // graph run, which autograd records where a tensor requires grad.
 #include "compiler/api/inputs_file.h"
 #include "compiler/api/linearize.h"
+#include "compiler/api/linearize_cache.h"
 #include "compiler/api/program.h"
 #include "compiler/api/report.h"
 #include "compiler/ir/dtypes.h"
@@ -311,21 +312,31 @@ PYBIND11_MODULE(_C, m) {
   bind_compiled(m);
   bind_program(m);
 
+  py::class_<LinearizeCache, std::shared_ptr<LinearizeCache>>(m, "_LinearizeCache",
+                                                               "linearize's optimized graphs, reused "
+                                                               "(compiler/api/linearize_cache.h)")
+      .def(py::init<size_t>(), py::arg("capacity") = 4)
+      .def_property_readonly("hits", &LinearizeCache::hits)
+      .def_property_readonly("misses", &LinearizeCache::misses)
+      .def("__len__", &LinearizeCache::size);
   m.def(
       "_linearize",
       [](py::object fn, const std::vector<at::Tensor>& primals, const std::vector<std::string>& names,
-         const std::vector<bool>& differentiable, const std::vector<std::string>& wrt, LinearizeOptions options) {
+         const std::vector<bool>& differentiable, const std::vector<std::string>& wrt, LinearizeOptions options,
+         std::shared_ptr<LinearizeCache> cache) {
         options.wrt = wrt;
         std::vector<TraceInput> in = trace_inputs(primals, names, differentiable);
         PyCallable call{fn.ptr(), std::nullopt};
         TensorFn f = tensor_fn(call);
-        auto lin = std::make_shared<Linearized>(without_gil(call, [&] { return linearize(f, in, options); }));
+        auto lin = std::make_shared<Linearized>(without_gil(call, [&] {
+          return cache ? cache->linearize(f, in, options) : linearize(f, in, options);
+        }));
         std::vector<at::Tensor> outputs = lin->primal_outputs;
         lin->primal_outputs.clear();  // the caller holds them; the linear map does not
         return py::make_tuple(outputs, lin);
       },
       py::arg("fn"), py::arg("primals"), py::arg("names"), py::arg("differentiable"), py::arg("wrt"),
-      py::arg("options"));
+      py::arg("options"), py::arg("cache") = nullptr);
   m.def(
       "_trace",
       [](py::object fn, const std::vector<at::Tensor>& inputs, const std::vector<std::string>& names) {

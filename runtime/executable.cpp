@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 
 namespace jvpc {
@@ -261,7 +262,15 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
   };
   for (size_t i = 0; i < plan.output_slots.size(); ++i) {
     const at::Tensor& t = slots[static_cast<size_t>(plan.output_slots[i])];
-    outs.push_back(plan.copied_outputs[i] || aliases_a_constant(t) ? t.clone() : t);
+    if (!plan.copied_outputs[i] && !aliases_a_constant(t)) {
+      outs.push_back(t);
+      continue;
+    }
+    // The runtime's own copy, which a Python dispatch mode does not see: it would get a Python
+    // number LibTorch wrapped in a tensor (a constant such as the 1000 of `t * 1000`) as an int.
+    c10::impl::ExcludeDispatchKeyGuard no_python_modes(
+        c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+    outs.push_back(t.clone());
   }
   results_checked_ = true;
   return outs;

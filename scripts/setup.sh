@@ -6,7 +6,9 @@
 #   Python:          torch==2.15.0 (LibTorch comes from this wheel), numpy; for the Python module
 #                    and its tests: CPython's headers (python3-dev where that Python lacks them),
 #                    pytest, tabulate (FlopCounterMode's table), expecttest (PyTorch's OpInfo),
-#                    safetensors (the tests that move files between Python and the CLI)
+#                    safetensors (the tests that move files between Python and the CLI), timm and
+#                    diffusers (the models suite and benchmark; with torchvision, which timm needs,
+#                    installed in one pip command with torch==$TORCH_VERSION, so that pip keeps it)
 #
 # Environment: JVPC_PYTHON (a python3 with that torch), JVPC_TORCH_VERSION (default 2.15.0; jvpc
 # builds against 2.11.0 to 2.15.0), JVPC_VENV (a virtual environment to make where missing and
@@ -77,10 +79,13 @@ if ! has_headers && "$PY" -c 'import sys; sys.exit(0 if sys.base_prefix == "/usr
   as_root apt-get install -y -qq python3-dev >/dev/null
 fi
 PY_PACKAGES="pytest==9.2.0 tabulate==0.9.0 expecttest==0.3.0 safetensors==0.8.0"
+# timm and diffusers install beside torch 2.11 to 2.15; pip picks the torchvision that matches
+# the torch pinned in the same command (0.29.2 for 2.15.0).
+PY_PACKAGES="$PY_PACKAGES timm==1.0.31 diffusers==0.42.1"
 if ! "$PY" -c "import sys, importlib.metadata as m; sys.exit(0 if all(m.version(p.split('==')[0]) == p.split('==')[1] for p in sys.argv[1:]) else 1)" $PY_PACKAGES 2>/dev/null; then
   log "installing $PY_PACKAGES"
   # shellcheck disable=SC2086
-  "$PY" -m pip install -q $PY_PACKAGES
+  "$PY" -m pip install -q "torch==$TORCH_VERSION" $PY_PACKAGES
 fi
 PY=$("$PY" -c 'import sys; print(sys.executable)')  # the interpreter itself, not a pyenv shim
 TORCH_PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')

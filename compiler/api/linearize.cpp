@@ -2,10 +2,12 @@
 
 #include "compiler/cost/kernel_watch.h"
 #include "compiler/ir/limits.h"
+#include "compiler/ir/shape_memo.h"
 #include "compiler/ir/verifier.h"
 #include "passes/linearize_pipeline.h"
 
 #include <algorithm>
+#include <chrono>
 #include <unordered_set>
 
 namespace jvpc {
@@ -27,6 +29,10 @@ void Linearized::check_captured() const {
 
 namespace detail {
 
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const KernelWatch& watch,
                            std::shared_ptr<PrimalSplit> split) {
   Linearized lin;
@@ -44,7 +50,9 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
   p.observe(&table);
   for (PassObserver* o : options.observers) p.observe(o);
   std::shared_ptr<Graph> g(std::move(t.graph));
+  const ShapeInferenceStats shapes0 = shape_inference_stats();
   p.run(*g);
+  const double shape_ms = shape_inference_stats().computed_ms - shapes0.computed_ms;
   known.reset();  // only the residuals stay alive
   // Residuals and captured constants keep no autograd graph alive (a detached tensor shares the
   // data and the version counter, so writes into it are still noticed).
@@ -57,7 +65,15 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
   lin.report.linearize_matmul_flops = watch.matmul_flops();
   lin.report.linearize_matmul_by_op = watch.matmul_flops_by_op();
   lin.tangent_graph = g;
+  auto t0 = std::chrono::steady_clock::now();
   lin.jvp_fn = std::make_shared<Executable>(std::shared_ptr<const Graph>(g), options.runtime);
+  double run = 0, check = 0;
+  for (const PassTime& pt : lin.report.timings) {
+    run += pt.run_ms;
+    check += pt.verify_ms;
+  }
+  lin.report.phases = {{"passes", run}, {"verification", check}, {"executable", ms_since(t0)},
+                       {"shape inference", shape_ms}};
   // A primal output that is (in) a residual's storage goes to the caller as a copy: writing into
   // one's result is ordinary, and would change later jvp calls (exp's output is its derivative).
   std::unordered_set<const void*> residual_storages;
@@ -68,6 +84,12 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
     if (out.defined() && out.has_storage() && residual_storages.count(out.storage().unsafeGetStorageImpl()))
       out = out.clone();
   return lin;
+}
+
+void add_trace_and_total(CompileReport& r, double trace_ms, std::chrono::steady_clock::time_point t0,
+                         const char* first) {
+  r.phases.insert(r.phases.begin(), {first, trace_ms});
+  r.phases.push_back({"total", ms_since(t0)});
 }
 
 std::vector<Linearized::Captured> captured_of(const Graph& g) {
@@ -118,9 +140,11 @@ Trace evaluate_graph(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>
 
 Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals, const LinearizeOptions& options) {
   KernelWatch watch;  // everything linearize runs, tracing included
+  auto t0 = std::chrono::steady_clock::now();
   TraceOptions at_these_primals;
   at_these_primals.specialize_on_scalars = true;  // the linear map is for these primals
   Trace t = trace(fn, primals, at_these_primals);
+  const double trace_ms = detail::ms_since(t0);
   reject_random_ops(*t.graph);
   // The outputs carry the tracing run's autograd history (its kernels ran through Autograd, as
   // eager's do); the values kept for folding do not need it, and residuals must not hold it.
@@ -129,13 +153,19 @@ Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals,
   std::vector<Linearized::Captured> captured = detail::captured_of(*t.graph);
   Linearized lin = detail::linearize_trace(std::move(t), options, watch);
   lin.captured = std::move(captured);
+  detail::add_trace_and_total(lin.report, trace_ms, t0);
   return lin;
 }
 
 Linearized linearize(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values,
                      const LinearizeOptions& options) {
   KernelWatch watch;
-  return detail::linearize_trace(detail::evaluate_graph(std::move(graph), primal_values), options, watch);
+  auto t0 = std::chrono::steady_clock::now();
+  Trace t = detail::evaluate_graph(std::move(graph), primal_values);
+  const double eval_ms = detail::ms_since(t0);
+  Linearized lin = detail::linearize_trace(std::move(t), options, watch);
+  detail::add_trace_and_total(lin.report, eval_ms, t0, "evaluate");
+  return lin;
 }
 
 JvpResult jvp(const TensorFn& fn, const std::vector<TraceInput>& primals, const std::vector<at::Tensor>& tangents,

@@ -21,6 +21,7 @@
 #include "passes/linearize_pipeline.h"
 #include "runtime/executable.h"
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <set>
@@ -48,6 +49,12 @@ struct LinearizeOptions {
   ExecutableOptions runtime;
 };
 
+/// The wall time of one phase of a compile, in milliseconds.
+struct PhaseTime {
+  std::string phase;
+  double ms = 0;
+};
+
 struct CompileReport {
   /// One row for the traced graph ("trace"), then one per pass.
   std::vector<CostRow> passes;
@@ -62,6 +69,13 @@ struct CompileReport {
   std::vector<AttentionChoice> attention;
   /// Wall time of each pass and of its verification (not deterministic: --timing and --report).
   std::vector<PassTime> timings;
+  /// Wall time of linearize's phases, in order: "trace" ("evaluate" for a given graph),
+  /// "passes", "verification", "executable" (planning the tangent graph's), "shape inference"
+  /// (the part of the passes' and verification's time spent inferring shapes the memo did not
+  /// answer, compiler/ir/shape_memo.h), "total". A linearize answered from a LinearizeCache
+  /// shows "trace", "cache" (the lookup), "fold" (the cached primal graph run at this point)
+  /// and "total".
+  std::vector<PhaseTime> phases;
 };
 
 /// The linear map for K tangents at once (Linearized::batched): the batched tangent graph
@@ -135,6 +149,12 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
 Trace evaluate_graph(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values);
 /// The graph's captured tensors (bound constants other than inference tensors), by version.
 std::vector<Linearized::Captured> captured_of(const Graph& g);
+/// Milliseconds since t0.
+double ms_since(std::chrono::steady_clock::time_point t0);
+/// Puts the phase `first` (the trace, or a graph's evaluation) first in r.phases and "total"
+/// (since t0) last.
+void add_trace_and_total(CompileReport& r, double trace_ms, std::chrono::steady_clock::time_point t0,
+                         const char* first = "trace");
 }  // namespace detail
 
 struct JvpResult {

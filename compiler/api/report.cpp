@@ -3,7 +3,19 @@
 
 #include "compiler/cost/cost_model.h"
 
+#include <cstdio>
+
 namespace jvpc {
+
+void print_phases(const std::vector<PhaseTime>& phases, std::ostream& os) {
+  char line[128];
+  std::snprintf(line, sizeof line, "%-20s %10s\n", "phase", "ms");
+  os << line;
+  for (const PhaseTime& t : phases) {
+    std::snprintf(line, sizeof line, "%-20s %10.3f\n", t.phase.c_str(), t.ms);
+    os << line;
+  }
+}
 
 nlohmann::json report_json(const Linearized& lin) {
   const CompileReport& r = lin.report;
@@ -18,6 +30,8 @@ nlohmann::json report_json(const Linearized& lin) {
   rep["timing_ms"] = nlohmann::json::array();
   for (const PassTime& t : r.timings)
     rep["timing_ms"].push_back({{"pass", t.pass}, {"run", t.run_ms}, {"verify", t.verify_ms}});
+  rep["phases_ms"] = nlohmann::json::object();
+  for (const PhaseTime& t : r.phases) rep["phases_ms"][t.phase] = t.ms;
   rep["forward"] = to_json(r.forward);
   rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
   rep["jvp"] = to_json(r.tangent);

@@ -194,7 +194,9 @@ void add_linearize(CLI::App& app) {
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   cmd->add_flag("--verify-each", o->verify_each,
                 "verify the whole graph after every pass (by default only after passes that changed it)");
-  cmd->add_flag("--timing", o->timing, "print each pass's time and its verification's, after the cost table");
+  cmd->add_flag("--timing", o->timing,
+                "print each pass's time and its verification's, then each phase's (trace, passes, verification, "
+                "executable, shape inference, total), after the cost table");
   add_tolerance_option(cmd, o->tolerance);
   cmd->add_option("--residual-budget", o->residual_budget,
                   "bytes the attentions' tangents may hold and allocate per call (residuals plus peak): an attention "
@@ -260,6 +262,8 @@ void add_linearize(CLI::App& app) {
     if (o->timing) {
       std::cout << "\n";
       print_timings(lin.report.timings, std::cout);
+      std::cout << "\n";
+      print_phases(lin.report.phases, std::cout);
     }
     if (!o->out.empty()) {
       SaveOptions so;

@@ -2,6 +2,7 @@
 #include "compiler/ir/ops.h"
 
 #include "compiler/ir/op_contracts.h"
+#include "compiler/ir/shape_memo.h"
 #include "compiler/ir/shape_rules.h"
 
 #include <ATen/ATen.h>
@@ -336,8 +337,11 @@ bool is_matmul(const std::string& op) {
   return std::find(ops.begin(), ops.end(), op) != ops.end();
 }
 
-std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,
-                                      const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts) {
+namespace {
+
+std::vector<TensorMeta> infer_outputs_uncached(const OpInfo& info, const std::vector<Arg>& args,
+                                               const std::vector<TensorMeta>& inputs,
+                                               std::vector<int>* return_counts) {
   const auto& schema = info.schema();
   if (args.size() != schema.arguments().size())
     throw Error(info.name + " takes " + std::to_string(schema.arguments().size()) + " arguments, got " +
@@ -407,6 +411,15 @@ std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>
   }
   if (return_counts) *return_counts = std::move(counts);
   return out;
+}
+
+}  // namespace
+
+std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,
+                                      const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts) {
+  return detail::memoized_shapes(info.name, args, inputs, return_counts, [&](std::vector<int>* counts) {
+    return infer_outputs_uncached(info, args, inputs, counts);
+  });
 }
 
 std::vector<at::Tensor> unpack_returns(const std::vector<c10::IValue>& stack, size_t first, std::vector<int>& counts) {

@@ -19,13 +19,15 @@ std::string describe(const Node* n, const std::function<std::string(const Value*
   return s;
 }
 
-void check_meta(const TensorMeta& m, const std::string& what) {
+// `what()` names the value in an error; it is called only to report one.
+template <typename F>
+void check_meta(const TensorMeta& m, const F& what) {
   if (m.strides.size() != m.sizes.size())
-    throw Error(what + ": " + std::to_string(m.sizes.size()) + " sizes but " + std::to_string(m.strides.size()) +
+    throw Error(what() + ": " + std::to_string(m.sizes.size()) + " sizes but " + std::to_string(m.strides.size()) +
                 " strides");
   m.numel();  // negative sizes and overflow
   for (int64_t s : m.strides)
-    if (s < 0) throw Error(what + ": negative stride " + std::to_string(s));
+    if (s < 0) throw Error(what() + ": negative stride " + std::to_string(s));
 }
 
 // How many tensors a schema return can give: 1 for Tensor and Tensor?, any for Tensor[], 0 else.
@@ -93,8 +95,8 @@ void verify(const Graph& g, const VerifyOptions& options) {
   std::unordered_set<std::string> names;
   std::map<std::pair<const Value*, std::pair<const Node*, size_t>>, int> reads;  // expected uses
 
-  auto define = [&](const Value* v, const std::string& where) {
-    if (!ids.insert(v->id()).second) throw Error(where + ": value id " + name(v) + " is defined twice");
+  auto define = [&](const Value* v, const auto& where) {
+    if (!ids.insert(v->id()).second) throw Error(where() + ": value id " + name(v) + " is defined twice");
     defined.insert(v);
   };
 
@@ -103,83 +105,84 @@ void verify(const Graph& g, const VerifyOptions& options) {
     if (in.name.empty()) throw Error("an input has no name");
     if (!names.insert(in.name).second) throw Error(where + " is declared twice");
     if (in.value->producer()) throw Error(where + ": value " + name(in.value) + " has a producer");
-    check_meta(in.value->meta(), where);
+    check_meta(in.value->meta(), [&] { return where; });
     if (in.role == Role::Constant && in.data.defined()) {
       TensorMeta actual = TensorMeta::of(in.data);
       if (!actual.same_signature(in.value->meta()))
         throw Error(where + ": bound tensor is " + actual.str() + " but the graph declares " + in.value->meta().str());
     }
     if (in.role != Role::Constant && in.data.defined()) throw Error(where + ": only constants carry data");
-    define(in.value, where);
+    define(in.value, [&] { return where; });
   }
 
   for (const Node* n : g.nodes()) {
-    std::string where = "node " + describe(n, name);
-    if (n->graph() != &g) throw Error(where + " belongs to another graph");
+    // The node as errors name it, made only for an error: describing every node costs more than checking it.
+    auto where = [&] { return "node " + describe(n, name); };
+    if (n->graph() != &g) throw Error(where() + " belongs to another graph");
     for (size_t i = 0; i < n->inputs().size(); ++i) {
       const Value* v = n->inputs()[i];
       if (!defined.count(v))
-        throw Error(where + ": operand " + std::to_string(i) + " (" + name(v) + ") is not defined before use");
+        throw Error(where() + ": operand " + std::to_string(i) + " (" + name(v) + ") is not defined before use");
       reads[{v, {n, i}}]++;
     }
     std::vector<bool> referenced(n->inputs().size(), false);
     for (const Arg& a : n->args())
       for (int o : a.operands) {
         if (o < -1 || o >= static_cast<int>(n->inputs().size()))
-          throw Error(where + ": argument refers to missing operand " + std::to_string(o));
+          throw Error(where() + ": argument refers to missing operand " + std::to_string(o));
         if (o == -1 && a.kind != ArgKind::OptTensorList)
-          throw Error(where + ": absent operand outside an optional list");
+          throw Error(where() + ": absent operand outside an optional list");
         if (o >= 0) {
           if (referenced[static_cast<size_t>(o)])
-            throw Error(where + ": operand " + std::to_string(o) + " is passed twice");
+            throw Error(where() + ": operand " + std::to_string(o) + " is passed twice");
           referenced[static_cast<size_t>(o)] = true;
         }
       }
     for (size_t i = 0; i < referenced.size(); ++i)
-      if (!referenced[i]) throw Error(where + ": operand " + std::to_string(i) + " is not passed to any argument");
+      if (!referenced[i]) throw Error(where() + ": operand " + std::to_string(i) + " is not passed to any argument");
     int produced = 0;
     for (int c : n->return_counts()) {
-      if (c < 0) throw Error(where + ": negative return count");
+      if (c < 0) throw Error(where() + ": negative return count");
       produced += c;
     }
     if (produced != static_cast<int>(n->outputs().size()))
-      throw Error(where + ": return counts add up to " + std::to_string(produced) + " but the node has " +
+      throw Error(where() + ": return counts add up to " + std::to_string(produced) + " but the node has " +
                   std::to_string(n->outputs().size()) + " outputs");
     for (size_t i = 0; i < n->outputs().size(); ++i) {
       const Value* o = n->outputs()[i];
       if (o->producer() != n || o->output_index() != i)
-        throw Error(where + ": output " + std::to_string(i) + " is not linked to it");
-      check_meta(o->meta(), where + " output " + name(o));
+        throw Error(where() + ": output " + std::to_string(i) + " is not linked to it");
+      check_meta(o->meta(), [&] { return where() + " output " + name(o); });
     }
 
     if (options.check_schemas) {
       const OpInfo& info = op_info(n->op());
       const auto& schema = info.schema();
       if (info.mutates)
-        throw Error(where + ": " + n->op() +
+        throw Error(where() + ": " + n->op() +
                     " writes to an argument; jvpc graphs are functional (use the out-of-place op)");
       if (n->outputs().empty())
-        throw Error(where + ": produces no tensor; a graph records only ops with tensor results");
+        throw Error(where() + ": produces no tensor; a graph records only ops with tensor results");
       if (n->args().size() != schema.arguments().size())
-        throw Error(where + ": " + n->op() + " takes " + std::to_string(schema.arguments().size()) +
+        throw Error(where() + ": " + n->op() + " takes " + std::to_string(schema.arguments().size()) +
                     " arguments, the node has " + std::to_string(n->args().size()));
       for (size_t i = 0; i < n->args().size(); ++i)
         if (!kind_matches(n->args()[i].kind, schema.arguments()[i]))
-          throw Error(where + ": argument '" + schema.arguments()[i].name() + "' of type " +
+          throw Error(where() + ": argument '" + schema.arguments()[i].name() + "' of type " +
                       schema.arguments()[i].real_type()->str() + " cannot take a " + arg_kind_name(n->args()[i].kind));
       if (n->return_counts().size() != schema.returns().size())
-        throw Error(where + ": " + std::to_string(n->return_counts().size()) + " return counts for " +
+        throw Error(where() + ": " + std::to_string(n->return_counts().size()) + " return counts for " +
                     std::to_string(schema.returns().size()) + " schema returns");
       for (size_t i = 0; i < schema.returns().size(); ++i)
         if (n->return_counts()[i] > max_tensors(schema.returns()[i]))
-          throw Error(where + ": return " + std::to_string(i) + " of " + n->op() + " is " +
+          throw Error(where() + ": return " + std::to_string(i) + " of " + n->op() + " is " +
                       schema.returns()[i].real_type()->str() + ", which cannot give " +
                       std::to_string(n->return_counts()[i]) + " tensor(s)");
       if (options.check_shapes && !(options.shape_checks && options.shape_checks->unchanged(*n))) {
         try {
           std::vector<int> counts;
           auto expect = infer_outputs(*n, &counts);
-          if (counts != n->return_counts()) throw Error(where + ": outputs do not match the op's returns");
+          if (counts != n->return_counts()) throw Error(where() + ": outputs do not match the op's returns");
           for (size_t i = 0; i < expect.size(); ++i) {
             const TensorMeta& got = n->outputs()[i]->meta();
             bool value_dependent = value_dependent_shape(*n, i);
@@ -187,7 +190,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
             if (!options.trust_declared_shapes && value_dependent && got.numel() > expect[i].numel())
               sizes_differ = true;  // bounded by the shape inferred
             if (sizes_differ || got.dtype != expect[i].dtype)
-              throw Error(where + ": output " + name(n->outputs()[i]) + " is declared " + got.str() + " but " +
+              throw Error(where() + ": output " + name(n->outputs()[i]) + " is declared " + got.str() + " but " +
                           n->op() + " produces " + expect[i].str());
           }
           if (options.shape_checks) options.shape_checks->passed(*n);
@@ -195,7 +198,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
           // Kernels without a Meta implementation or shape rule: declared shapes are trusted,
           // except in graphs from files.
           if (!options.trust_declared_shapes)
-            throw Error(where + ": " + n->op() +
+            throw Error(where() + ": " + n->op() +
                         " has no Meta kernel or shape rule, so its declared shapes cannot be checked");
           if (options.shape_checks) options.shape_checks->passed(*n);
         }

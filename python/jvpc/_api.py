@@ -11,34 +11,46 @@ from torch.utils import _pytree as pytree
 
 from . import _C
 from ._C import Error
-from ._context import supported_context
+from ._cache import cache_for
+from ._context import eager_only, supported_context
 from ._jvp_fn import JvpFn
-from ._pytrees import Inputs, argnums_of, parameter_names, traced_fn
+from ._pytrees import Inputs, argnums_of, parameter_names, traced_fn, with_aux
 from ._tangent_grad import through_tangent
 from ._weights import Weights, with_weights
 
 __all__ = ["Loaded", "TracedGraph", "jvp", "linearize", "load", "trace"]
 
 
-def linearize(func: Callable, *primals: Any, argnums=None, options: _C.LinearizeOptions | None = None,
-              tangent_grad: bool = False):
+@eager_only
+def linearize(func: Callable, *primals: Any, argnums=None, has_aux: bool = False, cache: bool = False,
+              options: _C.LinearizeOptions | None = None, tangent_grad: bool = False):
     """As torch.func.linearize(func, *primals): (func(*primals), jvp_fn), with func run once.
 
     argnums (int or tuple of ints, as torch.func.jacfwd's): the positional arguments to
     differentiate (default: all); the others may hold integers, constants, non-tensors, and
     jvp_fn takes tangents of the differentiated ones only, in argnums order.
+    has_aux (as torch.func.jvp's): func returns (output, aux); the result is (output, jvp_fn, aux),
+    aux from the one run of func, not differentiated.
+    cache: reuse the optimized graphs of an earlier call with this func whose trace is the same
+    (ops, shapes, dtypes, captured tensors): then only the trace and fold run, about two
+    forwards (FlopCounterMode counts the trace's kernels and fold's); see docs/python.md.
     options: jvpc.LinearizeOptions (disabled passes, verification, runtime options).
     tangent_grad: jvp_fn's outputs carry autograd history to the tangents, the primals and the
     weights of the modules func reaches (jvpc/_tangent_grad.py; docs/training.md).
     """
     who = "jvpc.linearize"
+    names = parameter_names(func, len(primals))
+    graphs = cache_for(func) if cache else None
+    weights = Weights(func)
+    aux: list = []
+    if has_aux:
+        func = with_aux(func, who, aux)
     diff = argnums_of(argnums, len(primals), who)
-    inputs = Inputs(primals, diff, who, parameter_names(func, len(primals)))
+    inputs = Inputs(primals, diff, who, names)
     out_spec: list = []
     with supported_context(who):
         outputs, lin = _C._linearize(traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names,
-                                     inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions())
-    weights = Weights(func)
+                                     inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions(), graphs)
     check = run = None
     if len(weights):
         stamp = weights.stamp()
@@ -47,25 +59,32 @@ def linearize(func: Callable, *primals: Any, argnums=None, options: _C.Linearize
             weights.check_stamp(stamp, who)
 
     if tangent_grad:
-        traced, at = with_weights(func, weights, primals, diff, who, parameter_names(func, len(primals)))
+        traced, at = with_weights(func, weights, primals, diff, who, names)
         run = through_tangent(lin.run, traced, at)
-    return pytree.tree_unflatten(outputs, out_spec[0]), JvpFn(lin, inputs, out_spec[0], who, run=run, check=check)
+    out = pytree.tree_unflatten(outputs, out_spec[0])
+    jvp_fn = JvpFn(lin, inputs, out_spec[0], who, run=run, check=check)
+    return (out, jvp_fn, aux[0]) if has_aux else (out, jvp_fn)
 
 
-def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, options=None, tangent_grad: bool = False):
-    """As torch.func.jvp(func, primals, tangents): (func(*primals), J·tangents); tangent_grad as linearize's."""
+@eager_only
+def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, has_aux: bool = False, cache: bool = False,
+        options=None, tangent_grad: bool = False):
+    """As torch.func.jvp(func, primals, tangents, has_aux=): (func(*primals), J·tangents), and
+    with has_aux (func returns (output, aux)) (output, J·tangents, aux). argnums, cache, options
+    and tangent_grad as linearize's."""
     who = "jvpc.jvp"
     for what, v in (("primals", primals), ("tangents", tangents)):
         if not isinstance(v, (tuple, list)):
             raise Error(f"{who}(f, primals, tangents): expected {what} to be a tuple, "
                         "e.g. it should be valid to call f(*primals)")
-    out, jvp_fn = linearize(func, *primals, argnums=argnums, options=options, tangent_grad=tangent_grad)
     diff = argnums_of(argnums, len(primals), who)
     if argnums is None and len(tangents) != len(primals):
         raise Error(f"{who}: expected as many tangents ({len(tangents)}) as primals ({len(primals)})")
     if argnums is not None and len(tangents) != len(diff):
         raise Error(f"{who}: expected one tangent per differentiated argument ({len(diff)}), got {len(tangents)}")
-    return out, jvp_fn(*tangents)
+    res = linearize(func, *primals, argnums=argnums, has_aux=has_aux, cache=cache, options=options,
+                    tangent_grad=tangent_grad)
+    return (res[0], res[1](*tangents)) + tuple(res[2:])
 
 
 class TracedGraph:
@@ -99,6 +118,7 @@ class TracedGraph:
         _C._save_inputs(str(path), self._inputs.names, [t.detach() for t in self._inputs.tensors])
 
 
+@eager_only
 def trace(func: Callable, *args: Any) -> TracedGraph:
     """Traces func(*args) into a jvpc graph (every tensor leaf of args an input); .outputs holds func's result."""
     who = "jvpc.trace"

@@ -10,6 +10,14 @@ from ._C import Error
 from ._compat import dynamo_stance, in_functorch_transform
 
 
+def eager_only(fn):
+    """jvpc's entry points as torch.compile sees them: an opaque call that Dynamo does not trace
+    into (a graph break, with this reason; under fullgraph=True, an error naming it). They then
+    run eagerly, the function they trace included, inside the compiled function."""
+    return torch.compiler.disable(fn, reason=f"jvpc.{fn.__name__} traces and runs its graphs eagerly; "
+                                  "torch.compile calls it as an opaque function")
+
+
 @contextlib.contextmanager
 def supported_context(who: str):
     """Refuses the contexts the tracer cannot record faithfully, when linearize is called in them."""

@@ -9,20 +9,28 @@ from torch.utils import _pytree as pytree
 
 from ._C import Error
 from ._api import linearize
+from ._context import eager_only
 
 
-def jacfwd(func: Callable, argnums=0, has_aux: bool = False, chunk_size: int | None = None):
-    """As torch.func.jacfwd(func, argnums, has_aux, chunk_size)(*primals): the Jacobian of func
+def jacfwd(func: Callable, argnums=0, has_aux: bool = False, *, randomness: str = "error",
+           chunk_size: int | None = None):
+    """As torch.func.jacfwd(func, argnums, has_aux, randomness=)(*primals): the Jacobian of func
     with respect to the tensor arguments argnums names, by forward mode: func is linearized once
     and its tangent graph applied to the columns of the identity, chunk_size columns per call of
-    the batched tangent graph (None: all of them in one call), which bounds memory.
+    the batched tangent graph (None: all of them in one call), which bounds memory. chunk_size is
+    jvpc's, keyword-only (torch.func.jacrev has one).
 
     The result has func's output structure; each leaf is the Jacobian [*out.shape, *in.shape]
     (argnums an int), or a tuple of them, one per argument (argnums a tuple). With has_aux, func
-    returns (output, aux) and the result is (jacobian, aux)."""
+    returns (output, aux) and the result is (jacobian, aux). randomness is checked as torch.func
+    checks it ("error", "different" or "same"); jvpc refuses random ops whatever its value, as
+    the linear map would be for one draw."""
+    if randomness not in ("error", "different", "same"):
+        raise Error(f"jacfwd: only allowed values for randomness are 'error', 'different', or 'same'. Got {randomness}")
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
         raise Error(f"jacfwd: chunk_size must be a positive int or None, got {chunk_size!r}")
 
+    @eager_only
     def wrapper(*primals):
         nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
         for i in nums:
@@ -30,18 +38,7 @@ def jacfwd(func: Callable, argnums=0, has_aux: bool = False, chunk_size: int | N
                 raise Error(f"jacfwd: argnums {argnums!r} does not fit {len(primals)} positional arguments")
             if not isinstance(primals[i], torch.Tensor):
                 raise Error(f"jacfwd: argument {i} is a {type(primals[i]).__name__}, not a Tensor")
-        aux = []
-
-        def f(*args):
-            if not has_aux:
-                return func(*args)
-            res = func(*args)
-            if not (isinstance(res, tuple) and len(res) == 2):
-                raise Error("jacfwd: with has_aux=True, func must return (output, aux)")
-            aux.append(res[1])
-            return res[0]
-
-        out, jvp_fn = linearize(f, *primals, argnums=argnums)
+        out, jvp_fn, *aux = linearize(func, *primals, argnums=argnums, has_aux=has_aux)
         ins = [primals[i] for i in nums]
         sizes = [x.numel() for x in ins]
         n = sum(sizes)

@@ -11,6 +11,7 @@ from torch.utils import _pytree as pytree
 from . import _C
 from ._C import Error
 from ._compat import in_functorch_transform, is_functorch_wrapped
+from ._context import eager_only
 from ._pytrees import Inputs, shape_of
 
 
@@ -50,6 +51,7 @@ class JvpFn:
 
             self._run = checked_run
 
+    @eager_only
     def __call__(self, *tangents: Any) -> Any:
         if len(tangents) == self._plain_n and all(type(t) is torch.Tensor for t in tangents) and \
                 not in_functorch_transform():

@@ -11,7 +11,7 @@ from torch.utils import _pytree as pytree
 
 from . import _C
 from ._C import Error
-from ._context import supported_context
+from ._context import eager_only, supported_context
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, shape_of, traced_fn
 from ._tangent_grad import through_tangent
@@ -40,6 +40,7 @@ class Program:
         self._weights = weights  # bound by name at each call: the program's first argument
         self._tangent_grad_of = tangent_grad_of  # the traced function, where tangent_grad
 
+    @eager_only
     def __call__(self, *primals: Any):
         who = "jvpc.Program"
         ref = self._inputs
@@ -92,6 +93,7 @@ class Program:
         self._prog.save(str(path), trusted)
 
 
+@eager_only
 def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: bool = True,
             options: _C.LinearizeOptions | None = None, tangent_grad: bool = False) -> Program:
     """Traces and optimizes func once, at example_primals; returns a Program, prog(*primals) -> (out, jvp_fn).
@@ -117,6 +119,7 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
                    traced if tangent_grad else None)
 
 
+@eager_only
 def load_program(path: str, *, trusted: bool = False, device: str | None = None,
                  runtime: _C.ExecutableOptions | None = None) -> Program:
     """Loads a program saved by Program.save (or `jvpc compile -o`): prog(*primals) -> (out, jvp_fn).

@@ -125,6 +125,21 @@ def traced_fn(func: Callable, inputs: Inputs, who: str, out_spec: list) -> Calla
     return call
 
 
+def with_aux(func: Callable, who: str, aux: list) -> Callable:
+    """func returning (output, aux), as torch.func's has_aux=True takes it: a function returning
+    output alone, which appends aux to the list `aux` (aux is not differentiated)."""
+
+    def call(*args):
+        res = func(*args)
+        if not (isinstance(res, tuple) and len(res) == 2):
+            raise Error(f"{who}: with has_aux=True, func must return a tuple (output, aux), "
+                        f"got {type(res).__name__}")
+        aux.append(res[1])
+        return res[0]
+
+    return call
+
+
 def shape_of(spec) -> str:
     """A pytree structure on one line: ((*, *), {'a': *})."""
     return str(pytree.tree_unflatten([Leaf()] * spec.num_leaves, spec))

@@ -96,3 +96,17 @@ def block_case(dtype, bsz=2, seq=8, d=32, head_dim=8, causal=False, seed=0):
 
 def tolerance(dtype):
     return {torch.float64: dict(rtol=1e-9, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}[dtype]
+
+
+def on_math(f):
+    """f with attention on the math backend: LibTorch's fused kernels (the CPU flash kernel that
+    the default backend picks) have no forward-AD formula, so torch.func's reference needs it."""
+    def g(*args):
+        fastpath = torch.backends.mha.get_fastpath_enabled()
+        torch.backends.mha.set_fastpath_enabled(False)  # as jvpc traces: no inference fast path
+        try:
+            with sdpa_kernel(SDPBackend.MATH):
+                return f(*args)
+        finally:
+            torch.backends.mha.set_fastpath_enabled(fastpath)
+    return g

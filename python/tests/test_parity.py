@@ -6,8 +6,7 @@ import torch
 from torch.func import functional_call
 
 import jvpc
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from models import SDPA_VARIANTS, block_case, mlp_case, sdpa_case, tolerance
+from models import SDPA_VARIANTS, block_case, mlp_case, on_math, sdpa_case, tolerance
 
 DTYPES = [torch.float64, torch.float32]
 
@@ -15,20 +14,6 @@ DTYPES = [torch.float64, torch.float32]
 def tangents_like(primals, seed=1):
     gen = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype) for p in primals)
-
-
-def on_math(f):
-    """f with attention on the math backend: LibTorch's fused kernels (the CPU flash kernel that
-    the default backend picks) have no forward-AD formula, so torch.func's reference needs it."""
-    def g(*args):
-        fastpath = torch.backends.mha.get_fastpath_enabled()
-        torch.backends.mha.set_fastpath_enabled(False)  # as jvpc traces: no inference fast path
-        try:
-            with sdpa_kernel(SDPBackend.MATH):
-                return f(*args)
-        finally:
-            torch.backends.mha.set_fastpath_enabled(fastpath)
-    return g
 
 
 def check(f, ref, primals, dtype):

@@ -1,0 +1,132 @@
+// The memo of shape inference (shape_memo.h).
+#include "compiler/ir/shape_memo.h"
+
+#include <c10/core/DefaultDtype.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+namespace jvpc {
+
+namespace {
+
+thread_local ShapeInferenceStats t_stats;
+
+struct Entry {
+  std::vector<TensorMeta> outputs;
+  std::vector<int> counts;
+};
+
+struct Memo {
+  std::mutex mu;
+  std::unordered_map<std::string, Entry> table;
+};
+Memo& memo() {
+  static Memo* m = new Memo();  // never destroyed: used until the process ends
+  return *m;
+}
+
+template <typename T>
+void put(std::string& key, const T& v) {
+  key.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+void put_ints(std::string& key, const std::vector<int64_t>& v) {
+  put(key, v.size());
+  key.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+}
+
+void put_arg(std::string& key, const Arg& a) {
+  put(key, a.kind);
+  switch (a.kind) {
+    case ArgKind::None:
+      break;
+    case ArgKind::Bool:
+      put(key, a.value.toBool());
+      break;
+    case ArgKind::Int:
+    case ArgKind::ScalarType:
+    case ArgKind::Layout:
+    case ArgKind::MemoryFormat:
+      put(key, a.value.toInt());
+      break;
+    case ArgKind::Float:
+      put(key, a.value.toDouble());
+      break;
+    case ArgKind::Ints:
+      put_ints(key, a.value.toIntVector());
+      break;
+    case ArgKind::Tensor:
+    case ArgKind::TensorList:
+    case ArgKind::OptTensorList:
+      put(key, a.operands.size());
+      key.append(reinterpret_cast<const char*>(a.operands.data()), a.operands.size() * sizeof(int));
+      break;
+    default: {  // strings, devices, lists of floats or bools: their printed form
+      std::ostringstream os;
+      os << a.value;
+      std::string s = os.str();
+      put(key, s.size());
+      key += s;
+    }
+  }
+}
+
+std::string signature(const std::string& op, const std::vector<Arg>& args, const std::vector<TensorMeta>& inputs) {
+  std::string key;
+  key.reserve(64 + 48 * inputs.size());
+  key += op;
+  key += '\0';
+  put(key, c10::get_default_dtype_as_scalartype());  // factories without a dtype take it
+  put(key, args.size());
+  for (const Arg& a : args) put_arg(key, a);
+  put(key, inputs.size());
+  for (const TensorMeta& m : inputs) {
+    put_ints(key, m.sizes);
+    put_ints(key, m.strides);
+    put(key, m.dtype);
+    put(key, m.device.type());
+    put(key, m.device.index());
+  }
+  return key;
+}
+
+}  // namespace
+
+const ShapeInferenceStats& shape_inference_stats() { return t_stats; }
+
+namespace detail {
+
+std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector<Arg>& args,
+                                        const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts,
+                                        const std::function<std::vector<TensorMeta>(std::vector<int>*)>& compute) {
+  ++t_stats.calls;
+  std::string key = signature(op, args, inputs);
+  Memo& m = memo();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    auto it = m.table.find(key);
+    if (it != m.table.end()) {
+      if (return_counts) *return_counts = it->second.counts;
+      return it->second.outputs;
+    }
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  Entry e;
+  e.outputs = compute(&e.counts);  // an error propagates, and is not memoized
+  ++t_stats.computed;
+  t_stats.computed_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (return_counts) *return_counts = e.counts;
+  std::vector<TensorMeta> out = e.outputs;
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (m.table.size() >= kShapeMemoCapacity) m.table.clear();
+  m.table.emplace(std::move(key), std::move(e));
+  return out;
+}
+
+}  // namespace detail
+
+}  // namespace jvpc
