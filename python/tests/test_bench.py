@@ -110,3 +110,14 @@ def test_batched_bad_tangents_refused(tangents, message):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1].endswith(f"error: {message}")
+
+
+def test_train_step_bench_runs_and_its_sides_losses_agree(tmp_path):
+    out = tmp_path / "train.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench", "train_step.py"), "--sizes", "small",
+                        "--objectives", "meanflow", "--rounds", "1", "--warmup", "0", "--skip-compile",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(out.read_text())
+    assert row["losses_agree"] and set(row["sides"]) == {"jvpc", "func eager"}
+    assert row["sides"]["jvpc"]["flops"] < row["sides"]["func eager"]["flops"]

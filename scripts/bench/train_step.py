@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""A training step with a JVP inside, jvpc beside PyTorch, in one process.
+
+For each size of a small DiT (scripts/bench/dit.py) and each objective (MeanFlow: the JVP along
+(v, 0, 1), the loss through u; sCM in TrigFlow form: the JVP along (dx_t/dt, 1, 1), the loss
+through F), three sides train their own copy of the same network (same initial weights, AdamW,
+the same batches):
+
+  jvpc          jvpc.compile(net, ...) once; per step prog(z, r, t) (the step's one forward, which
+                autograd records), jvp_fn(...), loss.backward(), opt.step()
+  func eager    torch.func.jvp(net, ...) on SDPA's math path (the fused kernels have no forward AD),
+                then loss.backward(), opt.step()
+  compiled      the same torch step's loss under torch.compile (--skip-compile leaves it out)
+
+Steps are timed in interleaved rounds (one step of each side per round, in rotating order) after
+warm-up steps; the table gives median time per step, FlopCounterMode's FLOPs of one step
+(forward, JVP and backward), the peak of CPU memory allocated during one step (torch.profiler's
+memory records, op by op: what the allocator hands out, jvpc's kernels included), each side's ratio to
+func eager, and the losses of the first steps side by side (which must agree: the script exits 1
+where they do not), and the norms of their JVPs (the sCM loss is normalised, nearly constant: the
+JVP norms are what shows a tangent gone wrong). The long size traces attention through the CPU's fused kernel and takes the
+O(L) tangent form (residual_budget=0).
+
+  PYTHONPATH=build/python python3 scripts/bench/train_step.py
+  PYTHONPATH=build/python python3 scripts/bench/train_step.py --sizes small --rounds 3 --skip-compile
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dit import DiT  # noqa: E402
+
+import jvpc  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+# name: (d, depth, heads, batch, tokens, O(L) form)
+SIZES = {
+    "small": (64, 2, 4, 4, 256, False),
+    "medium": (128, 4, 4, 4, 256, False),
+    "long": (64, 2, 4, 1, 2048, True),
+}
+CHANNELS = 4
+
+
+def batches(n, B, L, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(n):
+        x0 = torch.randn(B, L, CHANNELS, generator=g)
+        e = torch.randn(B, L, CHANNELS, generator=g)
+        t = torch.rand(B, generator=g) * 0.98 + 0.01
+        r = t * torch.rand(B, generator=g)
+        yield x0, e, r, t
+
+
+# Each objective: (primals, tangents) of the JVP from a batch, and the loss from (out, dout).
+def meanflow(x0, e, r, t):
+    z = (1 - t)[:, None, None] * x0 + t[:, None, None] * e
+    v = e - x0
+    return (z, r, t), (v, torch.zeros_like(r), torch.ones_like(t)), v
+
+
+def meanflow_loss(u, dudt, v, r, t):
+    u_tgt = v - (t - r)[:, None, None] * dudt
+    return ((u - u_tgt.detach()) ** 2).mean()
+
+
+def scm(x0, e, r, t):
+    ang = t * (math.pi / 2)
+    c, s = ang.cos()[:, None, None], ang.sin()[:, None, None]
+    x_t = c * x0 + s * e
+    dxdt = c * e - s * x0
+    return (x_t, t, t.clone()), (dxdt, torch.ones_like(t), torch.ones_like(t)), (x_t, dxdt)  # r = t: no jump
+
+
+def scm_loss(F, dFdt, aux, r, t):
+    x_t, dxdt = aux
+    ang = t * (math.pi / 2)
+    c, s = ang.cos()[:, None, None], ang.sin()[:, None, None]
+    g = -c * c * (F - dxdt) - c * s * (x_t + dFdt)
+    g = g / (g.norm(dim=(1, 2), keepdim=True) + 0.1)
+    return ((F - (F + g).detach()) ** 2).mean()
+
+
+OBJECTIVES = {"meanflow": (meanflow, meanflow_loss), "scm": (scm, scm_loss)}
+
+
+class Side:
+    def __init__(self, name, net, step):
+        self.name, self.net, self._step = name, net, step
+        self.opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        self.times, self.losses, self.jvp_norms = [], [], []
+
+    def step(self, batch):
+        self.opt.zero_grad(set_to_none=True)
+        loss, dout = self._step(batch)
+        loss.backward()
+        self.opt.step()
+        return loss.detach(), dout.detach().norm()
+
+
+def make_sides(size, objective, skip_compile):
+    d, depth, heads, B, L, long_form = SIZES[size]
+    make, loss_of = OBJECTIVES[objective]
+    torch.manual_seed(0)
+    net = DiT(CHANNELS, d, depth, heads)
+    x0, e, r, t = next(batches(1, B, L, seed=99))
+    primals, _, _ = make(x0, e, r, t)
+    options = jvpc.LinearizeOptions()
+    if long_form:
+        options.residual_budget = 0  # the O(L) form of the attention's tangent
+    jnet = copy.deepcopy(net)
+    prog = jvpc.compile(jnet, *primals, options=options)
+
+    def jvpc_step(batch):
+        primals, tangents, aux = make(*batch)
+        out, jvp_fn = prog(*primals)
+        dout = jvp_fn(*tangents)
+        return loss_of(out, dout, aux, batch[2], batch[3]), dout
+
+    def torch_step(net):
+        def step(batch):
+            primals, tangents, aux = make(*batch)
+            with sdpa_kernel(SDPBackend.MATH):
+                out, dout = torch.func.jvp(net, primals, tangents)
+            return loss_of(out, dout, aux, batch[2], batch[3]), dout
+        return step
+
+    sides = [Side("jvpc", jnet, jvpc_step)]
+    enet = copy.deepcopy(net)
+    sides.append(Side("func eager", enet, torch_step(enet)))
+    if not skip_compile:
+        cnet = copy.deepcopy(net)
+        sides.append(Side("compiled", cnet, torch.compile(torch_step(cnet))))
+    return sides, (B, L), prog
+
+
+def peak_bytes(fn):
+    """Peak of CPU memory allocated (and not yet freed) while fn runs, from torch.profiler."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    # Each op's own allocations net of its frees, and the frees outside ops ("[memory]"), in order.
+    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
+    live = peak = 0
+    for e in events:
+        live += e.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak
+
+
+def flops(fn):
+    with FlopCounterMode(display=False) as fc:
+        fn()
+    return fc.get_total_flops()
+
+
+def run(size, objective, args):
+    sides, (B, L), prog = make_sides(size, objective, args.skip_compile)
+    n = args.warmup + args.rounds
+    data = list(batches(n + 2, B, L, seed=1))
+    failed = {}
+    for i in range(n):
+        batch = data[i]
+        order = sides[i % len(sides):] + sides[:i % len(sides)]
+        for s in order:
+            t0 = time.perf_counter()
+            try:
+                loss, norm = s.step(batch)
+            except Exception as e:  # noqa: BLE001  (torch.compile's side: reported, not fatal)
+                if s.name != "compiled":
+                    raise
+                failed[s.name] = str(e).splitlines()[0][:200]
+                sides.remove(s)
+                continue
+            dt = time.perf_counter() - t0
+            s.losses.append(loss.item())
+            s.jvp_norms.append(norm.item())
+            if i >= args.warmup:
+                s.times.append(dt)
+    # FLOPs and peak memory of one more step each (not timed); the weights move on alike.
+    row = {"size": size, "objective": objective, "B": B, "L": L, "sides": {}, "failed": failed}
+    for k, s in enumerate(sides):
+        f = flops(lambda: s.step(data[n]))
+        p = peak_bytes(lambda: s.step(data[n + 1]))
+        row["sides"][s.name] = {"median_s": statistics.median(s.times), "flops": f, "peak_bytes": p,
+                                "losses": s.losses[:args.show_losses], "jvp_norms": s.jvp_norms[:args.show_losses]}
+    ref = sides[1]
+    agree = all(abs(a - b) <= args.loss_rtol * abs(b) for s in sides
+                for a, b in zip(s.losses + s.jvp_norms, ref.losses + ref.jvp_norms))
+    row["losses_agree"] = agree
+    row["tangent_form"] = "O(L)" if "attention_tangent" in prog.tangent_graph.to_text() else "P"
+    return row
+
+
+def table(rows, header):
+    out = [header, "",
+           "| size | objective | B×L | form | side | ms/step | ×eager | GFLOP/step | ×eager | peak MiB | losses (first steps) | ‖JVP‖ (first steps) |",
+           "|---|---|---|---|---|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        e = r["sides"]["func eager"]
+        for name, s in r["sides"].items():
+            losses = ", ".join(f"{x:.5g}" for x in s["losses"])
+            norms = ", ".join(f"{x:.5g}" for x in s["jvp_norms"])
+            out.append(f"| {r['size']} | {r['objective']} | {r['B']}×{r['L']} | {r['tangent_form']} | {name} | "
+                       f"{1e3 * s['median_s']:.1f} | {s['median_s'] / e['median_s']:.2f} | {s['flops'] / 1e9:.3f} | "
+                       f"{s['flops'] / e['flops']:.2f} | {s['peak_bytes'] / 2**20:.1f} | {losses} | {norms} |")
+        for name, why in r["failed"].items():
+            out.append(f"| {r['size']} | {r['objective']} | {r['B']}×{r['L']} | | {name} | failed: {why} | | | | | | |")
+    return "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="small,medium,long", help="comma-separated: " + ", ".join(SIZES))
+    p.add_argument("--objectives", default="meanflow,scm", help="comma-separated: " + ", ".join(OBJECTIVES))
+    p.add_argument("--rounds", type=int, default=7, help="timed rounds (one step per side each)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first (compilation happens there)")
+    p.add_argument("--show-losses", type=int, default=3, help="losses of the first steps shown per side")
+    p.add_argument("--loss-rtol", type=float, default=1e-3, help="relative agreement the losses and JVP norms must reach")
+    p.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile side")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args()
+    for name in args.sizes.split(","):
+        if name not in SIZES:
+            p.error(f"unknown size {name!r} (sizes: {', '.join(SIZES)})")
+    for name in args.objectives.split(","):
+        if name not in OBJECTIVES:
+            p.error(f"unknown objective {name!r} (objectives: {', '.join(OBJECTIVES)})")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = []
+    for size in args.sizes.split(","):
+        for objective in args.objectives.split(","):
+            rows.append(run(size, objective, args))
+            print(table(rows[-1:], f"{size}/{objective} done, load average {os.getloadavg()[0]:.2f}"), flush=True)
+    load = os.getloadavg()
+    print(table(rows, f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, CPU; "
+                      f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; medians of {args.rounds} rounds"))
+    if args.json:
+        with open(args.json + ".tmp", "w") as f:
+            json.dump(rows, f, indent=1)
+        os.replace(args.json + ".tmp", args.json)
+    bad = [f"{r['size']}/{r['objective']}" for r in rows if not r["losses_agree"]]
+    if bad:
+        print(f"train_step.py: error: the sides' losses disagree for {', '.join(bad)}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
