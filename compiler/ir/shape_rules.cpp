@@ -413,11 +413,10 @@ Metas max_pool3d_with_indices(const Call& c) {
 }
 
 // reflection_pad2d(self, padding [l, r, t, b]): each pad less than its dim; a 4-d operand's
-// memory format is kept.
+// memory format is kept. The padding's length is its contract's to check (op_contracts.cpp).
 Metas reflection_pad2d(const Call& c) {
   at::Tensor x = c.t(0);
   auto pad = c.ints(1);
-  TORCH_CHECK(pad.size() == 4, "padding size is expected to be 4, but got: ", pad.size());
   bool batched = x.dim() == 4, valid = batched || x.dim() == 3;
   for (int64_t d = batched ? 1 : 0; valid && d < x.dim(); ++d) valid = x.size(d) != 0;  // an empty batch only
   TORCH_CHECK(valid, "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero "

@@ -63,28 +63,51 @@ def test_load_refuses_a_missing_file(tmp_path):
 
 
 def test_a_hostile_graph_file_is_an_error_not_a_crash(tmp_path):
-    # max_pool2d_with_indices_backward writes at its indices: 1e8 killed the interpreter.
+    # max_pool2d_with_indices_backward writes at its indices: 1e8 killed the interpreter, 20
+    # corrupted the heap, 16 gave wrong numbers; indices made by the graph (full) or computed from
+    # an input (_to_copy of a float) alike.
     def meta(sizes, strides, dtype="Float"):
         return {"sizes": sizes, "strides": strides, "dtype": dtype, "device": "cpu"}
-    graph = {
-        "format": "jvpc-graph", "schema_version": 1,
-        "inputs": [{"name": "x", "id": 0, "role": "primal", "meta": meta([1, 1, 4, 4], [16, 16, 4, 1])},
-                   {"name": "g", "id": 1, "role": "primal", "meta": meta([1, 1, 2, 2], [4, 4, 2, 1])}],
-        "nodes": [
+    quarter = meta([1, 1, 2, 2], [4, 4, 2, 1])
+    def graph(indices_node, extra_inputs=()):
+        return {
+            "format": "jvpc-graph", "schema_version": 1,
+            "inputs": [{"name": "x", "id": 0, "role": "primal", "meta": meta([1, 1, 4, 4], [16, 16, 4, 1])},
+                       {"name": "g", "id": 1, "role": "primal", "meta": quarter}, *extra_inputs],
+            "nodes": [
+                indices_node,
+                {"op": "aten::max_pool2d_with_indices_backward",
+                 "args": [{"tensor": 1}, {"tensor": 0}, {"ints": [2, 2]}, {"ints": [2, 2]}, {"ints": [0, 0]},
+                          {"ints": [1, 1]}, {"bool": False}, {"tensor": 3}],
+                 "outputs": [{"id": 4, "meta": meta([1, 1, 4, 4], [16, 16, 4, 1])}]}],
+            "outputs": [{"name": "dx", "id": 4}]}
+    out_of_range = r"argument 'indices' holds an index out of range \[0, 16\)"
+    x, g = torch.randn(1, 1, 4, 4), torch.randn(1, 1, 2, 2)
+    for value in (100000000, 20, 16):
+        path = tmp_path / f"pool{value}.json"
+        path.write_text(json.dumps(graph(
             {"op": "aten::full",
-             "args": [{"ints": [1, 1, 2, 2]}, {"int": 100000000}, {"scalar_type": "Long"}, {"none": None},
+             "args": [{"ints": [1, 1, 2, 2]}, {"int": value}, {"scalar_type": "Long"}, {"none": None},
                       {"device": "cpu"}, {"none": None}],
-             "outputs": [{"id": 2, "meta": meta([1, 1, 2, 2], [4, 4, 2, 1], "Long")}]},
-            {"op": "aten::max_pool2d_with_indices_backward",
-             "args": [{"tensor": 1}, {"tensor": 0}, {"ints": [2, 2]}, {"ints": [2, 2]}, {"ints": [0, 0]},
-                      {"ints": [1, 1]}, {"bool": False}, {"tensor": 2}],
-             "outputs": [{"id": 3, "meta": meta([1, 1, 4, 4], [16, 16, 4, 1])}]}],
-        "outputs": [{"name": "dx", "id": 3}]}
-    path = tmp_path / "pool.json"
-    path.write_text(json.dumps(graph))
+             "outputs": [{"id": 3, "meta": meta([1, 1, 2, 2], [4, 4, 2, 1], "Long")}]})))
+        loaded = jvpc.load(path)
+        with pytest.raises(jvpc.Error, match=out_of_range):
+            loaded(x, g)
+    path = tmp_path / "computed.json"
+    path.write_text(json.dumps(graph(
+        {"op": "aten::_to_copy",
+         "args": [{"tensor": 2}, {"scalar_type": "Long"}, {"none": None}, {"none": None}, {"none": None},
+                  {"bool": False}, {"none": None}],
+         "outputs": [{"id": 3, "meta": meta([1, 1, 2, 2], [4, 4, 2, 1], "Long")}]},
+        [{"name": "v", "id": 2, "role": "primal", "meta": quarter}])))
     loaded = jvpc.load(path)
-    with pytest.raises(jvpc.Error, match=r"argument 'indices' holds an index out of range \[0, 16\)"):
-        loaded(torch.randn(1, 1, 4, 4), torch.randn(1, 1, 2, 2))
+    for value in (1e8, 20.0, 16.0, -1.0):
+        with pytest.raises(jvpc.Error, match=out_of_range):
+            loaded(x, g, torch.full((1, 1, 2, 2), value))
+    good = torch.tensor([0.0, 3.0, 12.0, 15.0]).view(1, 1, 2, 2)
+    want = torch.ops.aten.max_pool2d_with_indices_backward(g, x, [2, 2], [2, 2], [0, 0], [1, 1], False, good.long())
+    (dx,) = loaded(x, g, good)
+    torch.testing.assert_close(dx, want, rtol=0, atol=0)
 
 
 def test_trace():
