@@ -4,7 +4,7 @@
 # runs for JVPC_FUZZ_SECONDS (default 60) from the examples' JSON and tests/fuzz/seeds/; the
 # fuzzer over the loadable ops (tests/fuzz/fuzz_loadable_ops.cpp) runs every op on the list
 # with JVPC_FUZZ_OP_BASES (default 16) bases each, and each base once with every argument made
-# adversarial (the same 22,911 cases on every run; about 50 s on 2 idle cores). A crash, a sanitizer report, a leak
+# adversarial (the same 22,911 graphs on every run; about 70 s on 2 cores). A crash, a sanitizer report, a leak
 # or a fuzzer's finding fails the script. Called by scripts/test.sh unless JVPC_SKIP_SANITIZE=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
