@@ -12,7 +12,7 @@ from torch.utils import _pytree as pytree
 from . import _C
 from ._C import Error
 from ._cache import cache_for
-from ._context import eager_only, gc_paused, supported_context
+from ._context import eager_only, supported_context
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, traced_fn, with_aux
 
@@ -43,7 +43,7 @@ def linearize(func: Callable, *primals: Any, argnums=None, has_aux: bool = False
     diff = argnums_of(argnums, len(primals), who)
     inputs = Inputs(primals, diff, who, names)
     out_spec: list = []
-    with supported_context(who), gc_paused():
+    with supported_context(who):
         outputs, lin = _C._linearize(traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names,
                                      inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions(), graphs)
     out, jvp_fn = pytree.tree_unflatten(outputs, out_spec[0]), JvpFn(lin, inputs, out_spec[0], who)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 
 import torch
 
@@ -48,17 +47,3 @@ def supported_context(who: str):
         raise
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Python's cyclic garbage collector off while linearize traces and compiles (a whole model's
-    trace allocates many short-lived objects, and collections cost it several percent), on again
-    after, if it was on."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
