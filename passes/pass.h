@@ -1,11 +1,12 @@
 // The pass interface and the pipeline that runs passes in order.
 //
-// A pass rewrites a Graph in place and says whether it changed anything. The pipeline runs them
-// as XLA's and MLIR's do: it verifies its input graph before the first pass; after each pass
-// that changed the graph it verifies it again (after every pass with verify_each, which the test
-// suite turns on), so that a broken graph is reported with the name of the pass that broke it.
-// Without verify_each, shapes are inferred again only for the nodes a pass added or changed
-// (ShapeChecks); every other invariant is checked on the whole graph each time;
+// A pass rewrites a Graph in place and says whether it changed anything. The pipeline verifies
+// its input graph before the first pass and, if any pass changed it, its output after the last.
+// With verify_each (which the test suite turns on) it verifies after every pass, as XLA's and
+// MLIR's do, so that a broken graph is reported with the name of the pass that broke it; without,
+// a broken output is reported with the last pass's name and the way to find the one that broke it.
+// Without verify_each, shapes are inferred again only for the nodes the passes added or changed
+// (ShapeChecks); every other invariant is checked on the whole graph;
 // a pass that throws is told apart from one that left a graph that does not verify. Observers
 // see each pass before and after it runs, and the graph a failed pass left: the cost table, IR
 // dumps and timing are observers, as in MLIR's PassInstrumentation.
@@ -42,11 +43,12 @@ class PassObserver {
   virtual void on_failure(const std::string& /*pass*/, const Graph&, const std::string& /*error*/) {}
 };
 
-/// Whether pipelines verify the whole graph after every pass, changed or not: the
+/// Whether pipelines verify the graph after every pass, not only their input and output: the
 /// JVPC_VERIFY_EACH environment variable (1), which the test suite sets, or --verify-each.
 bool verify_each_by_default();
 
-/// The time one pass took, and its verification, in milliseconds.
+/// The time one pass took, and the verification after it, in milliseconds: with verify_each, of
+/// the graph it left; without, only the last pass's, which is the check of the pipeline's output.
 struct PassTime {
   std::string pass;
   double run_ms = 0;
@@ -57,7 +59,7 @@ class Pipeline {
  public:
   Pipeline& add(std::unique_ptr<Pass> p);
   Pipeline& observe(PassObserver* o);
-  /// Verify after every pass, not only after those that changed the graph.
+  /// Verify after every pass, not only the pipeline's output.
   Pipeline& verify_each(bool on) {
     verify_each_ = on;
     return *this;
@@ -71,7 +73,8 @@ class Pipeline {
   }
   /// Runs every pass in order; returns whether any changed the graph. Throws jvpc::Error: "pass
   /// 'x': ..." when a pass fails, "after pass 'x', the graph does not verify: ..." when it left a
-  /// broken graph, "the pipeline's input does not verify: ..." before the first.
+  /// broken graph (verify_each), "after the passes (the last: 'x'), the graph does not verify: ..."
+  /// when the output is broken (without), "the pipeline's input does not verify: ..." before the first.
   bool run(Graph& g);
   std::vector<std::string> pass_names() const;
   /// Per pass of the last run(), in order.

@@ -69,6 +69,7 @@ bool Pipeline::run(Graph& g) {
   }
   for (PassObserver* o : observers_) o->start(g);
   bool any = false;
+  std::string last;
   for (const auto& p : passes_) {
     const std::string name = p->name();
     for (PassObserver* o : observers_) o->before_pass(name, g);
@@ -85,7 +86,7 @@ bool Pipeline::run(Graph& g) {
       fail("pass '" + name + "': " + one_line(e));
     }
     auto t1 = clock::now();
-    if (changed || verify_each_) {
+    if (verify_each_) {
       try {
         verify(g, between);
       } catch (const std::exception& e) {
@@ -96,7 +97,22 @@ bool Pipeline::run(Graph& g) {
     t.verify_ms = ms(clock::now() - t1);
     timings_.push_back(t);
     any |= changed;
+    last = name;
     for (PassObserver* o : observers_) o->after_pass(name, g, changed);
+  }
+  // Without verify_each, the output once: a graph that does not verify is reported here, with
+  // the way to find the pass that broke it.
+  if (any && !verify_each_) {
+    auto t0 = clock::now();
+    try {
+      verify(g, between);
+    } catch (const std::exception& e) {
+      const std::string msg = "after the passes (the last: '" + last + "'), the graph does not verify: " +
+                              one_line(e) + " (JVPC_VERIFY_EACH=1 or --verify-each names the pass that broke it)";
+      for (PassObserver* o : observers_) o->on_failure(last, g, msg);
+      throw Error(msg);
+    }
+    timings_.back().verify_ms += ms(clock::now() - t0);
   }
   return any;
 }

@@ -11,13 +11,14 @@ namespace jvpc {
 namespace {
 using test::f32;
 
+// With verify_each, the pass that broke the graph is named.
 TEST(Pipeline, NamesThePassThatBreaksTheGraph) {
   Graph g;
   Value* x = g.add_input("x", f32({4}), Role::Primal);
   Builder b(g);
   g.add_output(b.call("aten::exp", {x}));
   Pipeline p;
-  p.add(make_pass("breaker", [](Graph& gr) {
+  p.verify_each(true).add(make_pass("breaker", [](Graph& gr) {
     TensorMeta m = gr.outputs()[0]->meta();
     m.sizes = {5};
     m.strides = {1};
@@ -80,9 +81,9 @@ TEST(Pipeline, VerifiesItsInputAndTellsAThrowingPassFromABreakingOne) {
   EXPECT_NE(dumps.str().find("// IR after failed pass 'thrower'"), std::string::npos) << dumps.str();
 }
 
-// Verification runs after passes that changed the graph; with verify_each, after every pass, so
-// that a pass that broke the graph and said it changed nothing is caught too.
-TEST(Pipeline, VerifiesAfterChangesOrAfterEveryPassWithVerifyEach) {
+// Verification runs on the pipeline's output if a pass changed the graph; with verify_each, after
+// every pass, so that the pass that broke the graph is named, even one that said it changed nothing.
+TEST(Pipeline, VerifiesItsOutputOrAfterEveryPassWithVerifyEach) {
   for (bool each : {false, true}) {
     Graph g;
     Value* x = g.add_input("x", f32({4}), Role::Primal);
@@ -99,6 +100,25 @@ TEST(Pipeline, VerifiesAfterChangesOrAfterEveryPassWithVerifyEach) {
       EXPECT_FALSE(p.run(g));
       ASSERT_EQ(p.timings().size(), 1u);
       EXPECT_EQ(p.timings()[0].pass, "liar");
+    }
+  }
+  for (bool each : {false, true}) {
+    Graph g;
+    Value* x = g.add_input("x", f32({4}), Role::Primal);
+    Builder b(g);
+    g.add_output(b.call("aten::exp", {x}));
+    Pipeline p;
+    Recorder r;
+    p.verify_each(each).observe(&r);
+    p.add(make_pass("breaker", [](Graph& gr) {
+       break_output(gr);
+       return true;
+     })).add(make_pass("nop", [](Graph&) { return false; }));
+    if (each) {
+      test::expect_error([&] { p.run(g); }, "after pass 'breaker', the graph does not verify");
+    } else {
+      test::expect_error([&] { p.run(g); }, "after the passes (the last: 'nop'), the graph does not verify: ");
+      EXPECT_EQ(r.events.back().rfind("failed nop: after the passes", 0), 0u) << r.events.back();
     }
   }
 }
@@ -129,7 +149,7 @@ TEST(Pipeline, TrustsItsInputsShapesUnlessVerifyEach) {
     gr.outputs()[0]->producer()->replace_input(0, y);
     return true;
   }));
-  test::expect_error([&] { p.run(g); }, "after pass 'rewire', the graph does not verify");
+  test::expect_error([&] { p.run(g); }, "after the passes (the last: 'rewire'), the graph does not verify");
 }
 
 TEST(Pipeline, ObserversSeeEveryPass) {

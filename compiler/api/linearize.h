@@ -38,7 +38,7 @@ struct LinearizeOptions {
   std::set<std::string> disabled_passes;
   /// Extra observers of the pass pipeline (IR dumps, ...).
   std::vector<PassObserver*> observers;
-  /// Verify the whole graph after every pass, not only after those that changed it (the test
+  /// Verify the whole graph after every pass, not only the pipeline's input and output (the test
   /// suite's default: JVPC_VERIFY_EACH=1).
   bool verify_each = verify_each_by_default();
   /// Bytes the attentions' tangents may take (residuals plus peak per call, see

@@ -193,7 +193,7 @@ void add_linearize(CLI::App& app) {
   add_device_option(cmd, o->device);
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   cmd->add_flag("--verify-each", o->verify_each,
-                "verify the whole graph after every pass (by default only after passes that changed it)");
+                "verify the whole graph after every pass, naming the pass that breaks it (by default the pipeline's input and output)");
   cmd->add_flag("--timing", o->timing,
                 "print each pass's time and its verification's, then each phase's (trace, passes, verification, "
                 "executable, shape inference, total), after the cost table");

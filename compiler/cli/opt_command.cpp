@@ -120,7 +120,7 @@ void add_opt(CLI::App& app) {
                 "run the graph before and after the passes on the same random inputs; fail unless the values agree "
                 "(within the dtype's tolerance, as jvpc linearize's check)");
   cmd->add_flag("--verify-each", o->verify_each,
-                "verify the whole graph after every pass (by default only after passes that changed it)");
+                "verify the whole graph after every pass, naming the pass that breaks it (by default the pipeline's input and output)");
   cmd->callback([o, cmd] {
     std::vector<std::string> names = comma_list(o->passes, "--passes", /*distinct=*/false);
     for (const std::string& n : names) linearize_pass(n);  // a bad name fails before any work
