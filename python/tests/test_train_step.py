@@ -30,7 +30,13 @@ def meanflow_loss(u, dudt, v, r, t):
 
 
 def flops(fn):
-    with FlopCounterMode(display=False) as fc:
+    fc = FlopCounterMode(display=False)
+    # The CPU flash kernel as the cost model counts it: FlopCounterMode of torch 2.11 has no
+    # formula for it (2.15 has this one), and the DiT's attention runs it.
+    aten = torch.ops.aten
+    fc.flop_registry.setdefault(aten._scaled_dot_product_flash_attention_for_cpu,
+                                fc.flop_registry[aten._scaled_dot_product_flash_attention])
+    with fc:
         out = fn()
     return fc.get_total_flops(), out
 
