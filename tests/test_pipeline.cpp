@@ -11,26 +11,11 @@ namespace jvpc {
 namespace {
 using test::f32;
 
-// With verify_each, the pass that broke the graph is named.
-TEST(Pipeline, NamesThePassThatBreaksTheGraph) {
-  Graph g;
+// f32[4] x -> exp(x).
+void exp_graph(Graph& g) {
   Value* x = g.add_input("x", f32({4}), Role::Primal);
   Builder b(g);
   g.add_output(b.call("aten::exp", {x}));
-  Pipeline p;
-  p.verify_each(true).add(make_pass("breaker", [](Graph& gr) {
-    TensorMeta m = gr.outputs()[0]->meta();
-    m.sizes = {5};
-    m.strides = {1};
-    gr.outputs()[0]->set_meta(m);
-    return true;
-  }));
-  try {
-    p.run(g);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("after pass 'breaker', the graph does not verify: ", 0), 0u) << e.what();
-  }
 }
 
 // A graph that breaks f32[4] -> exp: its output declared f32[5].
@@ -39,6 +24,23 @@ void break_output(Graph& g) {
   m.sizes = {5};
   m.strides = {1};
   g.outputs()[0]->set_meta(m);
+}
+
+// With verify_each, the pass that broke the graph is named.
+TEST(Pipeline, NamesThePassThatBreaksTheGraph) {
+  Graph g;
+  exp_graph(g);
+  Pipeline p;
+  p.verify_each(true).add(make_pass("breaker", [](Graph& gr) {
+    break_output(gr);
+    return true;
+  }));
+  try {
+    p.run(g);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("after pass 'breaker', the graph does not verify: ", 0), 0u) << e.what();
+  }
 }
 
 class Recorder : public PassObserver {
@@ -55,18 +57,14 @@ class Recorder : public PassObserver {
 
 TEST(Pipeline, VerifiesItsInputAndTellsAThrowingPassFromABreakingOne) {
   Graph g;
-  Value* x = g.add_input("x", f32({4}), Role::Primal);
-  Builder b(g);
-  g.add_output(b.call("aten::exp", {x}));
+  exp_graph(g);
   break_output(g);
   Pipeline p;
   p.add(make_pass("nop", [](Graph&) { return false; }));
   test::expect_error([&] { p.run(g); }, "the pipeline's input does not verify: ");
 
   Graph h;
-  Value* y = h.add_input("x", f32({4}), Role::Primal);
-  Builder c(h);
-  h.add_output(c.call("aten::exp", {y}));
+  exp_graph(h);
   Recorder r;
   std::ostringstream dumps;
   IrDump dump({"thrower"}, "text", dumps);
@@ -86,9 +84,7 @@ TEST(Pipeline, VerifiesItsInputAndTellsAThrowingPassFromABreakingOne) {
 TEST(Pipeline, VerifiesItsOutputOrAfterEveryPassWithVerifyEach) {
   for (bool each : {false, true}) {
     Graph g;
-    Value* x = g.add_input("x", f32({4}), Role::Primal);
-    Builder b(g);
-    g.add_output(b.call("aten::exp", {x}));
+    exp_graph(g);
     Pipeline p;
     p.verify_each(each).add(make_pass("liar", [](Graph& gr) {
       break_output(gr);
@@ -104,9 +100,7 @@ TEST(Pipeline, VerifiesItsOutputOrAfterEveryPassWithVerifyEach) {
   }
   for (bool each : {false, true}) {
     Graph g;
-    Value* x = g.add_input("x", f32({4}), Role::Primal);
-    Builder b(g);
-    g.add_output(b.call("aten::exp", {x}));
+    exp_graph(g);
     Pipeline p;
     Recorder r;
     p.verify_each(each).observe(&r);
@@ -128,9 +122,7 @@ TEST(Pipeline, VerifiesItsOutputOrAfterEveryPassWithVerifyEach) {
 TEST(Pipeline, TrustsItsInputsShapesUnlessVerifyEach) {
   for (bool each : {false, true}) {
     Graph g;
-    Value* x = g.add_input("x", f32({4}), Role::Primal);
-    Builder b(g);
-    g.add_output(b.call("aten::exp", {x}));
+    exp_graph(g);
     break_output(g);
     Pipeline p;
     p.verify_each(each).trust_input_shapes(true).add(make_pass("nop", [](Graph&) { return false; }));
