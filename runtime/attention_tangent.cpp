@@ -6,6 +6,8 @@
 #include "runtime/attention_tangent.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -78,6 +80,93 @@ Sizes check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
 
 bool present(const std::optional<at::Tensor>& t) { return t && t->defined(); }
 
+// The kernels' layout, shared by the operator and its backward. A [B, H, L, X] tensor is viewed
+// as [B, Hkv, G, L, X] (query head h = hkv·G + g reads key head hkv), and a block of it is a bmm
+// operand [B·Hkv, rows, X] in the accumulation type. Tangents carry a leading dim of K.
+struct Layout {
+  Sizes s;
+  int64_t K, BH;
+  at::ScalarType acc;
+  bool causal;
+  double scale;
+  at::Tensor mask5;   // [B, Hkv, G, Lq, Lk] view of the mask, or undefined
+  at::Tensor dk;      // [K, B, Hkv, Lk, D], or undefined
+  at::Tensor dmask6;  // [K, B, Hkv, G, Lq, Lk] view of dmask, or undefined
+
+  Layout(const Sizes& s_, int64_t K_, const at::Tensor& q, const std::optional<at::Tensor>& mask,
+         const at::Tensor& dk_, const at::Tensor& dmask, bool causal_, double scale_)
+      : s(s_), K(K_), BH(s_.B * s_.Hkv),
+        acc(at::isReducedFloatingType(q.scalar_type()) ? at::kFloat : q.scalar_type()), causal(causal_),
+        scale(scale_), dk(dk_) {
+    if (present(mask)) mask5 = grouped(mask->expand({s.B, s.H, s.Lq, s.Lk}));
+    if (dmask.defined())
+      dmask6 = dmask.expand({K, s.B, s.H, s.Lq, s.Lk}).reshape({K, s.B, s.Hkv, s.G, s.Lq, s.Lk});
+  }
+  at::Tensor grouped(const at::Tensor& x) const { return x.reshape({s.B, s.Hkv, s.G, x.size(2), x.size(3)}); }
+  // Rows [i0, i0 + n) of a grouped tensor: [B·Hkv, G·n, X].
+  at::Tensor rows(const at::Tensor& x5, int64_t i0, int64_t n) const {
+    return x5.narrow(3, i0, n).reshape({BH, s.G * n, x5.size(4)}).to(acc);
+  }
+  // Keys [j0, j0 + n) of k or v: [B·Hkv, n, X].
+  at::Tensor keys(const at::Tensor& x, int64_t j0, int64_t n) const {
+    return x.narrow(2, j0, n).reshape({BH, n, x.size(3)}).to(acc);
+  }
+  // The K tangents' rows [i0, i0 + n) of a grouped tangent [K, B, Hkv, G, L, X]: [B·Hkv, K·G·n, X].
+  at::Tensor rows_k(const at::Tensor& x6, int64_t i0, int64_t n) const {
+    return x6.narrow(4, i0, n).permute({1, 2, 0, 3, 4, 5}).reshape({BH, K * s.G * n, x6.size(5)}).to(acc);
+  }
+  // Key block j0 and all after it are hidden from query block [i0, i0 + bq) by the causal mask.
+  bool hidden(int64_t i0, int64_t bq, int64_t j0) const { return causal && j0 > i0 + bq - 1; }
+  // The row lse of rows [i0, i0 + bq) with the rows whose every key is masked (lse −inf, written
+  // to `dead`) at 0, so that their P is 0.
+  at::Tensor row_lse(const at::Tensor& lse5, int64_t i0, int64_t bq, at::Tensor& dead) const {
+    at::Tensor lb = rows(lse5, i0, bq).clone();
+    dead = lb.eq(-std::numeric_limits<double>::infinity());
+    return lb.masked_fill_(dead, 0.0);
+  }
+  // P of the block (queries [i0, i0 + bq), keys [j0, j0 + bk)): exact by itself, since lse is
+  // the full row's. qb [B·Hkv, G·bq, D], kbt [B·Hkv, D, bk], lb [B·Hkv, G·bq, 1].
+  at::Tensor probs(const at::Tensor& qb, const at::Tensor& kbt, const at::Tensor& lb, int64_t i0, int64_t bq,
+                   int64_t j0, int64_t bk) const {
+    const double inf = std::numeric_limits<double>::infinity();
+    at::Tensor sc = at::bmm(qb, kbt).mul_(scale);
+    if (mask5.defined()) {
+      at::Tensor mb = mask5.narrow(3, i0, bq).narrow(4, j0, bk).reshape({BH, s.G * bq, bk});
+      if (mb.scalar_type() == at::kBool)
+        sc.masked_fill_(mb.logical_not(), -inf);
+      else
+        sc.add_(mb.to(acc));
+    }
+    if (causal && j0 + bk - 1 > i0) {  // partly hidden: key j > query i
+      auto opts = qb.options().dtype(at::kLong);
+      at::Tensor hide = at::arange(j0, j0 + bk, opts).unsqueeze(0).gt(at::arange(i0, i0 + bq, opts).unsqueeze(1));
+      sc.masked_fill_(hide.repeat({s.G, 1}), -inf);
+    }
+    return sc.sub_(lb).exp_();
+  }
+  // The block's score tangents dS = (dq·kᵀ + q·dkᵀ)·scale + dmask for the K tangents, their rows
+  // stacked: [B·Hkv, K·G·bq, bk]; undefined where no tangent reaches the scores. dqb is the K
+  // tangents' dq rows (rows_k), or undefined.
+  at::Tensor tangent_scores(const at::Tensor& qb, const at::Tensor& dqb, const at::Tensor& kbt, int64_t i0, int64_t bq,
+                            int64_t j0, int64_t bk) const {
+    const int64_t R = s.G * bq;
+    at::Tensor ds;
+    if (dqb.defined()) ds = at::bmm(dqb, kbt);
+    if (dk.defined()) {  // q·dkᵀ with the K key blocks in the columns: [B·Hkv, R, K·bk]
+      at::Tensor dkt = dk.narrow(3, j0, bk).permute({1, 2, 4, 0, 3}).reshape({BH, s.D, K * bk}).to(acc);
+      at::Tensor t = at::bmm(qb, dkt).view({BH, R, K, bk}).permute({0, 2, 1, 3}).reshape({BH, K * R, bk});
+      ds = ds.defined() ? ds.add_(t) : t.contiguous();
+    }
+    if (ds.defined()) ds.mul_(scale);
+    if (dmask6.defined()) {
+      at::Tensor mb =
+          dmask6.narrow(4, i0, bq).narrow(5, j0, bk).permute({1, 2, 0, 3, 4, 5}).reshape({BH, K * R, bk}).to(acc);
+      ds = ds.defined() ? ds.add_(mb) : mb.clone();
+    }
+    return ds;
+  }
+};
+
 // The kernel, for K tangents at once: dq, dk, dv are [K, ...] of their primals' shapes (or
 // undefined), dmask [K, ...] broadcastable to the scores; returns [K, B, H, Lq, Dv]. The scores
 // and P of each block are computed once and shared by the K tangents; the K tangents' rows (dq,
@@ -91,89 +180,155 @@ at::Tensor attention_tangent_k(const Sizes& s, int64_t K, const at::Tensor& q, c
   at::Tensor result = at::empty({K, B, H, Lq, Dv}, q.options().memory_format(at::MemoryFormat::Contiguous));
   const bool has_ds = dq.defined() || dk.defined() || dmask.defined();
   if ((!has_ds && !dv.defined()) || result.numel() == 0) return result.zero_();
-  const at::ScalarType acc = at::isReducedFloatingType(q.scalar_type()) ? at::kFloat : q.scalar_type();
-  const double inf = std::numeric_limits<double>::infinity();
-  const int64_t BH = B * Hkv;
-
-  // [B, H, L, X] viewed as [B, Hkv, G, L, X]: query head h = hkv·G + g reads key head hkv.
-  auto grouped = [&](const at::Tensor& x) { return x.reshape({B, Hkv, G, x.size(2), x.size(3)}); };
-  // Rows [i0, i0 + n) of a grouped tensor as one bmm operand [B·Hkv, G·n, X] in `acc`.
-  auto rows = [&](const at::Tensor& x5, int64_t i0, int64_t n) {
-    return x5.narrow(3, i0, n).reshape({BH, G * n, x5.size(4)}).to(acc);
-  };
-  // Keys [j0, j0 + n) of k or v as [B·Hkv, n, X] in `acc`.
-  auto keys = [&](const at::Tensor& x, int64_t j0, int64_t n) {
-    return x.narrow(2, j0, n).reshape({BH, n, x.size(3)}).to(acc);
-  };
-  // The K tangents' rows [i0, i0 + n) of dq (grouped: [K, B, Hkv, G, L, X]) as [B·Hkv, K·G·n, X].
-  auto rows_k = [&](const at::Tensor& x6, int64_t i0, int64_t n) {
-    return x6.narrow(4, i0, n).permute({1, 2, 0, 3, 4, 5}).reshape({BH, K * G * n, x6.size(5)}).to(acc);
-  };
-  const at::Tensor q5 = grouped(q), out5 = grouped(out);
+  const Layout L(s, K, q, mask, dk, dmask, causal, scale);
+  const int64_t BH = L.BH;
+  const at::Tensor q5 = L.grouped(q), out5 = L.grouped(out);
   const at::Tensor dq6 = dq.defined() ? dq.reshape({K, B, Hkv, G, Lq, D}) : at::Tensor();
   const at::Tensor lse5 = lse.reshape({B, Hkv, G, Lq, 1});
-  std::vector<int64_t> scores = {B, H, Lq, Lk};
-  const at::Tensor mask5 = present(mask) ? grouped(mask->expand(scores)) : at::Tensor();
-  const at::Tensor dmask6 =
-      dmask.defined() ? dmask.expand({K, B, H, Lq, Lk}).reshape({K, B, Hkv, G, Lq, Lk}) : at::Tensor();
   const at::Tensor result6 = result.view({K, B, Hkv, G, Lq, Dv});
 
   for (int64_t i0 = 0; i0 < Lq; i0 += block_q) {
     const int64_t bq = std::min(block_q, Lq - i0), R = G * bq;
-    const at::Tensor qb = rows(q5, i0, bq);
-    const at::Tensor dqb = dq.defined() ? rows_k(dq6, i0, bq) : at::Tensor();
-    at::Tensor lb = rows(lse5, i0, bq).clone();  // [B·Hkv, G·bq, 1], written below
-    const at::Tensor dead = lb.eq(-inf);         // every key masked: the row's tangent is 0
-    lb.masked_fill_(dead, 0.0);
-    at::Tensor acc_o = at::zeros({BH, K * R, Dv}, q.options().dtype(acc));
-    at::Tensor c = at::zeros({BH, K * R, 1}, q.options().dtype(acc));
+    const at::Tensor qb = L.rows(q5, i0, bq);
+    const at::Tensor dqb = dq.defined() ? L.rows_k(dq6, i0, bq) : at::Tensor();
+    at::Tensor dead;  // every key masked: the row's tangent is 0
+    const at::Tensor lb = L.row_lse(lse5, i0, bq, dead);
+    at::Tensor acc_o = at::zeros({BH, K * R, Dv}, q.options().dtype(L.acc));
+    at::Tensor c = at::zeros({BH, K * R, 1}, q.options().dtype(L.acc));
     const at::Tensor acc_o4 = acc_o.view({BH, K, R, Dv});
-    for (int64_t j0 = 0; j0 < Lk; j0 += block_k) {
-      if (causal && j0 > i0 + bq - 1) break;  // this key block and all after it are hidden
+    for (int64_t j0 = 0; j0 < Lk && !L.hidden(i0, bq, j0); j0 += block_k) {
       const int64_t bk = std::min(block_k, Lk - j0);
-      const at::Tensor kbt = keys(k, j0, bk).transpose(1, 2);
-      at::Tensor sc = at::bmm(qb, kbt).mul_(scale);
-      if (mask5.defined()) {
-        at::Tensor mb = mask5.narrow(3, i0, bq).narrow(4, j0, bk).reshape({BH, R, bk});
-        if (mb.scalar_type() == at::kBool)
-          sc.masked_fill_(mb.logical_not(), -inf);
-        else
-          sc.add_(mb.to(acc));
-      }
-      if (causal && j0 + bk - 1 > i0) {  // partly hidden: key j > query i
-        auto opts = q.options().dtype(at::kLong);
-        at::Tensor hidden = at::arange(j0, j0 + bk, opts).unsqueeze(0).gt(at::arange(i0, i0 + bq, opts).unsqueeze(1));
-        sc.masked_fill_(hidden.repeat({G, 1}), -inf);
-      }
-      const at::Tensor p = sc.sub_(lb).exp_();  // exact: lse is the full row's; shared by the K tangents
+      const at::Tensor kbt = L.keys(k, j0, bk).transpose(1, 2);
+      const at::Tensor p = L.probs(qb, kbt, lb, i0, bq, j0, bk);  // shared by the K tangents
       if (has_ds) {
-        at::Tensor ds;  // [B·Hkv, K·R, bk]
-        if (dqb.defined()) ds = at::bmm(dqb, kbt);
-        if (dk.defined()) {  // q·dkᵀ with the K key blocks in the columns: [B·Hkv, R, K·bk]
-          at::Tensor dkt = dk.narrow(3, j0, bk).permute({1, 2, 4, 0, 3}).reshape({BH, D, K * bk}).to(acc);
-          at::Tensor t = at::bmm(qb, dkt).view({BH, R, K, bk}).permute({0, 2, 1, 3}).reshape({BH, K * R, bk});
-          ds = ds.defined() ? ds.add_(t) : t.contiguous();
-        }
-        if (ds.defined()) ds.mul_(scale);
-        if (dmask6.defined()) {
-          at::Tensor mb =
-              dmask6.narrow(4, i0, bq).narrow(5, j0, bk).permute({1, 2, 0, 3, 4, 5}).reshape({BH, K * R, bk}).to(acc);
-          ds = ds.defined() ? ds.add_(mb) : mb.clone();
-        }
+        at::Tensor ds = L.tangent_scores(qb, dqb, kbt, i0, bq, j0, bk);  // [B·Hkv, K·R, bk]
         at::Tensor pds = ds.view({BH, K, R, bk}).mul_(p.unsqueeze(1)).view({BH, K * R, bk});
         c.add_(pds.sum(-1, /*keepdim=*/true));
-        acc_o.add_(at::bmm(pds, keys(v, j0, bk)));
+        acc_o.add_(at::bmm(pds, L.keys(v, j0, bk)));
       }
       if (dv.defined()) {  // P·dv with the K value blocks in the columns: [B·Hkv, R, K·Dv]
-        at::Tensor dvb = dv.narrow(3, j0, bk).permute({1, 2, 3, 0, 4}).reshape({BH, bk, K * Dv}).to(acc);
+        at::Tensor dvb = dv.narrow(3, j0, bk).permute({1, 2, 3, 0, 4}).reshape({BH, bk, K * Dv}).to(L.acc);
         acc_o4.add_(at::bmm(p, dvb).view({BH, R, K, Dv}).permute({0, 2, 1, 3}));
       }
     }
-    if (has_ds) acc_o4.addcmul_(c.view({BH, K, R, 1}), rows(out5, i0, bq).unsqueeze(1), -1.0);  // − c ⊙ out
+    if (has_ds) acc_o4.addcmul_(c.view({BH, K, R, 1}), L.rows(out5, i0, bq).unsqueeze(1), -1.0);  // − c ⊙ out
     acc_o4.masked_fill_(dead.unsqueeze(1), 0.0);
     result6.narrow(4, i0, bq).copy_(acc_o.view({B, Hkv, K, G, bq, Dv}).permute({2, 0, 1, 3, 4, 5}));
   }
   return result;
+}
+
+// The backward (see the header for the formulas). Per query block: a first sweep over the key
+// blocks gives c = rowsum(P ⊙ dS); the second recomputes P and dS and accumulates every
+// gradient. Gradients of q and dq are written per query block; those of k, v, dk, dv are
+// accumulated over the query blocks in [B·Hkv, Lk, X] buffers of the accumulation type.
+using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+Grads attention_tangent_backward(
+    const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse, const at::Tensor& dout, const std::optional<at::Tensor>& dq_,
+    const std::optional<at::Tensor>& dk_, const std::optional<at::Tensor>& dv_, const std::optional<at::Tensor>& mask,
+    const std::optional<at::Tensor>& dmask_, bool causal, double scale, int64_t block_q, int64_t block_k) {
+  const Sizes s = check(q, k, v, out, lse, dq_, dk_, dv_, mask, dmask_, block_q, block_k);
+  const char* op = "jvpc::attention_tangent_backward: ";
+  for (const at::Tensor* t : {&grad, &dout})
+    TORCH_CHECK(t->sizes() == out.sizes() && t->scalar_type() == out.scalar_type(), op,
+                "grad and dout must have out's shape ", shape(out), " and dtype, got ", shape(*t), " ",
+                t->scalar_type());
+  auto get = [](const std::optional<at::Tensor>& t) { return present(t) ? *t : at::Tensor(); };
+  const at::Tensor dq = get(dq_), dk = get(dk_), dv = get(dv_), dmask = get(dmask_);
+  const int64_t B = s.B, Hkv = s.Hkv, G = s.G, Lq = s.Lq, Lk = s.Lk, D = s.D, Dv = s.Dv;
+  const Layout L(s, 1, q, mask, dk.defined() ? dk.unsqueeze(0) : at::Tensor(),
+                 dmask.defined() ? dmask.unsqueeze(0) : at::Tensor(), causal, scale);
+  const int64_t BH = L.BH;
+  const auto acc = q.options().dtype(L.acc);
+  const bool has_ds = dq.defined() || dk.defined() || dmask.defined();
+
+  at::Tensor gq = at::zeros({B, Hkv, G, Lq, D}, acc), gk = at::zeros({BH, Lk, D}, acc),
+             gv = at::zeros({BH, Lk, Dv}, acc);
+  at::Tensor gdq = dq.defined() ? at::zeros({B, Hkv, G, Lq, D}, acc) : at::Tensor();
+  at::Tensor gdk = dk.defined() ? at::zeros({BH, Lk, D}, acc) : at::Tensor();
+  at::Tensor gdv = dv.defined() ? at::zeros({BH, Lk, Dv}, acc) : at::Tensor();
+  const at::Tensor q5 = L.grouped(q), g5 = L.grouped(grad), out5 = L.grouped(out), dout5 = L.grouped(dout);
+  const at::Tensor dq6 = dq.defined() ? dq.reshape({1, B, Hkv, G, Lq, D}) : at::Tensor();
+  const at::Tensor lse5 = lse.reshape({B, Hkv, G, Lq, 1});
+
+  for (int64_t i0 = 0; i0 < Lq && (has_ds || dv.defined()); i0 += block_q) {
+    const int64_t bq = std::min(block_q, Lq - i0), R = G * bq;
+    const at::Tensor qb = L.rows(q5, i0, bq);
+    const at::Tensor dqb = dq.defined() ? L.rows_k(dq6, i0, bq) : at::Tensor();
+    at::Tensor dead;  // every key masked: P is 0 on the row; its out and dout rows are ignored
+    const at::Tensor lb = L.row_lse(lse5, i0, bq, dead);
+    const at::Tensor gb = L.rows(g5, i0, bq).masked_fill(dead, 0.0);
+    const at::Tensor ob = L.rows(out5, i0, bq).masked_fill(dead, 0.0);
+    const at::Tensor dob = L.rows(dout5, i0, bq).masked_fill(dead, 0.0);
+    auto kbt = [&](int64_t j0, int64_t bk) { return L.keys(k, j0, bk).transpose(1, 2); };
+
+    at::Tensor c = at::zeros({BH, R, 1}, acc);  // c = rowsum(P ⊙ dS): the first sweep
+    for (int64_t j0 = 0; has_ds && j0 < Lk && !L.hidden(i0, bq, j0); j0 += block_k) {
+      const int64_t bk = std::min(block_k, Lk - j0);
+      const at::Tensor kt = kbt(j0, bk);
+      c.add_(L.probs(qb, kt, lb, i0, bq, j0, bk).mul_(L.tangent_scores(qb, dqb, kt, i0, bq, j0, bk)).sum(-1, true));
+    }
+    const at::Tensor r = (gb * ob).sum(-1, true);                    // rowsum(G ⊙ out)
+    const at::Tensor q_row = (gb * dob).sum(-1, true).sub_(r * c);  // rowsum(G ⊙ dout) − r·c
+    at::Tensor gqb = at::zeros({BH, R, D}, acc);
+    at::Tensor gdqb = dq.defined() ? at::zeros({BH, R, D}, acc) : at::Tensor();
+
+    for (int64_t j0 = 0; j0 < Lk && !L.hidden(i0, bq, j0); j0 += block_k) {
+      const int64_t bk = std::min(block_k, Lk - j0);
+      const at::Tensor kb = L.keys(k, j0, bk), kt = kb.transpose(1, 2), vb = L.keys(v, j0, bk);
+      const at::Tensor p = L.probs(qb, kt, lb, i0, bq, j0, bk);
+      const at::Tensor pt = p.transpose(1, 2);
+      at::Tensor gp = at::zeros({BH, R, bk}, acc);  // the gradient of P
+      if (dv.defined()) {
+        const at::Tensor dvb = L.keys(dv, j0, bk);
+        gdv.narrow(1, j0, bk).add_(at::bmm(pt, gb));
+        gp.add_(at::bmm(gb, dvb.transpose(1, 2)));
+      }
+      if (has_ds) {
+        const at::Tensor ds = L.tangent_scores(qb, dqb, kt, i0, bq, j0, bk);
+        const at::Tensor a = at::bmm(gb, vb.transpose(1, 2));  // A = G·vᵀ
+        const at::Tensor dsc = ds - c;
+        gv.narrow(1, j0, bk).add_(at::bmm((p * dsc).transpose(1, 2), gb));  // dPᵀ·G
+        gp.add_(a * dsc).sub_(r * ds);
+        const at::Tensor gds = (a - r).mul_(p).mul_(scale);  // the gradient of dS, times scale
+        const at::Tensor gdst = gds.transpose(1, 2);
+        if (dq.defined()) {
+          gdqb.add_(at::bmm(gds, kb));
+          gk.narrow(1, j0, bk).add_(at::bmm(gdst, dqb));
+        }
+        if (dk.defined()) {
+          const at::Tensor dkb = L.keys(dk, j0, bk);
+          gdk.narrow(1, j0, bk).add_(at::bmm(gdst, qb));
+          gqb.add_(at::bmm(gds, dkb));
+        }
+      }
+      const at::Tensor gs = gp.sub_(q_row).mul_(p).mul_(scale);  // the gradient of S, times scale
+      gqb.add_(at::bmm(gs, kb));
+      gk.narrow(1, j0, bk).add_(at::bmm(gs.transpose(1, 2), qb));
+    }
+    gq.narrow(3, i0, bq).copy_(gqb.view({B, Hkv, G, bq, D}));
+    if (dq.defined()) gdq.narrow(3, i0, bq).copy_(gdqb.view({B, Hkv, G, bq, D}));
+  }
+  const auto dt = q.scalar_type();
+  auto as = [&](const at::Tensor& t, const at::Tensor& like) {
+    return t.defined() ? t.view(like.sizes()).to(dt) : at::Tensor();
+  };
+  return Grads{as(gq, q), as(gk, k), as(gv, v), as(gdq, q), as(gdk, k), as(gdv, v)};
+}
+
+Grads attention_tangent_backward_meta(
+    const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse, const at::Tensor& dout, const std::optional<at::Tensor>& dq,
+    const std::optional<at::Tensor>& dk, const std::optional<at::Tensor>& dv, const std::optional<at::Tensor>& mask,
+    const std::optional<at::Tensor>& dmask, bool, double, int64_t block_q, int64_t block_k) {
+  check(q, k, v, out, lse, dq, dk, dv, mask, dmask, block_q, block_k);
+  TORCH_CHECK(grad.sizes() == out.sizes() && dout.sizes() == out.sizes(),
+              "jvpc::attention_tangent_backward: grad and dout must have out's shape");
+  auto like = [](const at::Tensor& x, bool here) { return here ? at::empty_like(x) : at::Tensor(); };
+  return Grads{like(q, true), like(k, true), like(v, true), like(q, present(dq)), like(k, present(dk)),
+               like(v, present(dv))};
 }
 
 at::Tensor leading(const std::optional<at::Tensor>& t) { return present(t) ? t->unsqueeze(0) : at::Tensor(); }
@@ -244,6 +399,59 @@ at::Tensor attention_tangent_meta(const at::Tensor& q, const at::Tensor& k, cons
   return at::empty({s.B, s.H, s.Lq, s.Dv}, q.options().memory_format(at::MemoryFormat::Contiguous));
 }
 
+// The Autograd kernel of jvpc::attention_tangent: the operator's result differentiated through
+// q, k, v, dq, dk, dv by jvpc::attention_tangent_backward.
+class AttentionTangentFunction : public torch::autograd::Function<AttentionTangentFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                            const std::optional<at::Tensor>& dq, const std::optional<at::Tensor>& dk,
+                            const std::optional<at::Tensor>& dv, const std::optional<at::Tensor>& mask,
+                            const std::optional<at::Tensor>& dmask, bool causal, double scale, int64_t block_q,
+                            int64_t block_k) {
+    for (const auto* m : {&mask, &dmask})
+      TORCH_CHECK(!present(*m) || !(*m)->requires_grad(),
+                  "jvpc::attention_tangent: gradients to mask and dmask are not propagated; detach them, or "
+                  "differentiate the attention on the math path");
+    at::AutoDispatchBelowADInplaceOrView below;
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("jvpc::attention_tangent", "")
+                         .typed<decltype(attention_tangent)>();
+    at::Tensor result = op.call(q, k, v, out, lse, dq, dk, dv, mask, dmask, causal, scale, block_q, block_k);
+    auto opt = [](const std::optional<at::Tensor>& t) { return present(t) ? *t : at::Tensor(); };
+    ctx->save_for_backward({q, k, v, out, lse, opt(dq), opt(dk), opt(dv), opt(mask), opt(dmask), result});
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["block_q"] = block_q;
+    ctx->saved_data["block_k"] = block_k;
+    return result;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto x = ctx->get_saved_variables();
+    auto opt = [](const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; };
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("jvpc::attention_tangent_backward", "")
+                         .typed<decltype(attention_tangent_backward)>();
+    at::Tensor g = grads[0].defined() ? grads[0] : at::zeros_like(x[10]);
+    auto [gq, gk, gv, gdq, gdk, gdv] = op.call(g, x[0], x[1], x[2], x[3], x[4], x[10], opt(x[5]), opt(x[6]), opt(x[7]), opt(x[8]), opt(x[9]),
+                     ctx->saved_data["causal"].toBool(), ctx->saved_data["scale"].toDouble(),
+                     ctx->saved_data["block_q"].toInt(), ctx->saved_data["block_k"].toInt());
+    // q, k, v, out, lse (none: a by-product), dq, dk, dv, mask, dmask, and the four non-tensors.
+    return {gq, gk, gv, {}, {}, gdq, gdk, gdv, {}, {}, {}, {}, {}, {}};
+  }
+};
+
+at::Tensor attention_tangent_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const at::Tensor& out, const at::Tensor& lse,
+                                      const std::optional<at::Tensor>& dq, const std::optional<at::Tensor>& dk,
+                                      const std::optional<at::Tensor>& dv, const std::optional<at::Tensor>& mask,
+                                      const std::optional<at::Tensor>& dmask, bool causal, double scale,
+                                      int64_t block_q, int64_t block_k) {
+  return AttentionTangentFunction::apply(q, k, v, out, lse, dq, dk, dv, mask, dmask, causal, scale, block_q, block_k);
+}
+
 }  // namespace
 
 }  // namespace jvpc::runtime
@@ -255,14 +463,26 @@ TORCH_LIBRARY(jvpc, m) {
   m.def(
       "attention_tangent.batched(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dq, Tensor? dk, "
       "Tensor? dv, Tensor? mask, Tensor? dmask, bool causal, float scale, int block_q, int block_k) -> Tensor");
+  m.def(
+      "attention_tangent_backward(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, "
+      "Tensor? dq, Tensor? dk, Tensor? dv, Tensor? mask, Tensor? dmask, bool causal, float scale, int block_q, "
+      "int block_k) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(jvpc, CompositeExplicitAutograd, m) {
   m.impl("attention_tangent", &jvpc::runtime::attention_tangent);
   m.impl("attention_tangent.batched", &jvpc::runtime::attention_tangent_batched);
+  m.impl("attention_tangent_backward", &jvpc::runtime::attention_tangent_backward);
+}
+
+// Differentiable through q, k, v and their tangents; the backward itself is not differentiable.
+TORCH_LIBRARY_IMPL(jvpc, Autograd, m) {
+  m.impl("attention_tangent", &jvpc::runtime::attention_tangent_autograd);
+  m.impl("attention_tangent_backward", torch::autograd::autogradNotImplementedFallback());
 }
 
 TORCH_LIBRARY_IMPL(jvpc, Meta, m) {
   m.impl("attention_tangent", &jvpc::runtime::attention_tangent_meta);
   m.impl("attention_tangent.batched", &jvpc::runtime::attention_tangent_batched_meta);
+  m.impl("attention_tangent_backward", &jvpc::runtime::attention_tangent_backward_meta);
 }

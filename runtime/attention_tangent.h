@@ -31,6 +31,33 @@
 // S and P of each block are computed once per call and shared by the K tangents: the K tangents'
 // dq rows (and dS, the accumulators) are stacked in the rows of one bmm, their dk and dv blocks
 // in its columns. Matmul FLOPs: the score recompute once, the rest K times.
+//
+// The operator is differentiable (an Autograd kernel): d(out) carries autograd history to q, k,
+// v, dq, dk and dv, and its backward is
+//
+//   jvpc::attention_tangent_backward(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out,
+//       Tensor lse, Tensor dout, <dq, dk, dv, mask, dmask, causal, scale, block_q, block_k>)
+//       -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)
+//
+// given G = grad, the gradient of d(out), and dout, the operator's result: (g_q, g_k, g_v, g_dq,
+// g_dk, g_dv) (g_dq, g_dk, g_dv undefined, None in Python, where that tangent is absent). out
+// and lse are by-products of the forward at (q, k, v): the gradients to q, k and v are the total
+// derivative through them, and none is given to out and lse. Gradients to a float mask and to
+// dmask are not propagated: the Autograd kernel refuses a mask or dmask that requires grad.
+// The backward is not differentiable again. With P, dS as above, c = rowsum(P ⊙ dS),
+// r = rowsum(G ⊙ out) and q_row = rowsum(G ⊙ dout) − r·c, each block computes
+//   A = G·vᵀ ;  dP = P ⊙ (dS − c) ;  GdS = P ⊙ (A − r)
+//   GP = G·dvᵀ + A ⊙ (dS − c) − r·dS ;  GS = P ⊙ (GP − q_row)
+//   g_dv += Pᵀ·G ;  g_v += dPᵀ·G
+//   g_dq += scale·GdS·k ;  g_dk += scale·GdSᵀ·q
+//   g_q += scale·(GdS·dk + GS·k) ;  g_k += scale·(GdSᵀ·dq + GSᵀ·q)
+// c is needed before the first block, so each query block makes two sweeps over its key blocks:
+// the first recomputes P and dS for c (the forward's c is not one of its outputs), the second
+// computes the rest. Same layout, grouped heads, causal skip, masks, dead rows and accumulation
+// type as the operator; memory: the gradients, [B·Hkv, Lk, ·] accumulators for k, v, dk, dv, and
+// O(B·H·block_q·block_k) of block temporaries. Matmul FLOPs per block: the first sweep q·kᵀ and
+// dS's bmms (where dS is not zero), the second q·kᵀ, dS's bmms, A, dPᵀ·G, two per present dq
+// and dk, two for dv, and GS's two.
 #pragma once
 
 #include <cstdint>

@@ -2,8 +2,10 @@
 // exact against LibTorch's forward AD through the math definition and central differences in
 // float64, for every variant (causal, boolean and float masks with the mask's tangent, scale,
 // grouped-query attention, Lq ≠ Lk, Dv ≠ D, batch > 1, blocks that do not divide L, a fully
-// masked key block and query row); its matmul FLOPs counted on the kernels it ran equal the cost
-// model's; its Meta kernel gives the IR its shape; a graph that uses it saves, loads and runs.
+// masked key block and query row), and so are its gradients (its Autograd kernel and
+// jvpc::attention_tangent_backward) against reverse-mode autograd through the definition; its
+// matmul FLOPs counted on the kernels it ran equal the cost model's; its Meta kernel gives the IR
+// its shape; a graph that uses it saves, loads and runs.
 #include "compiler/api/reference.h"
 #include "compiler/cost/cost_model.h"
 #include "compiler/cost/kernel_watch.h"
@@ -17,6 +19,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
 #include <limits>
@@ -180,6 +183,45 @@ TEST_P(AttentionTangent, MatmulFlopsCountedOnItsKernelsEqualTheCostModel) {
   EXPECT_EQ(watch.matmul_flops(), attention_tangent_matmul_flops(a));
   EXPECT_EQ(watch.kernels(), std::vector<std::string>{"jvpc::attention_tangent"});
   EXPECT_GT(watch.matmul_flops(), 0);
+}
+
+// The tangent by the math definition, differentiable by reverse-mode autograd: P ⊙ (dS − c)·v +
+// P·dv, with P = 0 on a row whose every key is masked.
+at::Tensor tangent_by_definition(const Case& c, const Operands& x) {
+  at::Tensor s = scores(c, x.q, x.k, x.mask, x.scale);
+  at::Tensor alive = s.detach().logsumexp(-1, true).isfinite();
+  s = at::where(alive, s, at::zeros({}, s.options()));
+  at::Tensor p = at::where(alive, (s - s.logsumexp(-1, true)).exp(), at::zeros({}, s.options()));
+  const int64_t g = c.H / c.Hkv;
+  at::Tensor ds = at::zeros_like(p);
+  if (x.dq.defined()) ds = ds + at::matmul(x.dq, x.k.repeat_interleave(g, 1).transpose(-2, -1)) * x.scale;
+  if (x.dk.defined()) ds = ds + at::matmul(x.q, x.dk.repeat_interleave(g, 1).transpose(-2, -1)) * x.scale;
+  if (x.dmask.defined()) ds = ds + x.dmask;
+  at::Tensor pds = p * ds, v = x.v.repeat_interleave(g, 1);
+  at::Tensor dout = at::matmul(pds, v) - pds.sum(-1, true) * at::matmul(p, v);
+  if (x.dv.defined()) dout = dout + at::matmul(p, x.dv.repeat_interleave(g, 1));
+  return dout;
+}
+
+// dout.backward() from C++ through the operator's Autograd kernel (its backward,
+// jvpc::attention_tangent_backward) gives autograd's gradients through the math definition.
+TEST_P(AttentionTangent, BackwardMatchesAutogradThroughTheDefinitionInFloat64) {
+  const Case& c = GetParam();
+  Operands x = make_operands(c);
+  std::vector<at::Tensor> wrt;
+  for (at::Tensor* t : {&x.q, &x.k, &x.v, &x.dq, &x.dk, &x.dv})
+    if (t->defined()) wrt.push_back(t->requires_grad_());
+  at::Tensor want = tangent_by_definition(c, x);
+  at::Tensor grad = at::randn_like(want);
+  std::vector<at::Tensor> expected = torch::autograd::grad({want}, wrt, {grad});
+  at::Tensor got = call_op(c, x);
+  ASSERT_TRUE(got.requires_grad());
+  got.backward(grad);
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    ASSERT_TRUE(wrt[i].grad().defined()) << i;
+    EXPECT_TRUE(wrt[i].grad().isfinite().all().item<bool>()) << i;
+    EXPECT_LT(compare({wrt[i].grad()}, {expected[i]}).rel_error, 1e-10) << "gradient " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, AttentionTangent, ::testing::ValuesIn(cases()),

@@ -46,3 +46,20 @@ def attention_tangent_flop(q, k, v, out, lse, dq, dk, dv, mask, dmask, causal, s
         return 0  # the kernel returns zeros without a bmm
     per = d + tangents * (d * ((dq is not None) + (dk is not None)) + dv_size * (int(has_ds) + (dv is not None)))
     return 2 * b * h * score_elements(lq, lk, causal, block_q, block_k) * per
+
+
+@register_flop_formula(torch.ops.jvpc.attention_tangent_backward)
+def attention_tangent_backward_flop(grad, q, k, v, out, lse, dout, dq, dk, dv, mask, dmask, causal, scale, block_q,
+                                   block_k, *, out_shape=None, **kwargs) -> int:
+    """Matmul FLOPs of one jvpc::attention_tangent_backward call: per computed block, the first
+    sweep's q·kᵀ and dS bmms (where dS is not zero), and the second's q·kᵀ, dS bmms, G·vᵀ, dPᵀ·G,
+    two per present dq and dk, two for dv (Pᵀ·G, G·dvᵀ) and two for GS (GS·k, GSᵀ·q)."""
+    b, h, lq, d = q
+    lk, dv_size = k[2], v[3]
+    n_ds = (dq is not None) + (dk is not None)
+    has_ds = n_ds > 0 or dmask is not None
+    if not has_ds and dv is None:
+        return 0  # all-zero gradients without a bmm
+    first = d * (1 + n_ds) if has_ds else 0
+    second = 3 * d + 2 * dv_size * (dv is not None) + ((3 * d * n_ds + 2 * dv_size) if has_ds else 0)
+    return 2 * b * h * score_elements(lq, lk, causal, block_q, block_k) * (first + second)
