@@ -3,9 +3,11 @@ the tangents, the primals and the weights.
 
 The forward is jvpc's: the compiled tangent graph, as without tangent_grad. The backward is the
 vector-Jacobian product of the tangent map (x, t) -> J(x)·t, computed by torch.func (vjp of jvp)
-on SDPA's math path, at the inputs the call was made at. It is exact (torch.func's second-order
-gradients) and costs what torch.func's does: one forward with its JVP and their reverse, with the
-math path's O(L²) attention memory (docs/training.md).
+at the inputs the call was made at. It is exact (torch.func's second-order gradients) and costs
+what torch.func's does: one forward with its JVP and their reverse. Attention in it runs in O(L)
+memory (_tangent_grad_attention: the fused kernel, its backward, and jvpc::attention_tangent's
+backward, which recomputes P block by block); what that route does not cover takes SDPA's math
+path, with its O(L²) attention memory (docs/training.md).
 
 jvpc's own tangent graph cannot simply run under autograd: its derivative factors are ATen
 backward kernels (silu_backward has no derivative) and multi-output kernels whose statistics
@@ -22,6 +24,7 @@ from torch.utils import _pytree as pytree
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ._pytrees import Inputs
+from ._tangent_grad_attention import o_l_attention
 
 
 class _ThroughTangent(torch.autograd.Function):
@@ -36,7 +39,7 @@ class _ThroughTangent(torch.autograd.Function):
     def backward(ctx, *grads):
         tensors = ctx.saved_tensors
         t, x = [a.detach() for a in tensors[:ctx.n_t]], [a.detach() for a in tensors[ctx.n_t:]]
-        with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):
+        with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH), o_l_attention():
             _, vjp = torch.func.vjp(ctx.tangent_map, t, x)
             gt, gx = vjp(grads)
         return (None, None, None, *gt, *gx)

@@ -1,12 +1,16 @@
 """tangent_grad=True: jvp_fn's outputs carry autograd history to the primals, the weights and the
-tangents; dout's gradients are torch.func.jvp's second-order ones (float64, math backend)."""
+tangents; dout's gradients are torch.func.jvp's second-order ones (float64, math backend), with
+attention in the O(L) form in the forward and the backward (jvpc::attention_tangent_backward)."""
 
 import os
 import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
 
 import jvpc
 
@@ -59,3 +63,102 @@ def test_without_tangent_grad_the_tangent_is_a_stop_gradient():
     net, x, v = case()
     out, dout = jvpc.jvp(net, x, (v, torch.zeros_like(x[1]), torch.ones_like(x[2])))
     assert out.grad_fn is not None and dout.grad_fn is None
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention (4 query heads, 2 key heads) with a causal or boolean mask."""
+
+    def __init__(self, d=16, causal=True):
+        super().__init__()
+        self.causal = causal
+        self.q, self.kv, self.out = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x, keep):
+        B, L, D = x.shape
+        q = self.q(x).view(B, L, 4, D // 4).transpose(1, 2)
+        k, v = self.kv(x).view(B, L, 2, 2, D // 4).permute(2, 0, 3, 1, 4).unbind(0)
+        mask = None if self.causal else keep[:, None, None, :]
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal, enable_gqa=True)
+        return x + self.out(a.transpose(1, 2).reshape(B, L, D).tanh())
+
+
+def o_l_options():
+    opts = jvpc.LinearizeOptions()
+    opts.residual_budget = 0  # every attention in the O(L) form
+    return opts
+
+
+def backward_ops(call):
+    """What FlopCounterMode counted per operator while call ran."""
+    with FlopCounterMode(display=False) as mode:
+        call()
+    return mode.get_flop_counts()["Global"]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_in_the_o_l_form_forward_and_backward(causal):
+    """The forward's attention is jvpc::attention_tangent and the backward's its O(L) backward;
+    the gradients are torch.func's on the math path (float64, 1e-10)."""
+    torch.manual_seed(0)
+    blocks = nn.ModuleList([Attention(causal=causal), Attention(causal=causal)]).double()
+    x = torch.randn(2, 40, 16, dtype=torch.float64)
+    keep = torch.rand(2, 40) > 0.3
+    keep[:, 0] = True
+    dx = torch.randn_like(x)
+
+    def f(x):
+        for b in blocks:
+            x = b(x, keep)
+        return x
+
+    def grads(jvp, **kw):
+        xs, ts = x.clone().requires_grad_(), dx.clone().requires_grad_()
+        blocks.zero_grad()
+        out, dout = jvp(f, (xs,), (ts,), **kw)
+        loss = dout.square().sum() + (out * dout).sum()
+        counts = backward_ops(loss.backward)
+        return [xs.grad, ts.grad] + [p.grad.clone() for p in blocks.parameters()], counts
+
+    with sdpa_kernel(SDPBackend.MATH):
+        ref, _ = grads(torch.func.jvp)
+    _, jvp_fn = jvpc.linearize(f, x, options=o_l_options())
+    assert jvp_fn.cost()["ops"].get("jvpc::attention_tangent") == 2
+    got, counts = grads(jvpc.jvp, tangent_grad=True, options=o_l_options())
+    assert torch.ops.jvpc.attention_tangent_backward in counts
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_the_dit_in_the_o_l_form():
+    net, x, v = case()
+    _, jvp_fn = jvpc.linearize(net, *x, options=o_l_options())
+    assert jvp_fn.cost()["ops"].get("jvpc::attention_tangent") == 2
+    got = []
+    counts = backward_ops(lambda: got.extend(grads_of(jvpc.jvp, net, x, v, tangent_grad=True, options=o_l_options())))
+    assert torch.ops.jvpc.attention_tangent_backward in counts
+    ref = grads_of(torch.func.jvp, net, x, v)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_what_the_o_l_route_does_not_cover_takes_the_math_path():
+    """Dropout aside, a float mask computed from the inputs: its gradient is torch.func's."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 2, 6, 4, dtype=torch.float64)
+    dx = torch.randn_like(x)
+
+    def f(x):
+        return F.scaled_dot_product_attention(x, x.sin(), x.cos(), attn_mask=x[0, 0, :, :1] * x[0, 0, :, 1])
+
+    def grads(jvp, **kw):
+        xs, ts = x.clone().requires_grad_(), dx.clone().requires_grad_()
+        _, dout = jvp(f, (xs,), (ts,), **kw)
+        counts = backward_ops(lambda: dout.square().sum().backward())
+        return [xs.grad, ts.grad], counts
+
+    with sdpa_kernel(SDPBackend.MATH):
+        ref, _ = grads(torch.func.jvp)
+        got, counts = grads(jvpc.jvp, tangent_grad=True)
+    assert torch.ops.jvpc.attention_tangent_backward not in counts
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
