@@ -280,33 +280,35 @@ Grads attention_tangent_backward(
       const at::Tensor kb = L.keys(k, j0, bk), kt = kb.transpose(1, 2), vb = L.keys(v, j0, bk);
       const at::Tensor p = L.probs(qb, kt, lb, i0, bq, j0, bk);
       const at::Tensor pt = p.transpose(1, 2);
-      at::Tensor gp = at::zeros({BH, R, bk}, acc);  // the gradient of P
+      // The gradient of P; bmms into the gradients accumulate (baddbmm), scale as their alpha.
+      at::Tensor gp;
       if (dv.defined()) {
-        const at::Tensor dvb = L.keys(dv, j0, bk);
-        gdv.narrow(1, j0, bk).add_(at::bmm(pt, gb));
-        gp.add_(at::bmm(gb, dvb.transpose(1, 2)));
+        gp = at::bmm(gb, L.keys(dv, j0, bk).transpose(1, 2));
+        gdv.narrow(1, j0, bk).baddbmm_(pt, gb);
+      } else {
+        gp = at::zeros({BH, R, bk}, acc);
       }
       if (has_ds) {
-        const at::Tensor ds = L.tangent_scores(qb, dqb, kt, i0, bq, j0, bk);
-        const at::Tensor a = at::bmm(gb, vb.transpose(1, 2));  // A = G·vᵀ
-        const at::Tensor dsc = ds - c;
-        gv.narrow(1, j0, bk).add_(at::bmm((p * dsc).transpose(1, 2), gb));  // dPᵀ·G
-        gp.add_(a * dsc).sub_(r * ds);
-        const at::Tensor gds = (a - r).mul_(p).mul_(scale);  // the gradient of dS, times scale
+        at::Tensor ds = L.tangent_scores(qb, dqb, kt, i0, bq, j0, bk);
+        at::Tensor a = at::bmm(gb, vb.transpose(1, 2));  // A = G·vᵀ
+        gp.addcmul_(ds, r, -1.0);                         // − r·dS
+        const at::Tensor& dsc = ds.sub_(c);               // dS − c
+        gp.addcmul_(a, dsc);                              // + A ⊙ (dS − c)
+        gv.narrow(1, j0, bk).baddbmm_((p * dsc).transpose(1, 2), gb);  // dPᵀ·G
+        const at::Tensor& gds = a.sub_(r).mul_(p);                      // the gradient of dS
         const at::Tensor gdst = gds.transpose(1, 2);
         if (dq.defined()) {
-          gdqb.add_(at::bmm(gds, kb));
-          gk.narrow(1, j0, bk).add_(at::bmm(gdst, dqb));
+          gdqb.baddbmm_(gds, kb, 1.0, scale);
+          gk.narrow(1, j0, bk).baddbmm_(gdst, dqb, 1.0, scale);
         }
         if (dk.defined()) {
-          const at::Tensor dkb = L.keys(dk, j0, bk);
-          gdk.narrow(1, j0, bk).add_(at::bmm(gdst, qb));
-          gqb.add_(at::bmm(gds, dkb));
+          gdk.narrow(1, j0, bk).baddbmm_(gdst, qb, 1.0, scale);
+          gqb.baddbmm_(gds, L.keys(dk, j0, bk), 1.0, scale);
         }
       }
-      const at::Tensor gs = gp.sub_(q_row).mul_(p).mul_(scale);  // the gradient of S, times scale
-      gqb.add_(at::bmm(gs, kb));
-      gk.narrow(1, j0, bk).add_(at::bmm(gs.transpose(1, 2), qb));
+      const at::Tensor& gs = gp.sub_(q_row).mul_(p);  // the gradient of S
+      gqb.baddbmm_(gs, kb, 1.0, scale);
+      gk.narrow(1, j0, bk).baddbmm_(gs.transpose(1, 2), qb, 1.0, scale);
     }
     gq.narrow(3, i0, bq).copy_(gqb.view({B, Hkv, G, bq, D}));
     if (dq.defined()) gdq.narrow(3, i0, bq).copy_(gdqb.view({B, Hkv, G, bq, D}));

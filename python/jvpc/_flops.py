@@ -1,5 +1,5 @@
-"""FlopCounterMode's formula for jvpc's own operator, jvpc::attention_tangent (and its batched
-overload, jvpc::attention_tangent.batched).
+"""FlopCounterMode's formulas for jvpc's own operators, jvpc::attention_tangent (and its batched
+overload, jvpc::attention_tangent.batched) and its backward, jvpc::attention_tangent_backward.
 
 The operator (runtime/attention_tangent.h) runs its bmms inside its kernel, where a dispatch
 mode does not see them: the mode sees the operator itself, and takes itself off the mode stack
