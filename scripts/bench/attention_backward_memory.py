@@ -123,8 +123,13 @@ def main():
     a = ap.parse_args()
     if a.child:
         return child(a.child[0], int(a.child[1]), a.heads, a.dim, a.causal)
-    lengths = [int(x) for x in a.lengths.split(",")]
-    math_lengths = [int(x) for x in a.math_lengths.split(",") if x]
+    try:
+        lengths = [int(x) for x in a.lengths.split(",")]
+        math_lengths = [int(x) for x in a.math_lengths.split(",") if x]
+    except ValueError:
+        ap.error("--lengths and --math-lengths are comma-separated integers")
+    if min(lengths + math_lengths + [a.heads, a.dim, a.threads]) < 1:
+        ap.error("lengths, --heads, --dim and --threads must be positive")
     score = lambda L: a.heads * L * L * 4  # noqa: E731  (B = 1, float32)
 
     def run(row, L):
