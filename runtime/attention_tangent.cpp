@@ -33,8 +33,8 @@ std::string shape(const at::Tensor& t) {
 Sizes check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
             const std::optional<at::Tensor>& dq, const std::optional<at::Tensor>& dk,
             const std::optional<at::Tensor>& dv, const std::optional<at::Tensor>& mask,
-            const std::optional<at::Tensor>& dmask, int64_t block_q, int64_t block_k) {
-  const char* op = "jvpc::attention_tangent: ";
+            const std::optional<at::Tensor>& dmask, int64_t block_q, int64_t block_k,
+            const char* op = "jvpc::attention_tangent: ") {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, "q, k and v must be 4-d [B, H, L, D], got ", shape(q),
               ", ", shape(k), ", ", shape(v));
   Sizes s{q.size(0), q.size(1), k.size(1), 0, q.size(2), k.size(2), q.size(3), v.size(3)};
@@ -229,8 +229,8 @@ Grads attention_tangent_backward(
     const at::Tensor& lse, const at::Tensor& dout, const std::optional<at::Tensor>& dq_,
     const std::optional<at::Tensor>& dk_, const std::optional<at::Tensor>& dv_, const std::optional<at::Tensor>& mask,
     const std::optional<at::Tensor>& dmask_, bool causal, double scale, int64_t block_q, int64_t block_k) {
-  const Sizes s = check(q, k, v, out, lse, dq_, dk_, dv_, mask, dmask_, block_q, block_k);
   const char* op = "jvpc::attention_tangent_backward: ";
+  const Sizes s = check(q, k, v, out, lse, dq_, dk_, dv_, mask, dmask_, block_q, block_k, op);
   for (const at::Tensor* t : {&grad, &dout})
     TORCH_CHECK(t->sizes() == out.sizes() && t->scalar_type() == out.scalar_type(), op,
                 "grad and dout must have out's shape ", shape(out), " and dtype, got ", shape(*t), " ",
@@ -325,7 +325,7 @@ Grads attention_tangent_backward_meta(
     const at::Tensor& lse, const at::Tensor& dout, const std::optional<at::Tensor>& dq,
     const std::optional<at::Tensor>& dk, const std::optional<at::Tensor>& dv, const std::optional<at::Tensor>& mask,
     const std::optional<at::Tensor>& dmask, bool, double, int64_t block_q, int64_t block_k) {
-  check(q, k, v, out, lse, dq, dk, dv, mask, dmask, block_q, block_k);
+  check(q, k, v, out, lse, dq, dk, dv, mask, dmask, block_q, block_k, "jvpc::attention_tangent_backward: ");
   TORCH_CHECK(grad.sizes() == out.sizes() && dout.sizes() == out.sizes(),
               "jvpc::attention_tangent_backward: grad and dout must have out's shape");
   auto like = [](const at::Tensor& x, bool here) { return here ? at::empty_like(x) : at::Tensor(); };

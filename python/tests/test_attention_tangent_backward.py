@@ -116,6 +116,16 @@ def test_a_mask_that_requires_grad_is_refused():
         op(q, k, v, out, lse, dq, dk, dv, mask.requires_grad_(), dmask, False, 0.5, 4, 4)
 
 
+def test_bad_operands_are_one_line_errors():
+    q, k, v, dq, dk, dv, mask, dmask = operands(2, 2, 6, 6, "float", "qkv")
+    _, out, lse = reference(q, k, v, dq, dk, dv, mask, dmask, False, 0.5)
+    back = torch.ops.jvpc.attention_tangent_backward
+    with pytest.raises(RuntimeError, match="grad and dout must have out's shape"):
+        back(out[:, :, :3], q, k, v, out, lse, out, dq, dk, dv, mask, None, False, 0.5, 4, 4)
+    with pytest.raises(RuntimeError, match="jvpc::attention_tangent_backward: dk must have the shape"):
+        back(out, q, k, v, out, lse, out, dq, dk[:, :1], dv, mask, None, False, 0.5, 4, 4)
+
+
 def backward_call(causal, kv_heads, tangents, L=300, D=8, blocks=(64, 128)):
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(1, 2, L, D, generator=gen)
