@@ -171,3 +171,18 @@ def test_never_holds_an_lq_by_lk_tensor():
     read = max(math.prod(s) for e in events for s in e.input_shapes if s and all(isinstance(n, int) for n in s))
     allocated = max(e.self_cpu_memory_usage for e in events)
     assert 0 < read < L * L / 16 and 0 < allocated < L * L * 4 / 16, (read, allocated)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_gives_the_cpus_gradients():
+    q, k, v, dq, dk, dv, mask, dmask = operands(4, 2, 13, 11, "dead", "qkvm")
+    _, out, lse = reference(q, k, v, dq, dk, dv, mask, dmask, True, 0.43)
+    args = (q, k, v, out, lse, dq, dk, dv, mask, dmask)
+    dout = op(*args, True, 0.43, 4, 5)
+    grad = torch.randn_like(dout)
+    back = torch.ops.jvpc.attention_tangent_backward
+    want = back(grad, *args[:5], dout, *args[5:], True, 0.43, 4, 5)
+    cuda = [t.cuda() for t in args]
+    got = back(grad.cuda(), *cuda[:5], dout.cuda(), *cuda[5:], True, 0.43, 4, 5)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-10, atol=1e-10)
