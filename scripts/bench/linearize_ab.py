@@ -42,6 +42,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--default-only", action="store_true",
                     help="time only linearize's default (input and output verified, the GC on) beside the forward")
+    ap.add_argument("--phases", action="store_true",
+                    help="also print the medians of each linearize's phases (report()['phases_ms'], wall ms)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     for name in args.models.split(","):
@@ -54,17 +56,24 @@ def main(argv=None):
                 label = ("verify_each" if each else "input+output") + (", gc paused" if paused else "")
                 calls[label] = linearize(g, x, each, paused)
         names, times = list(calls), {n: [] for n in calls}
+        phases: dict = {}
         for r in range(2 + args.rounds):
             for n in names[r % len(names):] + names[:r % len(names)]:
                 reps = 3 if n == "forward" else 1
                 t0 = time.thread_time()
                 for _ in range(reps):
-                    calls[n]()
+                    result = calls[n]()
                 if r >= 2:
                     times[n].append((time.thread_time() - t0) / reps)
+                    if n == "input+output":
+                        for phase, ms in result[1].report()["phases_ms"].items():
+                            phases.setdefault(phase, []).append(ms)
         med = {n: statistics.median(v) * 1e3 for n, v in times.items()}
         print(name + ": " + "; ".join(f"{n} {m:.1f} ms ({m / med['forward']:.2f}x)" for n, m in med.items()),
               flush=True)
+        if args.phases:
+            print(f"  {name} phases (input+output, wall ms): " +
+                  ", ".join(f"{p} {statistics.median(v):.2f}" for p, v in phases.items()), flush=True)
 
 
 if __name__ == "__main__":
