@@ -73,8 +73,11 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
     run += pt.run_ms;
     check += pt.verify_ms;
   }
-  lin.report.phases = {{"passes", run},         {"verification", check},       {"cost table", table.ms()},
-                       {"executable", ms_since(t0)}, {"shape inference", shape_ms}};
+  lin.report.phases = {{"passes", run},
+                       {"verification", check},
+                       {"cost table", table.ms()},
+                       {"executable", ms_since(t0)},
+                       {"shape inference", shape_ms}};
   // A primal output that is (in) a residual's storage goes to the caller as a copy: writing into
   // one's result is ordinary, and would change later jvp calls (exp's output is its derivative).
   std::unordered_set<const void*> residual_storages;

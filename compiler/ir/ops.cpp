@@ -107,8 +107,7 @@ const OpInfo& op_info(const std::string& qualified_name) {
   constexpr size_t kSlots = 256;
   thread_local std::pair<const std::string*, const OpInfo*> recent[kSlots] = {};
   auto& slot_of_name = recent[(reinterpret_cast<uintptr_t>(&qualified_name) >> 4) % kSlots];
-  if (slot_of_name.first == &qualified_name && slot_of_name.second->name == qualified_name)
-    return *slot_of_name.second;
+  if (slot_of_name.first == &qualified_name && slot_of_name.second->name == qualified_name) return *slot_of_name.second;
   auto& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
   auto it = t.by_name.find(qualified_name);
