@@ -203,8 +203,7 @@ Count count_tangent_graph(const Graph& g, const std::vector<bool>& o_l) {
   int64_t held = 0;
   for (size_t i = 0; i < residuals.size(); ++i) {
     Value* v = residuals[i];
-    auto root = live.storage_root.find(v);
-    const Value* s = root == live.storage_root.end() ? v : root->second;
+    const Value* s = live.covers(v) ? live.storage_root(v) : v;
     bool alias = c->is_input(s) && c->input_of(s).role == Role::Primal;
     if (!alias && storages.insert(s).second)
       held = held > kNoMemoryLimit - s->meta().nbytes() ? kNoMemoryLimit : held + s->meta().nbytes();

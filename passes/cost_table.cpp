@@ -1,5 +1,6 @@
 #include "passes/cost_table.h"
 
+#include <chrono>
 #include <cstdio>
 #include <ostream>
 
@@ -32,12 +33,24 @@ std::string human_bytes(int64_t n) {
   return buf;
 }
 
-void CostTable::start(const Graph& g) { rows_.push_back({first_, graph_cost(g)}); }
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+void CostTable::start(const Graph& g) {
+  auto t0 = std::chrono::steady_clock::now();
+  rows_.push_back({first_, graph_cost(g)});
+  ms_ += ms_since(t0);
+}
 
 void CostTable::after_pass(const std::string& pass, const Graph& g, bool changed) {
+  auto t0 = std::chrono::steady_clock::now();
   // A pass that changed nothing leaves the cost as it was (constants may still be rebound by
   // none: passes change graphs only).
   rows_.push_back({pass, changed || rows_.empty() ? graph_cost(g) : rows_.back().cost});
+  ms_ += ms_since(t0);
 }
 
 void print_cost_rows(const std::vector<CostRow>& rows, std::ostream& os) {

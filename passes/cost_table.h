@@ -23,11 +23,14 @@ class CostTable : public PassObserver {
   void start(const Graph& g) override;
   void after_pass(const std::string& pass, const Graph& g, bool changed) override;
   const std::vector<CostRow>& rows() const { return rows_; }
+  /// Wall time spent counting the rows, in ms.
+  double ms() const { return ms_; }
   void print(std::ostream& os) const { print_cost_rows(rows_, os); }
 
  private:
   std::string first_;
   std::vector<CostRow> rows_;
+  double ms_ = 0;
 };
 
 /// 20971520 -> "20.972M" (as FlopCounterMode prints), bytes -> "640.0KiB".

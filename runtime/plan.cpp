@@ -35,11 +35,11 @@ const OpInfo* inplace_form(const Graph& g, const Node* n, const Liveness& live, 
   if (n->arg(0).kind != ArgKind::Tensor || n->arg(0).operands[0] != 0) return nullptr;
   const Value* self = n->input(0);
   const Value* out = n->output();
-  const Value* root = live.storage_root.at(self);
+  const Value* root = live.storage_root(self);
   if (g.is_input(root) || storage_last_use.at(root) != position) return nullptr;
-  if (live.last_use.at(self) != position) return nullptr;
+  if (live.last_use(self) != position) return nullptr;
   for (size_t i = 1; i < n->inputs().size(); ++i)
-    if (live.storage_root.at(n->input(i)) == root) return nullptr;
+    if (live.storage_root(n->input(i)) == root) return nullptr;
   if (self->meta().sizes != out->meta().sizes || self->meta().strides != out->meta().strides ||
       self->meta().dtype != out->meta().dtype)
     return nullptr;
@@ -72,11 +72,14 @@ Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
     }
   }
   std::unordered_map<const Value*, int> storage_last_use;  // storage root -> the last read of any value in it
-  for (const auto& [v, root] : live.storage_root) {
-    auto [it, added] = storage_last_use.emplace(root, live.last_use.at(v));
-    if (!added) it->second = std::max(it->second, live.last_use.at(v));
-  }
   auto nodes = g.nodes();
+  auto note_last_use = [&](const Value* v) {
+    auto [it, added] = storage_last_use.emplace(live.storage_root(v), live.last_use(v));
+    if (!added) it->second = std::max(it->second, live.last_use(v));
+  };
+  for (const Input& in : g.inputs()) note_last_use(in.value);
+  for (const Node* n : nodes)
+    for (const Value* o : n->outputs()) note_last_use(o);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node* n = nodes[i];
     p.impure |= n->impure();
@@ -111,7 +114,7 @@ Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
     for (const Value* o : n->outputs()) st.out_slots.push_back(slot_of(o));
     st.outs.assign(n->outputs().begin(), n->outputs().end());
     // Release what dies here: operands read for the last time, and outputs nobody reads.
-    auto dies = [&](const Value* v) { return !g.is_input(v) && live.last_use.at(v) <= static_cast<int>(i); };
+    auto dies = [&](const Value* v) { return !g.is_input(v) && live.last_use(v) <= static_cast<int>(i); };
     for (const Value* v : n->inputs())
       if (dies(v) && std::find(st.release.begin(), st.release.end(), slot.at(v)) == st.release.end())
         st.release.push_back(slot.at(v));

@@ -37,7 +37,6 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
                            std::shared_ptr<PrimalSplit> split) {
   Linearized lin;
   lin.primal_outputs = t.outputs;
-  lin.report.forward = graph_cost(*t.graph);
   auto known = std::make_shared<std::unordered_map<int, at::Tensor>>(std::move(t.values));
   Pipeline p;
   p.verify_each(options.verify_each);
@@ -60,7 +59,9 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
     if (in.role == Role::Constant && in.data.defined() && in.data.requires_grad()) in.data = in.data.detach();
   lin.report.passes = table.rows();
   lin.report.timings = p.timings();
-  lin.report.tangent = graph_cost(*g);
+  // The table's first row counted the traced graph, its last the tangent graph.
+  lin.report.forward = table.rows().front().cost;
+  lin.report.tangent = table.rows().back().cost;
   lin.report.attention = *attention;
   lin.report.linearize_matmul_flops = watch.matmul_flops();
   lin.report.linearize_matmul_by_op = watch.matmul_flops_by_op();
@@ -72,7 +73,10 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
     run += pt.run_ms;
     check += pt.verify_ms;
   }
-  lin.report.phases = {{"passes", run}, {"verification", check}, {"executable", ms_since(t0)},
+  lin.report.phases = {{"passes", run},
+                       {"verification", check},
+                       {"cost table", table.ms()},
+                       {"executable", ms_since(t0)},
                        {"shape inference", shape_ms}};
   // A primal output that is (in) a residual's storage goes to the caller as a copy: writing into
   // one's result is ordinary, and would change later jvp calls (exp's output is its derivative).

@@ -196,7 +196,7 @@ void add_linearize(CLI::App& app) {
                 "verify the whole graph after every pass, naming the pass that breaks it (by default the pipeline's input and output)");
   cmd->add_flag("--timing", o->timing,
                 "print each pass's time and its verification's, then each phase's (trace, passes, verification, "
-                "executable, shape inference, total), after the cost table");
+                "cost table, executable, shape inference, total), after the cost table");
   add_tolerance_option(cmd, o->tolerance);
   cmd->add_option("--residual-budget", o->residual_budget,
                   "bytes the attentions' tangents may hold and allocate per call (residuals plus peak): an attention "

@@ -293,12 +293,14 @@ NodeCost cost_of(const Node& n) {
   NodeCost c;
   const OpInfo& info = op_info(n.op());
   if (info.is_view) return c;
-  std::vector<std::vector<int64_t>> shapes;
-  for (const Arg& a : n.args())
-    if (a.kind == ArgKind::Tensor)
-      shapes.push_back(n.input(static_cast<size_t>(a.operands[0]))->meta().sizes);
-    else if (a.kind == ArgKind::None)
-      shapes.emplace_back();
+  const bool matmul = is_matmul(n.op());
+  std::vector<std::vector<int64_t>> shapes;  // the matmul formulas' operands
+  if (matmul)
+    for (const Arg& a : n.args())
+      if (a.kind == ArgKind::Tensor)
+        shapes.push_back(n.input(static_cast<size_t>(a.operands[0]))->meta().sizes);
+      else if (a.kind == ArgKind::None)
+        shapes.emplace_back();
   for (const Value* v : n.inputs()) accumulate(c.bytes, distinct_bytes(v->meta()));
   int64_t out_elems = 0;
   for (const Value* v : n.outputs()) {
@@ -325,7 +327,7 @@ NodeCost cost_of(const Node& n) {
   }
   try {
     bool transposed = n.op() == "aten::convolution" && n.arg(6).value.toBool();
-    mm = matmul_flops_for(n.op(), shapes, n.output(0)->meta().sizes, transposed);
+    if (matmul) mm = matmul_flops_for(n.op(), shapes, n.output(0)->meta().sizes, transposed);
   } catch (const std::out_of_range&) {
     throw Error("node " + n.op() + ": operand shapes do not fit the matmul formula");
   }

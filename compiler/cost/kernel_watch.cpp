@@ -55,6 +55,13 @@ struct KernelWatchAccess {
       return entered;
     }
     if ((top || inside_ours || w->nested_matmuls_) && !meta) {
+      // In-place forms (baddbmm_, which the runtime uses to reuse buffers) cost what their
+      // functional forms cost.
+      const std::string& name = info->name;
+      const size_t dot = std::min(name.find('.'), name.size());
+      std::string functional = dot > 0 && name[dot - 1] == '_' ? name.substr(0, dot - 1) + name.substr(dot) : name;
+      auto entered = std::make_unique<Entered>();
+      if (!is_matmul(functional)) return entered;  // no FLOPs to count: no shapes to take
       std::vector<std::vector<int64_t>> shapes;
       for (const c10::IValue& v : fn.inputs()) {
         if (v.isTensor() && v.toTensor().defined())
@@ -62,13 +69,6 @@ struct KernelWatchAccess {
         else if (v.isNone() || v.isTensor())
           shapes.emplace_back();
       }
-      // In-place forms (baddbmm_, which the runtime uses to reuse buffers) cost what their
-      // functional forms cost.
-      auto [base, overload] = split_op_name(info->name);
-      std::string functional = info->name;
-      if (!base.empty() && base.back() == '_')
-        functional = base.substr(0, base.size() - 1) + (overload.empty() ? "" : "." + overload);
-      auto entered = std::make_unique<Entered>();
       if (functional == "aten::convolution") {
         entered->conv = functional;
         entered->shapes = std::move(shapes);

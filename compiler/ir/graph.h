@@ -292,6 +292,8 @@ class Graph {
 
   /// Nodes in execution order, as a copy: a loop over it may erase the current node.
   size_t num_nodes() const { return nodes_.size(); }
+  /// Every value's id() is below this (ids index dense per-value tables).
+  int id_bound() const { return next_id_; }
   std::vector<Node*> nodes() const;
   /// The node after `n` in execution order, or nullptr.
   Node* next(Node* n) const;

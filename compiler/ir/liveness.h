@@ -5,17 +5,29 @@
 
 #include "compiler/ir/graph.h"
 
-#include <unordered_map>
+#include <vector>
 
 namespace jvpc {
 
-struct Liveness {
-  /// Node position (index in g.nodes()) of each value's last read; -1 if never read by a node.
-  /// Graph outputs count as read at position num_nodes.
-  std::unordered_map<const Value*, int> last_use;
-  /// The value whose storage each value lives in: itself for a fresh allocation or a graph
-  /// input, the storage owner of the aliased operand for view ops.
-  std::unordered_map<const Value*, const Value*> storage_root;
+/// Per value of the graph it was computed for, in tables indexed by Value::id().
+class Liveness {
+ public:
+  /// Whether `v` is a value (input or node output) of that graph.
+  bool covers(const Value* v) const {
+    return v->id() >= 0 && static_cast<size_t>(v->id()) < root_.size() && root_[v->id()] != nullptr;
+  }
+  /// Node position (index in g.nodes()) of v's last read; -1 if never read by a node. Graph
+  /// outputs count as read at position num_nodes. Throws for a value the graph does not hold.
+  int last_use(const Value* v) const { return last_use_[index(v)]; }
+  /// The value whose storage `v` lives in: itself for a fresh allocation or a graph input, the
+  /// storage owner of the aliased operand for view ops. Throws as last_use does.
+  const Value* storage_root(const Value* v) const { return root_[index(v)]; }
+
+ private:
+  friend Liveness analyze_liveness(const Graph& g);
+  size_t index(const Value* v) const;
+  std::vector<int> last_use_;
+  std::vector<const Value*> root_;  // nullptr: not a value of the graph
 };
 
 Liveness analyze_liveness(const Graph& g);

@@ -101,10 +101,20 @@ OpTable& table() {
 }  // namespace
 
 const OpInfo& op_info(const std::string& qualified_name) {
+  // Passes ask for the same nodes' ops again and again: a per-thread cache keyed by where the
+  // name lives, checked against the name itself, answers most calls without the lock or a hash.
+  // (OpInfos are never destroyed.)
+  constexpr size_t kSlots = 256;
+  thread_local std::pair<const std::string*, const OpInfo*> recent[kSlots] = {};
+  auto& slot_of_name = recent[(reinterpret_cast<uintptr_t>(&qualified_name) >> 4) % kSlots];
+  if (slot_of_name.first == &qualified_name && slot_of_name.second->name == qualified_name) return *slot_of_name.second;
   auto& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
   auto it = t.by_name.find(qualified_name);
-  if (it != t.by_name.end()) return *it->second;
+  if (it != t.by_name.end()) {
+    slot_of_name = {&qualified_name, it->second.get()};
+    return *it->second;
+  }
   auto [name, overload] = split_op_name(qualified_name);
   auto h = c10::Dispatcher::singleton().findSchema({name, overload});
   if (!h) throw Error("unknown op '" + qualified_name + "'");

@@ -254,6 +254,17 @@ std::vector<at::Tensor> tensors_of(const c10::IValue& v) {
   return {};
 }
 
+/// Whether `v` is a defined tensor, or a list holding one, for which `pred` holds (tensors_of
+/// without the copies, for the checks every traced call makes).
+template <class Pred>
+bool any_tensor(const c10::IValue& v, Pred pred) {
+  if (v.isTensor()) return v.toTensor().defined() && pred(v.toTensor());
+  if (v.isTensorList())
+    for (const at::Tensor& t : v.toTensorList().vec())
+      if (t.defined() && pred(t)) return true;
+  return false;
+}
+
 // Contexts whose dispatch keys sit below the tracer's, so that what it records is not what runs:
 // autocast casts a recorded op's operands after the tracer saw them; torch.func's transforms (vmap,
 // grad, jvp) and tensor subclasses with __torch_dispatch__ (FakeTensor under torch.compile) wrap
@@ -267,10 +278,9 @@ void check_context(const OpInfo& info, c10::DispatchKeySet ks, const torch::jit:
                 "record; apply the transform outside the traced function");
   size_t nargs = std::min(info.schema().arguments().size(), stack.size());
   for (auto it = stack.end() - static_cast<std::ptrdiff_t>(nargs); it != stack.end(); ++it)
-    for (const at::Tensor& t : tensors_of(*it))
-      if (t.key_set().has(c10::DispatchKey::Python))
-        throw Error(info.name + " reads a tensor subclass with __torch_dispatch__ (a FakeTensor of torch.compile, " +
-                    "...), which jvpc's tracer cannot record; trace plain tensors");
+    if (any_tensor(*it, [](const at::Tensor& t) { return t.key_set().has(c10::DispatchKey::Python); }))
+      throw Error(info.name + " reads a tensor subclass with __torch_dispatch__ (a FakeTensor of torch.compile, " +
+                  "...), which jvpc's tracer cannot record; trace plain tensors");
 }
 
 void traced_call(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
