@@ -93,14 +93,17 @@ struct Layout {
   at::Tensor dk;      // [K, B, Hkv, Lk, D], or undefined
   at::Tensor dmask6;  // [K, B, Hkv, G, Lq, Lk] view of dmask, or undefined
 
-  Layout(const Sizes& s_, int64_t K_, const at::Tensor& q, const std::optional<at::Tensor>& mask,
-         const at::Tensor& dk_, const at::Tensor& dmask, bool causal_, double scale_)
-      : s(s_), K(K_), BH(s_.B * s_.Hkv),
-        acc(at::isReducedFloatingType(q.scalar_type()) ? at::kFloat : q.scalar_type()), causal(causal_),
-        scale(scale_), dk(dk_) {
+  Layout(const Sizes& s_, int64_t K_, const at::Tensor& q, const std::optional<at::Tensor>& mask, const at::Tensor& dk_,
+         const at::Tensor& dmask, bool causal_, double scale_)
+      : s(s_),
+        K(K_),
+        BH(s_.B * s_.Hkv),
+        acc(at::isReducedFloatingType(q.scalar_type()) ? at::kFloat : q.scalar_type()),
+        causal(causal_),
+        scale(scale_),
+        dk(dk_) {
     if (present(mask)) mask5 = grouped(mask->expand({s.B, s.H, s.Lq, s.Lk}));
-    if (dmask.defined())
-      dmask6 = dmask.expand({K, s.B, s.H, s.Lq, s.Lk}).reshape({K, s.B, s.Hkv, s.G, s.Lq, s.Lk});
+    if (dmask.defined()) dmask6 = dmask.expand({K, s.B, s.H, s.Lq, s.Lk}).reshape({K, s.B, s.Hkv, s.G, s.Lq, s.Lk});
   }
   at::Tensor grouped(const at::Tensor& x) const { return x.reshape({s.B, s.Hkv, s.G, x.size(2), x.size(3)}); }
   // Rows [i0, i0 + n) of a grouped tensor: [B·Hkv, G·n, X].
@@ -222,19 +225,31 @@ at::Tensor attention_tangent_k(const Sizes& s, int64_t K, const at::Tensor& q, c
 // blocks gives c = rowsum(P ⊙ dS); the second recomputes P and dS and accumulates every
 // gradient. Gradients of q and dq are written per query block; those of k, v, dk, dv are
 // accumulated over the query blocks in [B·Hkv, Lk, X] buffers of the accumulation type.
-using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
-
-Grads attention_tangent_backward(
-    const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-    const at::Tensor& lse, const at::Tensor& dout, const std::optional<at::Tensor>& dq_,
-    const std::optional<at::Tensor>& dk_, const std::optional<at::Tensor>& dv_, const std::optional<at::Tensor>& mask,
-    const std::optional<at::Tensor>& dmask_, bool causal, double scale, int64_t block_q, int64_t block_k) {
+// The backward's operands: the forward's (check), and grad and dout shaped like out (the same
+// checks on Meta tensors and real ones).
+Sizes check_backward(const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dout,
+                     const std::optional<at::Tensor>& dq, const std::optional<at::Tensor>& dk,
+                     const std::optional<at::Tensor>& dv, const std::optional<at::Tensor>& mask,
+                     const std::optional<at::Tensor>& dmask, int64_t block_q, int64_t block_k) {
   const char* op = "jvpc::attention_tangent_backward: ";
-  const Sizes s = check(q, k, v, out, lse, dq_, dk_, dv_, mask, dmask_, block_q, block_k, op);
+  const Sizes s = check(q, k, v, out, lse, dq, dk, dv, mask, dmask, block_q, block_k, op);
   for (const at::Tensor* t : {&grad, &dout})
     TORCH_CHECK(t->sizes() == out.sizes() && t->scalar_type() == out.scalar_type(), op,
                 "grad and dout must have out's shape ", shape(out), " and dtype, got ", shape(*t), " ",
                 t->scalar_type());
+  return s;
+}
+
+using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+Grads attention_tangent_backward(const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dout,
+                                 const std::optional<at::Tensor>& dq_, const std::optional<at::Tensor>& dk_,
+                                 const std::optional<at::Tensor>& dv_, const std::optional<at::Tensor>& mask,
+                                 const std::optional<at::Tensor>& dmask_, bool causal, double scale, int64_t block_q,
+                                 int64_t block_k) {
+  const Sizes s = check_backward(grad, q, k, v, out, lse, dout, dq_, dk_, dv_, mask, dmask_, block_q, block_k);
   auto get = [](const std::optional<at::Tensor>& t) { return present(t) ? *t : at::Tensor(); };
   const at::Tensor dq = get(dq_), dk = get(dk_), dv = get(dv_), dmask = get(dmask_);
   const int64_t B = s.B, Hkv = s.Hkv, G = s.G, Lq = s.Lq, Lk = s.Lk, D = s.D, Dv = s.Dv;
@@ -270,7 +285,7 @@ Grads attention_tangent_backward(
       const at::Tensor kt = kbt(j0, bk);
       c.add_(L.probs(qb, kt, lb, i0, bq, j0, bk).mul_(L.tangent_scores(qb, dqb, kt, i0, bq, j0, bk)).sum(-1, true));
     }
-    const at::Tensor r = (gb * ob).sum(-1, true);                    // rowsum(G ⊙ out)
+    const at::Tensor r = (gb * ob).sum(-1, true);                   // rowsum(G ⊙ out)
     const at::Tensor q_row = (gb * dob).sum(-1, true).sub_(r * c);  // rowsum(G ⊙ dout) − r·c
     at::Tensor gqb = at::zeros({BH, R, D}, acc);
     at::Tensor gdqb = dq.defined() ? at::zeros({BH, R, D}, acc) : at::Tensor();
@@ -290,12 +305,12 @@ Grads attention_tangent_backward(
       }
       if (has_ds) {
         at::Tensor ds = L.tangent_scores(qb, dqb, kt, i0, bq, j0, bk);
-        at::Tensor a = at::bmm(gb, vb.transpose(1, 2));  // A = G·vᵀ
-        gp.addcmul_(ds, r, -1.0);                         // − r·dS
-        const at::Tensor& dsc = ds.sub_(c);               // dS − c
-        gp.addcmul_(a, dsc);                              // + A ⊙ (dS − c)
+        at::Tensor a = at::bmm(gb, vb.transpose(1, 2));                // A = G·vᵀ
+        gp.addcmul_(ds, r, -1.0);                                      // − r·dS
+        const at::Tensor& dsc = ds.sub_(c);                            // dS − c
+        gp.addcmul_(a, dsc);                                           // + A ⊙ (dS − c)
         gv.narrow(1, j0, bk).baddbmm_((p * dsc).transpose(1, 2), gb);  // dPᵀ·G
-        const at::Tensor& gds = a.sub_(r).mul_(p);                      // the gradient of dS
+        const at::Tensor& gds = a.sub_(r).mul_(p);                     // the gradient of dS
         const at::Tensor gdst = gds.transpose(1, 2);
         if (dq.defined()) {
           gdqb.baddbmm_(gds, kb, 1.0, scale);
@@ -320,17 +335,16 @@ Grads attention_tangent_backward(
   return Grads{as(gq, q), as(gk, k), as(gv, v), as(gdq, q), as(gdk, k), as(gdv, v)};
 }
 
-Grads attention_tangent_backward_meta(
-    const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-    const at::Tensor& lse, const at::Tensor& dout, const std::optional<at::Tensor>& dq,
-    const std::optional<at::Tensor>& dk, const std::optional<at::Tensor>& dv, const std::optional<at::Tensor>& mask,
-    const std::optional<at::Tensor>& dmask, bool, double, int64_t block_q, int64_t block_k) {
-  check(q, k, v, out, lse, dq, dk, dv, mask, dmask, block_q, block_k, "jvpc::attention_tangent_backward: ");
-  TORCH_CHECK(grad.sizes() == out.sizes() && dout.sizes() == out.sizes(),
-              "jvpc::attention_tangent_backward: grad and dout must have out's shape");
+Grads attention_tangent_backward_meta(const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k,
+                                      const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                      const at::Tensor& dout, const std::optional<at::Tensor>& dq,
+                                      const std::optional<at::Tensor>& dk, const std::optional<at::Tensor>& dv,
+                                      const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& dmask,
+                                      bool, double, int64_t block_q, int64_t block_k) {
+  check_backward(grad, q, k, v, out, lse, dout, dq, dk, dv, mask, dmask, block_q, block_k);
   auto like = [](const at::Tensor& x, bool here) { return here ? at::empty_like(x) : at::Tensor(); };
-  return Grads{like(q, true), like(k, true), like(v, true), like(q, present(dq)), like(k, present(dk)),
-               like(v, present(dv))};
+  return Grads{like(q, true),        like(k, true),        like(v, true),
+               like(q, present(dq)), like(k, present(dk)), like(v, present(dv))};
 }
 
 at::Tensor leading(const std::optional<at::Tensor>& t) { return present(t) ? t->unsqueeze(0) : at::Tensor(); }
@@ -437,20 +451,20 @@ class AttentionTangentFunction : public torch::autograd::Function<AttentionTange
                          .findSchemaOrThrow("jvpc::attention_tangent_backward", "")
                          .typed<decltype(attention_tangent_backward)>();
     at::Tensor g = grads[0].defined() ? grads[0] : at::zeros_like(x[10]);
-    auto [gq, gk, gv, gdq, gdk, gdv] = op.call(g, x[0], x[1], x[2], x[3], x[4], x[10], opt(x[5]), opt(x[6]), opt(x[7]), opt(x[8]), opt(x[9]),
-                     ctx->saved_data["causal"].toBool(), ctx->saved_data["scale"].toDouble(),
-                     ctx->saved_data["block_q"].toInt(), ctx->saved_data["block_k"].toInt());
+    auto [gq, gk, gv, gdq, gdk, gdv] =
+        op.call(g, x[0], x[1], x[2], x[3], x[4], x[10], opt(x[5]), opt(x[6]), opt(x[7]), opt(x[8]), opt(x[9]),
+                ctx->saved_data["causal"].toBool(), ctx->saved_data["scale"].toDouble(),
+                ctx->saved_data["block_q"].toInt(), ctx->saved_data["block_k"].toInt());
     // q, k, v, out, lse (none: a by-product), dq, dk, dv, mask, dmask, and the four non-tensors.
     return {gq, gk, gv, {}, {}, gdq, gdk, gdv, {}, {}, {}, {}, {}, {}};
   }
 };
 
 at::Tensor attention_tangent_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                      const at::Tensor& out, const at::Tensor& lse,
-                                      const std::optional<at::Tensor>& dq, const std::optional<at::Tensor>& dk,
-                                      const std::optional<at::Tensor>& dv, const std::optional<at::Tensor>& mask,
-                                      const std::optional<at::Tensor>& dmask, bool causal, double scale,
-                                      int64_t block_q, int64_t block_k) {
+                                      const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& dq,
+                                      const std::optional<at::Tensor>& dk, const std::optional<at::Tensor>& dv,
+                                      const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& dmask,
+                                      bool causal, double scale, int64_t block_q, int64_t block_k) {
   return AttentionTangentFunction::apply(q, k, v, out, lse, dq, dk, dv, mask, dmask, causal, scale, block_q, block_k);
 }
 
