@@ -21,6 +21,7 @@
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
 #include "passes/cost_table.h"
+#include "runtime/attention_tangent.h"
 
 #include <torch/csrc/utils/pybind.h>
 
@@ -297,6 +298,9 @@ void bind_program(py::module_& m) {
 PYBIND11_MODULE(_C, m) {
   using namespace jvpc;
   m.doc() = "jvpc's compiler API (use the jvpc package, not this module)";
+  // The block sizes of jvpc::attention_tangent that linearize emits (runtime/attention_tangent.h).
+  m.attr("ATTENTION_BLOCK_Q") = runtime::kAttentionBlockQ;
+  m.attr("ATTENTION_BLOCK_K") = runtime::kAttentionBlockK;
   static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {

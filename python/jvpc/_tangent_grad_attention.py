@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from . import _C  # noqa: F401  (registers the jvpc operators)
+from . import _C  # registers the jvpc operators
 
-# The block sizes linearize uses (runtime/attention_tangent.h).
-BLOCK_Q, BLOCK_K = 256, 512
+# The block sizes linearize uses.
+BLOCK_Q, BLOCK_K = _C.ATTENTION_BLOCK_Q, _C.ATTENTION_BLOCK_K
 _aten = torch.ops.aten
 _SDPA = inspect.signature(lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                           enable_gqa=False: None)
