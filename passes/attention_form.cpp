@@ -31,7 +31,9 @@
 // form, and the graph is counted again; an attention whose O(L) form frees nothing stays. A
 // budget that even the graph with every attention in its smaller form passes is an error naming
 // that count, the smallest budget that would do. Budget 0 puts every attention in the O(L) form,
-// kNoMemoryLimit ("inf") every one in the P form.
+// kNoMemoryLimit ("inf") every one in the P form. A budget that a cheap bound on the all-P count
+// already meets (all_p_bound: every value the graph could hold; the default budget, a device's
+// memory, against a model's graph) keeps P everywhere without counting.
 #include "passes/passes.h"
 
 #include "compiler/cost/cost_model.h"
@@ -218,6 +220,30 @@ Count count_tangent_graph(const Graph& g, const std::vector<bool>& o_l) {
   return r;
 }
 
+// A bound on count_tangent_graph(g, every attention in the P form) that needs no copy of the
+// graph: every value of g held at once (a constant by its whole storage), each attention's P form
+// taking 32 score-sized and 32 operand-sized values of 8 bytes an element (p_form builds fewer than
+// 20 of each), and every attention's O(L) workspace. Where it is within the budget, so is the
+// count, and nothing needs counting.
+int64_t all_p_bound(const Graph& g, const std::vector<Node*>& attentions) {
+  int64_t total = 0;
+  auto add = [&](int64_t b) { total = total > kNoMemoryLimit - b ? kNoMemoryLimit : total + b; };
+  for (const Input& in : g.inputs())
+    add(in.data.defined() && in.data.has_storage()
+            ? std::max<int64_t>(in.data.storage().nbytes(), in.value->meta().nbytes())
+            : in.value->meta().nbytes());
+  for (const Node* n : g.nodes())
+    for (const Value* v : n->outputs()) add(v->meta().nbytes());
+  for (const Node* n : attentions) {
+    AttentionTangentShape a = attention_tangent_shape(*n);
+    int64_t operands = mul({a.B, a.H, std::max(a.Lq, a.Lk), std::max(a.D, a.Dv)});
+    add(mul({32, 8, mul({a.B, a.H, a.Lq, a.Lk})}));
+    add(mul({32, 8, operands}));
+    add(attention_tangent_workspace_bytes(a));
+  }
+  return total;
+}
+
 std::string describe_count(const Count& c) {
   return describe_bytes(c.total()) + " (residuals " + describe_bytes(c.residual) + ", a call's peak " +
          describe_bytes(c.peak) + ")";
@@ -236,12 +262,20 @@ std::vector<AttentionChoice> attention_form(Graph& g, std::optional<int64_t> res
   int64_t budget = residual_budget ? *residual_budget : default_memory_limit(nodes[0]->input(0)->meta().device);
   if (budget < 0) throw Error("the residual budget must not be negative");
   std::vector<bool> o_l(choices.size(), budget == 0);
-  Count count = count_tangent_graph(g, o_l);
+  const int64_t bound = budget != 0 && budget != kNoMemoryLimit ? all_p_bound(g, nodes) : kNoMemoryLimit;
+  const bool roomy = bound < kNoMemoryLimit && bound <= budget;
+  Count count;
+  if (roomy)
+    count.residual = bound;
+  else
+    count = count_tangent_graph(g, o_l);
   for (AttentionChoice& c : choices)
     c.reason = budget == 0                ? "budget 0: the O(L) form everywhere"
                : budget == kNoMemoryLimit ? "budget inf: the P form everywhere"
-                                          : "the tangent graph with the P form takes " + describe_count(count) +
-                                                ", within the budget " + describe_bytes(budget);
+               : roomy ? "the tangent graph with the P form takes at most " + describe_bytes(count.total()) +
+                             ", every value it could hold, within the budget " + describe_bytes(budget)
+                       : "the tangent graph with the P form takes " + describe_count(count) + ", within the budget " +
+                             describe_bytes(budget);
   if (budget != 0 && budget != kNoMemoryLimit && count.total() > budget) {
     std::vector<bool> smaller(choices.size());
     for (size_t i = 0; i < choices.size(); ++i) smaller[i] = choices[i].o_l.bytes() < choices[i].p.bytes();

@@ -64,11 +64,11 @@ class Pipeline {
     verify_each_ = on;
     return *this;
   }
-  /// The input graph's declared shapes are the kernels' own (a tracing run's, or a graph that
-  /// was verified with its shapes just now): the check before the first pass infers them again
-  /// only with verify_each.
-  Pipeline& trust_input_shapes(bool on) {
-    trust_input_shapes_ = on;
+  /// The caller verified the input graph just now (trace() and evaluate_graph() do), and its
+  /// declared shapes are the kernels' own: it is not verified again before the first pass,
+  /// except with verify_each.
+  Pipeline& input_verified(bool on) {
+    input_verified_ = on;
     return *this;
   }
   /// Runs every pass in order; returns whether any changed the graph. Throws jvpc::Error: "pass
@@ -84,7 +84,7 @@ class Pipeline {
   std::vector<std::unique_ptr<Pass>> passes_;
   std::vector<PassObserver*> observers_;
   bool verify_each_ = verify_each_by_default();
-  bool trust_input_shapes_ = false;
+  bool input_verified_ = false;
   std::vector<PassTime> timings_;
 };
 

@@ -107,7 +107,8 @@ struct AttentionChoice {
   std::string reason;
   /// What the budget was compared with: the whole tangent graph's residuals plus a call's peak
   /// (intermediates and the largest kernel workspace), as the cost model predicts them with the
-  /// forms chosen. The same in every choice of one graph.
+  /// forms chosen; where a bound on it was within the budget, that bound (the reason says "at
+  /// most"). The same in every choice of one graph.
   int64_t counted_bytes = 0;
   /// B·H·Lq·Lk: the elements of its scores (what the P form holds of them).
   int64_t score_elements = 0;

@@ -57,15 +57,14 @@ bool Pipeline::run(Graph& g) {
   ShapeChecks checked;
   VerifyOptions between;
   if (!verify_each_) between.shape_checks = &checked;
-  try {
-    if (trust_input_shapes_ && !verify_each_) {
-      verify(g, {true, false});
-      checked.trust(g);
-    } else {
+  if (input_verified_ && !verify_each_) {
+    checked.trust(g);
+  } else {
+    try {
       verify(g, between);
+    } catch (const std::exception& e) {
+      throw Error("the pipeline's input does not verify: " + one_line(e));
     }
-  } catch (const std::exception& e) {
-    throw Error("the pipeline's input does not verify: " + one_line(e));
   }
   for (PassObserver* o : observers_) o->start(g);
   bool any = false;
@@ -107,8 +106,8 @@ bool Pipeline::run(Graph& g) {
     try {
       verify(g, between);
     } catch (const std::exception& e) {
-      const std::string msg = "after the passes (the last: '" + last + "'), the graph does not verify: " +
-                              one_line(e) + " (JVPC_VERIFY_EACH=1 or --verify-each names the pass that broke it)";
+      const std::string msg = "after the passes (the last: '" + last + "'), the graph does not verify: " + one_line(e) +
+                              " (JVPC_VERIFY_EACH=1 or --verify-each names the pass that broke it)";
       for (PassObserver* o : observers_) o->on_failure(last, g, msg);
       throw Error(msg);
     }

@@ -150,6 +150,9 @@ void bind_options(py::module_& m) {
       .def_readwrite("residual_budget", &LinearizeOptions::residual_budget,
                      "bytes of residuals each attention may hold (None: the device's default; 0: the O(L) form, "
                      "jvpc::attention_tangent, everywhere)")
+      .def_readwrite("pass_costs", &LinearizeOptions::pass_costs,
+                     "count the graph after every pass: report()['passes'] holds a row per pass (default: the "
+                     "traced graph and the tangent graph only)")
       .def_readwrite("runtime", &LinearizeOptions::runtime);
   m.def("optional_passes", &optional_linearize_passes, "The passes LinearizeOptions.disabled_passes may name.");
   m.def("matmul_ops", &matmul_ops, "The ops whose FLOPs count as matmul FLOPs (the cost model's list).");

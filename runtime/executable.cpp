@@ -41,10 +41,12 @@ bool owns_its_storage(const at::Tensor& t) {
 
 // A result must have the shape and dtype the graph declares for it: the graph's metadata may
 // come from a file (for kernels without a Meta implementation the loader cannot re-derive it).
-void check_result(const std::string& where, const Value* v, const at::Tensor& t) {
+// `where()` names the node in an error; it is called only to report one.
+template <class Where>
+void check_result(const Where& where, const Value* v, const at::Tensor& t) {
   const TensorMeta& m = v->meta();
-  if (!t.defined() || t.sizes().vec() != m.sizes || t.scalar_type() != m.dtype)
-    throw Error(where + ": result %" + std::to_string(v->id()) + " is " +
+  if (!t.defined() || t.sizes() != c10::IntArrayRef(m.sizes) || t.scalar_type() != m.dtype)
+    throw Error(where() + ": result %" + std::to_string(v->id()) + " is " +
                 (t.defined() ? meta_of(t) : std::string("an undefined tensor")) + " where the graph declares " +
                 m.str());
 }
@@ -53,7 +55,8 @@ void check_result(const std::string& where, const Value* v, const at::Tensor& t)
 // declares: `traced` holds its count per return (Node::return_counts). A return the node does not
 // use (count 0) is skipped; one that now holds another number of tensors is an error. An
 // undefined tensor where one was traced is kept, for check_result to name.
-std::vector<at::Tensor> node_results(const std::string& where, const std::vector<c10::IValue>& stack,
+template <class Where>
+std::vector<at::Tensor> node_results(const Where& where, const std::vector<c10::IValue>& stack,
                                      const std::vector<int>& traced) {
   std::vector<int> counts;
   std::vector<at::Tensor> returned = unpack_returns(stack, 0, counts);
@@ -66,7 +69,7 @@ std::vector<at::Tensor> node_results(const std::string& where, const std::vector
     } else if (traced[r] == 1 && got == 0 && stack[r].isTensor()) {
       results.emplace_back();
     } else if (traced[r] != 0) {
-      throw Error(where + ": return " + std::to_string(r) + " does not have the traced form");
+      throw Error(where() + ": return " + std::to_string(r) + " does not have the traced form");
     }
     next += static_cast<size_t>(got);
   }
@@ -84,7 +87,21 @@ size_t sole_owners(const at::Tensor& self) {
 
 }  // namespace
 
+namespace {
+const std::shared_ptr<const Graph>& verified(const std::shared_ptr<const Graph>& graph) {
+  if (!graph) throw Error("Executable: null graph");
+  runtime::register_ops();  // before the schemas of its operators are looked up
+  VerifyOptions schemas_only;
+  schemas_only.check_shapes = false;  // checked on the first call, against the real results
+  verify(*graph, schemas_only);
+  return graph;
+}
+}  // namespace
+
 Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options)
+    : Executable(verified(graph), options, Verified{}) {}
+
+Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options, Verified)
     : graph_(std::move(graph)), options_(options), cuda_(std::make_unique<CudaGraph>()) {
   if (!graph_) throw Error("Executable: null graph");
   runtime::register_ops();  // keeps the runtime's operators in a static link
@@ -93,9 +110,6 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
       if (in.value->meta().device.is_cuda())
         throw Error("input '" + in.name + "' is on " + in.value->meta().device.str() +
                     ", and CUDA is not available on this machine");
-  VerifyOptions schemas_only;
-  schemas_only.check_shapes = false;  // checked on the first call, against the real results
-  verify(*graph_, schemas_only);
   // Before anything is allocated: against the memory of the device the graph runs on.
   Liveness live = analyze_liveness(*graph_);
   check_memory_limit(memory_needed(*graph_, live), options_.max_memory, execution_device(*graph_),
@@ -241,13 +255,14 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
     } catch (const std::exception& e) {
       throw Error(st.where + ": " + one_line(e));
     }
-    std::vector<at::Tensor> results = node_results(st.where, stack, st.return_counts);
+    auto where = [&] { return st.where; };
+    std::vector<at::Tensor> results = node_results(where, stack, st.return_counts);
     if (st.zero_results)
       for (const at::Tensor& r : results) zero_storage(r);
     for (size_t k = 0; k < results.size(); ++k) slots[static_cast<size_t>(st.out_slots[k])] = std::move(results[k]);
     if (check)
       for (size_t k = 0; k < st.outs.size(); ++k)
-        check_result(st.where, st.outs[k], slots[static_cast<size_t>(st.out_slots[k])]);
+        check_result(where, st.outs[k], slots[static_cast<size_t>(st.out_slots[k])]);
     for (int s : st.release) slots[static_cast<size_t>(s)] = at::Tensor();
   }
   std::vector<at::Tensor> outs;
@@ -314,19 +329,23 @@ std::vector<at::Tensor> Executable::input_buffers() {
 std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor>& operands) {
   const OpInfo& info = op_info(n.op());
   torch::jit::Stack stack;
+  stack.reserve(n.args().size());
   for (const Arg& a : n.args())
     stack.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
-  check_index_arguments("node " + describe(&n), n, stack);
+  // The node as errors name it, made only for an error (fold runs a node per residual).
+  auto where = [&] { return "node " + describe(&n); };
+  const OpContract* contract = op_contract(n.op());
+  if (contract && !contract->indices.empty()) check_index_arguments(where(), n, stack);
   try {
     info.handle.callBoxed(stack);
   } catch (const std::exception& e) {
-    throw Error("node " + describe(&n) + ": " + one_line(e));
+    throw Error(where() + ": " + one_line(e));
   }
-  std::vector<at::Tensor> out = node_results("node " + describe(&n), stack, n.return_counts());
+  std::vector<at::Tensor> out = node_results(where, stack, n.return_counts());
   if (allocates_uninitialized(n.op()))
     for (const at::Tensor& r : out) zero_storage(r);
-  if (out.size() != n.outputs().size()) throw Error("node " + describe(&n) + ": unexpected number of results");
-  for (size_t i = 0; i < out.size(); ++i) check_result("node " + describe(&n), n.output(i), out[i]);
+  if (out.size() != n.outputs().size()) throw Error(where() + ": unexpected number of results");
+  for (size_t i = 0; i < out.size(); ++i) check_result(where, n.output(i), out[i]);
   return out;
 }
 

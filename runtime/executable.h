@@ -84,6 +84,9 @@ struct ExecutableOptions {
 class Executable {
  public:
   explicit Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options = {});
+  /// For a graph the caller verified just now (a pass pipeline's output): not verified again.
+  struct Verified {};
+  Executable(std::shared_ptr<const Graph> graph, ExecutableOptions options, Verified);
   explicit Executable(std::unique_ptr<Graph> graph, ExecutableOptions options = {})
       : Executable(std::shared_ptr<const Graph>(std::move(graph)), options) {}
   ~Executable();

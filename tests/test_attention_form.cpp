@@ -147,6 +147,26 @@ TEST(AttentionFormChoice, TheCountBoundsTheTangentGraphsResidualsAndPeak) {
   }
 }
 
+// The default budget (the device's memory) is met by a bound on the all-P count: P everywhere,
+// nothing counted. A budget between the count and the bound counts.
+TEST(AttentionFormChoice, ABudgetTheBoundMeetsKeepsPWithoutCounting) {
+  LinearizeOptions inf;
+  inf.residual_budget = kNoMemoryLimit;
+  const int64_t exact = linearize(two_attentions(), two_inputs(), inf).report.attention[0].counted_bytes;
+  Linearized d = linearize(two_attentions(), two_inputs());
+  ASSERT_EQ(d.report.attention.size(), 2u);
+  EXPECT_FALSE(d.report.attention[0].o_l_form);
+  EXPECT_FALSE(d.report.attention[1].o_l_form);
+  EXPECT_GT(d.report.attention[0].counted_bytes, exact);
+  EXPECT_NE(d.report.attention[0].reason.find("takes at most"), std::string::npos) << d.report.attention[0].reason;
+  LinearizeOptions between;
+  between.residual_budget = exact;
+  Linearized b = linearize(two_attentions(), two_inputs(), between);
+  EXPECT_EQ(b.report.attention[0].counted_bytes, exact);
+  EXPECT_EQ(b.report.attention[0].reason.find("at most"), std::string::npos) << b.report.attention[0].reason;
+  EXPECT_FALSE(b.report.attention[0].o_l_form);
+}
+
 TEST(AttentionFormChoice, ABudgetNothingMeetsNamesTheSmallestThatWould) {
   LinearizeOptions tiny;
   tiny.residual_budget = 1000;

@@ -6,6 +6,7 @@
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
 #include "compiler/trace/tracer.h"
+#include "passes/linearize_pipeline.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"
 
@@ -70,14 +71,25 @@ TEST(Linearize, LinearLayersAccumulateIntoTheBiasTangent) {
   EXPECT_LT(c.err.rel_error, 1e-5);
 }
 
-TEST(Linearize, EveryPassHasACostRow) {
+TEST(Linearize, EveryPassHasACostRowWithPassCosts) {
   auto ex = test::make_example({"sdpa"});
-  Linearized lin = linearize(ex.fn(), ex.inputs);
-  ASSERT_GE(lin.report.passes.size(), 3u);
+  LinearizeOptions every;
+  every.pass_costs = true;
+  Linearized lin = linearize(ex.fn(), ex.inputs, every);
+  ASSERT_EQ(lin.report.passes.size(), linearize_passes().size() + 1);
   EXPECT_EQ(lin.report.passes.front().pass, "trace");
   EXPECT_EQ(lin.report.passes[1].pass, "jvp");
   EXPECT_EQ(lin.report.passes.front().cost.matmul_flops, 20971520);
   EXPECT_EQ(lin.report.passes.back().cost.matmul_flops, 41943040);
+  // Without: the traced graph and the tangent graph, counted alike.
+  Linearized two = linearize(ex.fn(), ex.inputs);
+  ASSERT_EQ(two.report.passes.size(), 2u);
+  EXPECT_EQ(two.report.passes[0].pass, "trace");
+  EXPECT_EQ(two.report.passes[1].pass, "tangent graph");
+  EXPECT_EQ(two.report.passes[0].cost.matmul_flops, 20971520);
+  EXPECT_EQ(two.report.passes[1].cost.matmul_flops, 41943040);
+  EXPECT_EQ(two.report.passes[1].cost.residual_bytes, lin.report.passes.back().cost.residual_bytes);
+  EXPECT_EQ(two.report.tangent.peak_bytes, lin.report.tangent.peak_bytes);
 }
 
 TEST(Linearize, TangentMatmulFlopsAreTwiceTheForwardOnARandomSweep) {

@@ -117,15 +117,15 @@ TEST(Pipeline, VerifiesItsOutputOrAfterEveryPassWithVerifyEach) {
   }
 }
 
-// trust_input_shapes: the input's declared shapes are not inferred again before the first pass,
-// unless verify_each; a node a pass changes is inferred again either way.
+// input_verified: the input is not verified again before the first pass, unless verify_each; a
+// node a pass changes is inferred again either way.
 TEST(Pipeline, TrustsItsInputsShapesUnlessVerifyEach) {
   for (bool each : {false, true}) {
     Graph g;
     exp_graph(g);
     break_output(g);
     Pipeline p;
-    p.verify_each(each).trust_input_shapes(true).add(make_pass("nop", [](Graph&) { return false; }));
+    p.verify_each(each).input_verified(true).add(make_pass("nop", [](Graph&) { return false; }));
     if (each)
       test::expect_error([&] { p.run(g); }, "the pipeline's input does not verify: ");
     else
@@ -137,7 +137,7 @@ TEST(Pipeline, TrustsItsInputsShapesUnlessVerifyEach) {
   Builder b(g);
   g.add_output(b.call("aten::exp", {x}));
   Pipeline p;
-  p.verify_each(false).trust_input_shapes(true).add(make_pass("rewire", [y](Graph& gr) {
+  p.verify_each(false).input_verified(true).add(make_pass("rewire", [y](Graph& gr) {
     gr.outputs()[0]->producer()->replace_input(0, y);
     return true;
   }));

@@ -40,17 +40,20 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
   auto known = std::make_shared<std::unordered_map<int, at::Tensor>>(std::move(t.values));
   Pipeline p;
   p.verify_each(options.verify_each);
-  // A traced graph's shapes are those its kernels produced; a given graph was verified on entry.
-  p.trust_input_shapes(true);
+  // A traced graph was verified by trace(), its shapes those its kernels produced; a given graph
+  // by evaluate_graph().
+  p.input_verified(true);
   auto attention = std::make_shared<std::vector<AttentionChoice>>();
   add_linearize_passes(p, {options.wrt, t.graph->outputs().size(), known, options.residual_budget, attention, split},
                        options.disabled_passes);
   CostTable table("trace");
-  p.observe(&table);
+  if (options.pass_costs) p.observe(&table);
   for (PassObserver* o : options.observers) p.observe(o);
   std::shared_ptr<Graph> g(std::move(t.graph));
   const ShapeInferenceStats shapes0 = shape_inference_stats();
+  if (!options.pass_costs) table.start(*g);
   p.run(*g);
+  if (!options.pass_costs) table.after_pass("tangent graph", *g, true);
   const double shape_ms = shape_inference_stats().computed_ms - shapes0.computed_ms;
   known.reset();  // only the residuals stay alive
   // Residuals and captured constants keep no autograd graph alive (a detached tensor shares the
@@ -67,7 +70,7 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
   lin.report.linearize_matmul_by_op = watch.matmul_flops_by_op();
   lin.tangent_graph = g;
   auto t0 = std::chrono::steady_clock::now();
-  lin.jvp_fn = std::make_shared<Executable>(std::shared_ptr<const Graph>(g), options.runtime);
+  lin.jvp_fn = std::make_shared<Executable>(std::shared_ptr<const Graph>(g), options.runtime, Executable::Verified{});
   double run = 0, check = 0;
   for (const PassTime& pt : lin.report.timings) {
     run += pt.run_ms;
@@ -103,6 +106,17 @@ std::vector<Linearized::Captured> captured_of(const Graph& g) {
       captured.push_back({in.name, TensorMeta::of(in.data).str(), in.data.unsafeGetTensorImpl()->version_counter(),
                           static_cast<uint32_t>(in.data._version())});
   return captured;
+}
+
+Trace counted_trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const TraceOptions& options,
+                    KernelWatch& watch) {
+  Trace t;
+  {
+    KernelWatch::Paused by_the_tracer(watch);
+    t = trace(fn, inputs, options);
+  }
+  watch.add(t.matmul_flops_by_op);
+  return t;
 }
 
 Trace evaluate_graph(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values) {
@@ -147,7 +161,7 @@ Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals,
   auto t0 = std::chrono::steady_clock::now();
   TraceOptions at_these_primals;
   at_these_primals.specialize_on_scalars = true;  // the linear map is for these primals
-  Trace t = trace(fn, primals, at_these_primals);
+  Trace t = detail::counted_trace(fn, primals, at_these_primals, watch);
   const double trace_ms = detail::ms_since(t0);
   reject_random_ops(*t.graph);
   // The outputs carry the tracing run's autograd history (its kernels ran through Autograd, as

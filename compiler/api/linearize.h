@@ -46,6 +46,11 @@ struct LinearizeOptions {
   /// form. None: default_memory_limit() of the device (compiler/ir/limits.h); 0: the O(L) form
   /// everywhere; kNoMemoryLimit: the P form everywhere.
   std::optional<int64_t> residual_budget;
+  /// Count the graph after every pass that changed it: the cost table CompileReport::passes
+  /// holds (`jvpc linearize` prints it, report()["passes"] gives it). Off, only the traced graph
+  /// and the tangent graph are counted, as the rows "trace" and "tangent graph": a count per
+  /// pass is a tenth of a whole model's compile.
+  bool pass_costs = false;
   ExecutableOptions runtime;
 };
 
@@ -56,7 +61,8 @@ struct PhaseTime {
 };
 
 struct CompileReport {
-  /// One row for the traced graph ("trace"), then one per pass.
+  /// One row for the traced graph ("trace"), then one per pass (LinearizeOptions::pass_costs),
+  /// or one for the tangent graph ("tangent graph").
   std::vector<CostRow> passes;
   /// Cost of the traced forward graph.
   GraphCost forward;
@@ -144,6 +150,10 @@ namespace detail {
 /// LinearizePassContext::split.
 Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const KernelWatch& watch,
                            std::shared_ptr<PrimalSplit> split = nullptr);
+/// trace(), with `watch` paused: the tracer counts the matmul FLOPs of the kernels it records,
+/// which are added to the watch (watching every dispatcher call costs a third of a forward).
+Trace counted_trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const TraceOptions& options,
+                    KernelWatch& watch);
 /// A graph's forward evaluated node by node at `primal_values` (checked against its primal
 /// inputs), as a Trace with every value.
 Trace evaluate_graph(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>& primal_values);

@@ -17,8 +17,8 @@ namespace jvpc {
 struct LinearizeCache::Entry {
   std::string key;
   std::vector<LinearizeCache::Kept> constants;  // per constant of the traced graph, in input order
-  std::shared_ptr<const Graph> primal;  // primal inputs and constants -> outputs, then residuals
-  std::shared_ptr<const Graph> tangent_graph;  // residuals unbound
+  std::shared_ptr<const Graph> primal;          // primal inputs and constants -> outputs, then residuals
+  std::shared_ptr<const Graph> tangent_graph;   // residuals unbound
   std::shared_ptr<const Executable> tangent;
   std::vector<size_t> residual_output;  // per tangent-graph constant: its primal-graph output
   CompileReport report;
@@ -34,7 +34,7 @@ std::string options_key(const LinearizeOptions& o) {
   os << "|";
   for (const std::string& p : o.disabled_passes) os << p << '\0';
   const ExecutableOptions& r = o.runtime;
-  os << "|" << (o.residual_budget ? std::to_string(*o.residual_budget) : "-") << "|" << r.cuda_graph
+  os << "|" << (o.residual_budget ? std::to_string(*o.residual_budget) : "-") << "|" << o.pass_costs << r.cuda_graph
      << r.static_outputs << r.reuse_buffers << r.functional_under_dispatch_mode << "|"
      << (r.max_memory ? std::to_string(*r.max_memory) : "-");
   return os.str();
@@ -184,7 +184,7 @@ Linearized LinearizeCache::linearize(const TensorFn& fn, const std::vector<Trace
   auto t0 = clock::now();
   TraceOptions at_these_primals;
   at_these_primals.specialize_on_scalars = true;  // as linearize: the graph records the values read
-  Trace t = trace(fn, primals, at_these_primals);
+  Trace t = detail::counted_trace(fn, primals, at_these_primals, watch);
   reject_random_ops(*t.graph);
   for (auto& [id, v] : t.values)
     if (v.defined() && v.requires_grad()) v = v.detach();

@@ -85,7 +85,7 @@ void Program::save(const std::string& path, const SaveOptions& options) const {
 
 Program compile(const TensorFn& fn, const std::vector<TraceInput>& example_primals, const ProgramOptions& options) {
   KernelWatch watch;
-  Trace t = trace(fn, example_primals);  // without specialize_on_scalars: the graph is replayed
+  Trace t = detail::counted_trace(fn, example_primals, {}, watch);  // without specialize_on_scalars: replayed
   reject_random_ops(*t.graph);
   reject_data_dependent_shapes(*t.graph);
   for (auto& [id, v] : t.values)

@@ -234,6 +234,7 @@ void add_linearize(CLI::App& app) {
     if (!o->out.empty()) check_destination(constants_path_for(o->out));
 
     LinearizeOptions opts;
+    opts.pass_costs = true;  // the summary prints the cost table
     if (cmd->count("--wrt")) opts.wrt = comma_list(o->wrt, "--wrt", /*distinct=*/true);
     opts.disabled_passes = std::set<std::string>(o->disabled.begin(), o->disabled.end());
     if (o->verify_each) opts.verify_each = true;

@@ -5,6 +5,8 @@
 
 #include <ATen/record_function.h>
 
+#include <algorithm>
+
 namespace jvpc {
 
 namespace {
@@ -19,7 +21,46 @@ struct Entered : at::ObserverContext {
   int outer_inner = -1;
 };
 
+// The operand shapes matmul_flops_for takes: a defined tensor's sizes, an absent one's empty.
+std::vector<std::vector<int64_t>> operand_shapes(c10::ArrayRef<c10::IValue> args) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && v.toTensor().defined())
+      shapes.push_back(v.toTensor().sizes().vec());
+    else if (v.isNone() || v.isTensor())
+      shapes.emplace_back();
+  }
+  return shapes;
+}
+
+bool transposed_convolution(c10::ArrayRef<c10::IValue> args) {
+  return args.size() > 6 && args[6].isBool() && args[6].toBool();
+}
+
+int64_t flops_or_zero(const std::string& op, const std::vector<std::vector<int64_t>>& shapes,
+                      const std::vector<int64_t>& out = {}, bool transposed = false) {
+  try {
+    return std::max<int64_t>(0, matmul_flops_for(op, shapes, out, transposed));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 }  // namespace
+
+std::string counted_op_name(const std::string& name) {
+  const size_t dot = std::min(name.find('.'), name.size());
+  return dot > 0 && name[dot - 1] == '_' ? name.substr(0, dot - 1) + name.substr(dot) : name;
+}
+
+int64_t kernel_matmul_flops(const std::string& op, c10::ArrayRef<c10::IValue> args, const c10::IValue* first_result) {
+  std::string functional = counted_op_name(op);
+  if (!is_matmul(functional)) return 0;
+  if (functional != "aten::convolution") return flops_or_zero(functional, operand_shapes(args));
+  if (!first_result || !first_result->isTensor()) return 0;
+  return flops_or_zero(functional, operand_shapes(args), first_result->toTensor().sizes().vec(),
+                       transposed_convolution(args));
+}
 
 struct KernelWatchAccess {
   static void count(KernelWatch* w, const std::string& op, int64_t f) {
@@ -55,31 +96,16 @@ struct KernelWatchAccess {
       return entered;
     }
     if ((top || inside_ours || w->nested_matmuls_) && !meta) {
-      // In-place forms (baddbmm_, which the runtime uses to reuse buffers) cost what their
-      // functional forms cost.
-      const std::string& name = info->name;
-      const size_t dot = std::min(name.find('.'), name.size());
-      std::string functional = dot > 0 && name[dot - 1] == '_' ? name.substr(0, dot - 1) + name.substr(dot) : name;
+      std::string functional = counted_op_name(info->name);
       auto entered = std::make_unique<Entered>();
       if (!is_matmul(functional)) return entered;  // no FLOPs to count: no shapes to take
-      std::vector<std::vector<int64_t>> shapes;
-      for (const c10::IValue& v : fn.inputs()) {
-        if (v.isTensor() && v.toTensor().defined())
-          shapes.push_back(v.toTensor().sizes().vec());
-        else if (v.isNone() || v.isTensor())
-          shapes.emplace_back();
-      }
       if (functional == "aten::convolution") {
         entered->conv = functional;
-        entered->shapes = std::move(shapes);
-        entered->transposed = fn.inputs().size() > 6 && fn.inputs()[6].isBool() && fn.inputs()[6].toBool();
+        entered->shapes = operand_shapes(fn.inputs());
+        entered->transposed = transposed_convolution(fn.inputs());
         return entered;
       }
-      int64_t f = -1;
-      try {
-        f = matmul_flops_for(functional, shapes);
-      } catch (const std::exception&) {}
-      count(w, functional, f);
+      count(w, functional, flops_or_zero(functional, operand_shapes(fn.inputs())));
       return entered;
     }
     return std::make_unique<Entered>();
@@ -91,25 +117,39 @@ struct KernelWatchAccess {
     auto* e = static_cast<Entered*>(ctx);
     if (e->opens) w->inner_ = e->outer_inner;
     if (e->conv.empty() || fn.outputs().empty() || !fn.outputs()[0].isTensor()) return;
-    int64_t f = -1;
-    try {
-      f = matmul_flops_for(e->conv, e->shapes, fn.outputs()[0].toTensor().sizes().vec(), e->transposed);
-    } catch (const std::exception&) {}
-    count(w, e->conv, f);
+    count(w, e->conv, flops_or_zero(e->conv, e->shapes, fn.outputs()[0].toTensor().sizes().vec(), e->transposed));
+  }
+  static uint64_t watch() {
+    return at::addThreadLocalCallback(at::RecordFunctionCallback(&KernelWatchAccess::start, &KernelWatchAccess::end)
+                                          .needsInputs(true)
+                                          .needsOutputs(true)
+                                          .scopes({at::RecordScope::FUNCTION}));
   }
 };
 
 KernelWatch::KernelWatch(bool nested_matmuls) : outer_(t_watch), nested_matmuls_(nested_matmuls) {
   t_watch = this;
-  handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&KernelWatchAccess::start, &KernelWatchAccess::end)
-                                           .needsInputs(true)
-                                           .needsOutputs(true)
-                                           .scopes({at::RecordScope::FUNCTION}));
+  handle_ = KernelWatchAccess::watch();
 }
 
 KernelWatch::~KernelWatch() {
-  at::removeCallback(handle_);
+  if (handle_) at::removeCallback(handle_);
   t_watch = outer_;
+}
+
+KernelWatch::Paused::Paused(KernelWatch& w) : w_(w) {
+  if (w_.handle_) at::removeCallback(w_.handle_);
+  w_.handle_ = 0;
+  t_watch = nullptr;  // a watch outside it, whose callback still runs, counts nothing
+}
+
+KernelWatch::Paused::~Paused() {
+  t_watch = &w_;
+  w_.handle_ = KernelWatchAccess::watch();
+}
+
+void KernelWatch::add(const std::map<std::string, int64_t>& matmul_flops_by_op) {
+  for (const auto& [op, f] : matmul_flops_by_op) KernelWatchAccess::count(this, op, f);
 }
 
 }  // namespace jvpc

@@ -6,12 +6,23 @@
 // kernels they call directly are counted, as the kernels that did their work. Kernels run on Meta tensors (shape inference) compute nothing and are not counted. Used for linearize's measured FLOPs and to cross-check the cost model.
 #pragma once
 
+#include <ATen/core/ivalue.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
 namespace jvpc {
+
+/// The matmul FLOPs of one kernel call by FlopCounterMode's formulas (cost_model.h): `op` as the
+/// dispatcher names it (an in-place form counts as its functional form), the call's arguments
+/// and its first result (a convolution's count depends on its shape). 0 for an op without matmul
+/// FLOPs. What KernelWatch counts per kernel, and the tracer per kernel it records.
+int64_t kernel_matmul_flops(const std::string& op, c10::ArrayRef<c10::IValue> args, const c10::IValue* first_result);
+/// The op a kernel's FLOPs are counted under: an in-place form's functional one (baddbmm_,
+/// which the runtime uses to reuse buffers, counts as baddbmm).
+std::string counted_op_name(const std::string& op);
 
 class KernelWatch {
  public:
@@ -22,6 +33,22 @@ class KernelWatch {
   ~KernelWatch();
   KernelWatch(const KernelWatch&) = delete;
   KernelWatch& operator=(const KernelWatch&) = delete;
+
+  /// While one lives, the watch sees nothing, and nor does a watch outside it: its caller counts
+  /// what runs meanwhile and adds it (linearize: the tracer counts the kernels it records, which
+  /// costs a fraction of watching every dispatcher call).
+  class Paused {
+   public:
+    explicit Paused(KernelWatch& w);
+    ~Paused();
+    Paused(const Paused&) = delete;
+    Paused& operator=(const Paused&) = delete;
+
+   private:
+    KernelWatch& w_;
+  };
+  /// Adds matmul FLOPs counted elsewhere, by op.
+  void add(const std::map<std::string, int64_t>& matmul_flops_by_op);
 
   /// Kernel-level ops in the order they ran ("aten::bmm", "aten::mul.Scalar", ...).
   const std::vector<std::string>& kernels() const { return kernels_; }

@@ -3,7 +3,9 @@
 #include "compiler/ir/ops.h"
 
 #include <climits>
-#include <map>
+#include <algorithm>
+#include <tuple>
+#include <vector>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -93,7 +95,8 @@ void verify(const Graph& g, const VerifyOptions& options) {
   std::unordered_set<const Value*> defined;
   std::unordered_set<int> ids;
   std::unordered_set<std::string> names;
-  std::map<std::pair<const Value*, std::pair<const Node*, size_t>>, int> reads;  // expected uses
+  using Read = std::tuple<const Value*, const Node*, size_t>;
+  std::vector<Read> reads;  // expected uses
 
   auto define = [&](const Value* v, const auto& where) {
     if (!ids.insert(v->id()).second) throw Error(where() + ": value id " + name(v) + " is defined twice");
@@ -123,7 +126,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
       const Value* v = n->inputs()[i];
       if (!defined.count(v))
         throw Error(where() + ": operand " + std::to_string(i) + " (" + name(v) + ") is not defined before use");
-      reads[{v, {n, i}}]++;
+      reads.emplace_back(v, n, i);
     }
     std::vector<bool> referenced(n->inputs().size(), false);
     for (const Arg& a : n->args())
@@ -210,17 +213,20 @@ void verify(const Graph& g, const VerifyOptions& options) {
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const Value* v = g.outputs()[i];
     if (!defined.count(v)) throw Error("output " + std::to_string(i) + " (" + name(v) + ") is not defined");
-    reads[{v, {g.return_node(), i}}]++;  // returning a value is a use of it
+    reads.emplace_back(v, g.return_node(), i);  // returning a value is a use of it
   }
   if (g.return_node()->graph() != &g || !g.return_node()->args().empty() || !g.return_node()->outputs().empty())
     throw Error("the return node is not this graph's, or has arguments or outputs");
 
   // Use lists must list exactly the reads.
-  std::map<std::pair<const Value*, std::pair<const Node*, size_t>>, int> listed;
+  std::vector<Read> listed;
+  listed.reserve(reads.size());
   for (const Value* v : defined) {
     if (v->erased()) throw Error("value " + name(v) + " is erased but still in the graph");
-    for (const Use& u : v->uses()) listed[{v, {u.user, u.index}}]++;
+    for (const Use& u : v->uses()) listed.emplace_back(v, u.user, u.index);
   }
+  std::sort(reads.begin(), reads.end());
+  std::sort(listed.begin(), listed.end());
   if (listed != reads) throw Error("use lists are out of date (a pass edited operands without replace_input)");
 }
 

@@ -1,5 +1,6 @@
 #include "compiler/trace/tracer.h"
 
+#include "compiler/cost/kernel_watch.h"
 #include "compiler/ir/builder.h"
 #include "compiler/trace/functionalize.h"
 
@@ -112,19 +113,13 @@ class Recorder {
     RecordedCall call = fz_.recorded_form(info, std::vector<c10::IValue>(first, stack->end()));
     if (call.captured_write) {
       written_captured_.emplace(storage_of(call.written), info.name + " (" + TensorMeta::of(call.written).str() + ")");
-      c10::impl::ExcludeDispatchKeyGuard guard(kTraceKey);
-      PythonModesOn modes;
-      op.callBoxed(stack);
+      run(op, info, call.args, stack);
       return;
     }
     std::vector<Value*> operands;
     std::vector<Arg> args = recorded_args(call, info.name, operands);
     fz_.keep_what_the_call_overwrites(call);
-    {
-      c10::impl::ExcludeDispatchKeyGuard guard(kTraceKey);
-      PythonModesOn modes;
-      op.callBoxed(stack);
-    }
+    run(op, info, call.args, stack);
     std::vector<int> counts;
     std::vector<at::Tensor> results = unpack_returns(*stack, stack->size() - schema.returns().size(), counts);
     if (results.empty()) {  // metadata queries (no tensor results) are not part of the graph
@@ -146,6 +141,24 @@ class Recorder {
     Node* n =
         s_.g.create(call.op->name, std::move(args), std::move(operands), std::move(metas), std::move(counts), impure);
     track(call, n, results);
+  }
+
+  /// Runs the kernel below the tracer's key (Python modes on), and counts its matmul FLOPs.
+  void run(const c10::OperatorHandle& op, const OpInfo& info, const std::vector<c10::IValue>& args,
+           torch::jit::Stack* stack) {
+    c10::impl::ExcludeDispatchKeyGuard guard(kTraceKey);
+    PythonModesOn modes;
+    if (info.name.rfind("jvpc::", 0) == 0) {  // written in ATen ops: its kernels' FLOPs
+      KernelWatch inside;
+      op.callBoxed(stack);
+      for (const auto& [name, f] : inside.matmul_flops_by_op()) matmul_flops_by_op_[name] += f;
+      return;
+    }
+    op.callBoxed(stack);
+    const size_t nret = info.schema().returns().size();
+    const c10::IValue* first_result = nret && stack->size() >= nret ? &(*stack)[stack->size() - nret] : nullptr;
+    if (int64_t f = kernel_matmul_flops(info.name, args, first_result); f > 0)
+      matmul_flops_by_op_[counted_op_name(info.name)] += f;
   }
 
   /// The recorded op's arguments, with each tensor resolved to its graph value (in `operands`).
@@ -215,6 +228,7 @@ class Recorder {
   std::vector<std::string> decomposing_;
 
   std::vector<std::string> kernels_;
+  std::map<std::string, int64_t> matmul_flops_by_op_;
   std::unordered_map<int, at::Tensor>& values() { return s_.values; }
   /// The first error the tracer raised inside the callable: the trace fails with it, however the
   /// callable passed it on (Python turns it into a RuntimeError) or whether it caught it.
@@ -394,6 +408,7 @@ Trace trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const Tra
   rec.drop_unread_allocations();
   result.values = std::move(rec.values());
   result.kernels = std::move(rec.kernels_);
+  result.matmul_flops_by_op = std::move(rec.matmul_flops_by_op_);
   verify(*result.graph, {true, false});
   return result;
 }

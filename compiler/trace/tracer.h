@@ -26,6 +26,7 @@
 #include "compiler/ir/graph.h"
 
 #include <functional>
+#include <map>
 #include <unordered_map>
 
 namespace jvpc {
@@ -69,6 +70,9 @@ struct Trace {
   /// The kernels the dispatcher ran, in order, as named by the dispatcher (before the
   /// functional and view normalisation of the graph).
   std::vector<std::string> kernels;
+  /// The matmul FLOPs of those kernels, by op (kernel_matmul_flops, compiler/cost/kernel_watch.h;
+  /// a jvpc:: operator's are those of the kernels it calls): what a KernelWatch would count.
+  std::map<std::string, int64_t> matmul_flops_by_op;
 };
 
 /// Traces `fn` on `inputs`. Throws jvpc::Error naming the op for anything the IR cannot

@@ -33,8 +33,14 @@ def test_tangent_graph_forms_and_report():
     rep = jvp_fn.report()
     assert rep["linearize"]["matmul_flops"] == 20_971_520
     assert rep["jvp"]["matmul_flops"] == 41_943_040 and rep["jvp"]["tangents"] == ["dq", "dk", "dv"]
-    assert [p["name"] for p in rep["passes"]][:2] == ["trace", "jvp"]
+    assert [p["name"] for p in rep["passes"]] == ["trace", "tangent graph"]
     assert jvp_fn.report_text().splitlines()[1].startswith("trace")
+    every = jvpc.LinearizeOptions()
+    every.pass_costs = True
+    _, each = jvpc.linearize(math_sdpa, q, k, v, options=every)
+    rows = each.report()["passes"]
+    assert [p["name"] for p in rows][:2] == ["trace", "jvp"] and len(rows) > 10
+    assert rows[-1]["matmul_flops"] == rep["passes"][-1]["matmul_flops"] == 41_943_040
     assert jvp_fn.cost()["matmul_flops"] == 41_943_040
     assert jvp_fn.tangent_names == ["dq", "dk", "dv"]  # math_sdpa's parameters
 
