@@ -24,6 +24,8 @@
 // example point.
 #include "passes/passes.h"
 
+#include "compiler/cost/kernel_watch.h"
+#include "compiler/ir/ops.h"
 #include "runtime/executable.h"
 
 #include <ATen/ATen.h>
@@ -158,7 +160,34 @@ PrimalSplit split_primal(Graph& g, const SplitOptions& options) {
   return split;
 }
 
-std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordered_map<int, at::Tensor>& known) {
+namespace {
+
+// Runs node n, adding its matmul FLOPs to `by_op` where given: a jvpc:: operator's are those of
+// the kernels it calls, as KernelWatch counts them; another's by its arguments and result.
+std::vector<at::Tensor> run_counted(const Node& n, const std::vector<at::Tensor>& operands,
+                                    std::map<std::string, int64_t>* by_op) {
+  if (!by_op) return execute_node(n, operands);
+  if (n.op().rfind("jvpc::", 0) == 0) {
+    KernelWatch inside;
+    std::vector<at::Tensor> outs = execute_node(n, operands);
+    for (const auto& [op, f] : inside.matmul_flops_by_op()) (*by_op)[op] += f;
+    return outs;
+  }
+  std::vector<at::Tensor> outs = execute_node(n, operands);
+  if (is_matmul(n.op())) {
+    std::vector<c10::IValue> args;
+    for (const Arg& a : n.args())
+      args.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
+    c10::IValue first = outs.empty() ? c10::IValue() : c10::IValue(outs[0]);
+    if (int64_t f = kernel_matmul_flops(n.op(), args, &first); f > 0) (*by_op)[n.op()] += f;
+  }
+  return outs;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordered_map<int, at::Tensor>& known,
+                                        std::map<std::string, int64_t>* matmul_flops_by_op) {
   std::unordered_map<const Value*, at::Tensor> value;
   for (const Input& in : primal.inputs())
     if (in.role == Role::Constant && in.data.defined()) value[in.value] = in.data;
@@ -193,7 +222,7 @@ std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordere
     if (!runs.count(n)) continue;
     std::vector<at::Tensor> operands;
     for (const Value* in : n->inputs()) operands.push_back(get(in));
-    std::vector<at::Tensor> outs = execute_node(*n, operands);
+    std::vector<at::Tensor> outs = run_counted(*n, operands, matmul_flops_by_op);
     operands.clear();
     for (size_t i = 0; i < outs.size(); ++i)
       if (reads.count(n->output(i)) || results.count(n->output(i))) value[n->output(i)] = std::move(outs[i]);
@@ -207,10 +236,10 @@ std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordere
 }
 
 bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known, const SplitOptions& options,
-          PrimalSplit* split_out) {
+          PrimalSplit* split_out, std::map<std::string, int64_t>* matmul_flops_by_op) {
   PrimalSplit split = split_primal(g, options);
   if (!split.primal) return false;
-  std::vector<at::Tensor> values = evaluate_primal(*split.primal, known);
+  std::vector<at::Tensor> values = evaluate_primal(*split.primal, known, matmul_flops_by_op);
 
   // Which primal inputs' storage does a residual alias? (The caller owns those bytes.)
   std::unordered_map<const void*, std::string> input_storage;

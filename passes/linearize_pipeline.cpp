@@ -57,8 +57,9 @@ const std::vector<LinearizePass>& linearize_passes() {
        [](Graph& g, const Ctx&) { return zero_blocks(g); }},
       {"fold", false, "evaluates every primal-only value once; those the tangent reads become residuals",
        [](Graph& g, const Ctx& c) {
-         if (!c.split) return fold(g, *c.known);
-         return fold(g, *c.known, {c.primal_outputs, /*constants_as_residuals=*/true}, c.split.get());
+         if (!c.split) return fold(g, *c.known, {}, nullptr, c.fold_matmul_flops.get());
+         return fold(g, *c.known, {c.primal_outputs, /*constants_as_residuals=*/true}, c.split.get(),
+                     c.fold_matmul_flops.get());
        }},
       {"dce", false, "drops the forward and the primal inputs the tangent no longer reads",
        [](Graph& g, const Ctx&) { return dce(g, /*prune_primal_inputs=*/true); }},

@@ -31,6 +31,7 @@
 
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -54,6 +55,9 @@ struct LinearizePassContext {
   /// until fold, fold takes them into the primal graph with the residuals (captured constants
   /// that tangent nodes read among them) and writes the primal graph here.
   std::shared_ptr<PrimalSplit> split;
+  /// Where fold adds the matmul FLOPs of the kernels it runs, if anywhere (linearize's measured
+  /// count: its KernelWatch is paused while the passes run).
+  std::shared_ptr<std::map<std::string, int64_t>> fold_matmul_flops;
   /// What attention-match recognized, for attention-form.
   std::shared_ptr<std::vector<MatchedAttention>> matched = std::make_shared<std::vector<MatchedAttention>>();
 };

@@ -33,7 +33,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const KernelWatch& watch,
+Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, KernelWatch& watch,
                            std::shared_ptr<PrimalSplit> split) {
   Linearized lin;
   lin.primal_outputs = t.outputs;
@@ -44,15 +44,23 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const Ker
   // by evaluate_graph().
   p.input_verified(true);
   auto attention = std::make_shared<std::vector<AttentionChoice>>();
-  add_linearize_passes(p, {options.wrt, t.graph->outputs().size(), known, options.residual_budget, attention, split},
-                       options.disabled_passes);
+  // Fold counts the kernels it runs, and the watch pauses: watching every dispatcher call
+  // (shape inference's Meta kernels too) would cost more than those kernels.
+  auto fold_flops = std::make_shared<std::map<std::string, int64_t>>();
+  add_linearize_passes(
+      p, {options.wrt, t.graph->outputs().size(), known, options.residual_budget, attention, split, fold_flops},
+      options.disabled_passes);
   CostTable table("trace");
   if (options.pass_costs) p.observe(&table);
   for (PassObserver* o : options.observers) p.observe(o);
   std::shared_ptr<Graph> g(std::move(t.graph));
   const ShapeInferenceStats shapes0 = shape_inference_stats();
   if (!options.pass_costs) table.start(*g);
-  p.run(*g);
+  {
+    KernelWatch::Paused by_fold(watch);
+    p.run(*g);
+  }
+  watch.add(*fold_flops);
   if (!options.pass_costs) table.after_pass("tangent graph", *g, true);
   const double shape_ms = shape_inference_stats().computed_ms - shapes0.computed_ms;
   known.reset();  // only the residuals stay alive

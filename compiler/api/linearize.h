@@ -148,7 +148,7 @@ namespace detail {
 /// What linearize and compile (program.h) share: runs linearize_passes() on a trace, whose
 /// values are fold's, and makes the Linearized at the traced point. `split`: see
 /// LinearizePassContext::split.
-Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, const KernelWatch& watch,
+Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, KernelWatch& watch,
                            std::shared_ptr<PrimalSplit> split = nullptr);
 /// trace(), with `watch` paused: the tracer counts the matmul FLOPs of the kernels it records,
 /// which are added to the watch (watching every dispatcher call costs a third of a forward).

@@ -35,7 +35,7 @@ void reject_data_dependent_shapes(const Graph& g) {
                   "is compiled: linearize at each point instead");
 }
 
-Program from_trace(Trace&& t, const ProgramOptions& options, const KernelWatch& watch) {
+Program from_trace(Trace&& t, const ProgramOptions& options, KernelWatch& watch) {
   size_t num_outputs = t.graph->outputs().size();
   if (num_outputs == 0) throw Error("compile: the function returns no tensor");
   auto split = std::make_shared<PrimalSplit>();
