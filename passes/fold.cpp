@@ -7,7 +7,8 @@
 // primal outputs, where the graph still returns them) into a graph of their own, the primal
 // graph, and leaves in their place a constant input "r<k>" per residual: what stays is the
 // tangent graph, from residuals and tangents to output tangents. fold() is that split followed
-// by one run of the primal graph, evaluate_primal(): tensors come from `known` (the tracing run
+// by one run of the primal graph, evaluate_primal() (where nothing keeps the primal graph, as in
+// linearize, the same run on the graph itself, without the copy): tensors come from `known` (the tracing run
 // already computed every traced value) or are computed through the runtime, each node at most
 // once, only if a residual needs it, and in graph order, releasing each computed tensor after
 // its last read; each residual is bound to its tensor. What nothing
@@ -54,6 +55,32 @@ bool dense(const TensorMeta& m) {
     expected *= size;
   }
   return true;
+}
+
+// Residual names, "r<k>" not yet taken in the graph.
+std::vector<std::string> residual_names(const Graph& g, size_t n) {
+  std::vector<std::string> names;
+  int next = 0;
+  for (const Input& in : g.inputs())
+    if (in.name.rfind("r", 0) == 0) next++;
+  for (size_t k = 0; k < n; ++k) {
+    std::string name;
+    do name = "r" + std::to_string(next++);
+    while (g.find_input(name));
+    names.push_back(name);
+  }
+  return names;
+}
+
+// Each residual becomes a constant input, unbound (fold binds it), that its readers read. An
+// expanded view is declared (and stored) compactly.
+void read_from_inputs(Graph& g, const std::vector<Value*>& residuals, const std::vector<std::string>& names) {
+  for (size_t k = 0; k < residuals.size(); ++k) {
+    Value* v = residuals[k];
+    TensorMeta meta = v->meta();
+    if (!dense(meta)) meta = TensorMeta::contiguous(meta.sizes, meta.dtype, meta.device);
+    v->replace_all_uses_with(g.add_input(names[k], meta, Role::Constant));
+  }
 }
 
 }  // namespace
@@ -130,31 +157,16 @@ PrimalSplit split_primal(Graph& g, const SplitOptions& options) {
     Node* c = primal->create(n->op(), n->args(), ins, outs, n->return_counts(), n->impure());
     for (size_t i = 0; i < outs.size(); ++i) map[n->output(i)] = c->output(i);
   }
-  // Residual names, "r<k>" not yet taken in the graph: the primal graph returns the residuals
-  // under the names of the tangent graph's inputs they become.
-  int next = 0;
-  for (const Input& in : g.inputs())
-    if (in.name.rfind("r", 0) == 0) next++;
-  for (size_t k = 0; k < residuals.size(); ++k) {
-    std::string name;
-    do name = "r" + std::to_string(next++);
-    while (g.find_input(name));
-    split.residuals.push_back(name);
-  }
+  // The primal graph returns the residuals under the names of the tangent graph's inputs they become.
+  split.residuals = residual_names(g, residuals.size());
   for (size_t i = 0; i < results.size(); ++i)
     primal->add_output(map.at(results[i]),
                        i < options.primal_outputs ? g.output_names()[i] : split.residuals[i - options.primal_outputs]);
   for (const auto& [from, to] : map) id[to] = from->id();
   primal->renumber([&](const Value* v) { return id.at(v); });
 
-  // The tangent graph: each residual becomes a constant input, unbound (fold binds it), and the
-  // primal outputs leave it. An expanded view is declared (and stored) compactly.
-  for (size_t k = 0; k < residuals.size(); ++k) {
-    Value* v = residuals[k];
-    TensorMeta meta = v->meta();
-    if (!dense(meta)) meta = TensorMeta::contiguous(meta.sizes, meta.dtype, meta.device);
-    v->replace_all_uses_with(g.add_input(split.residuals[k], meta, Role::Constant));
-  }
+  // The tangent graph: the residuals read from inputs, and the primal outputs leave it.
+  read_from_inputs(g, residuals, split.residuals);
   for (size_t i = 0; i < options.primal_outputs; ++i) g.erase_output(0);
   split.primal = std::move(primal);
   return split;
@@ -186,8 +198,13 @@ std::vector<at::Tensor> run_counted(const Node& n, const std::vector<at::Tensor>
 
 }  // namespace
 
-std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordered_map<int, at::Tensor>& known,
+namespace {
+
+// The tensors of `targets`, values of `primal` (see evaluate_primal).
+std::vector<at::Tensor> evaluate_values(const Graph& primal, const std::vector<const Value*>& targets,
+                                        const std::unordered_map<int, at::Tensor>& known,
                                         std::map<std::string, int64_t>* matmul_flops_by_op) {
+  at::NoGradGuard no_grad;  // the values are data: residuals keep no autograd history
   std::unordered_map<const Value*, at::Tensor> value;
   for (const Input& in : primal.inputs())
     if (in.role == Role::Constant && in.data.defined()) value[in.value] = in.data;
@@ -198,7 +215,7 @@ std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordere
   // every temporary (the B·H·L² steps on the way to a held P).
   std::unordered_set<const Node*> runs;
   std::unordered_map<const Value*, int> reads;  // reads still to come by nodes that run
-  std::vector<const Value*> todo(primal.outputs().begin(), primal.outputs().end());
+  std::vector<const Value*> todo = targets;
   while (!todo.empty()) {
     const Value* v = todo.back();
     todo.pop_back();
@@ -213,7 +230,7 @@ std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordere
       todo.push_back(in);
     }
   }
-  std::unordered_set<const Value*> results(primal.outputs().begin(), primal.outputs().end());
+  std::unordered_set<const Value*> results(targets.begin(), targets.end());
   auto get = [&](const Value* v) {
     auto it = value.find(v);
     return it != value.end() ? it->second : known.at(v->id());
@@ -231,15 +248,46 @@ std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordere
       if (--reads.at(in) == 0 && !results.count(in)) value.erase(in);
   }
   std::vector<at::Tensor> out;
-  for (const Value* v : primal.outputs()) out.push_back(get(v));
+  for (const Value* v : targets) out.push_back(get(v));
   return out;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordered_map<int, at::Tensor>& known,
+                                        std::map<std::string, int64_t>* matmul_flops_by_op) {
+  return evaluate_values(primal, {primal.outputs().begin(), primal.outputs().end()}, known, matmul_flops_by_op);
 }
 
 bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known, const SplitOptions& options,
           PrimalSplit* split_out, std::map<std::string, int64_t>* matmul_flops_by_op) {
-  PrimalSplit split = split_primal(g, options);
-  if (!split.primal) return false;
-  std::vector<at::Tensor> values = evaluate_primal(*split.primal, known, matmul_flops_by_op);
+  // Per residual: its name, its value, and its metadata and id as declared.
+  std::vector<std::string> names;
+  std::vector<at::Tensor> values;
+  std::vector<std::pair<TensorMeta, int>> declared;
+  PrimalSplit split;
+  if (split_out || options.primal_outputs > 0) {
+    split = split_primal(g, options);
+    if (!split.primal) return false;
+    values = evaluate_primal(*split.primal, known, matmul_flops_by_op);
+    values.erase(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(options.primal_outputs));
+    for (size_t k = 0; k < split.residuals.size(); ++k) {
+      const Value* v = split.primal->outputs()[options.primal_outputs + k];
+      declared.emplace_back(v->meta(), v->id());
+    }
+    names = split.residuals;
+  } else {
+    // Nothing keeps the primal graph: the residuals are evaluated in g itself, as split_primal's
+    // copy would evaluate them, and read from inputs after.
+    const std::unordered_set<const Value*> varying = tangent_dependent(g, /*impure_too=*/true);
+    std::vector<Value*> residuals =
+        residual_values(g, varying, 0, [](const Input& in) { return in.role != Role::Constant; });
+    if (residuals.empty()) return false;
+    values = evaluate_values(g, {residuals.begin(), residuals.end()}, known, matmul_flops_by_op);
+    for (const Value* v : residuals) declared.emplace_back(v->meta(), v->id());
+    names = residual_names(g, residuals.size());
+    read_from_inputs(g, residuals, names);
+  }
 
   // Which primal inputs' storage does a residual alias? (The caller owns those bytes.)
   std::unordered_map<const void*, std::string> input_storage;
@@ -251,18 +299,18 @@ bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known, const Spli
   }
   std::unordered_map<std::string, Input*> by_name;
   for (Input& in : g.inputs()) by_name[in.name] = &in;
-  for (size_t k = 0; k < split.residuals.size(); ++k) {
-    const Value* v = split.primal->outputs()[options.primal_outputs + k];
-    at::Tensor t = values[options.primal_outputs + k];
+  for (size_t k = 0; k < names.size(); ++k) {
+    const auto& [declared_meta, id] = declared[k];
+    at::Tensor t = values[k];
     if (!t.is_non_overlapping_and_dense()) t = t.contiguous();  // expanded views are stored compactly
-    Input& in = *by_name.at(split.residuals[k]);
+    Input& in = *by_name.at(names[k]);
     if (t.has_storage()) {
       auto it = input_storage.find(t.storage().unsafeGetStorageImpl());
       if (it != input_storage.end()) in.aliases = it->second;
     }
     TensorMeta meta = TensorMeta::of(t);
-    if (!meta.same_signature(v->meta()))
-      throw Error("fold: value %" + std::to_string(v->id()) + " is declared " + v->meta().str() + " but computes to " +
+    if (!meta.same_signature(declared_meta))
+      throw Error("fold: value %" + std::to_string(id) + " is declared " + declared_meta.str() + " but computes to " +
                   meta.str());
     in.value->set_meta(meta);  // the layout the kernel gave it
     in.bind(t);
