@@ -179,26 +179,22 @@ namespace {
 std::vector<at::Tensor> run_counted(const Node& n, const std::vector<at::Tensor>& operands,
                                     std::map<std::string, int64_t>* by_op) {
   if (!by_op) return execute_node(n, operands);
-  if (n.op().rfind("jvpc::", 0) == 0) {
-    KernelWatch inside;
-    std::vector<at::Tensor> outs = execute_node(n, operands);
-    for (const auto& [op, f] : inside.matmul_flops_by_op()) (*by_op)[op] += f;
-    return outs;
-  }
-  std::vector<at::Tensor> outs = execute_node(n, operands);
-  if (is_matmul(n.op())) {
-    std::vector<c10::IValue> args;
+  std::vector<at::Tensor> outs;
+  c10::IValue first;
+  auto call = [&]() -> const c10::IValue* {
+    outs = execute_node(n, operands);
+    if (!outs.empty()) first = outs[0];
+    return &first;
+  };
+  auto args = [&] {
+    std::vector<c10::IValue> stack;
     for (const Arg& a : n.args())
-      args.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
-    c10::IValue first = outs.empty() ? c10::IValue() : c10::IValue(outs[0]);
-    if (int64_t f = kernel_matmul_flops(n.op(), args, &first); f > 0) (*by_op)[n.op()] += f;
-  }
+      stack.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
+    return stack;
+  };
+  count_kernel_call(n.op(), call, args, *by_op);
   return outs;
 }
-
-}  // namespace
-
-namespace {
 
 // The tensors of `targets`, values of `primal` (see evaluate_primal).
 std::vector<at::Tensor> evaluate_values(const Graph& primal, const std::vector<const Value*>& targets,

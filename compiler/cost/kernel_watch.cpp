@@ -62,6 +62,20 @@ int64_t kernel_matmul_flops(const std::string& op, c10::ArrayRef<c10::IValue> ar
                        transposed_convolution(args));
 }
 
+void count_kernel_call(const std::string& op, c10::function_ref<const c10::IValue*()> run,
+                       c10::function_ref<std::vector<c10::IValue>()> args, std::map<std::string, int64_t>& by_op) {
+  if (op.rfind("jvpc::", 0) == 0) {
+    KernelWatch inside;
+    run();
+    for (const auto& [name, f] : inside.matmul_flops_by_op()) by_op[name] += f;
+    return;
+  }
+  const c10::IValue* first_result = run();
+  std::string functional = counted_op_name(op);
+  if (!is_matmul(functional)) return;
+  if (int64_t f = kernel_matmul_flops(op, args(), first_result); f > 0) by_op[functional] += f;
+}
+
 struct KernelWatchAccess {
   static void count(KernelWatch* w, const std::string& op, int64_t f) {
     if (f <= 0) return;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <ATen/core/ivalue.h>
+#include <c10/util/FunctionRef.h>
 
 #include <cstdint>
 #include <map>
@@ -23,6 +24,12 @@ int64_t kernel_matmul_flops(const std::string& op, c10::ArrayRef<c10::IValue> ar
 /// The op a kernel's FLOPs are counted under: an in-place form's functional one (baddbmm_,
 /// which the runtime uses to reuse buffers, counts as baddbmm).
 std::string counted_op_name(const std::string& op);
+/// Makes one call of the kernel `op` (`run()`, which returns its first result, or null) and adds
+/// its matmul FLOPs to `by_op`, as a KernelWatch would count them: a jvpc:: operator's are those
+/// of the kernels it calls, watched while it runs; another's are kernel_matmul_flops of its
+/// arguments (`args()`, asked for only where the op has matmul FLOPs) and first result.
+void count_kernel_call(const std::string& op, c10::function_ref<const c10::IValue*()> run,
+                       c10::function_ref<std::vector<c10::IValue>()> args, std::map<std::string, int64_t>& by_op);
 
 class KernelWatch {
  public:

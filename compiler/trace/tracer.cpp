@@ -148,17 +148,13 @@ class Recorder {
            torch::jit::Stack* stack) {
     c10::impl::ExcludeDispatchKeyGuard guard(kTraceKey);
     PythonModesOn modes;
-    if (info.name.rfind("jvpc::", 0) == 0) {  // written in ATen ops: its kernels' FLOPs
-      KernelWatch inside;
+    auto call = [&]() -> const c10::IValue* {
       op.callBoxed(stack);
-      for (const auto& [name, f] : inside.matmul_flops_by_op()) matmul_flops_by_op_[name] += f;
-      return;
-    }
-    op.callBoxed(stack);
-    const size_t nret = info.schema().returns().size();
-    const c10::IValue* first_result = nret && stack->size() >= nret ? &(*stack)[stack->size() - nret] : nullptr;
-    if (int64_t f = kernel_matmul_flops(info.name, args, first_result); f > 0)
-      matmul_flops_by_op_[counted_op_name(info.name)] += f;
+      const size_t nret = info.schema().returns().size();
+      return nret && stack->size() >= nret ? &(*stack)[stack->size() - nret] : nullptr;
+    };
+    count_kernel_call(
+        info.name, call, [&] { return args; }, matmul_flops_by_op_);
   }
 
   /// The recorded op's arguments, with each tensor resolved to its graph value (in `operands`).
