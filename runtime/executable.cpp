@@ -117,7 +117,8 @@ Executable::Executable(std::shared_ptr<const Graph> graph, ExecutableOptions opt
   for (const Input& in : graph_->inputs()) {
     if (in.role != Role::Constant) continue;
     in.check_unwritten();  // since the graph was compiled (or loaded)
-    constants_.push_back(in.data.defined() ? in.data.to(in.value->meta().device) : at::Tensor());
+    const c10::Device device = in.value->meta().device;
+    constants_.push_back(!in.data.defined() ? at::Tensor() : in.data.device() == device ? in.data : in.data.to(device));
     versions_.push_back(version_counter(constants_.back()));  // to notice writes by others holding it
   }
   plan_ = std::make_shared<Plan>(make_plan(*graph_, live, options_.reuse_buffers));
@@ -249,13 +250,13 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
           self.storage().allocator() != device_allocator(self.device()))
         info = st.functional;
     }
-    if (st.checked_indices) check_index_arguments(st.where, *st.checked_indices, stack);
+    auto where = [&] { return st.where(); };
+    if (st.checked_indices) check_index_arguments(where, *st.checked_indices, stack);
     try {
       info->handle.callBoxed(stack);
     } catch (const std::exception& e) {
-      throw Error(st.where + ": " + one_line(e));
+      throw Error(st.where() + ": " + one_line(e));
     }
-    auto where = [&] { return st.where; };
     std::vector<at::Tensor> results = node_results(where, stack, st.return_counts);
     if (st.zero_results)
       for (const at::Tensor& r : results) zero_storage(r);
@@ -335,7 +336,7 @@ std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor
   // The node as errors name it, made only for an error (fold runs a node per residual).
   auto where = [&] { return "node " + describe(&n); };
   const OpContract* contract = op_contract(n.op());
-  if (contract && !contract->indices.empty()) check_index_arguments(where(), n, stack);
+  if (contract && !contract->indices.empty()) check_index_arguments(where, n, stack);
   try {
     info.handle.callBoxed(stack);
   } catch (const std::exception& e) {

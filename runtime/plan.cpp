@@ -89,7 +89,7 @@ Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
     const OpInfo* inplace = reuse_buffers ? inplace_form(g, n, live, static_cast<int>(i), storage_last_use) : nullptr;
     st.info = inplace ? inplace : &op_info(n->op());
     if (inplace) st.functional = &op_info(n->op());
-    st.where = "node " + describe(n);
+    st.node = n;
     st.return_counts = n->return_counts();
     if (const OpContract* c = op_contract(n->op())) {
       if (!c->indices.empty()) st.checked_indices = n;
@@ -127,5 +127,7 @@ Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
   for (const Value* o : g.outputs()) p.copied_outputs.push_back(!returned.insert(o).second);
   return p;
 }
+
+std::string PlanStep::where() const { return "node " + describe(node); }
 
 }  // namespace jvpc

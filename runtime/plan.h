@@ -18,7 +18,7 @@ struct OpInfo;
 /// One node as a call runs it.
 struct PlanStep {
   const OpInfo* info = nullptr;    ///< may be the in-place form of the node's op (see inplace_form)
-  std::string where;               ///< "node ...", for error messages
+  const Node* node = nullptr;      ///< the node, named in error messages (where())
   std::vector<c10::IValue> stack;  ///< boxed arguments; tensor positions are filled per call
   struct TensorArg {
     size_t pos;
@@ -41,6 +41,8 @@ struct PlanStep {
   /// The node, where its index arguments are checked before each call (its op's contract names
   /// some: compiler/ir/op_contracts.h); null otherwise.
   const Node* checked_indices = nullptr;
+  /// "node ...": how errors name the step's node.
+  std::string where() const;
   /// The results are an uninitialized allocation (empty and its kin): the call zeroes them.
   bool zero_results = false;
 };

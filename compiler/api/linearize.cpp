@@ -21,7 +21,7 @@ std::vector<std::string> Linearized::tangent_names() const {
 void Linearized::check_captured() const {
   for (const Captured& c : captured)
     if (c.version.current_version() != c.at)
-      throw Error("constant '" + c.name + "' (" + c.meta +
+      throw Error("constant '" + c.name + "' (" + c.meta.str() +
                   ") was written in place after the graph was compiled (it is a tensor the traced function "
                   "captured, and the tangent graph holds values computed from the old one): compile (linearize) "
                   "again");
@@ -111,7 +111,7 @@ std::vector<Linearized::Captured> captured_of(const Graph& g) {
   std::vector<Linearized::Captured> captured;
   for (const Input& in : g.inputs())
     if (in.role == Role::Constant && in.data.defined() && !in.data.is_inference())
-      captured.push_back({in.name, TensorMeta::of(in.data).str(), in.data.unsafeGetTensorImpl()->version_counter(),
+      captured.push_back({in.name, in.value->meta(), in.data.unsafeGetTensorImpl()->version_counter(),
                           static_cast<uint32_t>(in.data._version())});
   return captured;
 }

@@ -123,7 +123,7 @@ struct Linearized {
   /// parameter, a global), by its version counter only (the tensor itself is not held).
   struct Captured {
     std::string name;  ///< "c0", ... as in the traced graph
-    std::string meta;  ///< its type, for the error
+    TensorMeta meta;   ///< its type, for the error
     c10::VariableVersion version;
     uint32_t at = 0;  ///< its version when traced
   };

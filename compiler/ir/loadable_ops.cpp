@@ -203,7 +203,7 @@ void check_index_constants(const Graph& g) {
     torch::jit::Stack stack;
     for (const Arg& a : n->args())
       stack.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
-    check_index_arguments(describe(n), *n, stack);
+    check_index_arguments([&] { return describe(n); }, *n, stack);
   }
 }
 

@@ -389,7 +389,7 @@ void check_arguments(const std::string& op, const std::vector<Arg>& args, const 
   if (!why.empty()) throw Error(op + ": " + why);
 }
 
-void check_index_arguments(const std::string& where, const Node& n, const torch::jit::Stack& stack) {
+void check_index_arguments(c10::function_ref<std::string()> where, const Node& n, const torch::jit::Stack& stack) {
   const OpContract* c = op_contract(n.op());
   if (!c || c->indices.empty()) return;
   const c10::FunctionSchema& s = op_info(n.op()).schema();
@@ -398,7 +398,7 @@ void check_index_arguments(const std::string& where, const Node& n, const torch:
     const at::Tensor* of = tensor_at(stack, oi);
     if (!of) continue;
     auto refuse = [&](const std::string& what, int64_t lo, int64_t hi) {
-      throw Error(where + ": " + what + " holds an index out of range [" + std::to_string(lo) + ", " +
+      throw Error(where() + ": " + what + " holds an index out of range [" + std::to_string(lo) + ", " +
                   std::to_string(hi) + ")");
     };
     auto check = [&](const std::string& what, const at::Tensor& idx, int64_t lo, int64_t hi) {
@@ -453,10 +453,10 @@ void check_index_arguments(const std::string& where, const Node& n, const torch:
         int64_t n_indices = of->numel();
         check(what, *idx, 0, n_indices + 1);
         if (readable_indices(*idx) && idx->numel() > 0 && idx->reshape({-1})[0].item<int64_t>() != 0)
-          throw Error(where + ": " + what + " must start at 0");
+          throw Error(where() + ": " + what + " must start at 0");
         if (readable_indices(*idx) && idx->dim() == 1 && idx->numel() > 1 &&
             !at::all(idx->slice(0, 1) >= idx->slice(0, 0, -1)).item<bool>())
-          throw Error(where + ": " + what + " decrease (offsets into the indices must not)");
+          throw Error(where() + ": " + what + " decrease (offsets into the indices must not)");
         break;
       }
       case IndexRange::Pivots: {
@@ -470,7 +470,7 @@ void check_index_arguments(const std::string& where, const Node& n, const torch:
         if (!readable_indices(*idx)) continue;
         auto e = extremes(idx->masked_fill(*idx == ignore, 0));
         if (e && (e->first < 0 || e->second >= classes))
-          throw Error(where + ": argument '" + a.index + "' holds a class out of range [0, " + std::to_string(classes) +
+          throw Error(where() + ": argument '" + a.index + "' holds a class out of range [0, " + std::to_string(classes) +
                       ") that is not its ignore_index");
         break;
       }

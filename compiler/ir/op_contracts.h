@@ -32,6 +32,7 @@
 #include "compiler/ir/graph.h"
 
 #include <ATen/core/stack.h>
+#include <c10/util/FunctionRef.h>
 
 #include <string>
 #include <vector>
@@ -93,7 +94,7 @@ void check_arguments(const std::string& op, const std::vector<Arg>& args, const 
 /// Throws jvpc::Error ("`where`: its indices hold an index out of range [0, 16)") where an
 /// index argument of node `n`, given as the boxed arguments `stack` of its call, is out of the
 /// range its contract states. Tensors the contract does not name may be absent or Meta tensors.
-void check_index_arguments(const std::string& where, const Node& n, const torch::jit::Stack& stack);
+void check_index_arguments(c10::function_ref<std::string()> where, const Node& n, const torch::jit::Stack& stack);
 
 /// The bytes `n`'s kernel allocates beyond its outputs, by its contract, from its operands'
 /// declared metadata.

@@ -75,22 +75,29 @@ void put_arg(std::string& key, const Arg& a) {
   }
 }
 
+void put_meta(std::string& key, const TensorMeta& m) {
+  put_ints(key, m.sizes);
+  put_ints(key, m.strides);
+  put(key, m.dtype);
+  put(key, m.device.type());
+  put(key, m.device.index());
+}
+
+// The op, the default dtype (factories without a dtype take it) and the constant arguments.
+void put_call(std::string& key, const std::string& op, const std::vector<Arg>& args) {
+  key += op;
+  key += '\0';
+  put(key, c10::get_default_dtype_as_scalartype());
+  put(key, args.size());
+  for (const Arg& a : args) put_arg(key, a);
+}
+
 std::string signature(const std::string& op, const std::vector<Arg>& args, const std::vector<TensorMeta>& inputs) {
   std::string key;
   key.reserve(64 + 48 * inputs.size());
-  key += op;
-  key += '\0';
-  put(key, c10::get_default_dtype_as_scalartype());  // factories without a dtype take it
-  put(key, args.size());
-  for (const Arg& a : args) put_arg(key, a);
+  put_call(key, op, args);
   put(key, inputs.size());
-  for (const TensorMeta& m : inputs) {
-    put_ints(key, m.sizes);
-    put_ints(key, m.strides);
-    put(key, m.dtype);
-    put(key, m.device.type());
-    put(key, m.device.index());
-  }
+  for (const TensorMeta& m : inputs) put_meta(key, m);
   return key;
 }
 
@@ -125,6 +132,19 @@ std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector
   if (m.table.size() >= kShapeMemoCapacity) m.table.clear();
   m.table.emplace(std::move(key), std::move(e));
   return out;
+}
+
+std::string node_signature(const Node& n) {
+  std::string key;
+  key.reserve(64 + 48 * (n.inputs().size() + n.outputs().size()));
+  put_call(key, n.op(), n.args());
+  put(key, n.inputs().size());
+  for (const Value* v : n.inputs()) put_meta(key, v->meta());
+  put(key, n.outputs().size());
+  for (const Value* v : n.outputs()) put_meta(key, v->meta());
+  put(key, n.return_counts().size());
+  key.append(reinterpret_cast<const char*>(n.return_counts().data()), n.return_counts().size() * sizeof(int));
+  return key;
 }
 
 }  // namespace detail

@@ -36,6 +36,10 @@ namespace detail {
 std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector<Arg>& args,
                                         const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts,
                                         const std::function<std::vector<TensorMeta>(std::vector<int>*)>& compute);
+/// What shape inference reads of node `n` and what it declares, as one string: its op, the
+/// default dtype, its arguments, its operands' and outputs' metadata, and its return counts.
+/// Equal strings, equal nodes as far as a shape check goes (ShapeChecks, verifier.h).
+std::string node_signature(const Node& n);
 }  // namespace detail
 
 }  // namespace jvpc

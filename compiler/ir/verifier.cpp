@@ -1,6 +1,7 @@
 #include "compiler/ir/verifier.h"
 
 #include "compiler/ir/ops.h"
+#include "compiler/ir/shape_memo.h"
 
 #include <climits>
 #include <algorithm>
@@ -45,46 +46,12 @@ int max_tensors(const c10::Argument& r) {
 
 std::string describe(const Node* n) { return describe(n, id_name); }
 
-namespace {
-
-bool same_args(const std::vector<Arg>& a, const std::vector<Arg>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].kind != b[i].kind || a[i].operands != b[i].operands || !(a[i].value == b[i].value)) return false;
-  return true;
-}
-
-bool same_metas(const std::vector<Value*>& values, const std::vector<TensorMeta>& metas) {
-  if (values.size() != metas.size()) return false;
-  for (size_t i = 0; i < metas.size(); ++i) {
-    const TensorMeta& m = values[i]->meta();
-    if (m.sizes != metas[i].sizes || m.strides != metas[i].strides || m.dtype != metas[i].dtype ||
-        m.device != metas[i].device)
-      return false;
-  }
-  return true;
-}
-
-std::vector<TensorMeta> metas_of(const std::vector<Value*>& values) {
-  std::vector<TensorMeta> out;
-  out.reserve(values.size());
-  for (const Value* v : values) out.push_back(v->meta());
-  return out;
-}
-
-}  // namespace
-
 bool ShapeChecks::unchanged(const Node& n) const {
   auto it = seen_.find(&n);
-  if (it == seen_.end()) return false;
-  const Seen& s = it->second;
-  return s.op == n.op() && s.return_counts == n.return_counts() && same_metas(n.inputs(), s.operands) &&
-         same_metas(n.outputs(), s.outputs) && same_args(s.args, n.args());
+  return it != seen_.end() && it->second == detail::node_signature(n);
 }
 
-void ShapeChecks::passed(const Node& n) {
-  seen_[&n] = Seen{n.op(), n.args(), metas_of(n.inputs()), metas_of(n.outputs()), n.return_counts()};
-}
+void ShapeChecks::passed(const Node& n) { seen_[&n] = detail::node_signature(n); }
 
 void ShapeChecks::trust(const Graph& g) {
   for (const Node* n : g.nodes()) passed(*n);

@@ -13,8 +13,9 @@
 namespace jvpc {
 
 /// The nodes whose declared outputs passed the shape check, with what the check read: their op,
-/// arguments, operand metadata and declared outputs. Shape inference is a function of the first
-/// three, so a verify given this record infers again only the nodes a pass added or changed.
+/// arguments, operand metadata and declared outputs, as one signature string each
+/// (detail::node_signature, shape_memo.h). Shape inference is a function of the first three, so a
+/// verify given this record infers again only the nodes a pass added or changed.
 class ShapeChecks {
  public:
   /// Whether `n` reads as it did when it last passed.
@@ -26,13 +27,7 @@ class ShapeChecks {
   void clear() { seen_.clear(); }
 
  private:
-  struct Seen {
-    std::string op;
-    std::vector<Arg> args;
-    std::vector<TensorMeta> operands, outputs;
-    std::vector<int> return_counts;
-  };
-  std::unordered_map<const Node*, Seen> seen_;
+  std::unordered_map<const Node*, std::string> seen_;
 };
 
 struct VerifyOptions {
