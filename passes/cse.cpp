@@ -6,7 +6,6 @@
 //   %9 = aten::transpose.int(%1, -2, -1)   // readers of %9 now read %5
 #include "passes/passes.h"
 
-#include "compiler/ir/printer.h"
 
 #include <algorithm>
 #include <sstream>
@@ -25,38 +24,51 @@ bool commutes(const Node& n) {
   return n.arg(2).is_number(1.0);  // alpha
 }
 
-// A key that identifies a node's computation: op and arguments (operands by value id). Output
-// metadata is compared apart.
+template <typename T>
+void put(std::string& key, const T& v) {
+  key.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// A key that identifies a node's computation: op and arguments (operands by value id), as bytes.
+// Output metadata is compared apart.
 std::string key_of(const Node& n) {
-  std::string k = n.op();
-  k += "|";
-  if (commutes(n)) {
+  std::string k;
+  k.reserve(n.op().size() + 16 * n.args().size() + 16);
+  k += n.op();
+  k += '\0';
+  const bool commutative = commutes(n);
+  if (commutative) {
     int a = n.tensor_arg(0)->id(), b = n.tensor_arg(1)->id();
-    k += "%" + std::to_string(std::min(a, b)) + ",%" + std::to_string(std::max(a, b)) + ";";
+    put(k, std::min(a, b));
+    put(k, std::max(a, b));
   }
   for (const Arg& a : n.args()) {
-    if (commutes(n) && a.is_tensor_kind()) continue;
-    k += arg_kind_name(a.kind);
-    k += ":";
+    if (commutative && a.is_tensor_kind()) continue;
+    put(k, a.kind);
     if (a.is_tensor_kind()) {
-      for (int o : a.operands)
-        k += o < 0 ? std::string("_,") : "%" + std::to_string(n.input(static_cast<size_t>(o))->id()) + ",";
+      put(k, a.operands.size());
+      for (int o : a.operands) put(k, o < 0 ? -1 : n.input(static_cast<size_t>(o))->id());
     } else if (a.kind == ArgKind::Float) {
-      k += format_double(a.value.toDouble());
+      put(k, a.value.toDouble());
     } else if (a.kind == ArgKind::Floats) {
-      for (double d : a.value.toDoubleVector()) k += format_double(d) + ",";
+      const std::vector<double> v = a.value.toDoubleVector();
+      put(k, v.size());
+      for (double d : v) put(k, d);
     } else if (a.value.isInt()) {  // ints, and dtypes, layouts and formats held as ints
-      k += std::to_string(a.value.toInt());
+      put(k, a.value.toInt());
     } else if (a.value.isIntList()) {
-      for (int64_t i : a.value.toIntVector()) k += std::to_string(i) + ",";
+      const auto v = a.value.toIntList();
+      put(k, v.size());
+      for (int64_t i : v) put(k, i);
     } else if (a.value.isBool()) {
-      k += a.value.toBool() ? "true" : "false";
+      put(k, a.value.toBool());
     } else {
       std::ostringstream os;
       os << a.value;
-      k += os.str();
+      const std::string text = os.str();
+      put(k, text.size());
+      k += text;
     }
-    k += ";";
   }
   return k;
 }

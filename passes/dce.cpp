@@ -23,14 +23,10 @@ bool dce(Graph& g, bool prune_primal_inputs) {
       changed = true;
     }
   }
-  for (size_t i = g.inputs().size(); i-- > 0;) {
-    const Input& in = g.inputs()[i];
-    bool removable = in.role == Role::Constant || (prune_primal_inputs && in.role == Role::Primal);
-    if (removable && !in.value->has_uses()) {
-      g.erase_input(i);
-      changed = true;
-    }
-  }
+  changed |= g.erase_inputs_if([&](const Input& in) {
+               bool removable = in.role == Role::Constant || (prune_primal_inputs && in.role == Role::Primal);
+               return removable && !in.value->has_uses();
+             }) > 0;
   return changed;
 }
 

@@ -103,6 +103,7 @@ bool Pipeline::run(Graph& g) {
   // the way to find the pass that broke it.
   if (any && !verify_each_) {
     auto t0 = clock::now();
+    checked.stop_recording();
     try {
       verify(g, between);
     } catch (const std::exception& e) {

@@ -49,6 +49,7 @@ bool viewable(const Value* v, const std::vector<int64_t>& shape) {
 
 std::unordered_set<const Value*> tangent_dependent(const Graph& g, bool impure_too) {
   std::unordered_set<const Value*> dep;
+  dep.reserve(g.num_nodes() + g.inputs().size());
   for (const Input& in : g.inputs())
     if (in.role == Role::Tangent) dep.insert(in.value);
   for (const Node* n : g.nodes()) {

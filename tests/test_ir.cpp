@@ -144,13 +144,15 @@ TEST(Ir, ErasedValuesAreNotInputs) {
   Builder b(g);
   Value* a = b.call("aten::neg", {x});
   g.add_output(x);
-  EXPECT_THROW(g.erase_input(0), Error);  // returned
+  EXPECT_THROW(g.erase_inputs_if([](const Input&) { return true; }), Error);  // x is returned
+  EXPECT_EQ(g.inputs().size(), 2u);  // none erased
   g.erase(a->producer());
   EXPECT_TRUE(a->erased());
   EXPECT_FALSE(g.is_input(a));
   EXPECT_EQ(a->producer(), nullptr);
-  g.erase_input(1);
+  EXPECT_EQ(g.erase_inputs_if([&](const Input& in) { return in.value == unused; }), 1u);
   EXPECT_TRUE(unused->erased());
+  EXPECT_FALSE(x->erased());
   EXPECT_FALSE(g.is_input(unused));
   EXPECT_THROW(g.add_output(a), Error);
   verify(g);

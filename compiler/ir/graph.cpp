@@ -228,12 +228,27 @@ const Input& Graph::input_of(const Value* v) const {
   throw Error("%" + std::to_string(v->id()) + " is not a graph input");
 }
 
-void Graph::erase_input(size_t i) {
-  Value* v = inputs_.at(i).value;
-  if (v->is_graph_output()) throw Error("erase_input: input '" + inputs_[i].name + "' is an output");
-  if (v->has_uses()) throw Error("erase_input: input '" + inputs_[i].name + "' is used");
-  v->erased_ = true;
-  inputs_.erase(inputs_.begin() + static_cast<std::ptrdiff_t>(i));
+size_t Graph::erase_inputs_if(const std::function<bool(const Input&)>& erase) {
+  std::vector<bool> erased(inputs_.size(), false);
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    if (!erase(inputs_[i])) continue;
+    const Value* v = inputs_[i].value;
+    if (v->is_graph_output()) throw Error("erase_inputs_if: input '" + inputs_[i].name + "' is an output");
+    if (v->has_uses()) throw Error("erase_inputs_if: input '" + inputs_[i].name + "' is used");
+    erased[i] = true;
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    if (erased[i]) {
+      inputs_[i].value->erased_ = true;
+      continue;
+    }
+    if (kept != i) inputs_[kept] = std::move(inputs_[i]);
+    ++kept;
+  }
+  const size_t removed = inputs_.size() - kept;
+  inputs_.resize(kept);
+  return removed;
 }
 
 const Input* Graph::find_input(const std::string& name) const {

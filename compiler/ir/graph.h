@@ -263,8 +263,10 @@ class Graph {
   const Input& input_of(const Value* v) const;             ///< throws if v is not a graph input
   const Input* find_input(const std::string& name) const;  ///< nullptr if no input has the name
   bool is_input(const Value* v) const { return v->producer() == nullptr && !v->erased(); }
-  /// Removes an input that nothing reads (nor returns); its value becomes erased().
-  void erase_input(size_t i);
+  /// Removes the inputs for which `erase` holds, each one nothing reads (nor returns), in one
+  /// pass; their values become erased(). Throws, erasing none, if one is read or returned.
+  /// Returns how many it removed.
+  size_t erase_inputs_if(const std::function<bool(const Input&)>& erase);
 
   /// The returned values: the return node's operands.
   const std::vector<Value*>& outputs() const { return return_->inputs(); }

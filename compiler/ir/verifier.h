@@ -25,9 +25,12 @@ class ShapeChecks {
   /// (a tracing run's).
   void trust(const Graph& g);
   void clear() { seen_.clear(); }
+  /// From now on passed() records nothing: for a last verification, which none consults after.
+  void stop_recording() { recording_ = false; }
 
  private:
   std::unordered_map<const Node*, std::string> seen_;
+  bool recording_ = true;
 };
 
 struct VerifyOptions {

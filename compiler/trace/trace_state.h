@@ -42,7 +42,7 @@ struct TraceState {
   Value* capture(const at::Tensor& t, const at::Tensor& value) {
     std::string name;  // c0, c1, ...: fresh, whatever the inputs are called (an LSTM's c0)
     do name = "c" + std::to_string(constants++);
-    while (g.find_input(name));
+    while (input_names.count(name));
     Value* c = g.add_constant(name, value);
     bind(t, c);
     if (value.is_same(t)) protected_storages.insert(storage_of(t));  // a copy may be written on
@@ -67,6 +67,8 @@ struct TraceState {
   std::unordered_map<int, at::Tensor> values;
   std::vector<at::Tensor> keep;  // keeps TensorImpl pointers unique for the whole trace
   int constants = 0;
+  /// The traced function's inputs' names, which the constants' names (c0, c1, ...) avoid.
+  std::unordered_set<std::string> input_names;
 };
 
 }  // namespace jvpc

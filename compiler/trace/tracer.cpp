@@ -59,6 +59,7 @@ class Recorder {
     Value* v = s_.g.add_input(in.name, TensorMeta::of(in.value), Role::Primal,
                               in.differentiable && differentiable_dtype(in.value.scalar_type()));
     bind(in.value, v);
+    s_.input_names.insert(in.name);
     s_.from_inputs.insert(v);
     s_.protected_storages.insert(storage_of(in.value));
     return v;
