@@ -46,11 +46,17 @@ int64_t flops_or_zero(const std::string& op, const std::vector<std::vector<int64
   }
 }
 
+// The position of the '_' that makes `name` an in-place op's ("aten::add_.Tensor"), or npos.
+size_t inplace_underscore(const std::string& name) {
+  const size_t dot = std::min(name.find('.'), name.size());
+  return dot > 0 && name[dot - 1] == '_' ? dot - 1 : std::string::npos;
+}
+
 }  // namespace
 
 std::string counted_op_name(const std::string& name) {
-  const size_t dot = std::min(name.find('.'), name.size());
-  return dot > 0 && name[dot - 1] == '_' ? name.substr(0, dot - 1) + name.substr(dot) : name;
+  const size_t u = inplace_underscore(name);
+  return u == std::string::npos ? name : name.substr(0, u) + name.substr(u + 1);
 }
 
 int64_t kernel_matmul_flops(const std::string& op, c10::ArrayRef<c10::IValue> args, const c10::IValue* first_result) {
@@ -71,7 +77,9 @@ void count_kernel_call(const std::string& op, c10::function_ref<const c10::IValu
     return;
   }
   const c10::IValue* first_result = run();
-  std::string functional = counted_op_name(op);
+  const bool inplace = inplace_underscore(op) != std::string::npos;  // most calls: no copy of the name
+  const std::string renamed = inplace ? counted_op_name(op) : std::string();
+  const std::string& functional = inplace ? renamed : op;
   if (!is_matmul(functional)) return;
   if (int64_t f = kernel_matmul_flops(op, args(), first_result); f > 0) by_op[functional] += f;
 }

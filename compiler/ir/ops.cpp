@@ -155,8 +155,7 @@ c10::TypeKind list_elem_kind(const c10::TypePtr& t, bool* elem_optional = nullpt
 
 }  // namespace
 
-Arg arg_from_ivalue(const c10::Argument& arg, const c10::IValue& v,
-                    const std::function<int(const at::Tensor&)>& operand) {
+Arg arg_from_ivalue(const c10::Argument& arg, const c10::IValue& v, c10::function_ref<int(const at::Tensor&)> operand) {
   auto base = unwrap_optional(arg.real_type());
   auto unsupported = [&]() {
     return Error("argument '" + arg.name() + "' of type " + arg.real_type()->str() + " (value tag " + v.tagKind() +
@@ -271,7 +270,7 @@ bool kind_matches(ArgKind k, const c10::Argument& arg) {
   return false;
 }
 
-c10::IValue arg_to_ivalue(const Arg& a, const std::function<at::Tensor(int)>& operand) {
+c10::IValue arg_to_ivalue(const Arg& a, c10::function_ref<at::Tensor(int)> operand) {
   switch (a.kind) {
     case ArgKind::None:
       return c10::IValue();

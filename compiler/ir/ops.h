@@ -10,6 +10,7 @@
 #include "compiler/ir/graph.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/FunctionRef.h>
 
 #include <functional>
 
@@ -49,14 +50,13 @@ std::string op_name(const c10::OperatorName& n);
 
 /// Converts the boxed value `v` of schema argument `arg` to an Arg. Tensors become operands
 /// through `operand` (which returns the operand index). Throws for unsupported argument types.
-Arg arg_from_ivalue(const c10::Argument& arg, const c10::IValue& v,
-                    const std::function<int(const at::Tensor&)>& operand);
+Arg arg_from_ivalue(const c10::Argument& arg, const c10::IValue& v, c10::function_ref<int(const at::Tensor&)> operand);
 
 /// Whether an Arg of kind `k` may be passed for schema argument `arg`.
 bool kind_matches(ArgKind k, const c10::Argument& arg);
 
 /// The boxed value of `a`; tensor operands are looked up with `operand(i)`.
-c10::IValue arg_to_ivalue(const Arg& a, const std::function<at::Tensor(int)>& operand);
+c10::IValue arg_to_ivalue(const Arg& a, c10::function_ref<at::Tensor(int)> operand);
 
 /// The tensors among an op's boxed returns, stack[first...], and how many each return holds (a
 /// tensor 1, a list its length, anything else or an undefined tensor 0): a node's outputs and

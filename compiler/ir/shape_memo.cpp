@@ -109,7 +109,7 @@ namespace detail {
 
 std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector<Arg>& args,
                                         const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts,
-                                        const std::function<std::vector<TensorMeta>(std::vector<int>*)>& compute) {
+                                        c10::function_ref<std::vector<TensorMeta>(std::vector<int>*)> compute) {
   ++t_stats.calls;
   std::string key = signature(op, args, inputs);
   Memo& m = memo();
