@@ -66,6 +66,11 @@ void verify(const Graph& g, const VerifyOptions& options) {
   std::unordered_set<std::string> names;
   using Read = std::tuple<const Value*, const Node*, size_t>;
   std::vector<Read> reads;  // expected uses
+  const size_t values = g.inputs().size() + 2 * g.num_nodes();  // about: most nodes have one output
+  defined.reserve(values);
+  ids.reserve(values);
+  names.reserve(g.inputs().size());
+  reads.reserve(2 * values);
 
   auto define = [&](const Value* v, const auto& where) {
     if (!ids.insert(v->id()).second) throw Error(where() + ": value id " + name(v) + " is defined twice");

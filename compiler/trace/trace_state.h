@@ -21,7 +21,16 @@ namespace jvpc {
 constexpr c10::DispatchKey kTraceKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
 
 struct TraceState {
-  TraceState(Graph& graph, const TraceOptions& options) : g(graph), keep_values(options.keep_values) {}
+  TraceState(Graph& graph, const TraceOptions& options) : g(graph), keep_values(options.keep_values) {
+    // A model's forward runs hundreds of kernels: tables that start this large are not rehashed
+    // again and again as the trace grows.
+    constexpr size_t kExpectedValues = 1024;
+    value_of.reserve(kExpectedValues);
+    by_storage.reserve(kExpectedValues);
+    from_inputs.reserve(kExpectedValues);
+    if (keep_values) values.reserve(kExpectedValues);
+    keep.reserve(kExpectedValues);
+  }
 
   /// The storage `t` lives in (the TensorImpl itself for a tensor without storage).
   static const void* storage_of(const at::Tensor& t) {
