@@ -59,8 +59,6 @@ std::vector<Value*> Builder::emit(const std::string& op, std::vector<BArg> bargs
                   " cannot take a " + arg_kind_name(a.kind));
     args.push_back(std::move(a));
   }
-  std::vector<TensorMeta> metas;
-  for (Value* v : inputs) metas.push_back(v->meta());
   std::vector<int> counts;
   std::vector<TensorMeta> outs;
   auto same_operands = [&] {
@@ -72,7 +70,7 @@ std::vector<Value*> Builder::emit(const std::string& op, std::vector<BArg> bargs
     return true;
   };
   try {
-    outs = infer_outputs(info, args, metas, &counts);
+    outs = infer_outputs(info, args, inputs, &counts);
     // Where the shape depends on values, the shape rule gives a bound (masked_select, index with a
     // mask): `shaped_like` has the real one.
     if (same_operands() && counts == shaped_like->return_counts() && outs.size() == shaped_like->outputs().size())

@@ -17,9 +17,7 @@
 namespace jvpc {
 
 std::vector<TensorMeta> infer_outputs(const Node& n, std::vector<int>* return_counts) {
-  std::vector<TensorMeta> inputs;
-  for (const Value* v : n.inputs()) inputs.push_back(v->meta());
-  return infer_outputs(op_info(n.op()), n.args(), inputs, return_counts);
+  return infer_outputs(op_info(n.op()), n.args(), n.inputs(), return_counts);
 }
 
 std::string one_line(const std::exception& e) {
@@ -426,8 +424,21 @@ std::vector<TensorMeta> infer_outputs_uncached(const OpInfo& info, const std::ve
 
 std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,
                                       const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts) {
-  return detail::memoized_shapes(info.name, args, inputs, return_counts, [&](std::vector<int>* counts) {
+  c10::SmallVector<const TensorMeta*, 8> metas;
+  for (const TensorMeta& m : inputs) metas.push_back(&m);
+  return detail::memoized_shapes(info.name, args, metas, return_counts, [&](std::vector<int>* counts) {
     return infer_outputs_uncached(info, args, inputs, counts);
+  });
+}
+
+std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,
+                                      const std::vector<Value*>& inputs, std::vector<int>* return_counts) {
+  c10::SmallVector<const TensorMeta*, 8> metas;
+  for (const Value* v : inputs) metas.push_back(&v->meta());
+  return detail::memoized_shapes(info.name, args, metas, return_counts, [&](std::vector<int>* counts) {
+    std::vector<TensorMeta> copies;  // a signature not seen before: inference reads copies
+    for (const TensorMeta* m : metas) copies.push_back(*m);
+    return infer_outputs_uncached(info, args, copies, counts);
   });
 }
 

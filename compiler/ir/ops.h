@@ -85,6 +85,9 @@ bool is_impure(const OpInfo& info, const std::vector<Arg>& args);
 /// NoShapeRule when neither a Meta kernel nor a shape rule exists.
 std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,
                                       const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts = nullptr);
+/// The same with the operands given as values (their metadata is read, not copied).
+std::vector<TensorMeta> infer_outputs(const OpInfo& info, const std::vector<Arg>& args,
+                                      const std::vector<Value*>& inputs, std::vector<int>* return_counts = nullptr);
 /// The same for an existing node: its op, arguments and operands' current metadata.
 std::vector<TensorMeta> infer_outputs(const Node& n, std::vector<int>* return_counts = nullptr);
 

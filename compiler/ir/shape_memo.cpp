@@ -92,12 +92,12 @@ void put_call(std::string& key, const std::string& op, const std::vector<Arg>& a
   for (const Arg& a : args) put_arg(key, a);
 }
 
-std::string signature(const std::string& op, const std::vector<Arg>& args, const std::vector<TensorMeta>& inputs) {
+std::string signature(const std::string& op, const std::vector<Arg>& args, c10::ArrayRef<const TensorMeta*> inputs) {
   std::string key;
   key.reserve(64 + 48 * inputs.size());
   put_call(key, op, args);
   put(key, inputs.size());
-  for (const TensorMeta& m : inputs) put_meta(key, m);
+  for (const TensorMeta* m : inputs) put_meta(key, *m);
   return key;
 }
 
@@ -108,7 +108,7 @@ const ShapeInferenceStats& shape_inference_stats() { return t_stats; }
 namespace detail {
 
 std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector<Arg>& args,
-                                        const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts,
+                                        c10::ArrayRef<const TensorMeta*> inputs, std::vector<int>* return_counts,
                                         c10::function_ref<std::vector<TensorMeta>(std::vector<int>*)> compute) {
   ++t_stats.calls;
   std::string key = signature(op, args, inputs);

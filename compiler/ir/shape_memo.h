@@ -12,6 +12,7 @@
 
 #include "compiler/ir/graph.h"
 
+#include <c10/util/ArrayRef.h>
 #include <c10/util/FunctionRef.h>
 
 #include <cstdint>
@@ -36,7 +37,7 @@ const ShapeInferenceStats& shape_inference_stats();
 namespace detail {
 /// `compute` (the uncached inference) memoized by the signature of (op, args, inputs).
 std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector<Arg>& args,
-                                        const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts,
+                                        c10::ArrayRef<const TensorMeta*> inputs, std::vector<int>* return_counts,
                                         c10::function_ref<std::vector<TensorMeta>(std::vector<int>*)> compute);
 /// What shape inference reads of node `n` and what it declares, as one string: its op, the
 /// default dtype, its arguments, its operands' and outputs' metadata, and its return counts.
