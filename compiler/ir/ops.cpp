@@ -136,25 +136,27 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
 
 namespace {
 
-c10::TypePtr unwrap_optional(const c10::TypePtr& t, bool* optional = nullptr) {
-  if (auto o = t->cast<c10::OptionalType>()) {
+// Raw pointers into the schema's types: they live as long as the schema, and reading them takes
+// no reference counts (every traced call and every verified node asks).
+const c10::Type* unwrap_optional(const c10::Type* t, bool* optional = nullptr) {
+  if (auto o = t->castRaw<c10::OptionalType>()) {
     if (optional) *optional = true;
-    return o->getElementType();
+    return o->getElementType().get();
   }
   if (optional) *optional = false;
   return t;
 }
 
-c10::TypeKind list_elem_kind(const c10::TypePtr& t, bool* elem_optional = nullptr) {
-  auto l = t->cast<c10::ListType>();
+c10::TypeKind list_elem_kind(const c10::Type* t, bool* elem_optional = nullptr) {
+  auto l = t->castRaw<c10::ListType>();
   if (!l) return c10::TypeKind::AnyType;
-  return unwrap_optional(l->getElementType(), elem_optional)->kind();
+  return unwrap_optional(l->getElementType().get(), elem_optional)->kind();
 }
 
 }  // namespace
 
 Arg arg_from_ivalue(const c10::Argument& arg, const c10::IValue& v, c10::function_ref<int(const at::Tensor&)> operand) {
-  auto base = unwrap_optional(arg.real_type());
+  const c10::Type* base = unwrap_optional(arg.real_type().get());
   auto unsupported = [&]() {
     return Error("argument '" + arg.name() + "' of type " + arg.real_type()->str() + " (value tag " + v.tagKind() +
                  ") is not supported");
@@ -228,7 +230,7 @@ Arg arg_from_ivalue(const c10::Argument& arg, const c10::IValue& v, c10::functio
 
 bool kind_matches(ArgKind k, const c10::Argument& arg) {
   bool optional = false;
-  auto base = unwrap_optional(arg.real_type(), &optional);
+  const c10::Type* base = unwrap_optional(arg.real_type().get(), &optional);
   auto kind = base->kind();
   bool elem_optional = false;
   auto elem = list_elem_kind(base, &elem_optional);
