@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -60,13 +61,16 @@ bool dense(const TensorMeta& m) {
 // Residual names, "r<k>" not yet taken in the graph.
 std::vector<std::string> residual_names(const Graph& g, size_t n) {
   std::vector<std::string> names;
+  std::unordered_set<std::string_view> taken;
   int next = 0;
-  for (const Input& in : g.inputs())
+  for (const Input& in : g.inputs()) {
+    taken.insert(in.name);
     if (in.name.rfind("r", 0) == 0) next++;
+  }
   for (size_t k = 0; k < n; ++k) {
     std::string name;
     do name = "r" + std::to_string(next++);
-    while (g.find_input(name));
+    while (taken.count(name));
     names.push_back(name);
   }
   return names;

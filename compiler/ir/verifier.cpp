@@ -5,6 +5,7 @@
 
 #include <climits>
 #include <algorithm>
+#include <string_view>
 #include <tuple>
 #include <vector>
 #include <unordered_map>
@@ -63,7 +64,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
   const auto name = id_name;  // a loaded graph has its file's ids (Graph::renumber)
   std::unordered_set<const Value*> defined;
   std::unordered_set<int> ids;
-  std::unordered_set<std::string> names;
+  std::unordered_set<std::string_view> names;  // views of the inputs' own names
   using Read = std::tuple<const Value*, const Node*, size_t>;
   std::vector<Read> reads;  // expected uses
   const size_t values = g.inputs().size() + 2 * g.num_nodes();  // about: most nodes have one output
@@ -84,9 +85,11 @@ void verify(const Graph& g, const VerifyOptions& options) {
     if (in.value->producer()) throw Error(where + ": value " + name(in.value) + " has a producer");
     check_meta(in.value->meta(), [&] { return where; });
     if (in.role == Role::Constant && in.data.defined()) {
-      TensorMeta actual = TensorMeta::of(in.data);
-      if (!actual.same_signature(in.value->meta()))
-        throw Error(where + ": bound tensor is " + actual.str() + " but the graph declares " + in.value->meta().str());
+      const TensorMeta& declared = in.value->meta();
+      if (in.data.sizes() != c10::IntArrayRef(declared.sizes) || in.data.scalar_type() != declared.dtype ||
+          in.data.device() != declared.device)
+        throw Error(where + ": bound tensor is " + TensorMeta::of(in.data).str() + " but the graph declares " +
+                    declared.str());
     }
     if (in.role != Role::Constant && in.data.defined()) throw Error(where + ": only constants carry data");
     define(in.value, [&] { return where; });
