@@ -9,6 +9,8 @@
 #include "compiler/ir/ops.h"
 #include "compiler/trace/trace_state.h"
 
+#include <c10/util/SmallVector.h>
+
 #include <functional>
 
 namespace jvpc {
@@ -19,7 +21,7 @@ namespace jvpc {
 struct RecordedCall {
   const OpInfo* op;
   std::vector<c10::IValue> args;
-  std::vector<size_t> arg_index;
+  c10::SmallVector<size_t, 8> arg_index;
   std::vector<at::Tensor> running_stats;  // batch norm's, which it updates in place, unrecorded
   at::Tensor written;                     // the tensor an in-place op writes
   at::Tensor restrided;                   // the tensor an in-place view op (t_, unsqueeze_) restrides

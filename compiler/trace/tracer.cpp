@@ -329,10 +329,13 @@ void traced_call(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
     return;
   }
   if (info.composite_implicit) {  // decomposes into kernels, which are recorded
-    std::unordered_set<const c10::TensorImpl*> arguments;
+    c10::SmallVector<const c10::TensorImpl*, 8> arguments;
     size_t nargs = info.schema().arguments().size();
     for (auto it = stack->end() - static_cast<std::ptrdiff_t>(std::min(nargs, stack->size())); it != stack->end(); ++it)
-      for (const at::Tensor& t : tensors_of(*it)) arguments.insert(t.unsafeGetTensorImpl());
+      any_tensor(*it, [&](const at::Tensor& t) {
+        arguments.push_back(t.unsafeGetTensorImpl());
+        return false;
+      });
     t_recorder->decomposing_.push_back(info.name);
     struct Pop {
       ~Pop() {
@@ -343,7 +346,8 @@ void traced_call(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
     size_t nret = info.schema().returns().size();
     for (auto it = stack->end() - static_cast<std::ptrdiff_t>(std::min(nret, stack->size())); it != stack->end(); ++it)
       for (const at::Tensor& t : tensors_of(*it))
-        if (!arguments.count(t.unsafeGetTensorImpl()) && !t_recorder->produced(t))
+        if (std::find(arguments.begin(), arguments.end(), t.unsafeGetTensorImpl()) == arguments.end() &&
+            !t_recorder->produced(t))
           throw computes_outside_the_dispatcher(info.name);
     return;
   }
