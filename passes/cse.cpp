@@ -6,7 +6,6 @@
 //   %9 = aten::transpose.int(%1, -2, -1)   // readers of %9 now read %5
 #include "passes/passes.h"
 
-
 #include <algorithm>
 #include <sstream>
 #include <unordered_map>

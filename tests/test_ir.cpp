@@ -158,6 +158,20 @@ TEST(Ir, ErasedValuesAreNotInputs) {
   verify(g);
 }
 
+// erase_inputs_if checks every chosen input before it erases any: an unread input chosen before
+// a returned one stays.
+TEST(Ir, EraseInputsIfErasesNoneWhenOneIsReturned) {
+  Graph g;
+  Value* unused = g.add_input("u", f32({4}), Role::Primal);
+  Value* y = g.add_input("y", f32({4}), Role::Primal);
+  g.add_output(y);
+  EXPECT_THROW(g.erase_inputs_if([](const Input&) { return true; }), Error);
+  EXPECT_EQ(g.inputs().size(), 2u);
+  EXPECT_FALSE(unused->erased());
+  EXPECT_TRUE(g.is_input(unused));
+  verify(g);
+}
+
 TEST(Ir, CloneIsIndependentAndEqualInText) {
   Graph g;
   Value* x = g.add_input("x", f32({2, 2}), Role::Primal, true);

@@ -172,5 +172,27 @@ TEST(Verifier, ShapeChecksInferOnlyNodesThatChanged) {
   expect_rejected(g, "produces f32[4]");
 }
 
+// After stop_recording (the pipeline's last verification), a node that passes is not recorded:
+// nothing is kept that no later verification reads.
+TEST(Verifier, ShapeChecksStopRecording) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  Value* e = b.call("aten::exp", {x});
+  Value* n = b.call("aten::neg", {e});
+  g.add_output(n);
+  ShapeChecks checks;
+  VerifyOptions cached;
+  cached.shape_checks = &checks;
+  EXPECT_NO_THROW(verify(g, cached));
+  EXPECT_TRUE(checks.unchanged(*e->producer()));
+  Value* s = b.call("aten::sin", {x});
+  g.add_output(s);
+  checks.stop_recording();
+  EXPECT_NO_THROW(verify(g, cached));
+  EXPECT_FALSE(checks.unchanged(*s->producer()));  // checked, not recorded
+  EXPECT_TRUE(checks.unchanged(*e->producer()));   // the earlier record is still read
+}
+
 }  // namespace
 }  // namespace jvpc
