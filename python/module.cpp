@@ -21,6 +21,7 @@
 #include "compiler/ir/printer.h"
 #include "compiler/ir/serialize.h"
 #include "passes/cost_table.h"
+#include "python/weight_stamp.h"
 #include "runtime/attention_tangent.h"
 
 #include <torch/csrc/utils/pybind.h>
@@ -318,6 +319,7 @@ PYBIND11_MODULE(_C, m) {
   bind_options(m);
   bind_compiled(m);
   bind_program(m);
+  bind_weight_stamp(m);
 
   py::class_<LinearizeCache, std::shared_ptr<LinearizeCache>>(m, "_LinearizeCache",
                                                                "linearize's optimized graphs, reused "

@@ -38,10 +38,16 @@ def linearize(func: Callable, *primals: Any, argnums=None, has_aux: bool = False
     tangent_grad: jvp_fn's outputs carry autograd history to the tangents, the primals and the
     weights of the modules func reaches (jvpc/_tangent_grad.py; docs/training.md).
     """
+    return _linearize(func, primals, argnums, has_aux, cache, options, tangent_grad, guard=True)
+
+
+def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bool, options, tangent_grad: bool, *,
+               guard: bool):
+    """linearize; guard: jvp_fn checks before each call that the weights are as they were."""
     who = "jvpc.linearize"
     names = parameter_names(func, len(primals))
     graphs = cache_for(func) if cache else None
-    weights = Weights(func)
+    weights = Weights(func) if guard or tangent_grad else None
     aux: list = []
     if has_aux:
         func = with_aux(func, who, aux)
@@ -52,7 +58,7 @@ def linearize(func: Callable, *primals: Any, argnums=None, has_aux: bool = False
         outputs, lin = _C._linearize(traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names,
                                      inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions(), graphs)
     check = run = None
-    if len(weights):
+    if guard and len(weights):
         stamp = weights.stamp()
 
         def check():
@@ -82,8 +88,7 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, has_aux: b
         raise Error(f"{who}: expected as many tangents ({len(tangents)}) as primals ({len(primals)})")
     if argnums is not None and len(tangents) != len(diff):
         raise Error(f"{who}: expected one tangent per differentiated argument ({len(diff)}), got {len(tangents)}")
-    res = linearize(func, *primals, argnums=argnums, has_aux=has_aux, cache=cache, options=options,
-                    tangent_grad=tangent_grad)
+    res = _linearize(func, tuple(primals), argnums, has_aux, cache, options, tangent_grad, guard=False)
     return (res[0], res[1](*tangents)) + tuple(res[2:])
 
 

@@ -110,6 +110,7 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
     diff = argnums_of(argnums, n, who)
     names = parameter_names(func, n)
     weights = Weights(func)
+    weights.remember_metas()
     traced, inputs = with_weights(func, weights, example_primals, diff, who, names)
     out_spec: list = []
     with supported_context(who):

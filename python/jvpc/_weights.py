@@ -9,7 +9,7 @@ parameter (`m.weight = nn.Parameter(...)`), `load_state_dict(..., assign=True)` 
 are seen, and autograd reaches the parameters the call read. A linear map (`jvpc.linearize`) is
 for the weights it was made with: its jvp_fn refuses to run once one was replaced, rebound
 (`p.data = ...`) or written in place since; a write through `p.data`, which moves no version
-counter, is seen where it changes a floating CPU weight's float64 sum (docs/training.md).
+counter, is seen where it changes the checksum of a CPU weight's bytes (docs/training.md).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from . import _C
 from ._C import Error
 from ._compat import reparametrize_module
 from ._pytrees import Inputs
@@ -50,6 +51,8 @@ def modules_reached(func: Callable) -> list[tuple[str, nn.Module]]:
         scope = getattr(func, "__globals__", {})
         for name in code.co_names:
             add(name, scope.get(name))
+    if len(found) < 2:
+        return found
     inner = {id(sub) for _, m in found for sub in list(m.modules())[1:]}
     return [(n, m) for n, m in found if id(m) not in inner]
 
@@ -61,15 +64,13 @@ class Weights:
         roots = modules_reached(func)
         self._roots = roots
         self.names: list[str] = []
-        self._where: list[tuple[int, list[str], str]] = []  # root, attribute path, "_parameters"/"_buffers"
+        self._where: list[tuple[int, tuple[str, ...], str, str]] = []  # root, module path, "_parameters"/"_buffers", key
         for r, (root_name, root) in enumerate(roots):
             prefix = "" if len(roots) == 1 else root_name + "."
-            for kind, named in (("_parameters", root.named_parameters()), ("_buffers", root.named_buffers())):
-                for name, _ in named:
-                    self.names.append(prefix + name)
-                    self._where.append((r, name.split("."), kind))
-        self.example = self.read()
-        self._metas = [(t.shape, t.dtype, t.device) for t in self.example]
+            for path, kind, key in _named_weights(root):
+                self.names.append(prefix + ".".join(path + (key,)))
+                self._where.append((r, path, kind, key))
+        self._metas = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -77,12 +78,12 @@ class Weights:
     def read(self) -> list[torch.Tensor]:
         """The tensors bound now, by name."""
         out = []
-        for name, (r, path, kind) in zip(self.names, self._where):
+        for name, (r, path, kind, key) in zip(self.names, self._where):
             m = self._roots[r][1]
             try:
-                for part in path[:-1]:
-                    m = getattr(m, part)
-                t = getattr(m, kind)[path[-1]]
+                for part in path:
+                    m = m._modules[part]
+                t = getattr(m, kind)[key]
             except (AttributeError, KeyError):
                 t = None
             if not isinstance(t, torch.Tensor):
@@ -91,8 +92,12 @@ class Weights:
             out.append(t)
         return out
 
+    def remember_metas(self) -> None:
+        """Keeps the shape, dtype and device of each weight bound now, which read_checked expects."""
+        self._metas = [(t.shape, t.dtype, t.device) for t in self.read()]
+
     def read_checked(self, who: str) -> list[torch.Tensor]:
-        """read(), each tensor checked against the one compiled for: shape, dtype, device."""
+        """read(), each tensor checked against remember_metas(): shape, dtype, device."""
         out = self.read()
         for name, t, (shape, dtype, device) in zip(self.names, out, self._metas):
             if t.shape != shape or t.dtype != dtype or t.device != device:
@@ -104,38 +109,26 @@ class Weights:
     def bound(self, tensors: list[torch.Tensor]):
         """The modules with `tensors` in place of their weights, by name (functional_call's binding)."""
         per_root: list[dict[str, torch.Tensor]] = [{} for _ in self._roots]
-        for (r, path, _), t in zip(self._where, tensors):
-            per_root[r][".".join(path)] = t
+        for (r, path, _, key), t in zip(self._where, tensors):
+            per_root[r][".".join(path + (key,))] = t
         with contextlib.ExitStack() as stack:
             for (_, root), d in zip(self._roots, per_root):
                 stack.enter_context(reparametrize_module(root, d))
             yield
 
     def stamp(self):
-        """What a linear map was made with: each weight, its data pointer and version, and the
-        float64 sums of the floating CPU weights (a write through .data moves no version counter)."""
-        tensors = self.read()
-        return [(t, t.data_ptr(), t._version) for t in tensors], _sums(tensors)
+        """What a linear map was made with: each weight, its data pointer, its version and, in CPU
+        memory, a checksum of its bytes (a write through .data moves no version counter)."""
+        return _C._WeightStamp(self.read())
 
     def check_stamp(self, stamp, who: str) -> None:
         """Refuses a linear map whose weights were replaced, rebound (.data = ...) or written since."""
-        tensors = self.read()
-        def stale(name, how):
-            return Error(f"{who}'s jvp_fn: parameter '{name}' was {how} since jvpc.linearize (the linear map "
-                         "holds values computed from the old one): linearize again")
-
-        for name, t, (t0, ptr, version) in zip(self.names, tensors, stamp[0]):
-            if t is not t0:
-                raise stale(name, "replaced")
-            if t.data_ptr() != ptr:
-                raise stale(name, "rebound (.data = ...)")
-            if t._version != version:
-                raise stale(name, "written in place")
-        sums = _sums(tensors)
-        if sums is not None and not torch.equal(sums, stamp[1]):
-            summed = [n for n, t in zip(self.names, tensors) if _summed(t)]
-            raise stale(next(n for n, a, b in zip(summed, sums, stamp[1]) if not (a == b or (a.isnan() and b.isnan()))),
-                        "written (through .data)")
+        change = stamp.changed(self.read())
+        if change is not None:
+            i, how = change
+            what = "parameter" if self._where[i][2] == "_parameters" else "buffer"
+            raise Error(f"{who}'s jvp_fn: {what} '{self.names[i]}' was {how} since jvpc.linearize (the linear "
+                        "map holds values computed from the old one): linearize again")
 
 
 def with_weights(func: Callable, weights: Weights, args, diff: tuple[int, ...], who: str, names: list[str]):
@@ -153,14 +146,29 @@ def with_weights(func: Callable, weights: Weights, args, diff: tuple[int, ...], 
     return bound, inputs
 
 
-def _summed(t: torch.Tensor) -> bool:
-    return t.device.type == "cpu" and t.is_floating_point()
+def _named_weights(root: nn.Module) -> list[tuple[tuple[str, ...], str, str]]:
+    """(module path, "_parameters" or "_buffers", key) of each of root's named_parameters() and then
+    named_buffers(), in their order, in one walk of the modules."""
+    params: list = []
+    buffers: list = []
+    seen_modules: set[int] = set()
+    seen: tuple[set[int], set[int]] = (set(), set())
 
+    def walk(m: nn.Module, path: tuple[str, ...]) -> None:
+        if id(m) in seen_modules:
+            return
+        seen_modules.add(id(m))
+        for kind, out, ids in (("_parameters", params, seen[0]), ("_buffers", buffers, seen[1])):
+            for key, t in getattr(m, kind).items():
+                if t is not None and id(t) not in ids:
+                    ids.add(id(t))
+                    out.append((path, kind, key))
+        for key, sub in m._modules.items():
+            if sub is not None:
+                walk(sub, path + (key,))
 
-def _sums(tensors) -> torch.Tensor | None:
-    """Each floating CPU tensor's sum in float64 (on a GPU, a comparison would synchronise every call)."""
-    sums = [t.detach().sum(dtype=torch.float64) for t in tensors if _summed(t)]
-    return torch.stack(sums) if sums else None
+    walk(root, ())
+    return params + buffers
 
 
 def _meta(shape, dtype, device) -> str:

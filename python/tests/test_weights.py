@@ -92,7 +92,7 @@ def test_linearize_refuses_a_replaced_or_rebound_weight():
         jvp_fn(*t)
 
 
-def test_linearize_refuses_a_write_through_data_that_moves_a_sum():
+def test_linearize_refuses_a_write_through_data():
     net, x = case()
     ema = DiT().double()
     _, jvp_fn = jvpc.linearize(net, *x)
@@ -101,3 +101,40 @@ def test_linearize_refuses_a_write_through_data_that_moves_a_sum():
     net.blocks[1].proj.weight.data.copy_(ema.blocks[1].proj.weight)  # no version counter moves
     with pytest.raises(jvpc.Error, match=r"parameter 'blocks.1.proj.weight' was written \(through .data\)"):
         jvp_fn(*t)
+
+
+def test_linearize_sees_a_write_through_data_that_keeps_the_sum():
+    net, x = case()
+    _, jvp_fn = jvpc.linearize(net, *x)
+    w = net.blocks[0].qkv.weight.data
+    w[0, :2] = w[0, :2].flip(0)  # two elements swapped: every sum as it was
+    t = (torch.randn_like(x[0]), torch.zeros_like(x[1]), torch.ones_like(x[2]))
+    with pytest.raises(jvpc.Error, match=r"parameter 'blocks.0.qkv.weight' was written \(through .data\)"):
+        jvp_fn(*t)
+
+
+def test_linearize_sees_writes_through_data_in_a_strided_weight_and_in_the_last_megabyte():
+    torch.manual_seed(0)
+    lin = nn.Linear(512, 640, dtype=torch.float64)  # 2.5 MiB of weight: three chunks of the checksum
+    lin.weight = nn.Parameter(lin.weight.detach().t().contiguous().t())  # column-major, dense
+    x = torch.randn(3, 512, dtype=torch.float64)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        _, jvp_fn = jvpc.linearize(lin, x)
+        torch.set_num_threads(1)  # the checksum does not depend on the number of threads
+        jvp_fn(torch.randn_like(x))
+        lin.weight.data[-1, -1] += 1
+        with pytest.raises(jvpc.Error, match=r"parameter 'weight' was written \(through .data\)"):
+            jvp_fn(torch.randn_like(x))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_linearize_sees_a_write_through_data_in_an_integer_buffer():
+    bn = nn.BatchNorm1d(4, dtype=torch.float64)
+    x = torch.randn(3, 4, dtype=torch.float64)
+    _, jvp_fn = jvpc.linearize(bn, x)
+    bn.num_batches_tracked.data.fill_(7)
+    with pytest.raises(jvpc.Error, match=r"buffer 'num_batches_tracked' was written \(through .data\)"):
+        jvp_fn(torch.randn_like(x))

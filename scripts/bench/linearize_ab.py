@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""jvpc.linearize against the eager forward on whole models (model_zoo.py, size "bench"), in one
+"""jvpc.linearize(f, *primals, argnums=...) against the eager forward f(*primals) on whole models
+(model_zoo.py, size "bench"; f reaches the model, whose weights linearize stamps), in one
 process, one thread: the pipeline verifying its input and output only (the default) beside
 verify_each (after every pass), each with Python's cyclic GC on and paused (gc.disable()) around
 the call (--default-only: the default alone). Thread CPU time (time.thread_time, which the
@@ -17,10 +18,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jvpc  # noqa: E402
-from model_zoo import MODELS, build, partial  # noqa: E402
+from model_zoo import MODELS, build  # noqa: E402
 
 
-def linearize(g, x, verify_each, gc_paused):
+def linearize(g, x, argnums, verify_each, gc_paused):
     opts = jvpc.LinearizeOptions()
     opts.verify_each = verify_each
 
@@ -29,7 +30,7 @@ def linearize(g, x, verify_each, gc_paused):
         if gc_paused:
             gc.disable()
         try:
-            return jvpc.linearize(g, *x, options=opts)
+            return jvpc.linearize(g, *x, argnums=argnums, options=opts)
         finally:
             if was_on:
                 gc.enable()
@@ -48,13 +49,12 @@ def main(argv=None):
     torch.set_num_threads(1)
     for name in args.models.split(","):
         case = build(name, torch.float32, size="bench")
-        g = partial(case)
-        x = tuple(case.primals[i] for i in case.argnums)
+        g, x = case.f, case.primals
         calls = {"forward": lambda: g(*x)}
         for each in (False,) if args.default_only else (False, True):
             for paused in (False,) if args.default_only else (False, True):
                 label = ("verify_each" if each else "input+output") + (", gc paused" if paused else "")
-                calls[label] = linearize(g, x, each, paused)
+                calls[label] = linearize(g, x, case.argnums, each, paused)
         names, times = list(calls), {n: [] for n in calls}
         phases: dict = {}
         for r in range(2 + args.rounds):

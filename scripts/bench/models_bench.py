@@ -5,8 +5,10 @@ PyTorch, in one process, on one thread by default.
 For each model it measures, as medians of interleaved rounds (every timed call once per round,
 in a rotating order, after a warm-up, so that all meet the same machine state):
   forward       the model's eager forward (no autograd), the unit of the ratios;
-  linearize     jvpc.linearize, and its ratio to the forward; "cached": a second call with
-                cache=True at a new point (trace and fold only);
+  linearize     jvpc.linearize(f, *primals, argnums=...), f reaching the model as users write it
+                (so jvp_fn checks its weights before each call: jvpc/_weights.py), and its ratio
+                to the forward; "cached": a second call with cache=True at a new point (trace and
+                fold only);
   jvp_fn        jvpc's linear map, against torch.func.jvp (eager, math SDPA backend) and against
                 torch.compile(torch.func.jvp) (--skip-compile leaves it out);
   new point     prog(x2) then jvp_fn(t) of a jvpc.compile'd program, against torch.func.jvp at x2;
@@ -56,15 +58,15 @@ def measure(name, args):
     x2 = tuple(case.point2[i] for i in case.argnums)
     row = {"model": name}
 
-    _, jvp_fn = jvpc.linearize(g, *x)
-    prog = jvpc.compile(case.f, *case.primals, argnums=case.argnums)
-    cached = partial(case)  # one function, linearized again and again at new points: the cache
-    jvpc.linearize(cached, *x, cache=True)
+    f, argnums = case.f, case.argnums  # as users call jvpc: the model's weights reached and checked
+    _, jvp_fn = jvpc.linearize(f, *case.primals, argnums=argnums)
+    prog = jvpc.compile(f, *case.primals, argnums=argnums)
+    jvpc.linearize(f, *case.primals, argnums=argnums, cache=True)  # then linearized again at new points
 
     calls = {
-        "forward": lambda: g(*x),
-        "linearize": lambda: jvpc.linearize(g, *x),
-        "linearize cached": lambda: jvpc.linearize(cached, *x2, cache=True),
+        "forward": lambda: f(*case.primals),
+        "linearize": lambda: jvpc.linearize(f, *case.primals, argnums=argnums),
+        "linearize cached": lambda: jvpc.linearize(f, *case.point2, argnums=argnums, cache=True),
         "jvp_fn": lambda: jvp_fn(*t),
         "new point": lambda: prog(*case.point2)[1](*t),
     }
@@ -91,7 +93,7 @@ def measure(name, args):
     if case.torch_func_jvp:
         row["flops"]["torch.func.jvp"] = matmul_flops(calls["torch.func.jvp"])
         row["peak_bytes"]["torch.func.jvp"] = peak_bytes(calls["torch.func.jvp"], device)
-    phases = jvpc.linearize(g, *x)[1].report()["phases_ms"]
+    phases = jvpc.linearize(f, *case.primals, argnums=argnums)[1].report()["phases_ms"]
     row["linearize_phases_ms"] = phases
     return row
 
