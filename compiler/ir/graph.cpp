@@ -292,11 +292,11 @@ Node* Graph::create(std::string op, std::vector<Arg> args, std::vector<Value*> i
       if (o >= static_cast<int>(inputs.size()))
         throw Error(n->op_ + ": argument refers to operand " + std::to_string(o) + " of " +
                     std::to_string(inputs.size()));
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i] || inputs[i]->graph_ != this) throw Error(n->op_ + ": operand from another graph");
-    n->inputs_.push_back(inputs[i]);
-    inputs[i]->add_use(Use{n, i});
-  }
+  for (const Value* in : inputs)
+    if (!in || in->graph_ != this) throw Error(n->op_ + ": operand from another graph");
+  n->inputs_ = std::move(inputs);
+  for (size_t i = 0; i < n->inputs_.size(); ++i) n->inputs_[i]->add_use(Use{n, i});
+  n->outputs_.reserve(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
     Value* v = new_value(std::move(outputs[i]));
     v->producer_ = n;

@@ -8,6 +8,8 @@
 #include "compiler/trace/tracer.h"
 
 #include <c10/core/DispatchKey.h>
+#include <c10/util/SmallVector.h>
+#include <c10/util/flat_hash_map.h>
 
 #include <string>
 #include <unordered_map>
@@ -66,12 +68,14 @@ struct TraceState {
 
   Graph& g;
   bool keep_values;
-  std::unordered_map<const c10::TensorImpl*, Value*> value_of;
-  std::unordered_map<const void*, std::vector<Value*>> by_storage;
-  std::unordered_set<const Value*> from_inputs;                    // values computed from the inputs
-  std::unordered_set<const Value*> uninitialized;                  // outputs of empty and its kin
+  // Open-addressing tables (LibTorch's): no allocation per entry, for the entries every
+  // recorded kernel adds.
+  ska::flat_hash_map<const c10::TensorImpl*, Value*> value_of;
+  ska::flat_hash_map<const void*, c10::SmallVector<Value*, 2>> by_storage;
+  ska::flat_hash_set<const Value*> from_inputs;                    // values computed from the inputs
+  ska::flat_hash_set<const Value*> uninitialized;                  // outputs of empty and its kin
   std::unordered_map<const Value*, std::string> allocated_inside;  // ... allocated by a decomposed op
-  std::unordered_set<const void*> protected_storages;
+  ska::flat_hash_set<const void*> protected_storages;
   /// Value id -> tensor computed by the tracing run, when keep_values.
   std::unordered_map<int, at::Tensor> values;
   std::vector<at::Tensor> keep;  // keeps TensorImpl pointers unique for the whole trace

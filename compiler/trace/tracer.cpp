@@ -137,6 +137,7 @@ class Recorder {
       return;
     }
     std::vector<TensorMeta> metas;
+    metas.reserve(results.size());
     for (const auto& t : results) metas.push_back(TensorMeta::of(t));
     bool impure = is_impure(*call.op, args);
     Node* n =
@@ -161,6 +162,8 @@ class Recorder {
   /// The recorded op's arguments, with each tensor resolved to its graph value (in `operands`).
   std::vector<Arg> recorded_args(const RecordedCall& c, const std::string& reader, std::vector<Value*>& operands) {
     std::vector<Arg> out;
+    out.reserve(c.op->schema().arguments().size());
+    operands.reserve(c.op->schema().arguments().size());
     for (size_t i = 0; i < c.op->schema().arguments().size(); ++i) {
       const auto& sarg = c.op->schema().arguments()[i];
       const c10::IValue& value = c.args[c.arg_index[i]];
