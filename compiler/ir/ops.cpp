@@ -192,7 +192,7 @@ Arg arg_from_ivalue(const c10::Argument& arg, const c10::IValue& v, c10::functio
   }
   if (v.isString()) return Arg::of_str(v.toStringRef());
   if (v.isDevice()) return Arg::of_device(v.toDevice());
-  if (v.isIntList()) return Arg::of_ints(v.toIntVector());
+  if (v.isIntList()) return Arg{ArgKind::Ints, v, {}};  // the list itself: no copy in and out of a vector
   if (v.isDoubleList()) return Arg{ArgKind::Floats, v, {}};
   if (v.isBoolList()) return Arg{ArgKind::Bools, v, {}};
   if (v.isList()) {
