@@ -24,6 +24,7 @@ struct Checksum {
   uint64_t s1 = 0;
   uint64_t s2 = 0;
   bool operator==(const Checksum& o) const { return s1 == o.s1 && s2 == o.s2; }
+  bool operator!=(const Checksum& o) const { return !(*this == o); }  // C++17 builds (torch 2.11)
   // The checksum of this range followed by one of `words` words whose checksum is `next`.
   void append(const Checksum& next, uint64_t words) {
     s2 += next.s2 + words * s1;
