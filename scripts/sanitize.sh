@@ -27,7 +27,8 @@ export LSAN_OPTIONS=suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 start=$(date +%s)
 echo "[sanitize] the GoogleTest suite under ASan+UBSan"
-"$BUILD/tests/jvpc_tests" --gtest_brief=1
+# One intra-op thread, as ctest runs every test (docs/design.md, "Checking").
+OMP_NUM_THREADS=1 "$BUILD/tests/jvpc_tests" --gtest_brief=1
 
 echo "[sanitize] fuzzing the JSON loader for ${JVPC_FUZZ_SECONDS:-60} s"
 CORPUS=$BUILD/fuzz-corpus
