@@ -175,6 +175,9 @@ assert [x["position"] for x in d] == list(range(len(d))) and len(d) == 19, len(d
 assert [x["after"] for x in d].count("dce") == 2 and all("nodes" in x["graph"] for x in d)'; then
   pass "  ...19 dumps, trace first, positions in order"; else fail "  ...the JSON dumps"; fi
 expect 1 "a failed check exits 1" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --tolerance 0; contains out "FAIL"
+contains err "^jvpc: check failed: rel_error .* against LibTorch forward AD is over the tolerance 0.0e+00$"
+expect 1 "a failed check of a program exits 1" -- "$JVPC" compile sdpa --device cpu --seq-len 16 --tolerance 0
+contains err "^jvpc: check failed: at a new point: rel_error .* is over the tolerance 0.0e+00$"
 expect 0 "linearize mlp" -- "$JVPC" linearize mlp --device cpu --seq-len 16
 expect 0 "linearize block" -- "$JVPC" linearize block --device cpu --seq-len 16 --causal
 expect 0 "linearize block in float16" -- "$JVPC" linearize block --device cpu --seq-len 16 --dtype float16

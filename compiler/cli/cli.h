@@ -31,6 +31,8 @@ constexpr const char* kTrustedHelp =
 
 /// The exit code of the command that ran (set by the command's callback).
 extern int exit_code;
+/// A check failed: says which on stderr, in one line, and makes the exit code 1.
+void fail_check(const std::string& what);
 
 /// Random values for the non-constant inputs of `g` (floating: standard normal, bool: random,
 /// integer: zeros), seeded, drawn on the CPU and moved to each input's device.

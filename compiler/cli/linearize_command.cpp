@@ -273,7 +273,14 @@ void add_linearize(CLI::App& app) {
       std::cout << "tangent graph -> " << o->out << "\n";
     }
     if (!o->report.empty()) write_report(o->report, p, refs, lin, c, batched);
-    exit_code = c.passed && (!batched || batched->passed) ? 0 : 1;
+    if (!c.passed)
+      fail_check(format("rel_error %.3e against %s is over the tolerance %.1e", c.err.rel_error,
+                        c.central_differences ? "central differences" : "LibTorch forward AD", c.tolerance));
+    if (batched && !batched->passed)
+      fail_check(format("%lld tangents in one batched call: rel_error %.3e against single calls, tolerance %.1e, "
+                        "FLOPs %s the cost model's",
+                        static_cast<long long>(batched->K), batched->rel_error, batched->tolerance,
+                        batched->matmul_flops == batched->model_flops ? "equal to" : "differ from"));
   });
 }
 

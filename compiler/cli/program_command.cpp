@@ -197,7 +197,12 @@ void add_compile(CLI::App& app) {
       prog->save(o->out, so);
       std::cout << "program -> " << o->out << "\n";
     }
-    exit_code = passed ? 0 : 1;
+    if (!passed) {
+      std::snprintf(line, sizeof line,
+                    "at a new point: rel_error %.3e against LibTorch forward AD is over the tolerance %.1e",
+                    err.rel_error, tolerance);
+      fail_check(line);
+    }
   });
 }
 

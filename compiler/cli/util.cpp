@@ -21,6 +21,11 @@ namespace jvpc::cli {
 
 int exit_code = 0;
 
+void fail_check(const std::string& what) {
+  std::cerr << "jvpc: check failed: " << what << "\n";
+  exit_code = 1;
+}
+
 std::vector<at::Tensor> random_inputs(const Graph& g, uint64_t seed) {
   check_input_size(g);
   at::Generator gen = at::detail::createCPUGenerator(seed);
