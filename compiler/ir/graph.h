@@ -34,6 +34,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 #include <functional>
@@ -94,6 +95,9 @@ enum class Role : uint8_t {
 };
 const char* role_name(Role r);
 
+/// A value's uses: most values are read once or twice, and those keep their uses inline.
+using Uses = c10::SmallVector<Use, 2>;
+
 class Value {
  public:
   int id() const { return id_; }
@@ -104,7 +108,7 @@ class Value {
   /// Position in producer()->outputs().
   size_t output_index() const { return index_; }
   /// Every read of this value, graph outputs included: a value without uses is dead.
-  const std::vector<Use>& uses() const { return uses_; }
+  const Uses& uses() const { return uses_; }
   bool has_uses() const { return !uses_.empty(); }
   /// Whether the graph returns this value (one of its uses is by the return node).
   bool is_graph_output() const;
@@ -124,7 +128,7 @@ class Value {
   Node* producer_ = nullptr;
   size_t index_ = 0;
   bool erased_ = false;
-  std::vector<Use> uses_;
+  Uses uses_;
   void add_use(Use u) { uses_.push_back(u); }
   /// Throws jvpc::Error (a broken invariant) if `u` is not listed.
   void remove_use(Use u);
