@@ -178,6 +178,8 @@ expect 1 "a failed check exits 1" -- "$JVPC" linearize sdpa --device cpu --seq-l
 contains err "^jvpc: check failed: rel_error .* against LibTorch forward AD is over the tolerance 0.0e+00$"
 expect 1 "a failed check of a program exits 1" -- "$JVPC" compile sdpa --device cpu --seq-len 16 --tolerance 0
 contains err "^jvpc: check failed: at a new point: rel_error .* is over the tolerance 0.0e+00$"
+expect 1 "a failed batched check exits 1" -- "$JVPC" linearize sdpa --device cpu --seq-len 16 --tangents 3 --tolerance 0
+contains err "^jvpc: check failed: 3 tangents in one batched call: rel_error .* against single calls, tolerance 0.0e+00, FLOPs equal to the cost model's$"
 expect 0 "linearize mlp" -- "$JVPC" linearize mlp --device cpu --seq-len 16
 expect 0 "linearize block" -- "$JVPC" linearize block --device cpu --seq-len 16 --causal
 expect 0 "linearize block in float16" -- "$JVPC" linearize block --device cpu --seq-len 16 --dtype float16
