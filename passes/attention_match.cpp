@@ -601,7 +601,7 @@ Value* tangent_down(const std::vector<Node*>& steps, Value* t) {
 
 // The path from the probabilities P to the bmm that multiplies them with v (operand 0), through
 // views and casts; primal users only.
-bool out_chain(Value* p, const std::unordered_set<const Value*>& tangent, std::vector<Node*>& steps, Node*& bmm) {
+bool out_chain(Value* p, const ValueSet& tangent, std::vector<Node*>& steps, Node*& bmm) {
   for (const Use& u : p->uses()) {
     Node* n = u.user;
     if (n->is_return() || u.index != 0 || n->outputs().size() != 1 || tangent.count(n->output(0))) continue;
@@ -624,7 +624,7 @@ bool out_chain(Value* p, const std::unordered_set<const Value*>& tangent, std::v
 }
 
 // Recognizes the attention around one softmax node; false if it is not one jvpc can take.
-bool recognize(Node* softmax, const std::unordered_set<const Value*>& tangent, Match& m) {
+bool recognize(Node* softmax, const ValueSet& tangent, Match& m) {
   m.softmax = softmax;
   Value* p = softmax->output(0);
   const auto& ps = p->meta().sizes;
@@ -765,7 +765,7 @@ std::string detail_of(const std::exception& e) {
 }  // namespace
 
 std::vector<MatchedAttention> attention_match(Graph& g) {
-  std::unordered_set<const Value*> tangent = tangent_dependent(g);
+  ValueSet tangent = tangent_dependent(g);
   std::vector<Match> matches;
   for (Node* n : g.nodes()) {
     if (n->op() != "aten::_safe_softmax" && n->op() != "aten::_softmax") continue;

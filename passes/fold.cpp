@@ -89,7 +89,7 @@ void read_from_inputs(Graph& g, const std::vector<Value*>& residuals, const std:
 
 }  // namespace
 
-std::vector<Value*> residual_values(Graph& g, const std::unordered_set<const Value*>& varying, size_t first_output,
+std::vector<Value*> residual_values(Graph& g, const ValueSet& varying, size_t first_output,
                                     const std::function<bool(const Input&)>& input_held) {
   auto made_per_call = [](const Value* v) {
     const Node* p = v->producer();
@@ -110,7 +110,7 @@ std::vector<Value*> residual_values(Graph& g, const std::unordered_set<const Val
 }
 
 PrimalSplit split_primal(Graph& g, const SplitOptions& options) {
-  const std::unordered_set<const Value*> varying = tangent_dependent(g, /*impure_too=*/true);
+  const ValueSet varying = tangent_dependent(g, /*impure_too=*/true);
   auto primal_only = [&](const Value* v) { return v && !varying.count(v); };
   if (options.primal_outputs > g.outputs().size()) throw Error("split: the graph has fewer outputs than primal ones");
 
@@ -279,7 +279,7 @@ bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known, const Spli
   } else {
     // Nothing keeps the primal graph: the residuals are evaluated in g itself, as split_primal's
     // copy would evaluate them, and read from inputs after.
-    const std::unordered_set<const Value*> varying = tangent_dependent(g, /*impure_too=*/true);
+    const ValueSet varying = tangent_dependent(g, /*impure_too=*/true);
     std::vector<Value*> residuals =
         residual_values(g, varying, 0, [](const Input& in) { return in.role != Role::Constant; });
     if (residuals.empty()) return false;

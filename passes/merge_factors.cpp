@@ -29,7 +29,7 @@ namespace {
 // Bytes that stop being residuals when `v` is read by nothing else on the tangent side than
 // `except`: an intermediate's own. A graph input is the caller's (or stays bound), and a view
 // holds no bytes of its own (of an input, it costs nothing; of another value, that value's).
-int64_t freed_bytes(const Value* v, const Node* except, const std::unordered_set<const Value*>& dep) {
+int64_t freed_bytes(const Value* v, const Node* except, const ValueSet& dep) {
   if (!v->producer() || op_info(v->producer()->op()).is_view) return 0;
   for (const Use& u : v->uses())
     if (u.user->is_return() || (u.user != except && dep.count(u.user->output(0)))) return 0;
@@ -43,7 +43,7 @@ struct Scaled {
   BArg number = 1.0;        // a number, when factor is null
 };
 
-std::optional<Scaled> scaled(const Node* n, const std::unordered_set<const Value*>& dep) {
+std::optional<Scaled> scaled(const Node* n, const ValueSet& dep) {
   if (n->op() == "aten::mul.Tensor" && n->inputs().size() == 2) {
     Value *a = n->input(0), *b = n->input(1);
     if (dep.count(a) && !dep.count(b)) return Scaled{a, b};
@@ -57,7 +57,7 @@ std::optional<Scaled> scaled(const Node* n, const std::unordered_set<const Value
 bool mergeable_dtype(c10::ScalarType t) { return t == c10::kFloat || t == c10::kDouble || t == c10::kBFloat16; }
 
 // The producer of `v` as a scaled tangent, when `n` is its only reader.
-std::optional<Scaled> sole_scaled(const Value* v, const std::unordered_set<const Value*>& dep) {
+std::optional<Scaled> sole_scaled(const Value* v, const ValueSet& dep) {
   if (!v->producer() || v->uses().size() != 1) return std::nullopt;  // read by the node at hand alone
   return scaled(v->producer(), dep);
 }
@@ -69,7 +69,7 @@ int64_t bytes_of(const std::vector<int64_t>& sizes, c10::ScalarType dt) {
 }
 
 // (t·a)·b -> t·(a·b), for tensors or numbers a, b (not both numbers: simplify-arith's).
-bool merge_chain(Graph& g, Builder& b, Node* n, const std::unordered_set<const Value*>& dep) {
+bool merge_chain(Graph& g, Builder& b, Node* n, const ValueSet& dep) {
   auto outer = scaled(n, dep);
   if (!outer) return false;
   auto inner = sole_scaled(outer->tangent, dep);
@@ -93,7 +93,7 @@ bool merge_chain(Graph& g, Builder& b, Node* n, const std::unordered_set<const V
 }
 
 // t·a ± t·b -> t·(a ± b), for tensors a, b.
-bool merge_sum(Graph& g, Builder& b, Node* n, const std::unordered_set<const Value*>& dep) {
+bool merge_sum(Graph& g, Builder& b, Node* n, const ValueSet& dep) {
   const std::string& op = n->op();
   if ((op != "aten::add.Tensor" && op != "aten::sub.Tensor") || n->inputs().size() != 2 || !dep.count(n->output()) ||
       !n->arg(2).is_number(1.0))

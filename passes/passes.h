@@ -46,7 +46,7 @@ struct PrimalSplit {
 /// outputs from `first_output` on. Never the zeros a rule materializes (aten::zeros of a shape:
 /// made per call they cost a fill, held they would cost their bytes for as long as the tangent
 /// graph lives), and a graph input only where `input_held` says so.
-std::vector<Value*> residual_values(Graph& g, const std::unordered_set<const Value*>& varying, size_t first_output,
+std::vector<Value*> residual_values(Graph& g, const ValueSet& varying, size_t first_output,
                                     const std::function<bool(const Input&)>& input_held);
 /// fold.cpp: moves the primal-only nodes that compute the residuals (primal-only values that
 /// tangent-dependent nodes read or that are returned as tangents) and the primal outputs into

@@ -47,8 +47,8 @@ bool viewable(const Value* v, const std::vector<int64_t>& shape) {
   return at::detail::computeStride(v->meta().sizes, v->meta().strides, shape).has_value();
 }
 
-std::unordered_set<const Value*> tangent_dependent(const Graph& g, bool impure_too) {
-  std::unordered_set<const Value*> dep;
+ValueSet tangent_dependent(const Graph& g, bool impure_too) {
+  ValueSet dep;
   dep.reserve(g.num_nodes() + g.inputs().size());
   for (const Input& in : g.inputs())
     if (in.role == Role::Tangent) dep.insert(in.value);

@@ -3,6 +3,8 @@
 
 #include "compiler/ir/graph.h"
 
+#include <c10/util/flat_hash_map.h>
+
 #include <unordered_set>
 #include <vector>
 
@@ -23,8 +25,11 @@ bool replace_output_if_same_layout(Graph& g, Node* n, Value* v);
 /// Whether `v`'s layout can be viewed as `shape` (aten::view would take it without a copy).
 bool viewable(const Value* v, const std::vector<int64_t>& shape);
 
+/// A set of values (open addressing: no allocation per value).
+using ValueSet = ska::flat_hash_set<const Value*>;
+
 /// Values that depend on a tangent input, and with `impure_too` on an impure (random) node: the
 /// rest is primal-only, which fold can compute once.
-std::unordered_set<const Value*> tangent_dependent(const Graph& g, bool impure_too = false);
+ValueSet tangent_dependent(const Graph& g, bool impure_too = false);
 
 }  // namespace jvpc

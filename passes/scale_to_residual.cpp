@@ -56,7 +56,7 @@ BArg scalar_of(const Node* mul) { return BArg::of_arg(mul->arg(1), mul); }
 // The (product, primal operand) pairs a scaling of the tangent-dependent `v` would move onto:
 // v and every value between it and those products read once, each a product with one primal
 // operand of v's dtype, a sum of such (alpha 1) or a simple view of one. False if any is not.
-bool scaled_operands(const Value* v, const std::unordered_set<const Value*>& dep,
+bool scaled_operands(const Value* v, const ValueSet& dep,
                      std::vector<std::pair<Node*, size_t>>& out) {
   if (!dep.count(v) || v->uses().size() != 1 || !v->producer()) return false;
   Node* p = v->producer();

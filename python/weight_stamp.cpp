@@ -35,8 +35,25 @@ struct Checksum {
 uint64_t words_in(size_t bytes) { return (bytes + 7) / 8; }
 
 Checksum checksum(const unsigned char* p, size_t bytes) {
-  Checksum c;
+  // Eight lanes of independent running sums over the words i ≡ l (mod 8), which the compiler
+  // vectorizes, then joined: over G groups of 8 words, s1 = Σ a_l and
+  // s2 = Σ_i (8G − i)·w_i = Σ_l (8·b_l − l·a_l), the serial sums exactly. The rest word by word.
+  constexpr size_t kLanes = 8;
+  uint64_t a[kLanes] = {}, b[kLanes] = {};
   size_t i = 0;
+  for (; i + 8 * kLanes <= bytes; i += 8 * kLanes) {
+    uint64_t w[kLanes];
+    std::memcpy(w, p + i, sizeof w);
+    for (size_t l = 0; l < kLanes; ++l) {
+      a[l] += w[l];
+      b[l] += a[l];
+    }
+  }
+  Checksum c;
+  for (size_t l = 0; l < kLanes; ++l) {
+    c.s1 += a[l];
+    c.s2 += kLanes * b[l] - l * a[l];
+  }
   for (; i + 8 <= bytes; i += 8) {
     uint64_t w;
     std::memcpy(&w, p + i, 8);

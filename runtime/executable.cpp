@@ -57,7 +57,7 @@ void check_result(const Where& where, const Value* v, const at::Tensor& t) {
 // undefined tensor where one was traced is kept, for check_result to name.
 template <class Where>
 std::vector<at::Tensor> node_results(const Where& where, const std::vector<c10::IValue>& stack,
-                                     const std::vector<int>& traced) {
+                                     c10::ArrayRef<int> traced) {
   std::vector<int> counts;
   std::vector<at::Tensor> returned = unpack_returns(stack, 0, counts);
   std::vector<at::Tensor> results;

@@ -6,6 +6,8 @@
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verifier.h"
 
+#include <c10/util/flat_hash_map.h>
+
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
@@ -30,7 +32,7 @@ bool has_safe_inplace_form(const std::string& op) {
 // value living in it dies here: no graph output, no other operand of n), laid out as the result.
 // (A batched tangent graph accumulates q·dkᵀ into dq·kᵀ's result viewed with K in its columns.)
 const OpInfo* inplace_form(const Graph& g, const Node* n, const Liveness& live, int position,
-                           const std::unordered_map<const Value*, int>& storage_last_use) {
+                           const ska::flat_hash_map<const Value*, int>& storage_last_use) {
   if (!has_safe_inplace_form(n->op()) || n->inputs().empty() || n->outputs().size() != 1) return nullptr;
   if (n->arg(0).kind != ArgKind::Tensor || n->arg(0).operands[0] != 0) return nullptr;
   const Value* self = n->input(0);
@@ -55,7 +57,7 @@ const OpInfo* inplace_form(const Graph& g, const Node* n, const Liveness& live, 
 
 Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
   Plan p;
-  std::unordered_map<const Value*, int> slot;
+  ska::flat_hash_map<const Value*, int> slot;  // open addressing: no allocation per value
   auto slot_of = [&](const Value* v) {
     auto [it, added] = slot.emplace(v, p.num_slots);
     if (added) ++p.num_slots;
@@ -71,8 +73,9 @@ Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
       p.argument_slots.push_back(s);
     }
   }
-  std::unordered_map<const Value*, int> storage_last_use;  // storage root -> the last read of any value in it
+  ska::flat_hash_map<const Value*, int> storage_last_use;  // storage root -> the last read of any value in it
   auto nodes = g.nodes();
+  p.steps.reserve(nodes.size());
   auto note_last_use = [&](const Value* v) {
     auto [it, added] = storage_last_use.emplace(live.storage_root(v), live.last_use(v));
     if (!added) it->second = std::max(it->second, live.last_use(v));
@@ -90,7 +93,7 @@ Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
     st.info = inplace ? inplace : &op_info(n->op());
     if (inplace) st.functional = &op_info(n->op());
     st.node = n;
-    st.return_counts = n->return_counts();
+    st.return_counts.assign(n->return_counts().begin(), n->return_counts().end());
     if (const OpContract* c = op_contract(n->op())) {
       if (!c->indices.empty()) st.checked_indices = n;
       p.storage_relative |= c->storage_relative;

@@ -24,17 +24,18 @@ struct PlanStep {
     size_t pos;
     int slot;
   };
-  std::vector<TensorArg> tensors;
+  c10::SmallVector<TensorArg, 3> tensors;
   struct ListArg {
     size_t pos;
     std::vector<int> slots;  ///< -1: absent (optional lists)
     bool optional;
   };
   std::vector<ListArg> lists;
-  std::vector<int> return_counts;  ///< per schema return, as Node::return_counts
-  std::vector<int> out_slots;
-  std::vector<const Value*> outs;  ///< the node's outputs, for checking the first call's results
-  std::vector<int> release;        ///< slots whose last use is this step
+  // Most nodes have one or two of each, kept inline (no allocation for them per step).
+  c10::SmallVector<int, 2> return_counts;  ///< per schema return, as Node::return_counts
+  c10::SmallVector<int, 2> out_slots;
+  c10::SmallVector<const Value*, 2> outs;  ///< the node's outputs, for checking the first call's results
+  c10::SmallVector<int, 3> release;        ///< slots whose last use is this step
   /// Where `info` is an in-place form: the op itself, run instead when the first operand's buffer
   /// turns out to be shared at run time (an op that returned an alias without saying so).
   const OpInfo* functional = nullptr;

@@ -3,6 +3,8 @@
 #include "compiler/ir/ops.h"
 #include "compiler/ir/shape_memo.h"
 
+#include <c10/util/flat_hash_map.h>
+
 #include <climits>
 #include <algorithm>
 #include <string_view>
@@ -62,8 +64,8 @@ void ShapeChecks::trust(const Graph& g) {
 
 void verify(const Graph& g, const VerifyOptions& options) {
   const auto name = id_name;  // a loaded graph has its file's ids (Graph::renumber)
-  std::unordered_set<const Value*> defined;
-  std::unordered_set<int> ids;
+  ska::flat_hash_set<const Value*> defined;  // open addressing: no allocation per value
+  ska::flat_hash_set<int> ids;
   std::unordered_set<std::string_view> names;  // views of the inputs' own names
   using Read = std::tuple<const Value*, const Node*, size_t>;
   std::vector<Read> reads;  // expected uses
