@@ -56,9 +56,12 @@ void put_arg(std::string& key, const Arg& a) {
     case ArgKind::Float:
       put(key, a.value.toDouble());
       break;
-    case ArgKind::Ints:
-      put_ints(key, a.value.toIntVector());
+    case ArgKind::Ints: {  // put_ints' bytes, read in place (toIntVector would copy the list)
+      c10::ArrayRef<c10::IValue> list = a.value.toListRef();
+      put(key, static_cast<size_t>(list.size()));
+      for (const c10::IValue& i : list) put(key, i.toInt());
       break;
+    }
     case ArgKind::Tensor:
     case ArgKind::TensorList:
     case ArgKind::OptTensorList:
