@@ -9,7 +9,6 @@
 #include <c10/util/flat_hash_map.h>
 
 #include <algorithm>
-#include <unordered_map>
 #include <unordered_set>
 
 namespace jvpc {
