@@ -196,7 +196,7 @@ std::vector<at::Tensor> run_counted(const Node& n, const std::vector<at::Tensor>
       stack.push_back(arg_to_ivalue(a, [&](int o) { return operands.at(static_cast<size_t>(o)); }));
     return stack;
   };
-  count_kernel_call(n.op(), call, args, *by_op);
+  count_kernel_call(op_info(n.op()), call, args, *by_op);
   return outs;
 }
 

@@ -46,18 +46,7 @@ int64_t flops_or_zero(const std::string& op, const std::vector<std::vector<int64
   }
 }
 
-// The position of the '_' that makes `name` an in-place op's ("aten::add_.Tensor"), or npos.
-size_t inplace_underscore(const std::string& name) {
-  const size_t dot = std::min(name.find('.'), name.size());
-  return dot > 0 && name[dot - 1] == '_' ? dot - 1 : std::string::npos;
-}
-
 }  // namespace
-
-std::string counted_op_name(const std::string& name) {
-  const size_t u = inplace_underscore(name);
-  return u == std::string::npos ? name : name.substr(0, u) + name.substr(u + 1);
-}
 
 int64_t kernel_matmul_flops(const std::string& op, c10::ArrayRef<c10::IValue> args, const c10::IValue* first_result) {
   std::string functional = counted_op_name(op);
@@ -68,20 +57,17 @@ int64_t kernel_matmul_flops(const std::string& op, c10::ArrayRef<c10::IValue> ar
                        transposed_convolution(args));
 }
 
-void count_kernel_call(const std::string& op, c10::function_ref<const c10::IValue*()> run,
+void count_kernel_call(const OpInfo& info, c10::function_ref<const c10::IValue*()> run,
                        c10::function_ref<std::vector<c10::IValue>()> args, std::map<std::string, int64_t>& by_op) {
-  if (op.rfind("jvpc::", 0) == 0) {
+  if (info.name.rfind("jvpc::", 0) == 0) {
     KernelWatch inside;
     run();
     for (const auto& [name, f] : inside.matmul_flops_by_op()) by_op[name] += f;
     return;
   }
   const c10::IValue* first_result = run();
-  const bool inplace = inplace_underscore(op) != std::string::npos;  // most calls: no copy of the name
-  const std::string renamed = inplace ? counted_op_name(op) : std::string();
-  const std::string& functional = inplace ? renamed : op;
-  if (!is_matmul(functional)) return;
-  if (int64_t f = kernel_matmul_flops(op, args(), first_result); f > 0) by_op[functional] += f;
+  if (!info.matmul) return;
+  if (int64_t f = kernel_matmul_flops(info.name, args(), first_result); f > 0) by_op[counted_op_name(info.name)] += f;
 }
 
 struct KernelWatchAccess {
@@ -118,9 +104,9 @@ struct KernelWatchAccess {
       return entered;
     }
     if ((top || inside_ours || w->nested_matmuls_) && !meta) {
-      std::string functional = counted_op_name(info->name);
       auto entered = std::make_unique<Entered>();
-      if (!is_matmul(functional)) return entered;  // no FLOPs to count: no shapes to take
+      if (!info->matmul) return entered;  // no FLOPs to count: no shapes to take
+      std::string functional = counted_op_name(info->name);
       if (functional == "aten::convolution") {
         entered->conv = functional;
         entered->shapes = operand_shapes(fn.inputs());

@@ -16,19 +16,18 @@
 
 namespace jvpc {
 
+struct OpInfo;
+
 /// The matmul FLOPs of one kernel call by FlopCounterMode's formulas (cost_model.h): `op` as the
 /// dispatcher names it (an in-place form counts as its functional form), the call's arguments
 /// and its first result (a convolution's count depends on its shape). 0 for an op without matmul
 /// FLOPs. What KernelWatch counts per kernel, and the tracer per kernel it records.
 int64_t kernel_matmul_flops(const std::string& op, c10::ArrayRef<c10::IValue> args, const c10::IValue* first_result);
-/// The op a kernel's FLOPs are counted under: an in-place form's functional one (baddbmm_,
-/// which the runtime uses to reuse buffers, counts as baddbmm).
-std::string counted_op_name(const std::string& op);
 /// Makes one call of the kernel `op` (`run()`, which returns its first result, or null) and adds
 /// its matmul FLOPs to `by_op`, as a KernelWatch would count them: a jvpc:: operator's are those
 /// of the kernels it calls, watched while it runs; another's are kernel_matmul_flops of its
 /// arguments (`args()`, asked for only where the op has matmul FLOPs) and first result.
-void count_kernel_call(const std::string& op, c10::function_ref<const c10::IValue*()> run,
+void count_kernel_call(const OpInfo& op, c10::function_ref<const c10::IValue*()> run,
                        c10::function_ref<std::vector<c10::IValue>()> args, std::map<std::string, int64_t>& by_op);
 
 class KernelWatch {

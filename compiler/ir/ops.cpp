@@ -50,6 +50,13 @@ bool is_view_scatter(const std::string& op) {
   return op == "aten::slice_scatter" || op == "aten::select_scatter" || op == "aten::diagonal_scatter";
 }
 
+bool fills_self_at_random(const std::string& op) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::bernoulli.p", "aten::uniform",     "aten::normal.functional", "aten::random",     "aten::random.from",
+      "aten::random.to",   "aten::exponential", "aten::geometric",         "aten::log_normal", "aten::cauchy"};
+  return ops.count(op) > 0;
+}
+
 std::string op_name(const c10::OperatorName& n) {
   return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
 }
@@ -83,6 +90,11 @@ std::unique_ptr<OpInfo> make_info(const c10::OperatorHandle& h) {
                              !h.hasKernelForDispatchKey(K::CPU) && !h.hasKernelForDispatchKey(K::CUDA) &&
                              !h.hasKernelForDispatchKey(K::CompositeExplicitAutograd) &&
                              !h.hasKernelForDispatchKey(K::CompositeExplicitAutogradNonFunctional);
+  info->allocates_uninitialized = allocates_uninitialized(info->name);
+  info->reads_only_metadata_of_self = reads_only_metadata_of_self(info->name);
+  info->view_scatter = is_view_scatter(info->name);
+  info->fills_self_at_random = fills_self_at_random(info->name);
+  info->matmul = is_matmul(counted_op_name(info->name));
   return info;
 }
 
@@ -344,6 +356,17 @@ const std::vector<std::string>& matmul_ops() {
 bool is_matmul(const std::string& op) {
   const auto& ops = matmul_ops();
   return std::find(ops.begin(), ops.end(), op) != ops.end();
+}
+
+// The position of the '_' that makes `name` an in-place op's ("aten::add_.Tensor"), or npos.
+static size_t inplace_underscore(const std::string& name) {
+  const size_t dot = std::min(name.find('.'), name.size());
+  return dot > 0 && name[dot - 1] == '_' ? dot - 1 : std::string::npos;
+}
+
+std::string counted_op_name(const std::string& name) {
+  const size_t u = inplace_underscore(name);
+  return u == std::string::npos ? name : name.substr(0, u) + name.substr(u + 1);
 }
 
 namespace {

@@ -24,6 +24,13 @@ struct OpInfo {
   bool mutates = false;             ///< some argument is written (Tensor(a!))
   bool seeded_random = false;       ///< tagged nondeterministic_seeded (may still be pure, see is_impure)
   bool composite_implicit = false;  ///< only a CompositeImplicitAutograd kernel: it decomposes
+  // The name-keyed predicates below, for this op, so that a caller holding an OpInfo (the tracer,
+  // once per recorded kernel) asks without hashing the name.
+  bool allocates_uninitialized = false;      ///< allocates_uninitialized(name)
+  bool reads_only_metadata_of_self = false;  ///< reads_only_metadata_of_self(name)
+  bool view_scatter = false;                 ///< is_view_scatter(name)
+  bool fills_self_at_random = false;         ///< fills_self_at_random(name)
+  bool matmul = false;                       ///< is_matmul(counted_op_name(name))
 };
 
 /// The fused SDPA kernels (flash, efficient, cuDNN, CPU flash).
@@ -34,6 +41,9 @@ bool is_fused_attention(const std::string& op);
 /// jvpc._C.matmul_ops) read.
 const std::vector<std::string>& matmul_ops();
 bool is_matmul(const std::string& op);
+/// The op a kernel's FLOPs are counted under: an in-place form's functional one (baddbmm_,
+/// which the runtime uses to reuse buffers, counts as baddbmm).
+std::string counted_op_name(const std::string& op);
 /// Whether an output's shape may depend on the operands' values, not only their shapes (lstsq's
 /// residuals exist only for A of full rank; masked_select and index.Tensor with a boolean mask
 /// have as many elements as the mask has true ones; cudnn_batch_norm's reserve is sized by cuDNN):
@@ -75,6 +85,9 @@ bool reads_only_metadata_of_self(const std::string& op);
 /// Scatters into a view of their first operand (slice, select, diagonal): what they write of
 /// it, they do not read.
 bool is_view_scatter(const std::string& op);
+/// Random ops that overwrite their first operand (bernoulli.p, uniform, normal.functional, ...:
+/// dropout's mask, in their functional forms).
+bool fills_self_at_random(const std::string& op);
 
 /// Random ops are impure unless their dropout probability is zero.
 bool is_impure(const OpInfo& info, const std::vector<Arg>& args);

@@ -95,12 +95,32 @@ void put_call(std::string& key, const std::string& op, const std::vector<Arg>& a
   for (const Arg& a : args) put_arg(key, a);
 }
 
-std::string signature(const std::string& op, const std::vector<Arg>& args, c10::ArrayRef<const TensorMeta*> inputs) {
-  std::string key;
-  key.reserve(64 + 48 * inputs.size());
+// Keys are built in one buffer per thread, whose capacity stays: building one allocates nothing.
+// A key is used before the next is built (a memo miss copies its key before computing).
+std::string& fresh_key() {
+  thread_local std::string key;
+  key.clear();
+  return key;
+}
+
+const std::string& signature(const std::string& op, const std::vector<Arg>& args,
+                             c10::ArrayRef<const TensorMeta*> inputs) {
+  std::string& key = fresh_key();
   put_call(key, op, args);
   put(key, inputs.size());
   for (const TensorMeta* m : inputs) put_meta(key, *m);
+  return key;
+}
+
+const std::string& node_key(const Node& n) {
+  std::string& key = fresh_key();
+  put_call(key, n.op(), n.args());
+  put(key, n.inputs().size());
+  for (const Value* v : n.inputs()) put_meta(key, v->meta());
+  put(key, n.outputs().size());
+  for (const Value* v : n.outputs()) put_meta(key, v->meta());
+  put(key, n.return_counts().size());
+  key.append(reinterpret_cast<const char*>(n.return_counts().data()), n.return_counts().size() * sizeof(int));
   return key;
 }
 
@@ -114,15 +134,17 @@ std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector
                                         c10::ArrayRef<const TensorMeta*> inputs, std::vector<int>* return_counts,
                                         c10::function_ref<std::vector<TensorMeta>(std::vector<int>*)> compute) {
   ++t_stats.calls;
-  std::string key = signature(op, args, inputs);
   Memo& m = memo();
+  std::string key;
   {
+    const std::string& built = signature(op, args, inputs);
     std::lock_guard<std::mutex> lock(m.mu);
-    auto it = m.table.find(key);
+    auto it = m.table.find(built);
     if (it != m.table.end()) {
       if (return_counts) *return_counts = it->second.counts;
       return it->second.outputs;
     }
+    key = built;  // compute() may build keys of its own
   }
   auto t0 = std::chrono::steady_clock::now();
   Entry e;
@@ -137,18 +159,9 @@ std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector
   return out;
 }
 
-std::string node_signature(const Node& n) {
-  std::string key;
-  key.reserve(64 + 48 * (n.inputs().size() + n.outputs().size()));
-  put_call(key, n.op(), n.args());
-  put(key, n.inputs().size());
-  for (const Value* v : n.inputs()) put_meta(key, v->meta());
-  put(key, n.outputs().size());
-  for (const Value* v : n.outputs()) put_meta(key, v->meta());
-  put(key, n.return_counts().size());
-  key.append(reinterpret_cast<const char*>(n.return_counts().data()), n.return_counts().size() * sizeof(int));
-  return key;
-}
+std::string node_signature(const Node& n) { return node_key(n); }
+
+bool same_node_signature(const Node& n, const std::string& signature) { return node_key(n) == signature; }
 
 }  // namespace detail
 

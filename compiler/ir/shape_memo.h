@@ -43,6 +43,8 @@ std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector
 /// default dtype, its arguments, its operands' and outputs' metadata, and its return counts.
 /// Equal strings, equal nodes as far as a shape check goes (ShapeChecks, verifier.h).
 std::string node_signature(const Node& n);
+/// node_signature(n) == signature, without allocating.
+bool same_node_signature(const Node& n, const std::string& signature);
 }  // namespace detail
 
 }  // namespace jvpc

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <mutex>
 #include <sstream>
-#include <unordered_set>
 
 namespace jvpc {
 namespace {
@@ -156,7 +155,7 @@ class Recorder {
       return nret && stack->size() >= nret ? &(*stack)[stack->size() - nret] : nullptr;
     };
     count_kernel_call(
-        info.name, call, [&] { return args; }, matmul_flops_by_op_);
+        info, call, [&] { return args; }, matmul_flops_by_op_);
   }
 
   /// The recorded op's arguments, with each tensor resolved to its graph value (in `operands`).
@@ -173,7 +172,7 @@ class Recorder {
                     "use a 0-dim complex tensor (at::scalar_tensor(c10::complex<double>(0, 1), at::kComplexDouble))");
       Arg a = arg_from_ivalue(sarg, value, [&](const at::Tensor& t) {
         // a view reads no data (it may be taken of an allocation its op is about to fill)
-        operands.push_back(value_for(t, reader, !(i == 0 && (ignores_self_data(c.op->name) || c.op->is_view))));
+        operands.push_back(value_for(t, reader, !(i == 0 && (ignores_self_data(*c.op) || c.op->is_view))));
         return static_cast<int>(operands.size() - 1);
       });
       if (!kind_matches(a.kind, sarg))
@@ -188,7 +187,7 @@ class Recorder {
   void track(const RecordedCall& c, Node* n, const std::vector<at::Tensor>& results) {
     for (const Value* o : n->inputs())
       if (s_.from_inputs.count(o)) s_.from_inputs.insert(n->outputs().begin(), n->outputs().end());
-    if (allocates_uninitialized(c.op->name))
+    if (c.op->allocates_uninitialized)
       for (Value* v : n->outputs()) {
         s_.uninitialized.insert(v);
         if (!decomposing_.empty()) s_.allocated_inside[v] = decomposing_.back();
@@ -209,6 +208,7 @@ class Recorder {
 
   /// Erases the allocations whose contents were captured instead (nothing reads them now).
   void drop_unread_allocations() {
+    if (s_.uninitialized.empty()) return;
     std::vector<Node*> nodes = s_.g.nodes();
     for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {  // views of them first
       Node* n = *it;
@@ -241,13 +241,9 @@ class Recorder {
 
   // Ops whose first argument is used for its metadata only, or overwritten (whole or in part:
   // what the rest holds is the caller's, an empty's garbage in eager as in a replay;
-  // _pad_circular fills an empty by slice_scatter), or filled at random (bernoulli_, uniform_,
-  // ...: dropout's mask, in their functional forms).
-  static bool ignores_self_data(const std::string& op) {
-    static const std::unordered_set<std::string> random_fills = {
-        "aten::bernoulli.p", "aten::uniform",     "aten::normal.functional", "aten::random",     "aten::random.from",
-        "aten::random.to",   "aten::exponential", "aten::geometric",         "aten::log_normal", "aten::cauchy"};
-    return reads_only_metadata_of_self(op) || is_view_scatter(op) || random_fills.count(op) > 0;
+  // _pad_circular fills an empty by slice_scatter), or filled at random (dropout's mask).
+  static bool ignores_self_data(const OpInfo& op) {
+    return op.reads_only_metadata_of_self || op.view_scatter || op.fills_self_at_random;
   }
 
   Value* capture(const at::Tensor& t, const at::Tensor& value) { return s_.capture(t, value); }
