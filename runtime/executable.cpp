@@ -56,11 +56,15 @@ void check_result(const Where& where, const Value* v, const at::Tensor& t) {
 // use (count 0) is skipped; one that now holds another number of tensors is an error. An
 // undefined tensor where one was traced is kept, for check_result to name.
 template <class Where>
-std::vector<at::Tensor> node_results(const Where& where, const std::vector<c10::IValue>& stack,
-                                     c10::ArrayRef<int> traced) {
+void node_results(const Where& where, const std::vector<c10::IValue>& stack, c10::ArrayRef<int> traced,
+                  c10::SmallVectorImpl<at::Tensor>& results) {
+  results.clear();
+  if (traced.size() == 1 && traced[0] == 1 && stack.size() == 1 && stack[0].isTensor()) {
+    results.push_back(stack[0].toTensor());  // most ops: one tensor (an undefined one is kept too)
+    return;
+  }
   std::vector<int> counts;
   std::vector<at::Tensor> returned = unpack_returns(stack, 0, counts);
-  std::vector<at::Tensor> results;
   size_t next = 0;
   for (size_t r = 0; r < traced.size(); ++r) {
     int got = r < counts.size() ? counts[r] : 0;
@@ -73,7 +77,6 @@ std::vector<at::Tensor> node_results(const Where& where, const std::vector<c10::
     }
     next += static_cast<size_t>(got);
   }
-  return results;
 }
 
 // The references a buffer has when nothing else holds it: the tensor's own, and, where the tensor
@@ -220,6 +223,7 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
   for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(plan.argument_slots[i])] = inputs[i];
   for (size_t i = 0; i < constants_.size(); ++i) slots[static_cast<size_t>(plan.constant_slots[i])] = constants_[i];
   torch::jit::Stack stack;
+  c10::SmallVector<at::Tensor, 4> results;  // each step's, reused
   const bool check = !results_checked_.load();  // the first call checks results against the graph
   for (const PlanStep& st : plan.steps) {
     stack = st.stack;
@@ -257,7 +261,7 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
     } catch (const std::exception& e) {
       throw Error(st.where() + ": " + one_line(e));
     }
-    std::vector<at::Tensor> results = node_results(where, stack, st.return_counts);
+    node_results(where, stack, st.return_counts, results);
     if (st.zero_results)
       for (const at::Tensor& r : results) zero_storage(r);
     for (size_t k = 0; k < results.size(); ++k) slots[static_cast<size_t>(st.out_slots[k])] = std::move(results[k]);
@@ -342,7 +346,9 @@ std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor
   } catch (const std::exception& e) {
     throw Error(where() + ": " + one_line(e));
   }
-  std::vector<at::Tensor> out = node_results(where, stack, n.return_counts());
+  c10::SmallVector<at::Tensor, 4> results;
+  node_results(where, stack, n.return_counts(), results);
+  std::vector<at::Tensor> out(std::make_move_iterator(results.begin()), std::make_move_iterator(results.end()));
   if (allocates_uninitialized(n.op()))
     for (const at::Tensor& r : out) zero_storage(r);
   if (out.size() != n.outputs().size()) throw Error(where() + ": unexpected number of results");
