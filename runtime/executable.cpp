@@ -349,7 +349,7 @@ std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor
   c10::SmallVector<at::Tensor, 4> results;
   node_results(where, stack, n.return_counts(), results);
   std::vector<at::Tensor> out(std::make_move_iterator(results.begin()), std::make_move_iterator(results.end()));
-  if (allocates_uninitialized(n.op()))
+  if (info.allocates_uninitialized)
     for (const at::Tensor& r : out) zero_storage(r);
   if (out.size() != n.outputs().size()) throw Error(where() + ": unexpected number of results");
   for (size_t i = 0; i < out.size(); ++i) check_result(where, n.output(i), out[i]);
