@@ -4,6 +4,7 @@
 #include "compiler/ir/ops.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/Contiguity.h>
 
 #include <algorithm>
 #include <cmath>
@@ -492,7 +493,8 @@ int64_t workspace_bytes(const Node& n) {
   // Operands a kernel makes dense: those with gaps, repeats (stride 0) or overlap.
   for (const Value* v : n.inputs()) {
     const TensorMeta& m = v->meta();
-    if (m.numel() > 1 && !on_meta(m).is_non_overlapping_and_dense()) bytes = add(bytes, m.nbytes());
+    if (m.numel() > 1 && !c10::_compute_non_overlapping_and_dense<int64_t>(m.sizes, m.strides))
+      bytes = add(bytes, m.nbytes());
   }
   if (c->workspace == Workspace::BroadcastTerms) {
     // Two terms as large as the broadcast of the operands, in the widest operand type.

@@ -15,6 +15,7 @@ safetensors files hold (`jvpc linearize x.json --inputs`, `jvpc jvp --primals --
 from __future__ import annotations
 
 import inspect
+import types
 from typing import Any, Callable, Sequence
 
 import torch
@@ -46,6 +47,12 @@ def parameter_names(func: Callable, n: int) -> list[str]:
     """Names for func's first n positional arguments: its positional parameters' names, as far as
     inspect finds them (not past *args), else a0, a1, ... by position (builtins, *args)."""
     names = [f"a{i}" for i in range(n)]
+    if type(func) is types.FunctionType and not hasattr(func, "__wrapped__") and not hasattr(func, "__signature__"):
+        # A plain function: its code names its positional parameters first (inspect's answer, faster).
+        code = func.__code__
+        for i, name in enumerate(code.co_varnames[:min(n, code.co_argcount)]):
+            names[i] = name
+        return names
     try:
         params = list(inspect.signature(func).parameters.values())
     except (TypeError, ValueError):

@@ -152,22 +152,20 @@ def _named_weights(root: nn.Module) -> list[tuple[tuple[str, ...], str, str]]:
     params: list = []
     buffers: list = []
     seen_modules: set[int] = set()
-    seen: tuple[set[int], set[int]] = (set(), set())
-
-    def walk(m: nn.Module, path: tuple[str, ...]) -> None:
+    seen_params: set[int] = set()
+    seen_buffers: set[int] = set()
+    stack: list[tuple[nn.Module, tuple[str, ...]]] = [(root, ())]
+    while stack:  # depth first, children in order, as named_parameters() walks them
+        m, path = stack.pop()
         if id(m) in seen_modules:
-            return
+            continue
         seen_modules.add(id(m))
-        for kind, out, ids in (("_parameters", params, seen[0]), ("_buffers", buffers, seen[1])):
+        for kind, out, seen in (("_parameters", params, seen_params), ("_buffers", buffers, seen_buffers)):
             for key, t in getattr(m, kind).items():
-                if t is not None and id(t) not in ids:
-                    ids.add(id(t))
+                if t is not None and id(t) not in seen:
+                    seen.add(id(t))
                     out.append((path, kind, key))
-        for key, sub in m._modules.items():
-            if sub is not None:
-                walk(sub, path + (key,))
-
-    walk(root, ())
+        stack.extend((sub, path + (key,)) for key, sub in reversed(m._modules.items()) if sub is not None)
     return params + buffers
 
 
