@@ -47,8 +47,8 @@ def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bo
     who = "jvpc.linearize"
     names = parameter_names(func, len(primals))
     graphs = cache_for(func) if cache else None
-    weights = Weights(func) if guard or tangent_grad else None
     aux: list = []
+    reaches = func  # the modules whose weights the linear map is for
     if has_aux:
         func = with_aux(func, who, aux)
     diff = argnums_of(argnums, len(primals), who)
@@ -57,6 +57,8 @@ def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bo
     with supported_context(who):
         outputs, lin = _C._linearize(traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names,
                                      inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions(), graphs)
+    # The weights as the run left them (read now, the forward's reads of them are recent).
+    weights = Weights(reaches) if guard or tangent_grad else None
     check = run = None
     if guard and len(weights):
         stamp = weights.stamp()

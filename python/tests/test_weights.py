@@ -92,6 +92,17 @@ def test_linearize_refuses_a_replaced_or_rebound_weight():
         jvp_fn(*t)
 
 
+def test_linearize_with_aux_refuses_a_replaced_weight():
+    net, x = case()
+    out, jvp_fn, aux = jvpc.linearize(lambda *a: (net(*a), a[1]), *x, has_aux=True)
+    assert aux is x[1]
+    t = (torch.randn_like(x[0]), torch.zeros_like(x[1]), torch.ones_like(x[2]))
+    jvp_fn(*t)
+    net.blocks[0].fc1.weight = nn.Parameter(net.blocks[0].fc1.weight.detach().clone())
+    with pytest.raises(jvpc.Error, match=r"parameter 'blocks.0.fc1.weight' was replaced"):
+        jvp_fn(*t)
+
+
 def test_linearize_refuses_a_write_through_data():
     net, x = case()
     ema = DiT().double()
