@@ -159,9 +159,7 @@ std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector
   return out;
 }
 
-std::string node_signature(const Node& n) { return node_key(n); }
-
-bool same_node_signature(const Node& n, const std::string& signature) { return node_key(n) == signature; }
+const std::string& node_signature(const Node& n) { return node_key(n); }
 
 }  // namespace detail
 

@@ -42,9 +42,8 @@ std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector
 /// What shape inference reads of node `n` and what it declares, as one string: its op, the
 /// default dtype, its arguments, its operands' and outputs' metadata, and its return counts.
 /// Equal strings, equal nodes as far as a shape check goes (ShapeChecks, verifier.h).
-std::string node_signature(const Node& n);
-/// node_signature(n) == signature, without allocating.
-bool same_node_signature(const Node& n, const std::string& signature);
+/// The string is a per-thread buffer, valid until the next signature is built on this thread.
+const std::string& node_signature(const Node& n);
 }  // namespace detail
 
 }  // namespace jvpc

@@ -24,12 +24,19 @@ class ShapeChecks {
   /// Takes every node of `g` as checked: for a graph whose shapes the kernels themselves gave
   /// (a tracing run's).
   void trust(const Graph& g);
-  void clear() { seen_.clear(); }
+  void clear() {
+    seen_.clear();
+    signatures_.clear();
+  }
   /// From now on passed() records nothing: for a last verification, which none consults after.
   void stop_recording() { recording_ = false; }
 
  private:
-  std::unordered_map<const Node*, std::string> seen_;
+  struct Span {
+    size_t at, size;
+  };
+  std::unordered_map<const Node*, Span> seen_;  // where each node's signature is in signatures_
+  std::string signatures_;                      // the signatures recorded, one after another
   bool recording_ = true;
 };
 
