@@ -97,10 +97,23 @@ Value* p_form(Builder& b, const Node& n) {
   Value* q3 = as3d(q);
   Value* kt3 = as3d(call("aten::transpose.int", {kr, -2, -1}));
   Value* v3 = as3d(vr);
+  // The scale goes on the primal operands the tangent multiplies, which fold precomputes.
   // Scores in the accumulation type, as the kernels compute them (bf16 scores would put their
-  // rounding error into P).
-  Value* s = call("aten::bmm", {cast(q3, acc), cast(kt3, acc)});
-  s = as4d(call("aten::mul.Scalar", {s, scale}), {B, H, Sq, Sk});
+  // rounding error into P): from a scaled operand where the tangent has one in that type, which
+  // saves scaling the B·H·Lq·Lk scores. A scaled operand the scores do not read comes after P,
+  // so that it is not held while P's temporaries are (fold evaluates in this order).
+  Value* kt3_scaled = tq && dt == acc ? call("aten::mul.Scalar", {kt3, scale}) : nullptr;
+  Value* q3_scaled = nullptr;
+  Value* s = nullptr;
+  if (kt3_scaled) {
+    s = call("aten::bmm", {q3, kt3_scaled});
+  } else if (dt == acc && tk) {
+    q3_scaled = call("aten::mul.Scalar", {q3, scale});
+    s = call("aten::bmm", {q3_scaled, kt3});
+  } else {
+    s = call("aten::mul.Scalar", {call("aten::bmm", {cast(q3, acc), cast(kt3, acc)}), scale});
+  }
+  s = as4d(s, {B, H, Sq, Sk});
   if (m) {
     if (m->meta().dtype == c10::kBool)
       m = call("aten::where.Scalar", {m, 0.0, -std::numeric_limits<double>::infinity()});
@@ -114,12 +127,14 @@ Value* p_form(Builder& b, const Node& n) {
   Value* l4 = call("aten::view", {cast(lse, acc), std::vector<int64_t>{B, H, Sq, 1}});
   Value* p = cast(call("aten::exp", {call("aten::sub.Tensor", {s, l4})}), dt);
 
-  // Tangent. The scale goes on the primal operands, which fold precomputes.
+  // Tangent.
+  if (tq && !kt3_scaled) kt3_scaled = call("aten::mul.Scalar", {kt3, scale});
+  if (tk && !q3_scaled) q3_scaled = call("aten::mul.Scalar", {q3, scale});
   Value* ds = nullptr;
-  if (tq) ds = call("aten::bmm", {as3d(tq), call("aten::mul.Scalar", {kt3, scale})});
+  if (tq) ds = call("aten::bmm", {as3d(tq), kt3_scaled});
   if (tk) {
     Value* tkt = as3d(call("aten::transpose.int", {repeat_heads(tk, H), -2, -1}));
-    ds = add(ds, call("aten::bmm", {call("aten::mul.Scalar", {q3, scale}), tkt}));
+    ds = add(ds, call("aten::bmm", {q3_scaled, tkt}));
   }
   Value* dout = nullptr;
   if (ds) ds = as4d(ds, {B, H, Sq, Sk});

@@ -22,7 +22,7 @@ bool has_safe_inplace_form(const std::string& op) {
   static const std::unordered_set<std::string> ops = {"aten::baddbmm",    "aten::addmm",      "aten::add.Tensor",
                                                       "aten::sub.Tensor", "aten::mul.Tensor", "aten::div.Tensor",
                                                       "aten::mul.Scalar", "aten::div.Scalar", "aten::add.Scalar",
-                                                      "aten::sub.Scalar", "aten::addcmul"};
+                                                      "aten::sub.Scalar", "aten::addcmul",    "aten::exp"};
   return ops.count(op) > 0;
 }
 
