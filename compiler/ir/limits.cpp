@@ -110,11 +110,13 @@ int64_t device_memory_bytes(c10::Device device) {
 #endif
   }
   if (!device.is_cpu()) throw Error("device " + device.str() + ": no memory limit is known for it (cpu or cuda)");
-  std::optional<int64_t> ram = physical_memory_bytes(), cgroup = cgroup_memory_limit();
-  if (ram && cgroup) return std::min(*ram, *cgroup);
-  if (ram) return *ram;
-  if (cgroup) return *cgroup;
-  throw Error("the machine's memory is unknown (sysconf gives no page count): set a memory limit");
+  // Read once per process: the cgroup's files cost a dozen system calls, and every Executable asks.
+  static const std::optional<int64_t> cpu = [] {
+    std::optional<int64_t> ram = physical_memory_bytes(), cgroup = cgroup_memory_limit();
+    return ram && cgroup ? std::min(*ram, *cgroup) : ram ? ram : cgroup;
+  }();
+  if (!cpu) throw Error("the machine's memory is unknown (sysconf gives no page count): set a memory limit");
+  return *cpu;
 }
 
 int64_t default_memory_limit(c10::Device device) {

@@ -41,7 +41,8 @@ std::optional<int64_t> cgroup_memory_limit(const std::string& cgroup_root = "/sy
 
 /// The memory a process on this machine may use on `device`: for the CPU, the smaller of
 /// physical_memory_bytes() and cgroup_memory_limit(); for a CUDA device, its total memory
-/// (an error if CUDA is not available). Before any fraction is taken.
+/// (an error if CUDA is not available). Before any fraction is taken. The CPU's is read once per
+/// process.
 int64_t device_memory_bytes(c10::Device device);
 
 /// The default memory limit for graphs on `device`: 3/4 (kDefaultMemoryFraction*) of
