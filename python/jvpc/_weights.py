@@ -63,22 +63,32 @@ class Weights:
     def __init__(self, func: Callable):
         roots = modules_reached(func)
         self._roots = roots
-        self.names: list[str] = []
         self._where: list[tuple[int, tuple[str, ...], str, str]] = []  # root, module path, "_parameters"/"_buffers", key
-        for r, (root_name, root) in enumerate(roots):
-            prefix = "" if len(roots) == 1 else root_name + "."
-            for path, kind, key in _named_weights(root):
-                self.names.append(prefix + ".".join(path + (key,)))
+        self._found: list[torch.Tensor] = []  # the tensors bound when found
+        for r, (_, root) in enumerate(roots):
+            for path, kind, key, t in _named_weights(root):
                 self._where.append((r, path, kind, key))
+                self._found.append(t)
+        self._names: list[str] | None = None
         self._metas = None
 
+    @property
+    def names(self) -> list[str]:
+        """Each weight's name, as functional_call takes it ("blocks.0.attn.qkv.weight"), prefixed by
+        its root's name where func reaches more than one module."""
+        if self._names is None:
+            several = len(self._roots) > 1
+            self._names = [(self._roots[r][0] + "." if several else "") + ".".join(path + (key,))
+                           for r, path, _, key in self._where]
+        return self._names
+
     def __len__(self) -> int:
-        return len(self.names)
+        return len(self._where)
 
     def read(self) -> list[torch.Tensor]:
         """The tensors bound now, by name."""
         out = []
-        for name, (r, path, kind, key) in zip(self.names, self._where):
+        for i, (r, path, kind, key) in enumerate(self._where):
             m = self._roots[r][1]
             try:
                 for part in path:
@@ -87,7 +97,7 @@ class Weights:
             except (AttributeError, KeyError):
                 t = None
             if not isinstance(t, torch.Tensor):
-                raise Error(f"{'parameter' if kind == '_parameters' else 'buffer'} '{name}' is gone "
+                raise Error(f"{'parameter' if kind == '_parameters' else 'buffer'} '{self.names[i]}' is gone "
                             "from its module; compile again for the module as it is")
             out.append(t)
         return out
@@ -117,9 +127,10 @@ class Weights:
             yield
 
     def stamp(self):
-        """What a linear map was made with: each weight, its data pointer, its version and, in CPU
-        memory, a checksum of its bytes (a write through .data moves no version counter)."""
-        return _C._WeightStamp(self.read())
+        """What a linear map was made with: each weight as found when these Weights were made, its
+        data pointer, its version and, in CPU memory, a checksum of its bytes (a write through
+        .data moves no version counter)."""
+        return _C._WeightStamp(self._found)
 
     def check_stamp(self, stamp, who: str) -> None:
         """Refuses a linear map whose weights were replaced, rebound (.data = ...) or written since."""
@@ -146,9 +157,10 @@ def with_weights(func: Callable, weights: Weights, args, diff: tuple[int, ...], 
     return bound, inputs
 
 
-def _named_weights(root: nn.Module) -> list[tuple[tuple[str, ...], str, str]]:
-    """(module path, "_parameters" or "_buffers", key) of each of root's named_parameters() and then
-    named_buffers(), in their order, in one walk of the modules."""
+def _named_weights(root: nn.Module) -> list[tuple[tuple[str, ...], str, str, torch.Tensor]]:
+    """(module path, "_parameters" or "_buffers", key, tensor) of each of root's named_parameters()
+    and then named_buffers(), in their order, in one walk of the modules (a linearize walks them
+    every call: the tables are read from each module's __dict__, where nn.Module keeps them)."""
     params: list = []
     buffers: list = []
     seen_modules: set[int] = set()
@@ -160,12 +172,18 @@ def _named_weights(root: nn.Module) -> list[tuple[tuple[str, ...], str, str]]:
         if id(m) in seen_modules:
             continue
         seen_modules.add(id(m))
-        for kind, out, seen in (("_parameters", params, seen_params), ("_buffers", buffers, seen_buffers)):
-            for key, t in getattr(m, kind).items():
-                if t is not None and id(t) not in seen:
-                    seen.add(id(t))
-                    out.append((path, kind, key))
-        stack.extend((sub, path + (key,)) for key, sub in reversed(m._modules.items()) if sub is not None)
+        d = m.__dict__
+        for key, t in (d["_parameters"] if "_parameters" in d else m._parameters).items():
+            if t is not None and id(t) not in seen_params:
+                seen_params.add(id(t))
+                params.append((path, "_parameters", key, t))
+        for key, t in (d["_buffers"] if "_buffers" in d else m._buffers).items():
+            if t is not None and id(t) not in seen_buffers:
+                seen_buffers.add(id(t))
+                buffers.append((path, "_buffers", key, t))
+        subs = d["_modules"] if "_modules" in d else m._modules
+        if subs:
+            stack.extend([(sub, path + (key,)) for key, sub in reversed(subs.items()) if sub is not None])
     return params + buffers
 
 
