@@ -307,6 +307,11 @@ Node* Graph::create(std::string op, std::vector<Arg> args, std::vector<Value*> i
   n->return_counts_ = std::move(return_counts);
   auto pos = insert_before_ ? insert_before_->self_ : nodes_.end();
   n->self_ = nodes_.insert(pos, std::move(node));
+  if (order_valid_ && !insert_before_) {
+    order_.push_back(n);
+  } else {
+    order_valid_ = false;
+  }
   return n;
 }
 
@@ -328,13 +333,18 @@ void Graph::erase(Node* n) {
     o->erased_ = true;
   }
   nodes_.erase(n->self_);
+  order_valid_ = false;
 }
 
 std::vector<Node*> Graph::nodes() const {
-  std::vector<Node*> out;
-  out.reserve(nodes_.size());
-  for (const auto& n : nodes_) out.push_back(n.get());
-  return out;
+  std::lock_guard<std::mutex> lock(order_mutex_);
+  if (!order_valid_) {
+    order_.clear();
+    order_.reserve(nodes_.size());
+    for (const auto& n : nodes_) order_.push_back(n.get());
+    order_valid_ = true;
+  }
+  return order_;
 }
 
 Node* Graph::next(Node* n) const {
@@ -345,6 +355,7 @@ Node* Graph::next(Node* n) const {
 void Graph::move_before(Node* n, Node* before) {
   auto pos = before ? before->self_ : nodes_.end();
   nodes_.splice(pos, nodes_, n->self_);
+  order_valid_ = false;
 }
 
 std::unique_ptr<Graph> Graph::clone(std::unordered_map<const Value*, Value*>* map) const {

@@ -40,6 +40,7 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -314,6 +315,11 @@ class Graph {
   friend class Value;
   friend class InsertionGuard;
   std::list<std::unique_ptr<Node>> nodes_;
+  // nodes() as of the last change to nodes_: passes ask for it again and again, and walking the
+  // list each time reads every node's list entry.
+  mutable std::vector<Node*> order_;
+  mutable bool order_valid_ = false;
+  mutable std::mutex order_mutex_;  // threads may read one const graph at once
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<Input> inputs_;
   std::unique_ptr<Node> return_;  // operands: the outputs

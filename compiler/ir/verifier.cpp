@@ -102,6 +102,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
     define(in.value, [&] { return where; });
   }
 
+  std::vector<bool> referenced;  // per node: which operands its arguments pass
   for (const Node* n : g.nodes()) {
     // The node as errors name it, made only for an error: describing every node costs more than checking it.
     auto where = [&] { return "node " + describe(n, name); };
@@ -112,7 +113,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
         throw Error(where() + ": operand " + std::to_string(i) + " (" + name(v) + ") is not defined before use");
       reads.emplace_back(v, n, i);
     }
-    std::vector<bool> referenced(n->inputs().size(), false);
+    referenced.assign(n->inputs().size(), false);
     for (const Arg& a : n->args())
       for (int o : a.operands) {
         if (o < -1 || o >= static_cast<int>(n->inputs().size()))

@@ -14,11 +14,16 @@ bool updates_running_stats(const std::string& op) {
 }
 
 // Views that jvpc can take again from a base, and write back into it.
-bool invertible_view(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {
-      "aten::slice.Tensor", "aten::select.int", "aten::diagonal",    "aten::alias", "aten::transpose.int", "aten::t",
-      "aten::permute",      "aten::unsqueeze",  "aten::squeeze.dim", "aten::view"};
-  return ops.count(op) > 0;
+bool invertible_view(const OpInfo& op) {
+  static const std::unordered_set<const OpInfo*> ops = [] {
+    std::unordered_set<const OpInfo*> s;
+    for (const char* name : {"aten::slice.Tensor", "aten::select.int", "aten::diagonal", "aten::alias",
+                             "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze", "aten::squeeze.dim",
+                             "aten::view"})
+      s.insert(&op_info(name));
+    return s;
+  }();
+  return ops.count(&op) > 0;
 }
 
 // aten::add_.Tensor -> aten::add.Tensor, with the same arguments.
@@ -108,9 +113,10 @@ Value* Functionalizer::take_again(const at::Tensor& t, const std::string& reader
                 "jvpc's functional IR cannot express this");
   Value* base = base_value(link->second.base);
   c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);  // shape inference runs kernels on Meta
+  const std::vector<Arg>& link_args = link->second.arguments();
   std::vector<BArg> args = {base};
-  for (size_t i = 1; i < link->second.args.size(); ++i) args.push_back(BArg::of_arg(link->second.args[i], nullptr));
-  Value* v = Builder(s_.g).call(link->second.op, std::move(args));
+  for (size_t i = 1; i < link_args.size(); ++i) args.push_back(BArg::of_arg(link_args[i], nullptr));
+  Value* v = Builder(s_.g).call(link->second.op_name(), std::move(args));
   s_.derived(v, {base});
   s_.bind(t, v);
   return v;
@@ -141,8 +147,8 @@ void Functionalizer::track_views(const RecordedCall& c, Node* n, const std::vect
       if (in.data.defined() && in.data.is_alias_of(c.restrided)) in.bind(in.data);
     for (auto it = view_links_.begin(); it != view_links_.end();)
       it = it->second.base.unsafeGetTensorImpl() == impl ? view_links_.erase(it) : std::next(it);
-  } else if (!c.written.defined() && results.size() == 1 && invertible_view(c.op->name) && c.args.at(0).isTensor()) {
-    view_links_[results[0].unsafeGetTensorImpl()] = ViewLink{c.args[0].toTensor(), c.op->name, n->args()};
+  } else if (!c.written.defined() && results.size() == 1 && invertible_view(*c.op) && c.args.at(0).isTensor()) {
+    view_links_[results[0].unsafeGetTensorImpl()] = ViewLink{c.args[0].toTensor(), n, {}, {}};
   } else if (!c.written.defined()) {
     link_parts(c, results);  // split, unbind (one part too: unbind of a batch of 1, chunk(1))
   }
@@ -165,12 +171,13 @@ void Functionalizer::link_parts(const RecordedCall& c, const std::vector<at::Ten
   for (size_t i = 0; i < results.size(); ++i) {
     const c10::TensorImpl* part = results[i].unsafeGetTensorImpl();
     if (unbind) {
-      view_links_[part] =
-          ViewLink{base, "aten::select.int", {Arg::tensor(0), Arg::of_int(dim), Arg::of_int(static_cast<int64_t>(i))}};
+      view_links_[part] = ViewLink{
+          base, nullptr, "aten::select.int", {Arg::tensor(0), Arg::of_int(dim), Arg::of_int(static_cast<int64_t>(i))}};
     } else {
       int64_t end = start + results[i].size(dim);
       view_links_[part] =
           ViewLink{base,
+                   nullptr,
                    "aten::slice.Tensor",
                    {Arg::tensor(0), Arg::of_int(dim), Arg::of_int(start), Arg::of_int(end), Arg::of_int(1)}};
       start = end;
@@ -194,6 +201,8 @@ void Functionalizer::write_through(const at::Tensor& view) {
   auto link = view_links_.find(view.unsafeGetTensorImpl());
   if (link == view_links_.end()) return;
   const ViewLink& l = link->second;
+  const std::string& op = l.op_name();
+  const std::vector<Arg>& link_args = l.arguments();
   Value* base = s_.value_of.at(l.base.unsafeGetTensorImpl());  // its value before the write
   Value* src = s_.value_of.at(view.unsafeGetTensorImpl());
   const Value* written = src;
@@ -202,28 +211,28 @@ void Functionalizer::write_through(const at::Tensor& view) {
   // part is replaced below). Inside a decomposed op, an allocation being filled stays.
   if (s_.uninitialized.count(base) && !s_.allocated_inside.count(base)) base = s_.capture(l.base, l.base.clone());
   Builder b(s_.g);
-  auto arg = [&](size_t i) { return BArg::of_arg(l.args.at(i), nullptr); };
+  auto arg = [&](size_t i) { return BArg::of_arg(link_args.at(i), nullptr); };
   const auto& base_sizes = base->meta().sizes;
   Value* updated = nullptr;
-  if (l.op == "aten::slice.Tensor") {
+  if (op == "aten::slice.Tensor") {
     updated = b.call("aten::slice_scatter", {base, src, arg(1), arg(2), arg(3), arg(4)});
-  } else if (l.op == "aten::select.int") {
+  } else if (op == "aten::select.int") {
     updated = b.call("aten::select_scatter", {base, src, arg(1), arg(2)});
-  } else if (l.op == "aten::diagonal") {
+  } else if (op == "aten::diagonal") {
     updated = b.call("aten::diagonal_scatter", {base, src, arg(1), arg(2), arg(3)});
-  } else if (l.op == "aten::alias") {
+  } else if (op == "aten::alias") {
     updated = src;
-  } else if (l.op == "aten::transpose.int" || l.op == "aten::t") {
+  } else if (op == "aten::transpose.int" || op == "aten::t") {
     std::vector<BArg> args = {src};
-    for (size_t i = 1; i < l.args.size(); ++i) args.push_back(arg(i));
-    updated = b.call(l.op, std::move(args));
-  } else if (l.op == "aten::permute") {
-    std::vector<int64_t> perm = l.args.at(1).value.toIntVector(), inverse(perm.size());
+    for (size_t i = 1; i < link_args.size(); ++i) args.push_back(arg(i));
+    updated = b.call(op, std::move(args));
+  } else if (op == "aten::permute") {
+    std::vector<int64_t> perm = link_args.at(1).value.toIntVector(), inverse(perm.size());
     for (size_t i = 0; i < perm.size(); ++i)
       inverse[static_cast<size_t>(c10::maybe_wrap_dim(perm[i], static_cast<int64_t>(perm.size())))] =
           static_cast<int64_t>(i);
     updated = b.call("aten::permute", {src, inverse});
-  } else if (l.op == "aten::unsqueeze") {
+  } else if (op == "aten::unsqueeze") {
     updated = b.call("aten::squeeze.dim", {src, arg(1)});
   } else {  // view, squeeze.dim: back to the base's shape
     if (!src->meta().is_contiguous()) src = b.call("aten::clone", {src, c10::MemoryFormat::Contiguous});

@@ -58,8 +58,11 @@ class Functionalizer {
  private:
   struct ViewLink {  // how a view tensor was taken from its base
     at::Tensor base;
-    std::string op;
+    const Node* view = nullptr;  // the recorded view (a node lives as long as the trace runs), or
+    std::string op;              // for a part of split or unbind, the slice or select that takes it
     std::vector<Arg> args;
+    const std::string& op_name() const { return view ? view->op() : op; }
+    const std::vector<Arg>& arguments() const { return view ? view->args() : args; }
   };
 
   void link_parts(const RecordedCall& c, const std::vector<at::Tensor>& results);

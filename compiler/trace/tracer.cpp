@@ -227,7 +227,7 @@ class Recorder {
   /// The CompositeImplicitAutograd ops being decomposed, outermost first.
   std::vector<std::string> decomposing_;
 
-  std::vector<std::string> kernels_;
+  std::vector<std::string_view> kernels_;
   std::map<std::string, int64_t> matmul_flops_by_op_;
   std::unordered_map<int, at::Tensor>& values() { return s_.values; }
   /// The first error the tracer raised inside the callable: the trace fails with it, however the

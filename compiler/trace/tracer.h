@@ -27,6 +27,7 @@
 
 #include <functional>
 #include <map>
+#include <string_view>
 #include <unordered_map>
 
 namespace jvpc {
@@ -68,8 +69,9 @@ struct Trace {
   /// Value id -> tensor computed by the tracing run (inputs included), when keep_values.
   std::unordered_map<int, at::Tensor> values;
   /// The kernels the dispatcher ran, in order, as named by the dispatcher (before the
-  /// functional and view normalisation of the graph).
-  std::vector<std::string> kernels;
+  /// functional and view normalisation of the graph): views of names that live as long as the
+  /// process (OpInfo::name).
+  std::vector<std::string_view> kernels;
   /// The matmul FLOPs of those kernels, by op (kernel_matmul_flops, compiler/cost/kernel_watch.h;
   /// a jvpc:: operator's are those of the kernels it calls): what a KernelWatch would count.
   std::map<std::string, int64_t> matmul_flops_by_op;
