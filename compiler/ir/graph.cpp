@@ -119,6 +119,12 @@ std::pair<std::string, std::string> split_op_name(const std::string& qualified) 
 
 // --- Value and Node -----------------------------------------------------------------------
 
+void Value::set_meta(TensorMeta m) {
+  meta_ = std::move(m);
+  if (producer_) producer_->touch();
+  for (const Use& u : uses_) u.user->touch();
+}
+
 void Value::replace_all_uses_with(Value* other) {
   if (other == this) return;
   auto uses = uses_;  // replace_input edits uses_
@@ -152,12 +158,18 @@ void Node::replace_input(size_t i, Value* v) {
   old->remove_use(Use{this, i});
   inputs_[i] = v;
   v->add_use(Use{this, i});
+  touch();
 }
 
 void Node::set_constant_arg(size_t i, Arg a) {
   if (a.is_tensor_kind() || args_.at(i).is_tensor_kind())
     throw Error("set_constant_arg: tensor arguments are edited with replace_input");
   args_[i] = std::move(a);
+  touch();
+}
+
+void Node::touch() {
+  if (graph_) stamp_ = ++graph_->last_stamp_;
 }
 
 // --- Graph --------------------------------------------------------------------------------
@@ -284,6 +296,7 @@ Node* Graph::create(std::string op, std::vector<Arg> args, std::vector<Value*> i
   auto node = std::make_unique<Node>();
   Node* n = node.get();
   n->graph_ = this;
+  n->stamp_ = ++last_stamp_;
   n->op_ = std::move(op);
   n->args_ = std::move(args);
   n->impure_ = impure;

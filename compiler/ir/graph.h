@@ -103,7 +103,8 @@ class Value {
  public:
   int id() const { return id_; }
   const TensorMeta& meta() const { return meta_; }
-  void set_meta(TensorMeta m) { meta_ = std::move(m); }
+  /// New metadata: its producer and its readers change (Node::stamp).
+  void set_meta(TensorMeta m);
   /// The node that computes this value, or nullptr for a graph input.
   Node* producer() const { return producer_; }
   /// Position in producer()->outputs().
@@ -203,6 +204,9 @@ class Node {
   Graph* graph() const { return graph_; }
   /// Whether this is its graph's return node (Graph::return_node()).
   bool is_return() const;
+  /// Changes whenever the node's arguments or operands, or its operands' or outputs' metadata,
+  /// change; no two nodes of a graph ever have the same one (ShapeChecks compares it).
+  uint64_t stamp() const { return stamp_; }
 
   void replace_input(size_t i, Value* v);
   /// Replaces schema argument `i`, a constant, by another constant.
@@ -210,6 +214,7 @@ class Node {
 
  private:
   friend class Graph;
+  friend class Value;
   Graph* graph_ = nullptr;
   std::string op_;
   std::vector<Value*> inputs_;
@@ -217,7 +222,9 @@ class Node {
   std::vector<Value*> outputs_;
   std::vector<int> return_counts_;
   bool impure_ = false;
+  uint64_t stamp_ = 0;
   std::list<std::unique_ptr<Node>>::iterator self_;
+  void touch();
 };
 
 /// Floating and complex dtypes: the ones that have tangents.
@@ -313,6 +320,7 @@ class Graph {
  private:
   Value* new_value(TensorMeta meta);
   friend class Value;
+  friend class Node;
   friend class InsertionGuard;
   std::list<std::unique_ptr<Node>> nodes_;
   // nodes() as of the last change to nodes_: passes ask for it again and again, and walking the
@@ -329,6 +337,7 @@ class Graph {
   // node to the node after it, so that no guard restores a dangling pointer.
   std::vector<Node**> saved_points_;
   int next_id_ = 0;
+  uint64_t last_stamp_ = 0;  // Node::stamp
 };
 
 /// Sets a graph's insertion point for its lifetime and restores the earlier one when it ends,

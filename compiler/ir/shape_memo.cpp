@@ -112,18 +112,6 @@ const std::string& signature(const std::string& op, const std::vector<Arg>& args
   return key;
 }
 
-const std::string& node_key(const Node& n) {
-  std::string& key = fresh_key();
-  put_call(key, n.op(), n.args());
-  put(key, n.inputs().size());
-  for (const Value* v : n.inputs()) put_meta(key, v->meta());
-  put(key, n.outputs().size());
-  for (const Value* v : n.outputs()) put_meta(key, v->meta());
-  put(key, n.return_counts().size());
-  key.append(reinterpret_cast<const char*>(n.return_counts().data()), n.return_counts().size() * sizeof(int));
-  return key;
-}
-
 }  // namespace
 
 const ShapeInferenceStats& shape_inference_stats() { return t_stats; }
@@ -158,8 +146,6 @@ std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector
   m.table.emplace(std::move(key), std::move(e));
   return out;
 }
-
-const std::string& node_signature(const Node& n) { return node_key(n); }
 
 }  // namespace detail
 

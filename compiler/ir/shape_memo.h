@@ -39,11 +39,6 @@ namespace detail {
 std::vector<TensorMeta> memoized_shapes(const std::string& op, const std::vector<Arg>& args,
                                         c10::ArrayRef<const TensorMeta*> inputs, std::vector<int>* return_counts,
                                         c10::function_ref<std::vector<TensorMeta>(std::vector<int>*)> compute);
-/// What shape inference reads of node `n` and what it declares, as one string: its op, the
-/// default dtype, its arguments, its operands' and outputs' metadata, and its return counts.
-/// Equal strings, equal nodes as far as a shape check goes (ShapeChecks, verifier.h).
-/// The string is a per-thread buffer, valid until the next signature is built on this thread.
-const std::string& node_signature(const Node& n);
 }  // namespace detail
 
 }  // namespace jvpc

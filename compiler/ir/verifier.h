@@ -5,6 +5,8 @@
 
 #include "compiler/ir/graph.h"
 
+#include <c10/util/flat_hash_map.h>
+
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -12,10 +14,10 @@
 
 namespace jvpc {
 
-/// The nodes whose declared outputs passed the shape check, with what the check read: their op,
-/// arguments, operand metadata and declared outputs, as one signature string each
-/// (detail::node_signature, shape_memo.h). Shape inference is a function of the first three, so a
-/// verify given this record infers again only the nodes a pass added or changed.
+/// The nodes whose declared outputs passed the shape check, each with its stamp then
+/// (Node::stamp, which changes with its op's arguments, its operands, and its operands' and
+/// outputs' metadata). Shape inference is a function of the first three, so a verify given this
+/// record infers again only the nodes a pass added or changed.
 class ShapeChecks {
  public:
   /// Whether `n` reads as it did when it last passed.
@@ -24,19 +26,12 @@ class ShapeChecks {
   /// Takes every node of `g` as checked: for a graph whose shapes the kernels themselves gave
   /// (a tracing run's).
   void trust(const Graph& g);
-  void clear() {
-    seen_.clear();
-    signatures_.clear();
-  }
+  void clear() { seen_.clear(); }
   /// From now on passed() records nothing: for a last verification, which none consults after.
   void stop_recording() { recording_ = false; }
 
  private:
-  struct Span {
-    size_t at, size;
-  };
-  std::unordered_map<const Node*, Span> seen_;  // where each node's signature is in signatures_
-  std::string signatures_;                      // the signatures recorded, one after another
+  ska::flat_hash_map<const Node*, uint64_t> seen_;  // node -> its stamp when it passed
   bool recording_ = true;
 };
 
