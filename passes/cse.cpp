@@ -6,9 +6,10 @@
 //   %9 = aten::transpose.int(%1, -2, -1)   // readers of %9 now read %5
 #include "passes/passes.h"
 
+#include <c10/util/flat_hash_map.h>
+
 #include <algorithm>
 #include <sstream>
-#include <unordered_map>
 
 namespace jvpc {
 
@@ -76,7 +77,8 @@ std::string key_of(const Node& n) {
 
 bool cse(Graph& g) {
   bool changed = false;
-  std::unordered_map<std::string, Node*> seen;
+  ska::flat_hash_map<std::string, Node*> seen;
+  seen.reserve(g.num_nodes());
   for (Node* n : g.nodes()) {
     if (n->impure() || n->outputs().empty()) continue;
     auto [it, added] = seen.emplace(key_of(*n), n);

@@ -202,7 +202,7 @@ std::vector<at::Tensor> run_counted(const Node& n, const std::vector<at::Tensor>
 
 // The tensors of `targets`, values of `primal` (see evaluate_primal).
 std::vector<at::Tensor> evaluate_values(const Graph& primal, const std::vector<const Value*>& targets,
-                                        const std::unordered_map<int, at::Tensor>& known,
+                                        const TensorsById& known,
                                         std::map<std::string, int64_t>* matmul_flops_by_op) {
   at::NoGradGuard no_grad;  // the values are data: residuals keep no autograd history
   std::unordered_map<const Value*, at::Tensor> value;
@@ -254,12 +254,12 @@ std::vector<at::Tensor> evaluate_values(const Graph& primal, const std::vector<c
 
 }  // namespace
 
-std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordered_map<int, at::Tensor>& known,
+std::vector<at::Tensor> evaluate_primal(const Graph& primal, const TensorsById& known,
                                         std::map<std::string, int64_t>* matmul_flops_by_op) {
   return evaluate_values(primal, {primal.outputs().begin(), primal.outputs().end()}, known, matmul_flops_by_op);
 }
 
-bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known, const SplitOptions& options,
+bool fold(Graph& g, const TensorsById& known, const SplitOptions& options,
           PrimalSplit* split_out, std::map<std::string, int64_t>* matmul_flops_by_op) {
   // Per residual: its name, its value, and its metadata and id as declared.
   std::vector<std::string> names;

@@ -47,7 +47,7 @@ struct LinearizePassContext {
   std::vector<std::string> wrt;
   size_t primal_outputs = 0;  ///< the traced graph's outputs, dropped from the tangent graph
   /// Values by id, from the tracing run, for fold.
-  std::shared_ptr<std::unordered_map<int, at::Tensor>> known;
+  std::shared_ptr<TensorsById> known;
   std::optional<int64_t> residual_budget;  ///< LinearizeOptions::residual_budget
   /// Where attention-form writes its choices (the CompileReport's), if anywhere.
   std::shared_ptr<std::vector<AttentionChoice>> attention;

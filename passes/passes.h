@@ -56,14 +56,14 @@ PrimalSplit split_primal(Graph& g, const SplitOptions& options = {});
 /// already computed (value id -> tensor: the tracing run's values, the primal inputs);
 /// anything else needed is run through the runtime. `matmul_flops_by_op`, if given, adds the
 /// matmul FLOPs of the nodes it runs (kernel_matmul_flops, compiler/cost/kernel_watch.h).
-std::vector<at::Tensor> evaluate_primal(const Graph& primal, const std::unordered_map<int, at::Tensor>& known,
+std::vector<at::Tensor> evaluate_primal(const Graph& primal, const TensorsById& known,
                                         std::map<std::string, int64_t>* matmul_flops_by_op = nullptr);
 /// fold.cpp: split_primal() and evaluate_primal(), then binds each residual to its value: the
 /// nodes that depend only on primal inputs and constants are evaluated once, and the values
 /// the rest of the graph reads become constant inputs (residuals). Residuals that alias a
 /// primal input are marked with that input's name. `split`, if given, receives the primal graph;
 /// `matmul_flops_by_op` as evaluate_primal's.
-bool fold(Graph& g, const std::unordered_map<int, at::Tensor>& known, const SplitOptions& options = {},
+bool fold(Graph& g, const TensorsById& known, const SplitOptions& options = {},
           PrimalSplit* split = nullptr, std::map<std::string, int64_t>* matmul_flops_by_op = nullptr);
 
 /// dce.cpp: removes nodes whose outputs nobody reads (impure nodes stay), then unused

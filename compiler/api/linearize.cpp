@@ -37,7 +37,7 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, KernelWat
                            std::shared_ptr<PrimalSplit> split) {
   Linearized lin;
   lin.primal_outputs = t.outputs;
-  auto known = std::make_shared<std::unordered_map<int, at::Tensor>>(std::move(t.values));
+  auto known = std::make_shared<TensorsById>(std::move(t.values));
   Pipeline p;
   p.verify_each(options.verify_each);
   // A traced graph was verified by trace(), its shapes those its kernels produced; a given graph

@@ -143,7 +143,7 @@ void add_opt(CLI::App& app) {
       ctx->primal_outputs = g->outputs().size();
       if (cmd->count("--residual-budget")) ctx->residual_budget = parse_size(o->residual_budget, "--residual-budget");
       // fold evaluates what the tangent reads at random primals (the text holds no values).
-      ctx->known = std::make_shared<std::unordered_map<int, at::Tensor>>();
+      ctx->known = std::make_shared<TensorsById>();
       std::vector<at::Tensor> primal_values = random_inputs(*g, o->seed);
       size_t k = 0;
       for (const Input& in : g->inputs())

@@ -27,6 +27,8 @@ std::vector<Value*> Builder::emit(const std::string& op, std::vector<BArg> bargs
     throw Error(op + " takes " + std::to_string(schema.size()) + " arguments, got " + std::to_string(bargs.size()));
   std::vector<Arg> args;
   std::vector<Value*> inputs;
+  args.reserve(schema.size());
+  inputs.reserve(bargs.size());
   for (size_t i = 0; i < schema.size(); ++i) {
     if (i >= bargs.size()) {
       if (!schema[i].default_value())

@@ -35,6 +35,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/flat_hash_map.h>
 
 #include <cstdint>
 #include <functional>
@@ -233,6 +234,9 @@ inline bool differentiable_dtype(c10::ScalarType t) { return c10::isFloatingType
 /// A tensor's version counter, which in-place writes advance; none for an undefined tensor or an
 /// inference tensor, which keeps none.
 std::optional<int64_t> version_counter(const at::Tensor& t);
+
+/// Tensors by value id (Value::id): what a tracing run computed, what fold knows.
+using TensorsById = ska::flat_hash_map<int, at::Tensor>;
 
 /// A graph input: a named value with a role. Constants carry their tensor in `data`.
 struct Input {

@@ -135,13 +135,24 @@ const OpInfo& op_info(const std::string& qualified_name) {
 }
 
 const OpInfo& op_info(const c10::OperatorHandle& op) {
+  // The tracer asks once per kernel it sees: as above, a per-thread cache answers most calls.
+  constexpr size_t kSlots = 256;
+  thread_local std::pair<const c10::FunctionSchema*, const OpInfo*> recent[kSlots] = {};
+  const c10::FunctionSchema* schema = &op.schema();
+  auto& slot = recent[(reinterpret_cast<uintptr_t>(schema) >> 4) % kSlots];
+  if (slot.first == schema) return *slot.second;
   auto& t = table();
   {
     std::lock_guard<std::mutex> lock(t.mu);
-    auto it = t.by_schema.find(&op.schema());
-    if (it != t.by_schema.end()) return *it->second;
+    auto it = t.by_schema.find(schema);
+    if (it != t.by_schema.end()) {
+      slot = {schema, it->second};
+      return *it->second;
+    }
   }
-  return op_info(op_name(op.operator_name()));
+  const OpInfo& info = op_info(op_name(op.operator_name()));
+  slot = {schema, &info};
+  return info;
 }
 
 // --- Args -----------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ struct TraceState {
   std::unordered_map<const Value*, std::string> allocated_inside;  // ... allocated by a decomposed op
   ska::flat_hash_set<const void*> protected_storages;
   /// Value id -> tensor computed by the tracing run, when keep_values.
-  std::unordered_map<int, at::Tensor> values;
+  TensorsById values;
   std::vector<at::Tensor> keep;  // keeps TensorImpl pointers unique for the whole trace
   int constants = 0;
   /// The traced function's inputs' names, which the constants' names (c0, c1, ...) avoid.

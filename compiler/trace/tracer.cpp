@@ -229,7 +229,7 @@ class Recorder {
 
   std::vector<std::string_view> kernels_;
   std::map<std::string, int64_t> matmul_flops_by_op_;
-  std::unordered_map<int, at::Tensor>& values() { return s_.values; }
+  TensorsById& values() { return s_.values; }
   /// The first error the tracer raised inside the callable: the trace fails with it, however the
   /// callable passed it on (Python turns it into a RuntimeError) or whether it caught it.
   std::string error_;

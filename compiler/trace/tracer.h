@@ -67,7 +67,7 @@ struct Trace {
   /// The callable's outputs, as the tracing run computed them.
   std::vector<at::Tensor> outputs;
   /// Value id -> tensor computed by the tracing run (inputs included), when keep_values.
-  std::unordered_map<int, at::Tensor> values;
+  TensorsById values;
   /// The kernels the dispatcher ran, in order, as named by the dispatcher (before the
   /// functional and view normalisation of the graph): views of names that live as long as the
   /// process (OpInfo::name).
