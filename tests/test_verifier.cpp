@@ -172,6 +172,28 @@ TEST(Verifier, ShapeChecksInferOnlyNodesThatChanged) {
   expect_rejected(g, "produces f32[4]");
 }
 
+// A node the Builder made has the shapes inference gives: a check takes it as checked until it
+// changes (its declared output is then what a check reads, and rejects).
+TEST(Verifier, ShapeChecksTakeTheBuildersInferenceUntilTheNodeChanges) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  Value* e = b.call("aten::exp", {x});
+  g.add_output(e);
+  ShapeChecks checks;
+  EXPECT_TRUE(e->producer()->shapes_inferred());
+  EXPECT_TRUE(checks.unchanged(*e->producer()));
+  Node* made = g.create("aten::exp", {Arg::tensor(0)}, {x}, {f32({4})});
+  EXPECT_FALSE(made->shapes_inferred());
+  EXPECT_FALSE(checks.unchanged(*made));
+  e->set_meta(f32({5}));
+  EXPECT_FALSE(e->producer()->shapes_inferred());
+  EXPECT_FALSE(checks.unchanged(*e->producer()));
+  VerifyOptions cached;
+  cached.shape_checks = &checks;
+  EXPECT_THROW(verify(g, cached), Error);
+}
+
 // After stop_recording (the pipeline's last verification), a node that passes is not recorded:
 // nothing is kept that no later verification reads.
 TEST(Verifier, ShapeChecksStopRecording) {
@@ -186,7 +208,7 @@ TEST(Verifier, ShapeChecksStopRecording) {
   cached.shape_checks = &checks;
   EXPECT_NO_THROW(verify(g, cached));
   EXPECT_TRUE(checks.unchanged(*e->producer()));
-  Value* s = b.call("aten::sin", {x});
+  Value* s = g.create("aten::sin", {Arg::tensor(0)}, {x}, {f32({4})})->output();  // not the Builder's
   g.add_output(s);
   checks.stop_recording();
   EXPECT_NO_THROW(verify(g, cached));

@@ -71,20 +71,26 @@ std::vector<Value*> Builder::emit(const std::string& op, std::vector<BArg> bargs
     }
     return true;
   };
+  bool inferred = true;  // the outputs are what shape inference gives
   try {
     outs = infer_outputs(info, args, inputs, &counts);
     // Where the shape depends on values, the shape rule gives a bound (masked_select, index with a
     // mask): `shaped_like` has the real one.
     if (same_operands() && counts == shaped_like->return_counts() && outs.size() == shaped_like->outputs().size())
       for (size_t i = 0; i < outs.size(); ++i)
-        if (value_dependent_shape(op, i)) outs[i] = shaped_like->outputs()[i]->meta();
+        if (value_dependent_shape(op, i)) {
+          outs[i] = shaped_like->outputs()[i]->meta();
+          inferred = false;
+        }
   } catch (const NoShapeRule&) {
     if (!same_operands()) throw;
     for (const Value* o : shaped_like->outputs()) outs.push_back(o->meta());
     counts = shaped_like->return_counts();
+    inferred = false;
   }
   bool impure = is_impure(info, args);
   Node* n = g_.create(op, std::move(args), std::move(inputs), std::move(outs), std::move(counts), impure);
+  if (inferred) n->mark_shapes_inferred();
   return n->outputs();
 }
 

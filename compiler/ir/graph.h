@@ -208,6 +208,10 @@ class Node {
   /// Changes whenever the node's arguments or operands, or its operands' or outputs' metadata,
   /// change; no two nodes of a graph ever have the same one (ShapeChecks compares it).
   uint64_t stamp() const { return stamp_; }
+  /// Whether the outputs' metadata is what shape inference gives for the node as it is now: set
+  /// by mark_shapes_inferred() (the Builder, which inferred it), lost with the next change.
+  bool shapes_inferred() const { return inferred_at_ == stamp_; }
+  void mark_shapes_inferred() { inferred_at_ = stamp_; }
 
   void replace_input(size_t i, Value* v);
   /// Replaces schema argument `i`, a constant, by another constant.
@@ -224,6 +228,7 @@ class Node {
   std::vector<int> return_counts_;
   bool impure_ = false;
   uint64_t stamp_ = 0;
+  uint64_t inferred_at_ = ~uint64_t{0};  // the stamp at mark_shapes_inferred(); none before
   std::list<std::unique_ptr<Node>>::iterator self_;
   void touch();
 };

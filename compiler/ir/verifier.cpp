@@ -50,6 +50,7 @@ int max_tensors(const c10::Argument& r) {
 std::string describe(const Node* n) { return describe(n, id_name); }
 
 bool ShapeChecks::unchanged(const Node& n) const {
+  if (n.shapes_inferred()) return true;  // the same inference a check would run, on the node as it is
   auto it = seen_.find(&n);
   return it != seen_.end() && it->second == n.stamp();
 }

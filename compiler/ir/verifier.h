@@ -17,7 +17,8 @@ namespace jvpc {
 /// The nodes whose declared outputs passed the shape check, each with its stamp then
 /// (Node::stamp, which changes with its op's arguments, its operands, and its operands' and
 /// outputs' metadata). Shape inference is a function of the first three, so a verify given this
-/// record infers again only the nodes a pass added or changed.
+/// record infers again only the nodes a pass added or changed, and of those not the ones whose
+/// shapes the Builder inferred and that are unchanged since (Node::shapes_inferred).
 class ShapeChecks {
  public:
   /// Whether `n` reads as it did when it last passed.
