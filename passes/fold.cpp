@@ -202,8 +202,7 @@ std::vector<at::Tensor> run_counted(const Node& n, const std::vector<at::Tensor>
 
 // The tensors of `targets`, values of `primal` (see evaluate_primal).
 std::vector<at::Tensor> evaluate_values(const Graph& primal, const std::vector<const Value*>& targets,
-                                        const TensorsById& known,
-                                        std::map<std::string, int64_t>* matmul_flops_by_op) {
+                                        const TensorsById& known, std::map<std::string, int64_t>* matmul_flops_by_op) {
   at::NoGradGuard no_grad;  // the values are data: residuals keep no autograd history
   std::unordered_map<const Value*, at::Tensor> value;
   for (const Input& in : primal.inputs())
@@ -259,8 +258,8 @@ std::vector<at::Tensor> evaluate_primal(const Graph& primal, const TensorsById& 
   return evaluate_values(primal, {primal.outputs().begin(), primal.outputs().end()}, known, matmul_flops_by_op);
 }
 
-bool fold(Graph& g, const TensorsById& known, const SplitOptions& options,
-          PrimalSplit* split_out, std::map<std::string, int64_t>* matmul_flops_by_op) {
+bool fold(Graph& g, const TensorsById& known, const SplitOptions& options, PrimalSplit* split_out,
+          std::map<std::string, int64_t>* matmul_flops_by_op) {
   // Per residual: its name, its value, and its metadata and id as declared.
   std::vector<std::string> names;
   std::vector<at::Tensor> values;

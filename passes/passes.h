@@ -63,8 +63,8 @@ std::vector<at::Tensor> evaluate_primal(const Graph& primal, const TensorsById& 
 /// the rest of the graph reads become constant inputs (residuals). Residuals that alias a
 /// primal input are marked with that input's name. `split`, if given, receives the primal graph;
 /// `matmul_flops_by_op` as evaluate_primal's.
-bool fold(Graph& g, const TensorsById& known, const SplitOptions& options = {},
-          PrimalSplit* split = nullptr, std::map<std::string, int64_t>* matmul_flops_by_op = nullptr);
+bool fold(Graph& g, const TensorsById& known, const SplitOptions& options = {}, PrimalSplit* split = nullptr,
+          std::map<std::string, int64_t>* matmul_flops_by_op = nullptr);
 
 /// dce.cpp: removes nodes whose outputs nobody reads (impure nodes stay), then unused
 /// constant inputs, and unused primal inputs when `prune_primal_inputs`.

@@ -495,8 +495,7 @@ TEST(Linearize, OneDnnLstmLayersMatchForwardAdOfTheUnfusedPath) {
       EXPECT_LT(test::rel_error(got_b[i], want_b[i]), 1e-5) << "biases alone, output " << i;
     Linearized lin = linearize(fn, in);
     bool fused = false;
-    for (std::string_view k : trace(fn, in, TraceOptions::graph_only()).kernels)
-      fused |= k == "aten::mkldnn_rnn_layer";
+    for (std::string_view k : trace(fn, in, TraceOptions::graph_only()).kernels) fused |= k == "aten::mkldnn_rnn_layer";
     ASSERT_TRUE(fused) << "the trace does not run oneDNN's layer";
     std::vector<at::Tensor> got = lin.jvp(t);
     at::globalContext().setUserEnabledMkldnn(false);

@@ -86,8 +86,7 @@ at::Tensor laid_out(const at::Tensor& t, const TensorMeta& m) {
 
 // The residuals of the cached primal graph at this trace: its values by id where the trace has
 // them (the graphs are equal, so ids name the same values), its other nodes evaluated (fold).
-std::vector<at::Tensor> fold(const LinearizeCache::Entry& e, const Graph& traced,
-                             TensorsById& values) {
+std::vector<at::Tensor> fold(const LinearizeCache::Entry& e, const Graph& traced, TensorsById& values) {
   at::NoGradGuard no_grad;
   for (const Input& in : traced.inputs())  // this call's captured tensors, at their ids
     if (in.role == Role::Constant) values[in.value->id()] = in.data;

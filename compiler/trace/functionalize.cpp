@@ -17,9 +17,9 @@ bool updates_running_stats(const std::string& op) {
 bool invertible_view(const OpInfo& op) {
   static const std::unordered_set<const OpInfo*> ops = [] {
     std::unordered_set<const OpInfo*> s;
-    for (const char* name : {"aten::slice.Tensor", "aten::select.int", "aten::diagonal", "aten::alias",
-                             "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze", "aten::squeeze.dim",
-                             "aten::view"})
+    for (const char* name :
+         {"aten::slice.Tensor", "aten::select.int", "aten::diagonal", "aten::alias", "aten::transpose.int", "aten::t",
+          "aten::permute", "aten::unsqueeze", "aten::squeeze.dim", "aten::view"})
       s.insert(&op_info(name));
     return s;
   }();
