@@ -108,15 +108,22 @@ OpTable& table() {
   return *t;
 }
 
+// The passes ask for the same nodes' ops again and again, and the tracer for the same kernels':
+// a per-thread cache of recent answers, keyed by an address (where a name lives, a schema), one
+// slot of 256 per address, answers most calls without the lock or a hash. (OpInfos are never
+// destroyed.)
+template <typename Key>
+std::pair<const Key*, const OpInfo*>& recent_slot(const Key* key) {
+  constexpr size_t kSlots = 256;
+  thread_local std::pair<const Key*, const OpInfo*> recent[kSlots] = {};
+  return recent[(reinterpret_cast<uintptr_t>(key) >> 4) % kSlots];
+}
+
 }  // namespace
 
 const OpInfo& op_info(const std::string& qualified_name) {
-  // Passes ask for the same nodes' ops again and again: a per-thread cache keyed by where the
-  // name lives, checked against the name itself, answers most calls without the lock or a hash.
-  // (OpInfos are never destroyed.)
-  constexpr size_t kSlots = 256;
-  thread_local std::pair<const std::string*, const OpInfo*> recent[kSlots] = {};
-  auto& slot_of_name = recent[(reinterpret_cast<uintptr_t>(&qualified_name) >> 4) % kSlots];
+  // A name's slot is checked against the name itself: another string may live there now.
+  auto& slot_of_name = recent_slot(&qualified_name);
   if (slot_of_name.first == &qualified_name && slot_of_name.second->name == qualified_name) return *slot_of_name.second;
   auto& t = table();
   std::lock_guard<std::mutex> lock(t.mu);
@@ -135,11 +142,8 @@ const OpInfo& op_info(const std::string& qualified_name) {
 }
 
 const OpInfo& op_info(const c10::OperatorHandle& op) {
-  // The tracer asks once per kernel it sees: as above, a per-thread cache answers most calls.
-  constexpr size_t kSlots = 256;
-  thread_local std::pair<const c10::FunctionSchema*, const OpInfo*> recent[kSlots] = {};
   const c10::FunctionSchema* schema = &op.schema();
-  auto& slot = recent[(reinterpret_cast<uintptr_t>(schema) >> 4) % kSlots];
+  auto& slot = recent_slot(schema);
   if (slot.first == schema) return *slot.second;
   auto& t = table();
   {

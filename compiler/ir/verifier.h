@@ -21,7 +21,8 @@ namespace jvpc {
 /// shapes the Builder inferred and that are unchanged since (Node::shapes_inferred).
 class ShapeChecks {
  public:
-  /// Whether `n` reads as it did when it last passed.
+  /// Whether `n` reads as it did when it last passed, or has the shapes the Builder inferred for
+  /// it as it is (Node::shapes_inferred).
   bool unchanged(const Node& n) const;
   void passed(const Node& n);
   /// Takes every node of `g` as checked: for a graph whose shapes the kernels themselves gave
