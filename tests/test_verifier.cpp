@@ -120,6 +120,45 @@ TEST(Verifier, RejectsOperandsNoArgumentPasses) {
 }
 
 // Kernels without a Meta implementation are checked by jvpc's own shape rules (flip, roll).
+// A use list no public edit can break; the test edits one in place, as a faulty pass might.
+Uses& uses_of(Value* v) { return const_cast<Uses&>(v->uses()); }
+
+// x read by `readers` nodes (neg), each returned; x's use list has `readers` entries.
+std::vector<Value*> graph_reading_x(Graph& g, int readers) {
+  Value* x = g.add_input("x", f32({4}), Role::Primal);
+  Builder b(g);
+  std::vector<Value*> outs;
+  for (int i = 0; i < readers; ++i) g.add_output(outs.emplace_back(b.call("aten::neg", {x})));
+  return {x, outs.front(), outs.back()};
+}
+
+TEST(Verifier, RejectsUseListsThatMissOrRepeatAUse) {
+  for (int readers : {2, 40}) {  // a short use list, searched; a long one, compared sorted
+    SCOPED_TRACE(readers);
+    {
+      Graph g;
+      Value* x = graph_reading_x(g, readers)[0];
+      EXPECT_NO_THROW(verify(g));
+      uses_of(x).pop_back();
+      expect_rejected(g, "use lists are out of date");
+    }
+    {
+      Graph g;
+      Value* x = graph_reading_x(g, readers)[0];
+      uses_of(x).push_back(x->uses().front());  // one read listed twice
+      expect_rejected(g, "use lists are out of date");
+    }
+    {
+      Graph g;
+      auto v = graph_reading_x(g, readers);
+      // As many entries as reads, the last one a read that does not happen (the last
+      // reader's operand 1).
+      uses_of(v[0]).back() = Use{v[2]->producer(), 1};
+      expect_rejected(g, "use lists are out of date");
+    }
+  }
+}
+
 TEST(Verifier, ChecksKernelsWithoutMetaImplementationsByTheirShapeRules) {
   Graph g;
   Value* x = g.add_input("x", f32({3, 4}), Role::Primal);

@@ -6,7 +6,6 @@
 #include <unordered_set>
 
 #include <algorithm>
-#include <limits>
 #include <sstream>
 #include <unordered_map>
 
@@ -33,9 +32,7 @@ int64_t TensorMeta::numel() const {
   int64_t n = 1;
   for (int64_t s : sizes) {
     if (s < 0) throw Error("negative size " + std::to_string(s) + " in " + str());
-    if (s != 0 && n > std::numeric_limits<int64_t>::max() / s)
-      throw Error("element count of " + str() + " overflows 64 bits");
-    n *= s;
+    if (__builtin_mul_overflow(n, s, &n)) throw Error("element count of " + str() + " overflows 64 bits");
   }
   return n;
 }

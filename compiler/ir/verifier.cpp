@@ -45,6 +45,17 @@ int max_tensors(const c10::Argument& r) {
   return 0;
 }
 
+// Use lists up to this long are searched for each read.
+constexpr size_t kShortUses = 16;
+
+// Whether v's use list records its read as operand `index` of `user`.
+bool listed(const Value* v, const Node* user, size_t index) {
+  const Uses& uses = v->uses();
+  return std::find(uses.begin(), uses.end(), Use{const_cast<Node*>(user), index}) != uses.end();
+}
+
+Error stale_uses() { return Error("use lists are out of date (a pass edited operands without replace_input)"); }
+
 }  // namespace
 
 std::string describe(const Node* n) { return describe(n, id_name); }
@@ -69,13 +80,23 @@ void verify(const Graph& g, const VerifyOptions& options) {
   ska::flat_hash_set<const Value*> defined;  // open addressing: no allocation per value
   ska::flat_hash_set<int> ids;
   std::unordered_set<std::string_view> names;  // views of the inputs' own names
+  // Every read (an operand, or an output returned) must be in its value's use list: looked up
+  // there for a short list, compared sorted for a long one (a graph file's constant read by a
+  // million nodes costs a sort, not a million scans of a million entries).
+  size_t reads = 0;
   using Read = std::tuple<const Value*, const Node*, size_t>;
-  std::vector<Read> reads;  // expected uses
+  std::vector<Read> long_reads;
+  auto read = [&](const Value* v, const Node* user, size_t index) {
+    ++reads;
+    if (v->uses().size() > kShortUses)
+      long_reads.emplace_back(v, user, index);
+    else if (!listed(v, user, index))
+      throw stale_uses();
+  };
   const size_t values = g.inputs().size() + 2 * g.num_nodes();  // about: most nodes have one output
   defined.reserve(values);
   ids.reserve(values);
   names.reserve(g.inputs().size());
-  reads.reserve(2 * values);
 
   auto define = [&](const Value* v, const auto& where) {
     if (!ids.insert(v->id()).second) throw Error(where() + ": value id " + name(v) + " is defined twice");
@@ -108,7 +129,7 @@ void verify(const Graph& g, const VerifyOptions& options) {
       const Value* v = n->inputs()[i];
       if (!defined.count(v))
         throw Error(where() + ": operand " + std::to_string(i) + " (" + name(v) + ") is not defined before use");
-      reads.emplace_back(v, n, i);
+      read(v, n, i);
     }
     referenced.assign(n->inputs().size(), false);
     for (const Arg& a : n->args())
@@ -195,21 +216,26 @@ void verify(const Graph& g, const VerifyOptions& options) {
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const Value* v = g.outputs()[i];
     if (!defined.count(v)) throw Error("output " + std::to_string(i) + " (" + name(v) + ") is not defined");
-    reads.emplace_back(v, g.return_node(), i);  // returning a value is a use of it
+    read(v, g.return_node(), i);  // returning a value is a use of it
   }
   if (g.return_node()->graph() != &g || !g.return_node()->args().empty() || !g.return_node()->outputs().empty())
     throw Error("the return node is not this graph's, or has arguments or outputs");
 
-  // Use lists must list exactly the reads.
-  std::vector<Read> listed;
-  listed.reserve(reads.size());
+  // Use lists must list exactly the reads. The reads are distinct (one per operand slot): with
+  // each short list's reads found in it, the long lists equal to theirs, and no more entries in
+  // all the lists than there are reads, the lists hold each read once and nothing else.
+  size_t uses = 0;
+  std::vector<Read> long_listed;
+  long_listed.reserve(long_reads.size());
   for (const Value* v : defined) {
     if (v->erased()) throw Error("value " + name(v) + " is erased but still in the graph");
-    for (const Use& u : v->uses()) listed.emplace_back(v, u.user, u.index);
+    uses += v->uses().size();
+    if (v->uses().size() > kShortUses)
+      for (const Use& u : v->uses()) long_listed.emplace_back(v, u.user, u.index);
   }
-  std::sort(reads.begin(), reads.end());
-  std::sort(listed.begin(), listed.end());
-  if (listed != reads) throw Error("use lists are out of date (a pass edited operands without replace_input)");
+  std::sort(long_reads.begin(), long_reads.end());
+  std::sort(long_listed.begin(), long_listed.end());
+  if (uses != reads || long_listed != long_reads) throw stale_uses();
 }
 
 }  // namespace jvpc
