@@ -34,7 +34,7 @@ class Program:
     def __init__(self, prog, inputs: Inputs, out_spec, who: str, weights: Weights | None = None,
                  tangent_grad_of: Callable | None = None):
         self._prog = prog
-        self._inputs = inputs
+        self._inputs = inputs  # the example's structure (Inputs.structure(): no tensors)
         self._out_spec = out_spec
         self._who = who
         self._weights = weights  # bound by name at each call: the program's first argument
@@ -116,7 +116,8 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
     with supported_context(who):
         prog = _C._compile(traced_fn(traced, inputs, who, out_spec), inputs.tensors, inputs.names,
                            inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions(), exact_strides)
-    return Program(prog, inputs, out_spec[0], who, weights if len(weights) else None,
+    weights.release()  # the program reads them by name; a replaced weight is freed
+    return Program(prog, inputs.structure(), out_spec[0], who, weights if len(weights) else None,
                    traced if tangent_grad else None)
 
 
@@ -137,4 +138,4 @@ def load_program(path: str, *, trusted: bool = False, device: str | None = None,
                     [name for name, _, _ in metas])
     n = prog.num_primal_outputs
     out_spec = pytree.tree_structure(0 if n == 1 else tuple(range(n)))
-    return Program(prog, inputs, out_spec, "jvpc.Program")
+    return Program(prog, inputs.structure(), out_spec, "jvpc.Program")

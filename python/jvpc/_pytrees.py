@@ -14,6 +14,7 @@ safetensors files hold (`jvpc linearize x.json --inputs`, `jvpc jvp --primals --
 
 from __future__ import annotations
 
+import copy
 import inspect
 import types
 from typing import Any, Callable, Sequence
@@ -104,6 +105,15 @@ class Inputs:
                     slots.append(None)
             self.slots.append(slots)
         self.wrt = [self.names[s] for i in diff for s in self.slots[i]]
+
+    def structure(self) -> "Inputs":
+        """These Inputs without their tensors: the structure, non-tensor leaves and names a compiled
+        program checks each call against, holding none of the example's tensors alive."""
+        s = copy.copy(self)
+        s.leaves = [[leaf if slot is None else None for slot, leaf in zip(slots, leaves)]
+                    for slots, leaves in zip(self.slots, self.leaves)]
+        s.tensors = []
+        return s
 
     def rebuild(self, tensors: Sequence[torch.Tensor]) -> list[Any]:
         """The positional arguments with the graph's tensors in place of the inputs' leaves."""

@@ -126,6 +126,11 @@ class Weights:
                 stack.enter_context(reparametrize_module(root, d))
             yield
 
+    def release(self) -> None:
+        """Forgets the tensors bound when found, which only stamp() reads: a compiled program reads
+        its weights by name at each call, and holds none it was compiled with."""
+        self._found = []
+
     def stamp(self):
         """What a linear map was made with: each weight as found when these Weights were made, its
         data pointer, its version and, in CPU memory, a checksum of its bytes (a write through

@@ -3,8 +3,10 @@ reaches at every call, as torch.func.functional_call binds them; a linear map re
 one of its weights was replaced or rebound."""
 
 import copy
+import gc
 import os
 import sys
+import weakref
 
 import pytest
 import torch
@@ -56,6 +58,19 @@ def test_load_state_dict_assign_and_an_ema_swap_are_seen():
     other = DiT().double()
     for p, q in zip(net.parameters(), other.parameters()):  # an EMA swap through .data
         p.data, q.data = q.data, p.data
+    check_matches_eager(prog, net, x)
+
+
+@pytest.mark.parametrize("tangent_grad", [False, True])
+def test_a_program_holds_neither_the_weights_nor_the_primals_it_was_compiled_with(tangent_grad):
+    net, x = case()
+    z = x[0].clone()
+    prog = jvpc.compile(net, z, *x[1:], tangent_grad=tangent_grad)
+    old, example = weakref.ref(net.blocks[1].qkv.weight), weakref.ref(z)
+    net.blocks[1].qkv.weight = nn.Parameter(torch.randn_like(net.blocks[1].qkv.weight))
+    del z
+    gc.collect()
+    assert old() is None and example() is None
     check_matches_eager(prog, net, x)
 
 
