@@ -70,6 +70,7 @@ def worker(rank, kind, init_file, out_file):
             grads = {n: p.grad.full_tensor() for n, p in step.named_parameters()}
         if rank == 0:
             torch.save(grads, out_file)
+        dist.barrier()  # both ranks done before either tears the process group down
     finally:
         dist.destroy_process_group()
 
