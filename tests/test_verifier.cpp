@@ -119,11 +119,11 @@ TEST(Verifier, RejectsOperandsNoArgumentPasses) {
   expect_rejected(g, "not passed to any argument");
 }
 
-// Kernels without a Meta implementation are checked by jvpc's own shape rules (flip, roll).
 // A use list no public edit can break; the test edits one in place, as a faulty pass might.
 Uses& uses_of(Value* v) { return const_cast<Uses&>(v->uses()); }
 
-// x read by `readers` nodes (neg), each returned; x's use list has `readers` entries.
+// x read by `readers` nodes (neg), each returned, so x's use list has `readers` entries:
+// {x, the first reader's output, the last reader's output}.
 std::vector<Value*> graph_reading_x(Graph& g, int readers) {
   Value* x = g.add_input("x", f32({4}), Role::Primal);
   Builder b(g);
@@ -132,7 +132,7 @@ std::vector<Value*> graph_reading_x(Graph& g, int readers) {
   return {x, outs.front(), outs.back()};
 }
 
-TEST(Verifier, RejectsUseListsThatMissOrRepeatAUse) {
+TEST(Verifier, RejectsUseListsThatMissRepeatOrInventARead) {
   for (int readers : {2, 40}) {  // a short use list, searched; a long one, compared sorted
     SCOPED_TRACE(readers);
     {
@@ -159,6 +159,7 @@ TEST(Verifier, RejectsUseListsThatMissOrRepeatAUse) {
   }
 }
 
+// Kernels without a Meta implementation are checked by jvpc's own shape rules (flip, roll).
 TEST(Verifier, ChecksKernelsWithoutMetaImplementationsByTheirShapeRules) {
   Graph g;
   Value* x = g.add_input("x", f32({3, 4}), Role::Primal);
