@@ -8,6 +8,7 @@
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verifier.h"
 #include "runtime/cuda_graph.h"
+#include "runtime/one_thread.h"
 #include "runtime/plan.h"
 
 #include <ATen/ATen.h>
@@ -257,6 +258,7 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
     auto where = [&] { return st.where(); };
     if (st.checked_indices) check_index_arguments(where, *st.checked_indices, stack);
     try {
+      OneThread one_thread(st.one_thread);
       info->handle.callBoxed(stack);
     } catch (const std::exception& e) {
       throw Error(st.where() + ": " + one_line(e));
@@ -342,6 +344,7 @@ std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor
   const OpContract* contract = op_contract(n.op());
   if (contract && !contract->indices.empty()) check_index_arguments(where, n, stack);
   try {
+    OneThread one_thread(runs_on_one_thread(n));
     info.handle.callBoxed(stack);
   } catch (const std::exception& e) {
     throw Error(where() + ": " + one_line(e));

@@ -6,6 +6,7 @@
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verifier.h"
 
+#include <ATen/Parallel.h>
 #include <c10/util/flat_hash_map.h>
 
 #include <algorithm>
@@ -53,6 +54,12 @@ const OpInfo* inplace_form(const Graph& g, const Node* n, const Liveness& live, 
 }
 
 }  // namespace
+
+bool runs_on_one_thread(const Node& n) {
+  auto below = [](const Value* v) { return v->meta().numel() < at::internal::GRAIN_SIZE; };
+  return std::all_of(n.inputs().begin(), n.inputs().end(), below) &&
+         std::all_of(n.outputs().begin(), n.outputs().end(), below);
+}
 
 Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
   Plan p;
@@ -114,6 +121,7 @@ Plan make_plan(const Graph& g, const Liveness& live, bool reuse_buffers) {
       }
     }
     for (const Value* o : n->outputs()) st.out_slots.push_back(slot_of(o));
+    st.one_thread = runs_on_one_thread(*n);
     st.outs.assign(n->outputs().begin(), n->outputs().end());
     // Release what dies here: operands read for the last time, and outputs nobody reads.
     auto dies = [&](const Value* v) { return !g.is_input(v) && live.last_use(v) <= static_cast<int>(i); };

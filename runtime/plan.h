@@ -46,6 +46,9 @@ struct PlanStep {
   std::string where() const;
   /// The results are an uninitialized allocation (empty and its kin): the call zeroes them.
   bool zero_results = false;
+  /// Every tensor it reads or writes is smaller than ATen's grain: it runs on the calling thread
+  /// alone (runtime/one_thread.h).
+  bool one_thread = false;
 };
 
 struct Plan {
@@ -66,6 +69,10 @@ struct Plan {
   /// scatters into views): inputs that do not own their storage are copied into their own.
   bool storage_relative = false;
 };
+
+/// Whether every tensor `n` reads or writes is smaller than ATen's grain, so that no loop of its
+/// kernel is worth a parallel region: it runs on the calling thread alone (runtime/one_thread.h).
+bool runs_on_one_thread(const Node& n);
 
 /// The plan of `g` (verified), given its liveness. `reuse_buffers`: run nodes in place where
 /// their first operand dies there (ExecutableOptions::reuse_buffers). Throws jvpc::Error naming

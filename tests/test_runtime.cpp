@@ -7,8 +7,25 @@
 #include "runtime/executable.h"
 #include "tests/helpers.h"
 
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
 #include <algorithm>
 #include <thread>
+
+namespace jvpc {
+namespace {
+
+// A test-only op: x filled with the number of threads ATen's parallel_for may use where it runs.
+at::Tensor threads_here(const at::Tensor& x) { return at::full_like(x, at::get_num_threads()); }
+at::Tensor threads_here_meta(const at::Tensor& x) { return at::empty_like(x); }
+
+}  // namespace
+}  // namespace jvpc
+
+TORCH_LIBRARY(jvpc_runtime_test, m) { m.def("threads_here(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(jvpc_runtime_test, CPU, m) { m.impl("threads_here", &jvpc::threads_here); }
+TORCH_LIBRARY_IMPL(jvpc_runtime_test, Meta, m) { m.impl("threads_here", &jvpc::threads_here_meta); }
 
 namespace jvpc {
 namespace {
@@ -205,6 +222,28 @@ TEST(Runtime, OpsThatReturnUnmarkedAliasesAreNeverRunInPlaceOn) {
     EXPECT_TRUE(outs[6].equal(keep * 10 + keep));
     EXPECT_TRUE(outs[7].equal(at::arange(16, at::kFloat).view({4, 4})));
     outs[7].add_(100);  // a copy: the constant is untouched for the next call
+  }
+}
+
+// A node whose tensors are all smaller than ATen's grain runs on the calling thread alone: under
+// contention a parallel region for a few rows waits for every thread of its team to be
+// scheduled. Larger nodes keep ATen's threads, and the caller's setting is restored.
+TEST(Runtime, SmallNodesRunOnOneThread) {
+  const int before = at::get_num_threads();  // ctest runs every test on one thread
+  at::set_num_threads(2);
+  struct Restore {
+    int n;
+    ~Restore() { at::set_num_threads(n); }
+  } restore{before};
+  const int threads = 2;
+  for (int64_t n : {int64_t{16}, at::internal::GRAIN_SIZE}) {
+    auto g = std::make_shared<Graph>();
+    Value* x = g->add_input("x", TensorMeta::contiguous({n}, c10::kFloat, c10::kCPU), Role::Primal, true);
+    g->add_output(Builder(*g).call("jvpc_runtime_test::threads_here", {x}), "y");
+    Executable exe{std::shared_ptr<const Graph>(g)};
+    at::Tensor y = exe.run({at::zeros({n})})[0];
+    EXPECT_EQ(y[0].item<float>(), n < at::internal::GRAIN_SIZE ? 1 : threads) << n << " elements";
+    EXPECT_EQ(at::get_num_threads(), threads);
   }
 }
 

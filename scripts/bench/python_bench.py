@@ -21,11 +21,16 @@ per call from Python. --profile prints torch.profiler's per-op table of jvpc's c
 call spends the time beyond its matmuls). --device cuda times on the GPU (synchronized around
 every call; float16 by default, as the seed's script); without one it refuses.
 
+Under contention: --busy N starts N processes that each spin on a core once set-up is done, and
+--nice K lowers this process's priority first, as a training loop's DataLoader workers or a build
+beside it would (`--seq-len 1 --busy 2 --nice 19` on two cores).
+
 Calls are timed in grad mode, as the seed's script calls jvp_fn and as torch_reference.py times
 it (jvpc's call runs without autograd either way); --no-grad times them under torch.no_grad().
 
   PYTHONPATH=build/python python3 scripts/bench/python_bench.py --config sdpa
   PYTHONPATH=build/python python3 scripts/bench/python_bench.py --config sdpa --seq-len 1
+  PYTHONPATH=build/python python3 scripts/bench/python_bench.py --config sdpa --seq-len 1 --busy 2 --nice 19
   PYTHONPATH=build/python python3 scripts/bench/python_bench.py --config block
   PYTHONPATH=build/python python3 scripts/bench/python_bench.py --config sdpa --device cuda --skip-compile
 """
@@ -158,12 +163,16 @@ def parse_args(argv=None):
                    "set beside the floor (default: 0.4)")
     p.add_argument("--profile", type=int, metavar="CALLS", default=0,
                    help="also print torch.profiler's per-op table over this many jvpc calls")
+    p.add_argument("--busy", type=int, default=0, metavar="N",
+                   help="time beside N processes that each spin on a core (started after set-up)")
+    p.add_argument("--nice", type=int, default=0, metavar="K",
+                   help="lower this process's priority by K before timing (as `nice -n K`)")
     p.add_argument("--json", metavar="OUT.json")
     args = p.parse_args(argv)
     ref.check_config(p, args)
     check_device_args(p, args)
-    if args.rounds < 1 or args.warmup < 0 or args.profile < 0:
-        p.error("--rounds must be at least 1, --warmup and --profile at least 0")
+    if args.rounds < 1 or args.warmup < 0 or args.profile < 0 or args.busy < 0 or not 0 <= args.nice <= 19:
+        p.error("--rounds must be at least 1, --warmup, --profile and --busy at least 0, --nice from 0 to 19")
     if not 0 < args.target < float("inf"):
         p.error(f"--target must be a ratio above 0, not {args.target}")
     return args
@@ -225,14 +234,16 @@ def main(argv=None):
     calls[floor_name] = floor
     names = list(calls)
     mode = torch.no_grad() if args.no_grad else contextlib.nullcontext()
-    with mode:
+    with ref.beside_busy_processes(args.busy, args.nice) as load, mode:
         med = ref.interleaved_medians(calls, args.warmup, args.rounds, device)
     base, floor_s = med["torch.func eager"], med[floor_name]
     threads = f"{torch.get_num_threads()} threads" if device.type == "cpu" else ref.device_name(device)
     config = (f"{args.config}: bsz {args.bsz}, model dim {args.model_dim}, head dim {args.head_dim}, "
               f"seq {args.seq_len}{', causal' if args.causal else ''}, {args.dtype}, {device.type.upper()}, "
               f"torch {torch.__version__}, {threads}, {args.rounds} interleaved rounds"
-              f"{', no_grad' if args.no_grad else ', grad mode'}")
+              f"{', no_grad' if args.no_grad else ', grad mode'}"
+              f"{f', beside {args.busy} busy processes' if args.busy else ''}"
+              f"{f', nice {args.nice}' if args.nice else ''}, load {load:.2f}")
     gflops = flops[floor_name] / floor_s / 1e9
     target_s = args.target * base
     print(config)

@@ -13,11 +13,14 @@ the linearized function keeps alive. It prints a table and, with --json, writes 
 jvpc's module gives it only the list of matmul ops whose FLOPs it counts.
 """
 import argparse
+import contextlib
 import gc
 import json
 import math
+import os
 import signal
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -127,6 +130,25 @@ def interleaved_medians(calls, warmup, rounds, device=None):
             if r >= warmup:
                 times[n].append(dt)
     return {n: statistics.median(times[n]) for n in names}
+
+
+@contextlib.contextmanager
+def beside_busy_processes(busy, nice):
+    """Runs the block beside `busy` processes that spin on a core each (a DataLoader's workers, a
+    build), this process lowered by `nice` for the rest of its life: every thread it has (OpenMP's
+    workers included: on Linux a priority is a thread's) and those it starts later. Yields the load
+    average read after the spinners started."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    try:
+        if nice:
+            for tid in os.listdir("/proc/self/task"):
+                os.setpriority(os.PRIO_PROCESS, int(tid), min(19, os.getpriority(os.PRIO_PROCESS, int(tid)) + nice))
+        time.sleep(1.0 if busy else 0.0)  # the spinners are running before the first timed call
+        yield os.getloadavg()[0]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def median_time(fn, device, warmup, repeats):
