@@ -209,7 +209,7 @@ Count count_tangent_graph(const Graph& g, const std::vector<bool>& o_l) {
   std::vector<Node*> nodes = attention_nodes(*c);
   for (size_t i = 0; i < nodes.size(); ++i)
     if (!o_l[i]) expand_p_form(*c, nodes[i]);
-  const ValueSet varying = tangent_dependent(*c, /*impure_too=*/true);
+  const ValueSet varying = tangent_dependent(*c);
   // The residuals as fold takes them; an input stays what it is (a constant is counted as one).
   std::vector<Value*> residuals = residual_values(*c, varying, 0, [](const Input&) { return false; });
   // As fold binds them: a residual keeps its whole storage alive (views of one storage count it

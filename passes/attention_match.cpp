@@ -810,24 +810,40 @@ Value* matched_p_form(Graph& g, const MatchedAttention& m) {
     for (const Value* in : n->inputs()) stack.push_back(in);
   }
   // Their rules in graph order, each tangent right after its primal node, as the jvp pass
-  // emits them.
+  // emits them, or after the operand tangents it reads where one is defined later (a seed the
+  // jvp pass made after the node: the contiguous copy a view's rule takes of a strided tangent).
+  // A position is an index into the graph's nodes before any of this was emitted, and emitting
+  // after position i inserts before node i + 1, so that what is emitted there stays in order.
+  const std::vector<Node*> order = g.nodes();
+  std::unordered_map<const Node*, size_t> position;
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  std::unordered_map<const Value*, size_t> emitted_after;  // tangents emitted here
+  auto defined_at = [&](const Value* v, size_t at_least) {
+    auto e = emitted_after.find(v);
+    if (e != emitted_after.end()) return std::max(at_least, e->second);
+    auto p = v->producer() ? position.find(v->producer()) : position.end();
+    return p == position.end() ? at_least : std::max(at_least, p->second);
+  };
   Builder b(g);
   const auto& rules = jvp_rules::registry();
-  for (Node* n : g.nodes()) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    Node* n = order[i];
     if (!between.count(n)) continue;
     std::vector<Value*> in_t;
     bool any = false;
+    size_t after = i;
     for (const Value* v : n->inputs()) {
       auto it = tangent.find(v);
       in_t.push_back(it == tangent.end() ? nullptr : it->second);
       any |= in_t.back() != nullptr;
+      if (in_t.back()) after = defined_at(in_t.back(), after);
     }
     bool float_out = false;
     for (const Value* o : n->outputs()) float_out |= differentiable_dtype(o->meta().dtype);
     if (!any || !float_out) continue;
     const jvp_rules::Rule* rule = rules.find(n->op());
     if (!rule) throw Error("no JVP rule for " + n->op());
-    InsertionGuard at(g, g.next(n));
+    InsertionGuard at(g, after + 1 < order.size() ? order[after + 1] : nullptr);
     jvp_rules::Ctx ctx(b, *n, std::move(in_t));
     std::vector<Value*> outs = (*rule)(ctx);
     for (size_t i = 0; i < outs.size() && i < n->outputs().size(); ++i) {
@@ -837,6 +853,7 @@ Value* matched_p_form(Graph& g, const MatchedAttention& m) {
       if (t->meta().sizes != o->meta().sizes) t = b.call("aten::expand", {t, o->meta().sizes});
       if (t->meta().dtype != o->meta().dtype) t = b.call("aten::_to_copy", {t, o->meta().dtype});
       tangent[o] = t;
+      emitted_after[t] = after;
     }
   }
   auto it = tangent.find(m.out);

@@ -4,7 +4,9 @@
 //   %4 = aten::exp(%3)                   // read by nobody      -> both removed
 //   return (%0)
 //
-// Impure (random) nodes are kept even when unread. Constant inputs nothing reads are removed;
+// Impure (random) nodes are kept even when unread, so that a program draws as eager code does,
+// until the graph is a tangent graph (prune_primal_inputs: fold has taken the draws it reads as
+// residuals, and a tangent graph draws nothing). Constant inputs nothing reads are removed;
 // primal inputs too when asked (a tangent graph after folding reads none).
 #include "passes/passes.h"
 
@@ -15,7 +17,7 @@ bool dce(Graph& g, bool prune_primal_inputs) {
   auto nodes = g.nodes();
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     Node* n = *it;
-    if (n->impure()) continue;
+    if (n->impure() && !prune_primal_inputs) continue;
     bool used = false;
     for (Value* o : n->outputs()) used |= o->has_uses();  // returning a value is a use
     if (!used) {

@@ -110,7 +110,7 @@ std::vector<Value*> residual_values(Graph& g, const ValueSet& varying, size_t fi
 }
 
 PrimalSplit split_primal(Graph& g, const SplitOptions& options) {
-  const ValueSet varying = tangent_dependent(g, /*impure_too=*/true);
+  const ValueSet varying = tangent_dependent(g);
   auto primal_only = [&](const Value* v) { return v && !varying.count(v); };
   if (options.primal_outputs > g.outputs().size()) throw Error("split: the graph has fewer outputs than primal ones");
 
@@ -130,6 +130,9 @@ PrimalSplit split_primal(Graph& g, const SplitOptions& options) {
   results.insert(results.end(), residuals.begin(), residuals.end());
   std::unordered_set<const Value*> needed;
   std::vector<const Value*> todo = results;
+  // Every draw, read or not: a program draws from the generator in eager's order and number.
+  for (const Node* n : g.nodes())
+    if (n->impure() && !n->outputs().empty() && primal_only(n->output(0))) todo.push_back(n->output(0));
   while (!todo.empty()) {
     const Value* v = todo.back();
     todo.pop_back();
@@ -278,7 +281,7 @@ bool fold(Graph& g, const TensorsById& known, const SplitOptions& options, Prima
   } else {
     // Nothing keeps the primal graph: the residuals are evaluated in g itself, as split_primal's
     // copy would evaluate them, and read from inputs after.
-    const ValueSet varying = tangent_dependent(g, /*impure_too=*/true);
+    const ValueSet varying = tangent_dependent(g);
     std::vector<Value*> residuals =
         residual_values(g, varying, 0, [](const Input& in) { return in.role != Role::Constant; });
     if (residuals.empty()) return false;

@@ -12,9 +12,11 @@
 //                                                         %7 = aten::add.Tensor(%5, %6, 1)
 //                                                         return (%2, %7)
 //
+// A random node's draw is a primal value like any other (its tangent is zero, or for dropout the
+// mask times the input's tangent): the map is for that draw, as torch.func's is.
+//
 // Errors: an op with no rule (named), or whose rule is not marked as holding for the complex
-// tensors it meets (passes/jvp_rules/complex.cpp), a random op, and wrt names that are not
-// primal inputs.
+// tensors it meets (passes/jvp_rules/complex.cpp), and wrt names that are not primal inputs.
 #include "passes/passes.h"
 
 #include "passes/jvp_rules/rules.h"
@@ -52,13 +54,7 @@ std::string fresh_name(const Graph& g, const std::string& name) {
 
 }  // namespace
 
-void reject_random_ops(const Graph& g) {
-  for (const Node* n : g.nodes())
-    if (n->impure()) throw Error(n->op() + " is random (impure); linearize needs a deterministic function");
-}
-
 bool jvp(Graph& g, const std::vector<std::string>& wrt) {
-  reject_random_ops(g);
   // The inputs to differentiate, in wrt's order (the tangents' order), or the differentiable ones.
   std::vector<Input> chosen;  // copies: add_input grows the vector
   for (const Input& in : g.inputs())

@@ -19,11 +19,6 @@ namespace jvpc {
 /// differentiable, in graph order.
 bool jvp(Graph& g, const std::vector<std::string>& wrt = {});
 
-/// jvp.cpp: throws jvpc::Error naming the first random (impure) node: linearize needs a
-/// deterministic function (jvp checks its graph so; linearize and compile check before they run
-/// the forward).
-void reject_random_ops(const Graph& g);
-
 /// How split_primal() and fold() divide a graph.
 struct SplitOptions {
   /// The graph's first outputs that are primal outputs (f(x)): they go to the primal graph.

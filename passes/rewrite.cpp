@@ -47,13 +47,13 @@ bool viewable(const Value* v, const std::vector<int64_t>& shape) {
   return at::detail::computeStride(v->meta().sizes, v->meta().strides, shape).has_value();
 }
 
-ValueSet tangent_dependent(const Graph& g, bool impure_too) {
+ValueSet tangent_dependent(const Graph& g) {
   ValueSet dep;
   dep.reserve(g.num_nodes() + g.inputs().size());
   for (const Input& in : g.inputs())
     if (in.role == Role::Tangent) dep.insert(in.value);
   for (const Node* n : g.nodes()) {
-    bool d = impure_too && n->impure();
+    bool d = false;
     for (const Value* v : n->inputs()) d |= dep.count(v) > 0;
     if (d)
       for (const Value* o : n->outputs()) dep.insert(o);

@@ -28,8 +28,8 @@ bool viewable(const Value* v, const std::vector<int64_t>& shape);
 /// A set of values (open addressing: no allocation per value).
 using ValueSet = ska::flat_hash_set<const Value*>;
 
-/// Values that depend on a tangent input, and with `impure_too` on an impure (random) node: the
-/// rest is primal-only, which fold can compute once.
-ValueSet tangent_dependent(const Graph& g, bool impure_too = false);
+/// Values that depend on a tangent input: the rest is primal-only, which fold computes once (a
+/// random node's draw included: the linear map is for that one draw, as torch.func's is).
+ValueSet tangent_dependent(const Graph& g);
 
 }  // namespace jvpc

@@ -158,6 +158,16 @@ void bind_options(py::module_& m) {
   m.def("optional_passes", &optional_linearize_passes, "The passes LinearizeOptions.disabled_passes may name.");
   m.def("matmul_ops", &matmul_ops, "The ops whose FLOPs count as matmul FLOPs (the cost model's list).");
   m.def("dtype_names", &python_dtype_names, "ATen's name of each dtype a graph may hold (a graph's JSON) -> Python's.");
+  m.def(
+      "_trace_value_origin",
+      [](const at::Tensor& t) -> std::optional<std::pair<bool, std::vector<at::Tensor>>> {
+        auto o = traced_value_origin(t);
+        if (!o) return std::nullopt;
+        return std::make_pair(o->from_inputs, std::move(o->captured));
+      },
+      py::arg("tensor"),
+      "While a trace runs on this thread: (computed from the inputs, the captured tensors it was computed from); "
+      "None otherwise.");
 }
 
 void bind_compiled(py::module_& m) {

@@ -308,6 +308,8 @@ bool Executable::records_autograd(const std::vector<at::Tensor>& inputs) const {
 }
 
 std::vector<at::Tensor> Executable::run(const std::vector<at::Tensor>& inputs) {
+  // A graph states its casts: autocast around the call would cast its operands again.
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   std::vector<at::Tensor> in = checked(inputs);
   // Under autograd recording every node runs as the graph names it: an in-place reuse of a
   // buffer would overwrite a value autograd saved for the backward.
@@ -334,6 +336,7 @@ std::vector<at::Tensor> Executable::input_buffers() {
 }
 
 std::vector<at::Tensor> execute_node(const Node& n, const std::vector<at::Tensor>& operands) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // as Executable::run
   const OpInfo& info = op_info(n.op());
   torch::jit::Stack stack;
   stack.reserve(n.args().size());

@@ -104,6 +104,18 @@ Fn one(std::function<at::Tensor(const std::vector<at::Tensor>&)> f) {
   return [f](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{f(x)}; };
 }
 
+namespace {
+
+// A callable of one result that seeds the default generator first: every evaluation draws alike.
+Fn seeded(std::function<at::Tensor(const std::vector<at::Tensor>&)> f) {
+  return [f](const std::vector<at::Tensor>& x) {
+    at::manual_seed(kRandomCaseSeed);
+    return std::vector<at::Tensor>{f(x)};
+  };
+}
+
+}  // namespace
+
 std::vector<RuleCase> cases() {
   using B = examples::Backend;
   std::vector<RuleCase> c = {
@@ -418,6 +430,25 @@ std::vector<RuleCase> cases() {
       {"aten::new_ones", {{3, 4}}, one([](auto& x) { return x[0].new_ones({4}) * x[0]; })},
       {"aten::new_empty", {{3, 4}}, one([](auto& x) { return x[0].new_empty({4}).fill_(3.0) * x[0]; })},
       {"aten::new_full", {{3, 4}}, one([](auto& x) { return x[0].new_full({4}, 3.0) * x[0]; })},
+      // Random ops: each evaluation seeds the generator, so that the trace, forward AD and every
+      // difference see the same draw (the map is for one draw). Their tangent is zero; dropout's
+      // passes the input's through its mask.
+      {"aten::rand_like", {{3, 4}}, seeded([](auto& x) { return x[0] * at::rand_like(x[0]); })},
+      {"aten::randn_like", {{3, 4}}, seeded([](auto& x) { return x[0] * at::randn_like(x[0]); })},
+      {"aten::bernoulli", {{3, 4}}, seeded([](auto& x) { return x[0] * at::bernoulli(x[0].sigmoid()); })},
+      // LibTorch has no forward AD of bernoulli.p: central differences only.
+      {"aten::bernoulli.p", {{3, 4}}, seeded([](auto& x) { return x[0] * at::bernoulli(x[0], 0.3); }), nullptr, false, 0},
+      {"aten::bernoulli.Tensor", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().bernoulli_(x[0].sigmoid()); })},
+      {"aten::uniform", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().uniform_(-1, 1); })},
+      {"aten::normal.functional", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().normal_(); })},
+      {"aten::exponential", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().exponential_(); })},
+      {"aten::geometric", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().geometric_(0.5); })},
+      {"aten::log_normal", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().log_normal_(); })},
+      {"aten::cauchy", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().cauchy_(); })},
+      {"aten::random", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().random_().remainder(5); })},
+      {"aten::random.to", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().random_(5); })},
+      {"aten::random.from", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().random_(-2, 5); })},
+      {"aten::native_dropout", {{3, 4}}, seeded([](auto& x) { return std::get<0>(at::native_dropout(x[0], 0.4, true)); })},
       {"aten::diagonal_copy", {{4, 4}}, one([](auto& x) { return x[0].diag(); })},
       {"aten::expand_copy", {{3, 1}}, one([](auto& x) { return at::expand_copy(x[0], {3, 4}); })},
       {"aten::permute_copy", {{2, 3, 4}}, one([](auto& x) { return at::permute_copy(x[0], {2, 0, 1}); })},

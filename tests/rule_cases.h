@@ -34,6 +34,11 @@ struct ComplexCase {
   Fn fn;
 };
 
+/// The seed a random op's case sets before each evaluation of its function (the trace, forward AD,
+/// every difference), so that each sees the same draw; what runs a program's graph (which holds
+/// no seeding) sets it first.
+constexpr uint64_t kRandomCaseSeed = 20;
+
 /// The real cases, one or more per rule.
 std::vector<RuleCase> cases();
 const std::vector<ComplexCase>& complex_cases();

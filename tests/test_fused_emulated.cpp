@@ -267,12 +267,12 @@ TEST(FusedEmulated, AResultThatContradictsTheGraphFileIsAnError) {
                        "but aten::_scaled_dot_product_efficient_attention produces f32[2,4,64]");
 }
 
-TEST(FusedEmulated, DropoutIsRejectedAsRandom) {
+TEST(FusedEmulated, DropoutIsAnErrorNamingTheKernel) {
   for (std::string k : {"flash", "efficient", "cudnn"}) {
     Case c;
     c.kernel = k, c.dropout = 0.1;
     test::expect_error([&] { linearize(fused(c), inputs(c)); },
-                       "aten::_scaled_dot_product_" + k + "_attention is random (impure)");
+                       "aten::_scaled_dot_product_" + k + "_attention with dropout draws its mask inside the kernel");
   }
 }
 

@@ -333,15 +333,32 @@ TEST(Linearize, AnOpWithoutARuleIsAnErrorNamingIt) {
   expect_error([&] { linearize(fn, {{"x", at::randn({3, 3})}}); }, "no JVP rule for aten::linalg_householder_product");
 }
 
-TEST(Linearize, RandomOpsAreRejected) {
-  // dropout on CPU: empty_like(x).bernoulli_(1 - p), whose empty buffer bernoulli_ overwrites.
-  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::dropout(x[0], 0.5, true)}; };
-  expect_error([&] { linearize(fn, {{"x", at::randn({4})}}); }, "is random (impure)");
-  expect_error([&] { linearize(fn, {{"x", at::randn({10}, at::kDouble)}}); }, "is random (impure)");
+// A random op's draw is the tracing run's: the map is for that draw, as forward AD's is for the
+// one it makes, so both agree when seeded alike; a jvp call draws nothing. Dropout on the CPU is
+// empty_like(x).bernoulli_(1 - p), and SDPA's math path takes it for its dropout_p.
+TEST(Linearize, RandomOpsUseTheTracingRunsDraw) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    at::Tensor noise = at::randn_like(x[0]) * 0.1;
+    return std::vector<at::Tensor>{at::dropout(x[0].sin(), 0.5, true) + noise};
+  };
   TensorFn attn = [](const std::vector<at::Tensor>& x) {
     return std::vector<at::Tensor>{at::scaled_dot_product_attention(x[0], x[0], x[0], {}, 0.5)};
   };
-  expect_error([&] { linearize(attn, {{"x", at::randn({1, 1, 4, 4})}}); }, "is random (impure)");
+  for (auto [f, shape] : {std::pair{fn, std::vector<int64_t>{64}}, std::pair{attn, std::vector<int64_t>{1, 2, 6, 4}}}) {
+    at::Tensor x = at::randn(shape, at::kDouble), t = at::randn(shape, at::kDouble);
+    at::manual_seed(7);
+    Linearized lin = linearize(f, {{"x", x}});
+    at::Tensor after = at::rand({4});
+    at::manual_seed(7);
+    at::Tensor want = forward_ad_jvp(f, {x}, {t}).at(0);
+    at::Tensor after_ad = at::rand({4});
+    EXPECT_TRUE(at::equal(after, after_ad)) << "the trace draws as eager code does";
+    at::manual_seed(11);
+    EXPECT_LT(compare(lin.jvp({t}), {want}).rel_error, 1e-12);
+    at::Tensor after_jvp = at::rand({4});
+    at::manual_seed(11);
+    EXPECT_TRUE(at::equal(after_jvp, at::rand({4}))) << "a jvp call draws nothing";
+  }
 }
 
 TEST(Linearize, UnknownWrtIsAnError) {

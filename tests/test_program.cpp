@@ -266,9 +266,28 @@ TEST(Program, DataDependentShapesCannotBeCompiled) {
       "aten::nonzero gives an output whose shape depends on the input values");
 }
 
-TEST(Program, RandomOpsCannotBeCompiled) {
-  TensorFn fn = [](const Tensors& a) { return Tensors{at::dropout(a[0], 0.5, true)}; };
-  test::expect_error([&] { compile(fn, {{"x", at::randn({4})}}); }, "is random (impure)");
+// A program draws afresh at every point, from the default generator in eager's order and
+// number (a draw nothing reads included), so that seeded alike it gives eager's results exactly;
+// the tangent reads the point's own draw.
+TEST(Program, RandomOpsDrawAtEveryPointAsEagerDoes) {
+  TensorFn fn = [](const Tensors& a) {
+    at::Tensor unread = at::rand({3});
+    at::Tensor keep = (at::rand({a[0].size(0)}, a[0].options()) < 0.7).to(a[0].scalar_type());
+    return Tensors{at::dropout(a[0].exp(), 0.5, true) * keep};
+  };
+  at::Tensor x = at::randn({16}, at::kDouble), t = at::randn({16}, at::kDouble);
+  Program prog = compile(fn, {{"x", x}});
+  for (int seed : {1, 2}) {
+    at::manual_seed(seed);
+    at::Tensor eager = fn({x})[0], eager_next = at::rand({4});
+    at::manual_seed(seed);
+    at::Tensor want = forward_ad_jvp(fn, {x}, {t})[0];
+    at::manual_seed(seed);
+    Linearized lin = prog.linearize({x});
+    EXPECT_TRUE(at::equal(lin.primal_outputs[0], eager)) << seed;
+    EXPECT_TRUE(at::equal(at::rand({4}), eager_next)) << seed;
+    EXPECT_LT((lin.jvp({t})[0] - want).abs().max().item<double>(), 1e-12) << seed;
+  }
 }
 
 // On CUDA the primal graph replays a CUDA graph: each point's residuals are copied out of its

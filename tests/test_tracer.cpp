@@ -9,6 +9,7 @@
 #include "tests/profiler.h"
 
 #include <ATen/EmptyTensor.h>
+#include <torch/csrc/autograd/generated/variable_factories.h>
 #include <torch/library.h>
 
 namespace jvpc {
@@ -394,6 +395,28 @@ TEST(Tracer, AliasesMadeOutsideTheDispatcherAreAnErrorInTraces) {
         trace(foreach, {{"x", at::randn({3})}});
       },
       "aten::_foreach_mul_.Scalar writes in place to a list of tensors");
+}
+
+// torch:: factories (and Python's) return the kernel's result in a new TensorImpl on its storage
+// (make_variable's shallow copy, since the tracer holds the original): that is the factory's
+// result, recorded as a node, however the traced code uses it: read, combined with inputs, or
+// written slice by slice. A shallow copy of a value computed from the inputs (.data()) stays an
+// error, above.
+TEST(Tracer, FactoryResultsReturnedAsShallowCopiesAreTheirNodes) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) {
+    at::Tensor ones = torch::ones_like(x[0]) * x[0];
+    at::Tensor buf = torch::zeros({2, 6}, x[0].options());
+    buf.slice(1, 0, 3).copy_(x[0].sin());
+    buf.slice(1, 3, 6).copy_(x[0].cos());
+    return std::vector<at::Tensor>{ones + buf.sum(0, true).narrow(1, 0, 3), torch::full_like(x[0], 2.0)};
+  };
+  at::Tensor x = at::randn({2, 3}, at::kDouble), t = at::randn({2, 3}, at::kDouble);
+  Trace tr = trace(fn, {{"x", x}}, TraceOptions::graph_only());
+  EXPECT_EQ(nodes_of(*tr.graph, "aten::ones_like").size(), 1u) << to_text(*tr.graph);
+  EXPECT_EQ(nodes_of(*tr.graph, "aten::zeros").size(), 1u) << to_text(*tr.graph);
+  EXPECT_EQ(nodes_of(*tr.graph, "aten::full_like").size(), 1u) << to_text(*tr.graph);
+  for (const Input& in : tr.graph->inputs()) EXPECT_NE(in.role, Role::Constant) << in.name;
+  EXPECT_LT(test::rel_error(linearize(fn, {{"x", x}}).jvp({t})[0], forward_ad_jvp(fn, {x}, {t})[0]), 1e-12);
 }
 
 // A write through a view jvpc cannot take again (unfold) leaves its base unreadable.

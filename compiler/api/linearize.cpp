@@ -54,6 +54,8 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, KernelWat
   if (options.pass_costs) p.observe(&table);
   for (PassObserver* o : options.observers) p.observe(o);
   std::shared_ptr<Graph> g(std::move(t.graph));
+  for (const Node* n : g->nodes())
+    if (n->impure()) lin.report.random_ops.push_back(n->op());
   const ShapeInferenceStats shapes0 = shape_inference_stats();
   if (!options.pass_costs) table.start(*g);
   {
@@ -147,7 +149,6 @@ Trace evaluate_graph(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>
                   (v.defined() ? TensorMeta::of(v).str() : std::string("an undefined tensor")));
     t.values[primals[i]->value->id()] = v;
   }
-  reject_random_ops(*graph);
   // The forward, evaluated once; fold reuses every value, as it does a tracing run's.
   for (const Input& in : graph->inputs())
     if (in.role == Role::Constant) t.values[in.value->id()] = in.data;
@@ -171,7 +172,6 @@ Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals,
   at_these_primals.specialize_on_scalars = true;  // the linear map is for these primals
   Trace t = detail::counted_trace(fn, primals, at_these_primals, watch);
   const double trace_ms = detail::ms_since(t0);
-  reject_random_ops(*t.graph);
   // The outputs carry the tracing run's autograd history (its kernels ran through Autograd, as
   // eager's do); the values kept for folding do not need it, and residuals must not hold it.
   for (auto& [id, v] : t.values)

@@ -73,6 +73,8 @@ struct CompileReport {
   GraphCost tangent;
   /// Per attention, the form of its tangent chosen under the residual budget, and why.
   std::vector<AttentionChoice> attention;
+  /// The random ops the traced function drew with, in order: the map is for those draws.
+  std::vector<std::string> random_ops;
   /// Wall time of each pass and of its verification (not deterministic: --timing and --report).
   std::vector<PassTime> timings;
   /// Wall time of linearize's phases, in order: "trace" ("evaluate" for a given graph),

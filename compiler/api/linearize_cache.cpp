@@ -184,7 +184,6 @@ Linearized LinearizeCache::linearize(const TensorFn& fn, const std::vector<Trace
   TraceOptions at_these_primals;
   at_these_primals.specialize_on_scalars = true;  // as linearize: the graph records the values read
   Trace t = detail::counted_trace(fn, primals, at_these_primals, watch);
-  reject_random_ops(*t.graph);
   for (auto& [id, v] : t.values)
     if (v.defined() && v.requires_grad()) v = v.detach();
   const double trace_ms = detail::ms_since(t0);

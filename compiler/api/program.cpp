@@ -86,7 +86,6 @@ void Program::save(const std::string& path, const SaveOptions& options) const {
 Program compile(const TensorFn& fn, const std::vector<TraceInput>& example_primals, const ProgramOptions& options) {
   KernelWatch watch;
   Trace t = detail::counted_trace(fn, example_primals, {}, watch);  // without specialize_on_scalars: replayed
-  reject_random_ops(*t.graph);
   reject_data_dependent_shapes(*t.graph);
   for (auto& [id, v] : t.values)
     if (v.defined() && v.requires_grad()) v = v.detach();

@@ -33,6 +33,7 @@ nlohmann::json report_json(const Linearized& lin) {
   rep["phases_ms"] = nlohmann::json::object();
   for (const PhaseTime& t : r.phases) rep["phases_ms"][t.phase] = t.ms;
   rep["forward"] = to_json(r.forward);
+  rep["random_ops"] = r.random_ops;
   rep["linearize"] = {{"matmul_flops", r.linearize_matmul_flops}, {"matmul_flops_by_op", r.linearize_matmul_by_op}};
   rep["jvp"] = to_json(r.tangent);
   rep["jvp"]["tangents"] = lin.tangent_names();

@@ -137,6 +137,12 @@ const std::unordered_map<std::string, OpContract>& contracts() {
           "aten::prod", "aten::prod.dim_int", "aten::std.correction", "aten::std_mean.correction", "aten::sum",
           "aten::sum.dim_IntList", "aten::var.correction", "aten::var_mean.correction"},
          {});
+    // Random ops: elementwise draws into a tensor shaped as their first operand (TensorIterator),
+    // whose parameters (probabilities, ranges) LibTorch checks; dropout is one draw and a product.
+    each({"aten::bernoulli", "aten::bernoulli.p", "aten::bernoulli.Tensor", "aten::cauchy", "aten::exponential",
+          "aten::geometric", "aten::log_normal", "aten::native_dropout", "aten::normal.functional", "aten::rand_like",
+          "aten::randn_like", "aten::random", "aten::random.from", "aten::random.to", "aten::uniform"},
+         {});
     // Factories and copies: their results are sized by their arguments and counted as outputs.
     // Uninitialized allocations are zeroed by the runtime (runtime/executable.h).
     each({"aten::_conj_physical",

@@ -928,6 +928,13 @@ Metas convolution(const Call& c) {
 // TensorIterator does it for a dense operand.
 Metas elementwise_like_self(const Call& c) { return {preserving_layout(c.meta(0))}; }
 
+// native_dropout(input, p, train): (output, mask), both laid out as input, the mask boolean.
+Metas native_dropout(const Call& c) {
+  TensorMeta mask = preserving_layout(c.meta(0));
+  mask.dtype = c10::kBool;
+  return {preserving_layout(c.meta(0)), mask};
+}
+
 // abs: elementwise, and real for a complex operand.
 Metas abs_real(const Call& c) {
   TensorMeta out = preserving_layout(c.meta(0));
@@ -1032,6 +1039,7 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       {"aten::cummax", cumulative_extremum},
       {"aten::cummin", cumulative_extremum},
       {"aten::frexp.Tensor", frexp},
+      {"aten::native_dropout", native_dropout},
       {"aten::mv", mv},
       {"aten::native_layer_norm", native_layer_norm},
       {"aten::native_group_norm", native_group_norm},

@@ -7,6 +7,7 @@
 #include "compiler/ir/ops.h"
 #include "compiler/ir/verifier.h"
 
+#include <ATen/autocast_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
@@ -69,6 +70,13 @@ class Recorder {
   Value* value_for(const at::Tensor& t, const std::string& reader, bool reads_data = true) {
     auto it = s_.value_of.find(t.unsafeGetTensorImpl());
     if (it == s_.value_of.end()) {
+      // A factory's result as Python and torch:: factories return it: LibTorch wraps the kernel's
+      // result in a new TensorImpl on the same storage (make_variable's shallow copy, since the
+      // tracer holds the original). It is that result.
+      if (Value* made = factory_result(t)) {
+        s_.bind(t, made);
+        return value_for(t, reader, reads_data);
+      }
       // A tensor the dispatcher never returned that shares a traced value's storage (.data(),
       // variable_data(), a shallow copy): captured, it would replay these inputs' values.
       auto shared = s_.by_storage.find(storage_of(t));
@@ -185,8 +193,12 @@ class Recorder {
   /// After the call: binds its results to node n's outputs, and updates what the tracer knows
   /// about them (computed from the inputs, uninitialized, taken from a base, stale).
   void track(const RecordedCall& c, Node* n, const std::vector<at::Tensor>& results) {
-    for (const Value* o : n->inputs())
-      if (s_.from_inputs.count(o)) s_.from_inputs.insert(n->outputs().begin(), n->outputs().end());
+    // A factory of another tensor's shape (zeros_like, new_ones, fill) reads none of its values.
+    const bool metadata_only = c.op->reads_only_metadata_of_self || c.op->fills_self_at_random;
+    for (size_t i = metadata_only ? 1 : 0; i < n->inputs().size(); ++i)
+      if (s_.from_inputs.count(n->input(i))) s_.from_inputs.insert(n->outputs().begin(), n->outputs().end());
+    if (results.size() == 1 && (n->inputs().empty() || (metadata_only && n->inputs().size() == 1)))
+      factories_[storage_of(results[0])] = {results[0].unsafeGetTensorImpl(), n->output(0)};
     if (c.op->allocates_uninitialized)
       for (Value* v : n->outputs()) {
         s_.uninitialized.insert(v);
@@ -224,6 +236,32 @@ class Recorder {
   /// Whether `t` is a value of the trace (an input or a recorded kernel's result).
   bool produced(const at::Tensor& t) const { return s_.value_of.count(t.unsafeGetTensorImpl()) > 0; }
 
+  ValueOrigin origin(const at::Tensor& t) const {
+    ValueOrigin o;
+    std::vector<const Value*> todo;
+    auto it = s_.value_of.find(t.unsafeGetTensorImpl());
+    if (it != s_.value_of.end()) {
+      todo.push_back(it->second);
+    } else if (auto shared = s_.by_storage.find(storage_of(t)); shared != s_.by_storage.end()) {
+      todo.assign(shared->second.begin(), shared->second.end());  // an alias of traced values
+    } else {
+      o.captured.push_back(t);  // not seen yet: a captured tensor, read as it is
+      return o;
+    }
+    ska::flat_hash_set<const Value*> seen;
+    while (!todo.empty()) {
+      const Value* v = todo.back();
+      todo.pop_back();
+      if (!seen.insert(v).second) continue;
+      if (s_.from_inputs.count(v)) return {true, {}};
+      if (const Node* n = v->producer())
+        todo.insert(todo.end(), n->inputs().begin(), n->inputs().end());
+      else if (s_.g.input_of(v).role == Role::Constant)
+        o.captured.push_back(s_.g.input_of(v).data);
+    }
+    return o;
+  }
+
   /// The CompositeImplicitAutograd ops being decomposed, outermost first.
   std::vector<std::string> decomposing_;
 
@@ -246,6 +284,18 @@ class Recorder {
     return op.reads_only_metadata_of_self || op.view_scatter || op.fills_self_at_random;
   }
 
+  /// The factory result (track: a node with no operands but its self's metadata) that `t` is a
+  /// shallow copy of: the same storage, offset, sizes, strides and dtype.
+  Value* factory_result(const at::Tensor& t) const {
+    auto f = factories_.find(storage_of(t));
+    if (f == factories_.end()) return nullptr;
+    const c10::TensorImpl* made = f->second.first;
+    if (made->storage_offset() != t.storage_offset() || made->sizes() != t.sizes() ||
+        made->strides() != t.strides() || made->dtype() != t.dtype())
+      return nullptr;
+    return f->second.second;
+  }
+
   Value* capture(const at::Tensor& t, const at::Tensor& value) { return s_.capture(t, value); }
   void bind(const at::Tensor& t, Value* v) { s_.bind(t, v); }
   static const void* storage_of(const at::Tensor& t) { return TraceState::storage_of(t); }
@@ -254,6 +304,8 @@ class Recorder {
   Functionalizer fz_;
   bool specialize_on_scalars_;
   std::unordered_map<const void*, std::string> written_captured_;  // storage -> the unrecorded write
+  // storage -> the factory result that made it (kept alive by TraceState::keep), and its value
+  ska::flat_hash_map<const void*, std::pair<const c10::TensorImpl*, Value*>> factories_;
 };
 
 thread_local Recorder* t_recorder = nullptr;
@@ -275,14 +327,22 @@ bool any_tensor(const c10::IValue& v, Pred pred) {
   return false;
 }
 
+// Whether autocast, active for this call, changes the op (casts its operands): it has a kernel of
+// its own at an active autocast key, which sits below the tracer's. That kernel casts the operands
+// with calls that come back to the tracer and calls the op again with autocast off, which comes
+// back too: passed below the tracer's key, the op records as it runs under autocast.
+bool autocast_changes(const c10::OperatorHandle& op, c10::DispatchKeySet ks) {
+  const c10::DispatchKeySet active = ks & c10::autocast_dispatch_keyset;
+  if (active.empty()) return false;
+  for (c10::DispatchKey k : active)
+    if (op.hasKernelForDispatchKey(k)) return true;
+  return false;
+}
+
 // Contexts whose dispatch keys sit below the tracer's, so that what it records is not what runs:
-// autocast casts a recorded op's operands after the tracer saw them; torch.func's transforms (vmap,
-// grad, jvp) and tensor subclasses with __torch_dispatch__ (FakeTensor under torch.compile) wrap
-// the tensors the kernels see.
+// torch.func's transforms (vmap, grad, jvp) and tensor subclasses with __torch_dispatch__
+// (FakeTensor under torch.compile) wrap the tensors the kernels see.
 void check_context(const OpInfo& info, c10::DispatchKeySet ks, const torch::jit::Stack& stack) {
-  if (ks.has_any(c10::autocast_dispatch_keyset))
-    throw Error(info.name + " runs under autocast, whose casts jvpc's tracer cannot record; call the function " +
-                "without autocast (cast explicitly)");
   if (ks.has_any(c10::functorch_transforms_ks) || ks.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode))
     throw Error(info.name + " runs inside a torch.func transform (vmap, grad, jvp, ...), which jvpc's tracer cannot " +
                 "record; apply the transform outside the traced function");
@@ -327,7 +387,8 @@ void traced_call(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
     op.redispatchBoxed(ks.remove(kTraceKey), stack);
     return;
   }
-  if (info.composite_implicit) {  // decomposes into kernels, which are recorded
+  // Decomposes into kernels, or into autocast's casts and the op itself, which are recorded.
+  if (info.composite_implicit || autocast_changes(op, ks)) {
     c10::SmallVector<const c10::TensorImpl*, 8> arguments;
     size_t nargs = info.schema().arguments().size();
     for (auto it = stack->end() - static_cast<std::ptrdiff_t>(std::min(nargs, stack->size())); it != stack->end(); ++it)
@@ -366,6 +427,11 @@ void register_fallback() {
 
 }  // namespace
 
+std::optional<ValueOrigin> traced_value_origin(const at::Tensor& t) {
+  if (!t_recorder || !t.defined()) return std::nullopt;
+  return t_recorder->origin(t);
+}
+
 Trace trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const TraceOptions& options) {
   register_fallback();
   if (t_recorder) throw Error("trace() called while tracing (nested traces are not supported)");
@@ -383,6 +449,13 @@ Trace trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const Tra
   t_recorder = &rec;
   {
     c10::impl::IncludeDispatchKeyGuard on(kTraceKey);
+    // Autocast's cast of a weight, cached from an earlier call, would reach the trace as a tensor
+    // it never saw made: every cast is made, and recorded, while tracing.
+    struct NoAutocastCache {
+      bool saved = at::autocast::is_autocast_cache_enabled();
+      NoAutocastCache() { at::autocast::set_autocast_cache_enabled(false); }
+      ~NoAutocastCache() { at::autocast::set_autocast_cache_enabled(saved); }
+    } no_autocast_cache;
     c10::DispatchKeySet modes_off = kPythonModeKeys - c10::impl::tls_local_dispatch_key_set().excluded_;
     c10::impl::ExcludeDispatchKeyGuard python_modes_off(modes_off);
     struct Modes {

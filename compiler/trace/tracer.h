@@ -27,6 +27,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 
@@ -80,5 +81,18 @@ struct Trace {
 /// Traces `fn` on `inputs`. Throws jvpc::Error naming the op for anything the IR cannot
 /// express (out= variants, writes to inputs, reads of stale views, unsupported argument types).
 Trace trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const TraceOptions& options = {});
+
+/// Where a tensor's value comes from, as the trace running on this thread knows it: for a front
+/// that sees the callable turn a tensor into a number outside the dispatcher (Python's
+/// .tolist(), .numpy()), which a graph replayed at other inputs would repeat as it was.
+struct ValueOrigin {
+  /// Computed from the traced function's inputs (or a view of such a value).
+  bool from_inputs = false;
+  /// Otherwise, the captured tensors it was computed from (the tensor itself, where the trace
+  /// has not seen it yet): the number stays right while none of them is written.
+  std::vector<at::Tensor> captured;
+};
+/// The origin of `t` in the trace running on this thread; nullopt where none runs.
+std::optional<ValueOrigin> traced_value_origin(const at::Tensor& t);
 
 }  // namespace jvpc

@@ -38,6 +38,9 @@ Rule fused_attention(Layout at) {
     bool has_mask = at.mask != kNone && c.n.arg(at.mask).kind == ArgKind::Tensor;
     Value* tm = has_mask && c.x(at.mask)->meta().dtype != c10::kBool ? c.t(at.mask) : nullptr;
     if (!tq && !tk && !tv && !tm) return {};
+    if (c.n.impure())  // dropout_p > 0
+      throw Error(c.n.op() + " with dropout draws its mask inside the kernel, where the tangent cannot read it: "
+                  "no JVP rule covers it (the math backend's dropout is differentiated)");
     Value *q = c.x(0), *k = c.x(1), *v = c.x(2);
     const auto& qs = q->meta().sizes;
     int64_t B = qs[0], H = qs[1], Sq = qs[2], D = qs[3];

@@ -67,6 +67,7 @@ const Registry& registry() {
     register_solvers(reg);
     register_complex(reg);
     register_recurrent(reg);
+    register_random(reg);
     return reg;
   }();
   return r;

@@ -1,6 +1,6 @@
 // JVP rules: for each ATen op, how to build the tangent of its outputs from the tangents of its
 // inputs, as IR. A table keyed by op name, filled by one file per op family (elementwise,
-// reductions, linalg, views, normalization, attention), in the manner of JAX's primitive_jvps.
+// reductions, linalg, views, normalization, attention, random), in the manner of JAX's primitive_jvps.
 //
 // A rule sees the primal node and its operands' tangents, where nullptr is a symbolic zero:
 // no work is ever emitted for a zero. It returns one tangent per node output (nullptr for
@@ -133,6 +133,7 @@ void register_attention(Registry& r);
 void register_solvers(Registry& r);
 void register_complex(Registry& r);
 void register_recurrent(Registry& r);
+void register_random(Registry& r);
 
 /// abs's tangent, real and complex (complex.cpp).
 Value* abs_tangent(Ctx& c);

@@ -21,10 +21,6 @@ def eager_only(fn):
 @contextlib.contextmanager
 def supported_context(who: str):
     """Refuses the contexts the tracer cannot record faithfully, when linearize is called in them."""
-    for dev in ("cpu", "cuda"):
-        if torch.is_autocast_enabled(dev):
-            raise Error(f"{who}: autocast ({dev}) is enabled; jvpc traces the kernels as called, "
-                        "and autocast's casts sit below its tracer: call it outside autocast")
     if in_functorch_transform():
         raise Error(f"{who}: called inside a torch.func transform (vmap, grad, jvp); jvpc traces plain tensors")
     # torch.compile'd code inside func: Dynamo would compile it (the tracer's dispatch key fails

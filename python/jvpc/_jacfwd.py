@@ -22,9 +22,10 @@ def jacfwd(func: Callable, argnums=0, has_aux: bool = False, *, randomness: str 
 
     The result has func's output structure; each leaf is the Jacobian [*out.shape, *in.shape]
     (argnums an int), or a tuple of them, one per argument (argnums a tuple). With has_aux, func
-    returns (output, aux) and the result is (jacobian, aux). randomness is checked as torch.func
-    checks it ("error", "different" or "same"); jvpc refuses random ops whatever its value, as
-    the linear map would be for one draw."""
+    returns (output, aux) and the result is (jacobian, aux). randomness has torch.func's meaning
+    for a func that draws (dropout, torch.rand): "error" refuses it, "same" gives every column
+    the one draw of func's single run; "different", a draw per column, is refused: jvpc runs func
+    once."""
     if randomness not in ("error", "different", "same"):
         raise Error(f"jacfwd: only allowed values for randomness are 'error', 'different', or 'same'. Got {randomness}")
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
@@ -39,6 +40,13 @@ def jacfwd(func: Callable, argnums=0, has_aux: bool = False, *, randomness: str 
             if not isinstance(primals[i], torch.Tensor):
                 raise Error(f"jacfwd: argument {i} is a {type(primals[i]).__name__}, not a Tensor")
         out, jvp_fn, *aux = linearize(func, *primals, argnums=argnums, has_aux=has_aux)
+        drawn = jvp_fn.report()["random_ops"] if randomness != "same" else []
+        if drawn and randomness == "error":
+            raise Error(f"jacfwd: func calls a random operation ({drawn[0]}) while randomness='error'; "
+                        "pass randomness='same' (every column takes the one draw) or draw outside func")
+        if drawn:
+            raise Error(f"jacfwd: func calls a random operation ({drawn[0]}); randomness='different' would draw "
+                        "per column, and jvpc runs func once: pass randomness='same'")
         ins = [primals[i] for i in nums]
         sizes = [x.numel() for x in ins]
         n = sum(sizes)

@@ -3,6 +3,7 @@ at any primals by running the primal graph alone."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any, Callable
 
@@ -12,113 +13,214 @@ from torch.utils import _pytree as pytree
 from . import _C
 from ._C import Error
 from ._context import eager_only, supported_context
+from ._guards import Guards, global_state, recording
 from ._jvp_fn import JvpFn
-from ._pytrees import Inputs, argnums_of, parameter_names, shape_of, traced_fn
+from ._pytrees import Inputs, argnums_of, parameter_names, same_value, shape_of, traced_fn
 from ._tangent_grad import through_tangent
 from ._weights import Weights, with_weights
 
 __all__ = ["Program", "compile", "load_program"]
 
 
+class _Traced:
+    """One traced and optimized pair of graphs, with the inputs it was traced at (their structure
+    and metadata) and the guards of what else the trace depended on."""
+
+    def __init__(self, prog, inputs: Inputs, out_spec, weights: Weights | None = None,
+                 tangent_grad_of: Callable | None = None, guards: Guards | None = None, check_metas: bool = True):
+        self.prog = prog
+        self.inputs = inputs  # the example's structure (Inputs.structure(): no tensors)
+        self.out_spec = out_spec
+        self.weights = weights  # bound by name at each call: the program's first argument
+        self.tangent_grad_of = tangent_grad_of  # the traced function, where tangent_grad
+        self.guards = guards
+        self.metas = inputs.metas if check_metas else None  # a loaded program's runtime checks them
+
+    def bind(self, primals: tuple) -> tuple[tuple | None, str | None]:
+        """(the graph's arguments, None) where primals, the weights and the guards are as traced;
+        else (None, what differs)."""
+        ref = self.inputs
+        k = 1 if self.weights is not None else 0
+        if len(primals) != ref.n - k:
+            return None, f"{len(primals)} positional arguments (traced with {ref.n - k})"
+        specs = [spec for _, spec in map(pytree.tree_flatten, primals)]
+        for i in range(k, ref.n):
+            if specs[i - k] != ref.specs[i]:
+                return None, (f"argument {i - k} has the structure {shape_of(specs[i - k])} (traced with "
+                              f"{shape_of(ref.specs[i])})")
+        if k:
+            tensors, why = self.weights.read_if_unchanged()
+            if why is not None:
+                return None, why
+            primals = (tensors,) + primals
+        inputs = Inputs(primals, ref.diff, "jvpc.Program", ref.arg_names)
+        for i in range(k, ref.n):
+            for j, (s, leaf) in enumerate(zip(ref.slots[i], inputs.leaves[i])):
+                if s is None and not same_value(leaf, ref.leaves[i][j]):
+                    return None, (f"argument {i - k}'s non-tensor leaf {j} is {leaf!r} (traced with "
+                                  f"{ref.leaves[i][j]!r}; non-tensor leaves are compiled in)")
+                if s is not None and not isinstance(leaf, torch.Tensor):
+                    return None, f"argument {i - k}'s leaf {j} is a {type(leaf).__name__} (traced with a Tensor)"
+        w = len(self.weights) if self.weights is not None else 0
+        for name, t, (shape, dtype, device) in zip(inputs.names[w:], inputs.tensors[w:], (self.metas or [])[w:]):
+            if t.shape != shape or t.dtype != dtype or t.device != device:
+                return None, f"'{name}' is {_meta(t.shape, t.dtype, t.device)} (traced with {_meta(shape, dtype, device)})"
+        if self.guards is not None:
+            why = self.guards.failure()
+            if why is not None:
+                return None, why
+        return inputs, None
+
+    def run(self, inputs: Inputs, who: str):
+        outputs, lin = self.prog.linearize(inputs.tensors)
+        run = None
+        if self.tangent_grad_of is not None:
+            run = through_tangent(lin.run, self.tangent_grad_of, inputs)
+        return pytree.tree_unflatten(outputs, self.out_spec), JvpFn(lin, inputs, self.out_spec, who, run=run)
+
+
 class Program:
     """func compiled once (jvpc.compile): prog(*primals) -> (func(*primals), jvp_fn) at any primals.
 
-    Each call runs the primal graph alone (no tracing, no passes): FlopCounterMode around it
-    counts exactly the primal graph's matmuls. The primals must have the structure, shapes,
-    dtypes, devices and strides of the example primals, and equal non-tensor leaves (those are
-    compiled in). The weights of the modules func reaches are read by name at each call (other
-    tensors func captures as they are), so an optimizer step or a swap between two calls is seen;
-    under grad mode the call is recorded by autograd. Each jvp_fn keeps its own residuals.
+    Each call runs a primal graph alone (no tracing, no passes): FlopCounterMode around it counts
+    exactly the primal graph's matmuls. The weights of the modules func reaches are read by name
+    at each call (other tensors func captures as they are), so an optimizer step or a swap
+    between two calls is seen; under grad mode the call is recorded by autograd. Each jvp_fn keeps
+    its own residuals.
+
+    Before each call the program checks what its graphs were traced under (jvpc/_guards.py): the
+    primals' structure, shapes, dtypes and devices, their non-tensor leaves, the weights' names,
+    shapes and ties, the attributes and globals func read, hooks, grad mode, autocast and the
+    default dtype. Where the graph in use does not fit, another it holds that fits runs; else func
+    is traced again at these primals (up to max_graphs graphs), or, with retrace=False, the call
+    is a one-line jvpc.Error naming what changed.
     """
 
-    def __init__(self, prog, inputs: Inputs, out_spec, who: str, weights: Weights | None = None,
-                 tangent_grad_of: Callable | None = None):
-        self._prog = prog
-        self._inputs = inputs  # the example's structure (Inputs.structure(): no tensors)
-        self._out_spec = out_spec
+    def __init__(self, first: _Traced, who: str, retrace: Callable | None = None, max_graphs: int = 1):
+        self._graphs = [first]
         self._who = who
-        self._weights = weights  # bound by name at each call: the program's first argument
-        self._tangent_grad_of = tangent_grad_of  # the traced function, where tangent_grad
+        self._retrace = retrace  # primals -> a new _Traced; None: never
+        self._max_graphs = max_graphs
 
     @eager_only
     def __call__(self, *primals: Any):
         who = "jvpc.Program"
-        ref = self._inputs
-        k = 1 if self._weights is not None else 0
-        if len(primals) != ref.n - k:
-            raise Error(f"{who}: expected {ref.n - k} positional arguments, as compiled, got {len(primals)}")
-        if k:
-            primals = (self._weights.read_checked(who),) + primals
-        inputs = Inputs(primals, ref.diff, who, ref.arg_names)
-        for i in range(k, ref.n):
-            if inputs.specs[i] != ref.specs[i]:
-                raise Error(f"{who}: argument {i - k} has the structure {shape_of(inputs.specs[i])}, "
-                            f"compiled for {shape_of(ref.specs[i])}")
-            for j, (s, leaf) in enumerate(zip(ref.slots[i], inputs.leaves[i])):
-                if s is None and leaf != ref.leaves[i][j]:
-                    raise Error(f"{who}: argument {i - k}'s non-tensor leaf {j} is {leaf!r}, compiled for "
-                                f"{ref.leaves[i][j]!r} (non-tensor leaves are compiled in)")
-                if s is not None and not isinstance(leaf, torch.Tensor):
-                    raise Error(f"{who}: argument {i - k}'s leaf {j} is a {type(leaf).__name__}, compiled for a Tensor")
-        outputs, lin = self._prog.linearize(inputs.tensors)
-        run = None
-        if self._tangent_grad_of is not None:
-            run = through_tangent(lin.run, self._tangent_grad_of, inputs)
-        return pytree.tree_unflatten(outputs, self._out_spec), JvpFn(lin, inputs, self._out_spec, who, run=run)
+        why = None  # what differs for the graph the last call ran
+        for i, g in enumerate(self._graphs):
+            inputs, differs = g.bind(primals)
+            if inputs is not None:
+                if i:
+                    self._graphs.insert(0, self._graphs.pop(i))
+                return g.run(inputs, who)
+            why = why or differs
+        if self._retrace is None:
+            raise Error(f"{who}: {why}; " + ("the program was compiled with retrace=False: compile again"
+                                             if self._max_graphs == 0 else "a loaded program holds one graph"))
+        if len(self._graphs) >= self._max_graphs:
+            raise Error(f"{who}: {why}, and the program holds max_graphs={self._max_graphs} graphs already: "
+                        "compile again, or allow more")
+        g = self._retrace(primals)
+        self._graphs.insert(0, g)
+        inputs, why = g.bind(primals)
+        if inputs is None:
+            raise Error(f"{who}: traced again, the new graph does not fit its own primals: {why}")
+        return g.run(inputs, who)
+
+    @property
+    def num_graphs(self) -> int:
+        """The traced graphs the program holds (one, plus one per retrace that was kept)."""
+        return len(self._graphs)
 
     @property
     def primal_graph(self) -> _C.Graph:
-        """Primal inputs (and captured tensors) -> func's outputs, then the residuals."""
-        return self._prog.primal_graph
+        """Primal inputs (and captured tensors) -> func's outputs, then the residuals (of the graph
+        the last call ran)."""
+        return self._graphs[0].prog.primal_graph
 
     @property
     def tangent_graph(self) -> _C.Graph:
-        """Residuals and tangents -> output tangents: the graph every jvp_fn runs."""
-        return self._prog.tangent_graph
+        """Residuals and tangents -> output tangents: the graph every jvp_fn runs (of the graph
+        the last call ran)."""
+        return self._graphs[0].prog.tangent_graph
 
     def primal_cost(self) -> dict:
         """Cost of one call (the primal graph's): matmul FLOPs as FlopCounterMode counts them, bytes."""
-        return json.loads(self._prog.primal_cost_json)
+        return json.loads(self._graphs[0].prog.primal_cost_json)
 
     def report_text(self) -> str:
         """The compile's per-pass cost table, as `jvpc linearize` prints it; a loaded program (which
         keeps no compile report) shows its primal and tangent graphs' costs, as `jvpc cost` does."""
-        return self._prog.report_text
+        return self._graphs[0].prog.report_text
 
     def save(self, path: str, trusted: bool = False) -> None:
         """Writes the program (JSON) and its captured tensors (safetensors beside it); `jvpc jvp` runs it.
+        (The graph the last call ran; the file holds no guards: a loaded program checks its
+        primals' shapes, dtypes and devices.)
 
         trusted: allow ops off the list graph files may use (the derivative factors a primal graph
         computes, such as gelu_backward, are on it); such a file loads back only as trusted."""
-        self._prog.save(str(path), trusted)
+        self._graphs[0].prog.save(str(path), trusted)
 
 
 @eager_only
 def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: bool = True,
-            options: _C.LinearizeOptions | None = None, tangent_grad: bool = False) -> Program:
+            options: _C.LinearizeOptions | None = None, tangent_grad: bool = False, retrace: bool = True,
+            max_graphs: int = 8) -> Program:
     """Traces and optimizes func once, at example_primals; returns a Program, prog(*primals) -> (out, jvp_fn).
 
     argnums and options as jvpc.linearize's. exact_strides=False admits primals of other layouts
-    (copied into the example's). func must not read tensor values into Python numbers (item(),
-    if tensor): the program replays its graph at other primals, so that is an error naming the op.
-    The parameters and buffers of the modules func reaches are read by name at every call
-    (jvpc/_weights.py); under grad mode the call's primal outputs carry eager's autograd history.
-    tangent_grad: jvp_fn's outputs carry autograd history too (docs/training.md).
+    (copied into the example's). func must not read values computed from its inputs or weights
+    into Python (item(), tolist(), if tensor): the program replays its graph at other primals, so
+    that is an error naming the op. The parameters and buffers of the modules func reaches are
+    read by name at every call (jvpc/_weights.py); under grad mode the call's primal outputs carry
+    eager's autograd history. tangent_grad: jvp_fn's outputs carry autograd history too
+    (docs/training.md).
+
+    Each call checks what the trace depended on (Program; docs/python.md lists it). retrace: where
+    it changed, trace again at the call's primals, keeping up to max_graphs graphs (False: a
+    one-line jvpc.Error naming the change). Tracing runs func once; the random generators are left
+    as they were before it, so that a program's draws are eager's.
     """
     who = "jvpc.compile"
+    if not isinstance(max_graphs, int) or max_graphs < 1:
+        raise Error(f"{who}: max_graphs must be a positive int, got {max_graphs!r}")
     n = len(example_primals)
     diff = argnums_of(argnums, n, who)
     names = parameter_names(func, n)
-    weights = Weights(func)
-    weights.remember_metas()
-    traced, inputs = with_weights(func, weights, example_primals, diff, who, names)
-    out_spec: list = []
-    with supported_context(who):
-        prog = _C._compile(traced_fn(traced, inputs, who, out_spec), inputs.tensors, inputs.names,
-                           inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions(), exact_strides)
-    weights.release()  # the program reads them by name; a replaced weight is freed
-    return Program(prog, inputs.structure(), out_spec[0], who, weights if len(weights) else None,
-                   traced if tangent_grad else None)
+    options = options or _C.LinearizeOptions()
+
+    def trace_at(primals) -> _Traced:
+        weights = Weights(func)
+        weights.remember_metas()
+        traced, inputs = with_weights(func, weights, primals, diff, who, names)
+        out_spec: list = []
+        state = global_state()
+        with supported_context(who), _random_state_kept(), recording(func, who) as reads:
+            prog = _C._compile(traced_fn(traced, inputs, who, out_spec), inputs.tensors, inputs.names,
+                               inputs.differentiable, inputs.wrt, options, exact_strides)
+        weights.release()  # the program reads them by name; a replaced weight is freed
+        return _Traced(prog, inputs.structure(), out_spec[0], weights if len(weights) else None,
+                       traced if tangent_grad else None, Guards(reads, func, state))
+
+    return Program(trace_at(example_primals), who, trace_at if retrace else None, max_graphs if retrace else 0)
+
+
+@contextlib.contextmanager
+def _random_state_kept():
+    """Leaves torch's random generators as they were: a trace's draws are not a call's."""
+    cuda = torch.cuda.is_initialized()
+    cpu_state = torch.random.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if cuda else None
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(cpu_state)
+        if cuda:
+            torch.cuda.set_rng_state_all(cuda_states)
+
+
+def _meta(shape, dtype, device) -> str:
+    return f"{str(dtype).removeprefix('torch.')}{list(shape)} on {device}"
 
 
 @eager_only
@@ -138,4 +240,4 @@ def load_program(path: str, *, trusted: bool = False, device: str | None = None,
                     [name for name, _, _ in metas])
     n = prog.num_primal_outputs
     out_spec = pytree.tree_structure(0 if n == 1 else tuple(range(n)))
-    return Program(prog, inputs.structure(), out_spec, "jvpc.Program")
+    return Program(_Traced(prog, inputs.structure(), out_spec, check_metas=False), "jvpc.Program")

@@ -110,6 +110,7 @@ class Inputs:
         """These Inputs without their tensors: the structure, non-tensor leaves and names a compiled
         program checks each call against, holding none of the example's tensors alive."""
         s = copy.copy(self)
+        s.metas = [(t.shape, t.dtype, t.device) for t in self.tensors]
         s.leaves = [[leaf if slot is None else None for slot, leaf in zip(slots, leaves)]
                     for slots, leaves in zip(self.slots, self.leaves)]
         s.tensors = []
@@ -122,6 +123,19 @@ class Inputs:
             leaves = [self.leaves[i][j] if s is None else tensors[s] for j, s in enumerate(self.slots[i])]
             out.append(pytree.tree_unflatten(leaves, self.specs[i]))
         return out
+
+
+def same_value(now: Any, then: Any) -> bool:
+    """Whether a non-tensor value is the one a trace saw: equal and of the same type (the trace of
+    f(x, 1) is not that of f(x, True)); an object that is no number, the same object."""
+    if now is then:
+        return True
+    if type(now) is not type(then):
+        return False
+    try:
+        return bool(now == then)
+    except Exception:  # noqa: BLE001  (a comparison that raises, or is ambiguous, differs)
+        return False
 
 
 def flat_outputs(out: Any, who: str) -> tuple[list[torch.Tensor], Any]:

@@ -67,7 +67,8 @@ def test_floor_on_cuda(tmp_path):
 
 @pytest.mark.parametrize("flags, message", [
     (["--target", "0"], "--target must be a ratio above 0, not 0.0"),
-    (["--rounds", "0"], "--rounds must be at least 1, --warmup and --profile at least 0"),
+    (["--rounds", "0"], "--rounds must be at least 1, --warmup, --profile and --busy at least 0, --nice from 0 to 19"),
+    (["--nice", "20"], "--rounds must be at least 1, --warmup, --profile and --busy at least 0, --nice from 0 to 19"),
 ])
 def test_bad_flags_refused(tmp_path, flags, message):
     r = subprocess.run([sys.executable, SCRIPT, "--config", "sdpa", *flags], capture_output=True, text=True,

@@ -28,23 +28,6 @@ def test_op_without_a_rule():
     refused("no JVP rule for aten::special_zeta", lambda x: torch.special.zeta(x, x), x64(4))
 
 
-def test_random_ops():
-    refused("aten::rand_like is random", lambda x: x * torch.rand_like(x), x64(4))
-    refused("aten::bernoulli.p is random", lambda x: F.dropout(x, 0.5, training=True), x64(4))
-
-
-def test_autocast_inside_func():
-    def f(x):
-        with torch.autocast("cpu"):
-            return F.linear(x, x)
-    refused("runs under autocast", f, torch.rand(4, 4))
-
-
-def test_autocast_around_linearize():
-    with torch.autocast("cpu"):
-        refused("autocast", lambda x: x.sin(), torch.rand(4))
-
-
 @pytest.mark.parametrize("transform", ["vmap", "grad", "jvp"])
 def test_torch_func_transforms_inside_func(transform):
     def f(x):

@@ -73,14 +73,16 @@ def test_an_optimizer_step_between_two_points_is_seen():
 
 
 def test_guards_are_one_line_errors_naming_the_input():
-    prog = jvpc.compile(lambda x, y: x.sin() * y, torch.randn(3, 4), torch.randn(3, 4))
-    with pytest.raises(jvpc.Error, match=r"primal 'y': expected shape \[3,4\] but got \[4,3\]"):
+    f = lambda x, y: x.sin() * y  # noqa: E731
+    prog = jvpc.compile(f, torch.randn(3, 4), torch.randn(3, 4), retrace=False)
+    with pytest.raises(jvpc.Error, match=r"'y' is float32\[4, 3\] on cpu \(traced with float32\[3, 4\] on cpu\); "
+                                         "the program was compiled with retrace=False: compile again"):
         prog(torch.randn(3, 4), torch.randn(4, 3))
-    with pytest.raises(jvpc.Error, match="primal 'x': expected dtype Float but got Double"):
+    with pytest.raises(jvpc.Error, match=r"'x' is float64\[3, 4\] on cpu \(traced with float32"):
         prog(torch.randn(3, 4, dtype=torch.float64), torch.randn(3, 4))
     with pytest.raises(jvpc.Error, match=r"primal 'x': expected strides \[4,1\] but got \[1,3\]"):
         prog(torch.randn(4, 3).t(), torch.randn(3, 4))
-    with pytest.raises(jvpc.Error, match="expected 2 positional arguments"):
+    with pytest.raises(jvpc.Error, match=r"1 positional arguments \(traced with 2\)"):
         prog(torch.randn(3, 4))
     loose = jvpc.compile(lambda x, y: x.sin() * y, torch.randn(3, 4), torch.randn(3, 4), exact_strides=False)
     x, y = torch.randn(4, 3).t(), torch.randn(3, 4)
@@ -89,7 +91,7 @@ def test_guards_are_one_line_errors_naming_the_input():
 
 
 def test_reading_a_value_into_a_number_cannot_be_compiled():
-    with pytest.raises(jvpc.Error, match="aten::_local_scalar_dense reads a value computed from the inputs"):
+    with pytest.raises(jvpc.Error, match=r"reads a value computed from its inputs or weights into Python \(item\(\)\)"):
         jvpc.compile(lambda x: x * x.sum().item(), torch.randn(3))
 
 
@@ -115,7 +117,7 @@ def test_a_saved_program_loads_and_runs_as_the_one_saved(tmp_path):
     prog = jvpc.compile(f, x, scale, argnums=0)
     prog.save(tmp_path / "prog.json")
     loaded = jvpc.load_program(tmp_path / "prog.json")
-    assert [name for name, _, _ in loaded._prog.primal_inputs] == ["x", "scale"]
+    assert [name for name, _, _ in loaded._graphs[0].prog.primal_inputs] == ["x", "scale"]
     x2, dx = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 8, dtype=torch.float64)
     (h, s), jvp_fn = loaded(x2, scale)
     (want_h, want_s), want_fn = prog(x2, scale)
@@ -129,7 +131,7 @@ def test_a_saved_program_loads_and_runs_as_the_one_saved(tmp_path):
     torch.testing.assert_close(ds, ref_dout[1].detach(), atol=1e-12, rtol=1e-10)
     with pytest.raises(jvpc.Error, match=r"primal 'x': expected shape \[3,8\] but got \[8,3\]"):
         loaded(torch.randn(8, 3, dtype=torch.float64), scale)
-    with pytest.raises(jvpc.Error, match="expected 2 positional arguments"):
+    with pytest.raises(jvpc.Error, match=r"1 positional arguments \(traced with 2\); a loaded program holds one graph"):
         loaded(x2)
 
 

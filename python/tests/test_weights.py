@@ -84,13 +84,24 @@ def test_a_buffer_is_read_by_name():
 
 def test_a_new_shape_or_dtype_is_a_one_line_error_naming_the_parameter():
     net, x = case()
-    prog = jvpc.compile(net, *x)
+    prog = jvpc.compile(net, *x, retrace=False)
     net.out.bias = nn.Parameter(torch.zeros(5, dtype=torch.float64))
-    with pytest.raises(jvpc.Error, match=r"parameter 'out.bias' is float64\[5\] on cpu, compiled for float64\[4\]"):
+    with pytest.raises(jvpc.Error, match=r"parameter 'out.bias' is float64\[5\] on cpu \(traced with float64\[4\]"):
         prog(*x)
     net.out.bias = nn.Parameter(torch.zeros(4))
-    with pytest.raises(jvpc.Error, match=r"parameter 'out.bias' is float32\[4\]"):
+    with pytest.raises(jvpc.Error, match=r"parameter 'out.bias' is float32\[4\] on cpu \(traced with float64\[4\] on cpu\); "
+                                         "the program was compiled with retrace=False"):
         prog(*x)
+
+
+def test_a_new_dtype_is_traced_again():
+    net, x = case()
+    prog = jvpc.compile(net, *x)
+    net.float()
+    x32 = [a.float() for a in x]
+    out, _ = prog(*x32)
+    assert prog.num_graphs == 2 and out.dtype == torch.float32
+    torch.testing.assert_close(out, net(*x32), atol=0, rtol=0)
 
 
 def test_linearize_refuses_a_replaced_or_rebound_weight():
