@@ -367,15 +367,19 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("fn"), py::arg("inputs"), py::arg("names"));
   m.def(
-      "_save_inputs",
-      [](const std::string& graph_path, const std::vector<std::string>& names, const std::vector<at::Tensor>& values) {
+      "_save_traced",
+      [](const Graph& g, const std::string& graph_path, bool trusted, const std::vector<std::string>& names,
+         const std::vector<at::Tensor>& values) {
         std::vector<std::pair<std::string, at::Tensor>> inputs;
         for (size_t i = 0; i < names.size() && i < values.size(); ++i) inputs.emplace_back(names[i], values[i]);
         py::gil_scoped_release release;
-        save_traced_inputs(graph_path, inputs);
+        SaveOptions options;
+        options.trusted = trusted;
+        save_traced(g, graph_path, options, inputs);
       },
-      "Writes the inputs file beside a saved graph (x.inputs.safetensors), as `jvpc trace -o` does.",
-      py::arg("graph_path"), py::arg("names"), py::arg("values"));
+      "Writes a traced graph, its constants and the inputs it was traced at (x.inputs.safetensors), whole or not "
+      "at all, as `jvpc trace -o` does.",
+      py::arg("graph"), py::arg("graph_path"), py::arg("trusted"), py::arg("names"), py::arg("values"));
   m.def(
       "_load",
       [](const std::string& path, bool trusted, std::optional<std::string> device, ExecutableOptions runtime) {

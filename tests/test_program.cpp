@@ -264,6 +264,12 @@ TEST(Program, DataDependentShapesCannotBeCompiled) {
         compile(fn, {{"x", x}});
       },
       "aten::nonzero gives an output whose shape depends on the input values");
+  TensorFn masked = [](const Tensors& a) { return Tensors{a[0].index({a[0] > 0}).sin()}; };  // x[x > 0]
+  test::expect_error([&] { compile(masked, {{"x", x}}); },
+                     "aten::index.Tensor with a boolean mask (x[x > 0]) gives an output whose shape depends on the input "
+                     "values");
+  TensorFn indexed = [](const Tensors& a) { return Tensors{a[0].index({at::tensor({2, 0})}).sin()}; };
+  compile(indexed, {{"x", x}});  // integer indices: the shape is the index's
 }
 
 // A program draws afresh at every point, from the default generator in eager's order and

@@ -1,6 +1,7 @@
 // The inputs file beside a traced graph (inputs_file.h).
 #include "compiler/api/inputs_file.h"
 
+#include "compiler/ir/files.h"
 #include "compiler/ir/serialize.h"
 
 namespace jvpc {
@@ -10,10 +11,16 @@ std::string traced_inputs_path_for(const std::string& graph_path) {
   return c.substr(0, c.size() - std::string(".safetensors").size()) + ".inputs.safetensors";
 }
 
-void save_traced_inputs(const std::string& graph_path, const std::vector<std::pair<std::string, at::Tensor>>& inputs) {
+void save_traced(const Graph& g, const std::string& graph_path, const SaveOptions& options,
+                 const std::vector<std::pair<std::string, at::Tensor>>& inputs) {
+  check_destination(constants_path_for(graph_path));  // every file it writes, before any is made
+  AtomicFile inputs_file(traced_inputs_path_for(graph_path));
   std::vector<std::pair<std::string, at::Tensor>> cpu;
   for (const auto& [name, t] : inputs) cpu.emplace_back(name, t.cpu());
-  write_safetensors(traced_inputs_path_for(graph_path), cpu);
+  write_safetensors(inputs_file, cpu);
+  inputs_file.finish();
+  save(g, graph_path, options);
+  inputs_file.commit();
 }
 
 }  // namespace jvpc

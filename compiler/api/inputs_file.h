@@ -4,6 +4,8 @@
 // another file.
 #pragma once
 
+#include "compiler/ir/graph_files.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <string>
@@ -15,8 +17,11 @@ namespace jvpc {
 /// "x.json" -> "x.inputs.safetensors".
 std::string traced_inputs_path_for(const std::string& graph_path);
 
-/// Writes `inputs` (name, tensor; copied to the CPU) as the inputs file beside `graph_path`,
-/// whole or not at all.
-void save_traced_inputs(const std::string& graph_path, const std::vector<std::pair<std::string, at::Tensor>>& inputs);
+/// Saves `g` at `graph_path` (save(): the graph and its constants) and `inputs` (name, tensor;
+/// copied to the CPU) as the inputs file beside it. All three are written in full before any
+/// replaces its destination, the inputs file last: a failure leaves the previous files as they
+/// were.
+void save_traced(const Graph& g, const std::string& graph_path, const SaveOptions& options,
+                 const std::vector<std::pair<std::string, at::Tensor>>& inputs);
 
 }  // namespace jvpc

@@ -4,6 +4,7 @@
 #include "compiler/api/program.h"
 
 #include "compiler/cost/kernel_watch.h"
+#include "compiler/ir/ops.h"
 #include "passes/passes.h"
 
 #include <ATen/ATen.h>
@@ -29,8 +30,8 @@ void reject_data_dependent_shapes(const Graph& g) {
       "aten::unique_dim_consecutive",
   };
   for (const Node* n : g.nodes())
-    if (ops.count(n->op()))
-      throw Error(n->op() +
+    if (ops.count(n->op()) || (n->op() == "aten::index.Tensor" && value_dependent_shape(*n, 0)))
+      throw Error(n->op() + (n->op() == "aten::index.Tensor" ? " with a boolean mask (x[x > 0])" : "") +
                   " gives an output whose shape depends on the input values; a program's shapes are fixed when it "
                   "is compiled: linearize at each point instead");
 }

@@ -142,15 +142,9 @@ void add_trace(CLI::App& app) {
       std::cout << (o->format == "json" ? to_json(*t.graph).dump(1) + "\n" : to_text(*t.graph));
       return;
     }
-    // The inputs file is written in full first and replaces the previous one only after the
-    // graph and its constants did: a failure leaves the previous three files as they were.
-    AtomicFile inputs_file(traced_inputs_path_for(o->out));
     std::vector<std::pair<std::string, at::Tensor>> values;  // what `jvpc linearize x.json` checks at
     for (const TraceInput& in : ex.inputs) values.emplace_back(in.name, in.value);
-    write_safetensors(inputs_file, values);
-    inputs_file.finish();
-    save(*t.graph, o->out);
-    inputs_file.commit();
+    save_traced(*t.graph, o->out, {}, values);
     std::cout << "traced " << ex.description << ": " << c.nodes << " nodes, " << human_count(c.matmul_flops)
               << " matmul FLOPs -> " << o->out << "\n";
   });

@@ -76,6 +76,38 @@ void ignore_sigxfsz_once() {
   });
 }
 
+// The temporary files being written, for a signal handler to remove: fixed slots of paths, each
+// claimed, filled and then marked live, so that the handler reads only whole paths and calls only
+// unlink(2), which is async-signal-safe.
+constexpr int kLiveSlots = 64;
+constexpr size_t kLivePathMax = 4096;
+char g_live_path[kLiveSlots][kLivePathMax];
+std::atomic<int> g_live_state[kLiveSlots];  // 0 free, 1 being filled, 2 live
+
+int track_temporary(const std::string& path) {
+  if (path.size() >= kLivePathMax) return -1;
+  for (int i = 0; i < kLiveSlots; ++i) {
+    int free = 0;
+    if (!g_live_state[i].compare_exchange_strong(free, 1)) continue;
+    std::copy(path.begin(), path.end(), g_live_path[i]);
+    g_live_path[i][path.size()] = '\0';
+    g_live_state[i].store(2);
+    return i;
+  }
+  return -1;  // more files at once than slots: that one is not removed on a signal
+}
+
+void untrack_temporary(int slot) {
+  if (slot >= 0) g_live_state[slot].store(0);
+}
+
+extern "C" void remove_temporaries_and_die(int sig) {
+  for (int i = 0; i < kLiveSlots; ++i)
+    if (g_live_state[i].load() == 2) ::unlink(g_live_path[i]);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
 // Six characters that make a temporary file's name unlikely to exist already (O_EXCL retries
 // if it does).
 std::string unique_suffix() {
@@ -220,7 +252,10 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
   for (int attempt = 0;; ++attempt) {
     temp_ = folder_of(path) + "." + base + ".tmp-" + unique_suffix();
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
-    if (fd_ >= 0) break;
+    if (fd_ >= 0) {
+      live_slot_ = track_temporary(temp_);
+      break;
+    }
     int err = errno;
     if (err != EEXIST || attempt >= 100) {
       temp_.clear();
@@ -236,6 +271,8 @@ void AtomicFile::discard() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   if (!temp_.empty() && !committed_) ::unlink(temp_.c_str());
+  untrack_temporary(live_slot_);
+  live_slot_ = -1;
   temp_.clear();
 }
 
@@ -271,11 +308,24 @@ void AtomicFile::commit() {
   finish();
   if (::rename(temp_.c_str(), path_.c_str()) != 0) fail(errno);
   committed_ = true;
+  untrack_temporary(live_slot_);  // after the rename: a signal in between finds no file to remove
+  live_slot_ = -1;
   temp_.clear();
   // The rename itself on disk, as far as the file system offers it; the file is in place already.
   std::string folder = folder_of(path_);
   Descriptor dir{::open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (dir.fd >= 0) ::fsync(dir.fd);
+}
+
+void remove_temporary_files_on_signals() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
+    struct sigaction on {};
+    on.sa_handler = remove_temporaries_and_die;
+    sigemptyset(&on.sa_mask);
+    ::sigaction(sig, &on, nullptr);
+  }
 }
 
 FolderLock::FolderLock(const std::string& path, bool exclusive) {

@@ -86,8 +86,15 @@ class AtomicFile {
 
   std::string path_, temp_;
   int fd_ = -1;
+  int live_slot_ = -1;  ///< where remove_temporary_files_on_signals() finds temp_
   bool finished_ = false, committed_ = false;
 };
+
+/// For a command-line program: SIGINT, SIGTERM and SIGHUP, where their default action is in
+/// place, first remove the temporary files of the AtomicFiles being written (a Ctrl-C during
+/// `jvpc linearize -o` leaves no hidden file behind), then end the process as the signal would.
+/// A library leaves the process's signals alone: it does not call this.
+void remove_temporary_files_on_signals();
 
 /// An advisory lock (flock(2)) on the folder that holds `path`, held while the object lives:
 /// exclusive while a writer replaces files that belong together (a graph file and its constants

@@ -380,6 +380,15 @@ void traced_call(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
     stack->pop_back();  // the indices
     return;
   }
+  if (info.name.rfind("profiler::", 0) == 0 || info.name.rfind("c10d::", 0) == 0) {
+    // torch.autograd.profiler.record_function's markers, and collectives (DistributedDataParallel's
+    // forward opens a profiler region and broadcasts the module's buffers from rank 0): they pass
+    // objects no graph holds, and run as eager code runs them, once, while tracing. A buffer a
+    // collective writes is read as it is then; a program does not broadcast it again.
+    c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);
+    op.redispatchBoxed(ks.remove(kTraceKey), stack);
+    return;
+  }
   if (info.name == "aten::_shape_as_tensor") {
     // Its value depends on metadata alone (it copies the sizes in by pointer): run untraced, its
     // result is captured as a constant where it is read.

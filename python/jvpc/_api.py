@@ -12,11 +12,12 @@ from torch.utils import _pytree as pytree
 from . import _C
 from ._C import Error
 from ._cache import cache_for
+from ._compat import distributed_data_parallel, sync_ddp_buffers_untraced
 from ._context import eager_only, supported_context
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, traced_fn, with_aux
 from ._tangent_grad import through_tangent
-from ._weights import Weights, with_weights
+from ._weights import Weights, reached, with_weights
 
 __all__ = ["Loaded", "TracedGraph", "jvp", "linearize", "load", "trace"]
 
@@ -46,6 +47,8 @@ def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bo
     """linearize; guard: jvp_fn checks before each call that the weights are as they were."""
     who = "jvpc.linearize"
     names = parameter_names(func, len(primals))
+    for ddp in distributed_data_parallel(m for _, m in reached(func)[0]):
+        sync_ddp_buffers_untraced(ddp)
     graphs = cache_for(func) if cache else None
     aux: list = []
     reaches = func  # the modules whose weights the linear map is for
@@ -121,8 +124,7 @@ class TracedGraph:
         """Writes the graph as `jvpc trace -o` does: x.json, its constants in x.safetensors, and the
         inputs it was traced at, by name, in x.inputs.safetensors, where `jvpc linearize x.json`
         and `jvpc compile x.json` take their primals from."""
-        self.graph.save(str(path), trusted)
-        _C._save_inputs(str(path), self._inputs.names, [t.detach() for t in self._inputs.tensors])
+        _C._save_traced(self.graph, str(path), trusted, self._inputs.names, [t.detach() for t in self._inputs.tensors])
 
 
 @eager_only

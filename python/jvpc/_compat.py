@@ -41,3 +41,19 @@ def reparametrize_module(module, tensors: dict):
     (what torch.func.functional_call binds; tied weights follow)."""
     from torch.nn.utils import stateless
     return stateless._reparametrize_module(module, tensors, tie_weights=True, strict=False)
+
+
+def distributed_data_parallel(modules) -> list:
+    """The torch.nn.parallel.DistributedDataParallel instances among `modules`."""
+    from torch.nn.parallel import DistributedDataParallel
+    return [m for m in modules if isinstance(m, DistributedDataParallel)]
+
+
+def sync_ddp_buffers_untraced(ddp) -> None:
+    """What DistributedDataParallel's forward does first (broadcasting its module's buffers from
+    rank 0, where it is set to), done now, outside a trace, and skipped in the forward that
+    follows: its collective writes the buffers through kernels a trace would record as writes
+    into captured tensors. The forward sets the flag again when it ends."""
+    if ddp._check_sync_bufs_pre_fwd():
+        ddp._sync_buffers()
+    ddp.require_forward_param_sync = False

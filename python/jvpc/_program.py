@@ -17,7 +17,8 @@ from ._guards import Guards, global_state, recording
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, same_value, shape_of, traced_fn
 from ._tangent_grad import through_tangent
-from ._weights import Weights, with_weights
+from ._compat import distributed_data_parallel
+from ._weights import Weights, reached, with_weights
 
 __all__ = ["Program", "compile", "load_program"]
 
@@ -188,6 +189,12 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
     diff = argnums_of(argnums, n, who)
     names = parameter_names(func, n)
     options = options or _C.LinearizeOptions()
+
+    if distributed_data_parallel(m for _, m in reached(func)[0]):
+        raise Error(f"{who}: the function calls DistributedDataParallel's forward, whose bookkeeping (its buffers' "
+                    "broadcast, its reducer's preparation for the backward) a program cannot replay: compile the "
+                    "wrapped module (ddp.module) inside a step that DistributedDataParallel wraps (docs/training.md), "
+                    "or use jvpc.linearize")
 
     def trace_at(primals) -> _Traced:
         weights = Weights(func)

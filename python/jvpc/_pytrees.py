@@ -1,7 +1,8 @@
 """Arguments and results as torch.func takes them: pytrees of tensors, flattened for the graph.
 
 Inputs and outputs are pytrees (nested tuples, lists and dicts) of tensors, flattened with
-torch.utils._pytree as torch.func does. Every tensor leaf of a differentiated argument is a
+torch.utils._pytree as torch.func does. A tensor passed twice is two graph inputs (the second a
+view of the first), each with its own tangent, as torch.func takes it. Every tensor leaf of a differentiated argument is a
 primal input of the traced graph; tensor leaves of the other arguments (argnums) are inputs
 held constant, and their other leaves (ints, floats, ...) are passed to the function as they are.
 Tensors the function captures (module parameters, globals) are constants of the graph.
@@ -87,6 +88,7 @@ class Inputs:
         self.names = []
         self.differentiable = []
         self.diff_specs = []  # per differentiated argument: (spec, shapes, dtypes, devices)
+        seen: set[int] = set()
         for i, a in enumerate(args):
             with_path, spec = pytree.tree_flatten_with_path(a)
             self.specs.append(spec)
@@ -97,6 +99,11 @@ class Inputs:
                 if i in diff:
                     check_primal(leaf, who)
                 if isinstance(leaf, torch.Tensor):
+                    if id(leaf) in seen:
+                        # The same tensor again (self-attention's mha(q, q, q)): a graph input of its
+                        # own, as torch.func's dual tensors are, on the same storage.
+                        leaf = leaf.view_as(leaf)
+                    seen.add(id(leaf))
                     slots.append(len(self.tensors))
                     self.tensors.append(leaf)
                     self.names.append(f"{self.arg_names[i]}{pytree.keystr(path)}")

@@ -37,12 +37,19 @@ class _ThroughTangent(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        # Reverse mode over torch.func's forward mode, by autograd.grad, which leaves None (not
+        # zeros) for an input the tangent does not reach, as eager's backward leaves a weight's
+        # .grad unset (an optimizer then skips it: no weight decay, no momentum).
         tensors = ctx.saved_tensors
-        t, x = [a.detach() for a in tensors[:ctx.n_t]], [a.detach() for a in tensors[ctx.n_t:]]
+        t = [a.detach().requires_grad_(a.requires_grad) for a in tensors[:ctx.n_t]]
+        x = [a.detach().requires_grad_(a.requires_grad) for a in tensors[ctx.n_t:]]
+        wanted = [a for a in t + x if a.requires_grad]
         with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH), o_l_attention():
-            _, vjp = torch.func.vjp(ctx.tangent_map, t, x)
-            gt, gx = vjp(grads)
-        return (None, None, None, *gt, *gx)
+            outs = ctx.tangent_map(t, x)
+            pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad and g is not None]
+            got = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
+                       if pairs and wanted else [None] * len(wanted))
+        return (None, None, None, *[next(got) if a.requires_grad else None for a in t + x])
 
 
 def through_tangent(run: Callable, func: Callable, inputs: Inputs) -> Callable:

@@ -4,7 +4,9 @@ Python reads back and checks against torch.func.jvp; a program compiled by the C
 Python, and `jvpc show`/`cost` print a program's two graphs."""
 
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,33 @@ def test_show_and_cost_print_a_programs_two_graphs(tmp_path):
     assert lines[1].startswith("primal graph") and lines[2].startswith("tangent graph")
     bmms = prog.tangent_graph.to_text().count("= aten::bmm(")
     assert f"aten::bmm×{bmms}" in cost.split("\ntangent graph\nops:")[1].splitlines()[0]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "term"])
+def test_an_interrupted_write_leaves_the_previous_files_and_no_temporary(tmp_path, sig):
+    out = tmp_path / "tangent.json"
+    cli("linearize", "sdpa", "--seq-len", "8", "-o", str(out))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    # A graph whose residuals take a while to write (about 300 MB), interrupted while writing.
+    p = subprocess.Popen([JVPC, "linearize", "sdpa", "--seq-len", "2048", "--model-dim", "1024", "-o", str(out)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not any(q.name.startswith(".") for q in tmp_path.iterdir()):
+        assert p.poll() is None and time.monotonic() < deadline, "the write never started"
+        time.sleep(0.01)
+    p.send_signal(sig)
+    assert p.wait(timeout=60) == -sig
+    assert {q.name: q.read_bytes() for q in tmp_path.iterdir()} == before
+
+
+def test_a_traced_graph_whose_inputs_file_cannot_be_written_leaves_the_previous_save(tmp_path):
+    q, k, v = qkv(0)
+    path = tmp_path / "attn.json"
+    jvpc.trace(attention, q, k, v).save(path)
+    before = path.read_bytes()
+    (tmp_path / "attn.inputs.safetensors").unlink()
+    (tmp_path / "attn.inputs.safetensors").mkdir()  # the inputs file cannot be written
+    with pytest.raises(jvpc.Error, match="attn.inputs.safetensors"):
+        jvpc.trace(lambda q, k, v: attention(q, k, v) * 2, q, k, v).save(path)
+    assert path.read_bytes() == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -8,10 +8,12 @@ those are the unsharded parameters the root's pre-forward hook has put in place.
 import os
 import sys
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import jvpc
 
@@ -90,3 +92,25 @@ def test_ddp_gives_the_whole_batchs_gradients(tmp_path):
 
 def test_fsdp2_gives_the_whole_batchs_gradients(tmp_path):
     run("fsdp", tmp_path)
+
+
+def test_a_function_that_calls_a_ddp_wrapped_module_traces(tmp_path):
+    # DistributedDataParallel's forward opens a profiler region (record_function), whose markers
+    # the trace passes over, and broadcasts the buffers, which jvpc does before tracing; the JVP is
+    # the wrapped network's. A program cannot replay DDP's forward: compile refuses it.
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        net = DiT().double()
+        ddp = nn.parallel.DistributedDataParallel(net)
+        z, r, t, v = batch()
+        tangents = (v, torch.zeros_like(r), torch.ones_like(t))
+        out, dout = jvpc.jvp(lambda *a: ddp(*a), (z, r, t), tangents)
+        with sdpa_kernel(SDPBackend.MATH):  # torch.func has no forward AD of the fused kernels
+            want_out, want_dout = torch.func.jvp(net, (z, r, t), tangents)
+        torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(dout, want_dout, rtol=1e-10, atol=1e-12)
+        with pytest.raises(jvpc.Error, match="calls DistributedDataParallel's forward"):
+            jvpc.compile(lambda *a: ddp(*a), z, r, t)
+    finally:
+        dist.destroy_process_group()

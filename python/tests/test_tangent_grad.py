@@ -162,3 +162,17 @@ def test_what_the_o_l_route_does_not_cover_takes_the_math_path():
     assert torch.ops.jvpc.attention_tangent_backward not in counts
     for a, b in zip(got, ref):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_a_weight_the_tangent_does_not_reach_gets_no_gradient():
+    # out = W·x + b: the tangent W·dx does not reach b. A loss on the tangent alone leaves b.grad
+    # None, as torch.func's does, so that an optimizer skips it (no weight decay, no momentum).
+    lin = nn.Linear(4, 3).double()
+    x, dx = torch.randn(2, 4, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64)
+    torch.func.jvp(lin, (x,), (dx,))[1].square().sum().backward()
+    want = lin.weight.grad.clone()
+    assert lin.bias.grad is None
+    lin.zero_grad(set_to_none=True)
+    jvpc.jvp(lin, (x,), (dx,), tangent_grad=True)[1].square().sum().backward()
+    assert lin.bias.grad is None
+    torch.testing.assert_close(lin.weight.grad, want, rtol=1e-12, atol=1e-12)

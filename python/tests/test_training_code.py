@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import jvpc
 
@@ -227,3 +228,21 @@ def test_jacfwd_randomness_as_torch_func():
     got = jvpc.jacfwd(f, randomness="same")(x)
     assert torch.allclose(got, want, rtol=1e-12, atol=0)
     assert (got.diagonal() == 0).any() and (got.diagonal() != 0).any()  # a mask was drawn
+
+
+def test_the_same_tensor_as_several_primals():
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).double()
+    q, t1, t2, t3 = x64(2, 5, 8), x64(2, 5, 8), x64(2, 5, 8), x64(2, 5, 8)
+    def f(a, b, c):
+        with sdpa_kernel(SDPBackend.MATH):  # torch.func has no forward AD of the fused kernels
+            return mha(a, b, c, need_weights=False)[0]
+
+    want_out, want_t = torch.func.jvp(f, (q, q, q), (t1, t2, t3))
+    out, dout = jvpc.jvp(f, (q, q, q), (t1, t2, t3))
+    assert torch.allclose(out, want_out) and torch.allclose(dout, want_t, rtol=1e-10, atol=1e-12)
+    prog = jvpc.compile(f, q, q, q)
+    q2 = x64(2, 5, 8)
+    _, want_t = torch.func.jvp(f, (q2, q2, q2), (t1, t2, t3))
+    _, jvp_fn = prog(q2, q2, q2)
+    assert torch.allclose(jvp_fn(t1, t2, t3), want_t, rtol=1e-10, atol=1e-12)
