@@ -77,8 +77,15 @@ RecordedCall Functionalizer::recorded_form(const OpInfo& info, std::vector<c10::
       c.restrided = c.args[0].toTensor();
     } else {
       c.written = c.args[0].toTensor();
-      if (s_.protected_storages.count(TraceState::storage_of(c.written)))
-        throw Error(info.name + " writes in place to an input, or to a captured tensor the traced code read before (" +
+      auto written = s_.protected_storages.find(TraceState::storage_of(c.written));
+      if (written != s_.protected_storages.end() && !written->second.empty())
+        throw Error(info.name + " writes in place to the input '" + written->second + "' (" +
+                    TensorMeta::of(c.written).str() +
+                    "); only values computed while tracing may be written (a module's buffer, such as BatchNorm's "
+                    "num_batches_tracked in training mode, is an input of a compiled program: use linearize, or the "
+                    "module in eval mode)");
+      if (written != s_.protected_storages.end())
+        throw Error(info.name + " writes in place to a captured tensor the traced code read before (" +
                     TensorMeta::of(c.written).str() + "); only values computed while tracing may be written");
       // A tensor the callable captured and has not read (a module's counter, such as BatchNorm's
       // num_batches_tracked += 1): written as eager code would, once, and not recorded, like

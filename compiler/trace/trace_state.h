@@ -56,7 +56,7 @@ struct TraceState {
     while (input_names.count(name));
     Value* c = g.add_constant(name, value);
     bind(t, c);
-    if (value.is_same(t)) protected_storages.insert(storage_of(t));  // a copy may be written on
+    if (value.is_same(t)) protected_storages.emplace(storage_of(t), "");  // a copy may be written on
     return c;
   }
 
@@ -75,7 +75,9 @@ struct TraceState {
   ska::flat_hash_set<const Value*> from_inputs;                    // values computed from the inputs
   ska::flat_hash_set<const Value*> uninitialized;                  // outputs of empty and its kin
   std::unordered_map<const Value*, std::string> allocated_inside;  // ... allocated by a decomposed op
-  ska::flat_hash_set<const void*> protected_storages;
+  /// Storages no recorded op may write: the inputs' (-> the input's name) and the captured
+  /// tensors the trace read (-> "").
+  ska::flat_hash_map<const void*, std::string> protected_storages;
   /// Value id -> tensor computed by the tracing run, when keep_values.
   TensorsById values;
   std::vector<at::Tensor> keep;  // keeps TensorImpl pointers unique for the whole trace

@@ -61,7 +61,7 @@ class Recorder {
     bind(in.value, v);
     s_.input_names.insert(in.name);
     s_.from_inputs.insert(v);
-    s_.protected_storages.insert(storage_of(in.value));
+    s_.protected_storages.emplace(storage_of(in.value), in.name);
     return v;
   }
 

@@ -246,3 +246,38 @@ def test_the_same_tensor_as_several_primals():
     _, want_t = torch.func.jvp(f, (q2, q2, q2), (t1, t2, t3))
     _, jvp_fn = prog(q2, q2, q2)
     assert torch.allclose(jvp_fn(t1, t2, t3), want_t, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("objective", ["meanflow", "scm"])
+def test_a_training_step_under_bf16_autocast_as_torch_funcs(objective):
+    # scripts/bench/train_step.py's objectives on its DiT, the step under autocast to bfloat16 as
+    # mixed-precision training runs it: the losses and the weights' gradients agree with
+    # torch.func.jvp's under the same autocast, to bfloat16's tolerance.
+    import copy
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench"))
+    import train_step as ts
+
+    torch.manual_seed(0)
+    net = ts.DiT(ts.CHANNELS, 32, 2, 2)
+    batch = next(ts.batches(1, 2, 16, seed=3))
+    make, loss_of = ts.OBJECTIVES[objective]
+    primals, tangents, aux = make(*batch)
+    losses, grads = [], []
+    for side in ("jvpc", "torch"):
+        m = copy.deepcopy(net)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            if side == "jvpc":
+                out, jvp_fn = jvpc.compile(m, *primals)(*primals)
+                dout = jvp_fn(*tangents)
+            else:
+                with sdpa_kernel(SDPBackend.MATH):
+                    out, dout = torch.func.jvp(m, primals, tangents)
+            loss = loss_of(out, dout, aux, batch[2], batch[3])
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
+    assert out.dtype == torch.bfloat16
+    assert abs(losses[0] - losses[1]) <= 2e-2 * abs(losses[1])
+    assert (grads[0] - grads[1]).norm() <= 2e-2 * grads[1].norm()

@@ -21,12 +21,17 @@ where they do not), and the norms of their JVPs (the sCM loss is normalised, nea
 JVP norms are what shows a tangent gone wrong). The long size traces attention through the CPU's fused kernel and takes the
 O(L) tangent form (residual_budget=0).
 
+--autocast bf16 runs every side's step (and jvpc's compile) under torch.autocast("cpu",
+dtype=torch.bfloat16), as mixed-precision training wraps its forward; the losses must then agree
+to bfloat16's tolerance (--loss-rtol 2e-2 unless given).
   PYTHONPATH=build/python python3 scripts/bench/train_step.py
   PYTHONPATH=build/python python3 scripts/bench/train_step.py --sizes small --rounds 3 --skip-compile
+  PYTHONPATH=build/python python3 scripts/bench/train_step.py --sizes small --autocast bf16 --skip-compile
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -98,21 +103,31 @@ def scm_loss(F, dFdt, aux, r, t):
 OBJECTIVES = {"meanflow": (meanflow, meanflow_loss), "scm": (scm, scm_loss)}
 
 
+AUTOCAST = {"none": None, "bf16": torch.bfloat16}
+
+
+def precision(autocast):
+    """The context a step runs in: autocast to `autocast`'s dtype on the CPU, or nothing."""
+    dtype = AUTOCAST[autocast]
+    return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
 class Side:
-    def __init__(self, name, net, step):
-        self.name, self.net, self._step = name, net, step
+    def __init__(self, name, net, step, autocast="none"):
+        self.name, self.net, self._step, self.autocast = name, net, step, autocast
         self.opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
         self.times, self.losses, self.jvp_norms = [], [], []
 
     def step(self, batch):
         self.opt.zero_grad(set_to_none=True)
-        loss, dout = self._step(batch)
+        with precision(self.autocast):
+            loss, dout = self._step(batch)
         loss.backward()
         self.opt.step()
         return loss.detach(), dout.detach().norm()
 
 
-def make_sides(size, objective, skip_compile):
+def make_sides(size, objective, skip_compile, autocast="none"):
     d, depth, heads, B, L, long_form = SIZES[size]
     make, loss_of = OBJECTIVES[objective]
     torch.manual_seed(0)
@@ -123,7 +138,8 @@ def make_sides(size, objective, skip_compile):
     if long_form:
         options.residual_budget = 0  # the O(L) form of the attention's tangent
     jnet = copy.deepcopy(net)
-    prog = jvpc.compile(jnet, *primals, options=options)
+    with precision(autocast):  # traced as it runs: under the autocast its steps run in
+        prog = jvpc.compile(jnet, *primals, options=options)
 
     def jvpc_step(batch):
         primals, tangents, aux = make(*batch)
@@ -139,12 +155,12 @@ def make_sides(size, objective, skip_compile):
             return loss_of(out, dout, aux, batch[2], batch[3]), dout
         return step
 
-    sides = [Side("jvpc", jnet, jvpc_step)]
+    sides = [Side("jvpc", jnet, jvpc_step, autocast)]
     enet = copy.deepcopy(net)
-    sides.append(Side("func eager", enet, torch_step(enet)))
+    sides.append(Side("func eager", enet, torch_step(enet), autocast))
     if not skip_compile:
         cnet = copy.deepcopy(net)
-        sides.append(Side("compiled", cnet, torch.compile(torch_step(cnet))))
+        sides.append(Side("compiled", cnet, torch.compile(torch_step(cnet)), autocast))
     return sides, (B, L), prog
 
 
@@ -168,7 +184,7 @@ def flops(fn):
 
 
 def run(size, objective, args):
-    sides, (B, L), prog = make_sides(size, objective, args.skip_compile)
+    sides, (B, L), prog = make_sides(size, objective, args.skip_compile, args.autocast)
     n = args.warmup + args.rounds
     data = list(batches(n + 2, B, L, seed=1))
     failed = {}
@@ -229,7 +245,10 @@ def main():
     p.add_argument("--rounds", type=int, default=7, help="timed rounds (one step per side each)")
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds first (compilation happens there)")
     p.add_argument("--show-losses", type=int, default=3, help="losses of the first steps shown per side")
-    p.add_argument("--loss-rtol", type=float, default=1e-3, help="relative agreement the losses and JVP norms must reach")
+    p.add_argument("--loss-rtol", type=float, help="relative agreement the losses and JVP norms must reach "
+                   "(default 1e-3; 2e-2 under --autocast bf16)")
+    p.add_argument("--autocast", choices=list(AUTOCAST), default="none",
+                   help="run each step under torch.autocast on the CPU to this dtype")
     p.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile side")
     p.add_argument("--threads", type=int, help="torch.set_num_threads")
     p.add_argument("--json", help="write the results here")
@@ -242,6 +261,8 @@ def main():
             p.error(f"unknown objective {name!r} (objectives: {', '.join(OBJECTIVES)})")
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    if args.loss_rtol is None:
+        args.loss_rtol = 2e-2 if args.autocast == "bf16" else 1e-3
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = []
@@ -250,7 +271,8 @@ def main():
             rows.append(run(size, objective, args))
             print(table(rows[-1:], f"{size}/{objective} done, load average {os.getloadavg()[0]:.2f}"), flush=True)
     load = os.getloadavg()
-    print(table(rows, f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, CPU; "
+    dtype = "float32" if args.autocast == "none" else f"float32 under autocast to {args.autocast}"
+    print(table(rows, f"torch {torch.__version__}, {torch.get_num_threads()} threads, {dtype}, CPU; "
                       f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; medians of {args.rounds} rounds"))
     if args.json:
         with open(args.json + ".tmp", "w") as f:
