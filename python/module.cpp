@@ -292,18 +292,20 @@ void bind_program(py::module_& m) {
       "_compile",
       [](py::object fn, const std::vector<at::Tensor>& primals, const std::vector<std::string>& names,
          const std::vector<bool>& differentiable, const std::vector<std::string>& wrt, LinearizeOptions options,
-         bool exact_strides) {
+         bool exact_strides, const std::vector<bool>& state) {
         ProgramOptions po;
         po.linearize = std::move(options);
         po.linearize.wrt = wrt;
         po.exact_strides = exact_strides;
         std::vector<TraceInput> in = trace_inputs(primals, names, differentiable);
+        if (state.size() > in.size()) throw Error("more state flags than inputs");
+        for (size_t i = 0; i < state.size(); ++i) in[i].state = state[i];
         PyCallable call{fn.ptr(), std::nullopt};
         TensorFn f = tensor_fn(call);
         return std::make_shared<Program>(without_gil(call, [&] { return compile(f, in, po); }));
       },
       py::arg("fn"), py::arg("primals"), py::arg("names"), py::arg("differentiable"), py::arg("wrt"),
-      py::arg("options"), py::arg("exact_strides"));
+      py::arg("options"), py::arg("exact_strides"), py::arg("state"));
 }
 
 }  // namespace

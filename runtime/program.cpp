@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -38,7 +39,7 @@ bool device_matches(const c10::Device& declared, const c10::Device& actual) {
 }  // namespace
 
 ProgramExecutable::ProgramExecutable(ProgramGraphs graphs, ExecutableOptions options)
-    : num_outputs_(graphs.primal_outputs), exact_strides_(graphs.exact_strides) {
+    : num_outputs_(graphs.primal_outputs), exact_strides_(graphs.exact_strides), state_inputs_(graphs.state_inputs) {
   Graph* primal = graphs.primal.get();
   Graph* tangent = graphs.tangent.get();
   if (!primal || !tangent) throw Error("program: null graph");
@@ -46,11 +47,23 @@ ProgramExecutable::ProgramExecutable(ProgramGraphs graphs, ExecutableOptions opt
     if (in.role == Role::Tangent) throw Error("program: the primal graph has a tangent input '" + in.name + "'");
   for (const Input& in : tangent->inputs())
     if (in.role == Role::Primal) throw Error("program: the tangent graph has a primal input '" + in.name + "'");
-  if (primal->outputs().size() < num_outputs_)
+  const size_t first_residual = num_outputs_ + state_inputs_.size();
+  if (primal->outputs().size() < first_residual)
     throw Error("program: the primal graph returns " + std::to_string(primal->outputs().size()) +
-                " values, fewer than its " + std::to_string(num_outputs_) + " primal outputs");
+                " values, fewer than its " + std::to_string(num_outputs_) + " primal outputs and " +
+                std::to_string(state_inputs_.size()) + " state outputs");
+  // Each state output is written into a primal input of its kind.
+  for (size_t k = 0; k < state_inputs_.size(); ++k) {
+    const Input* in = primal->find_input(state_inputs_[k]);
+    if (!in || in->role != Role::Primal)
+      throw Error("program: state '" + state_inputs_[k] + "' is no primal input of the primal graph");
+    const TensorMeta& m = primal->outputs()[num_outputs_ + k]->meta();
+    if (!m.same_signature(in->value->meta()))
+      throw Error("program: state '" + state_inputs_[k] + "' is " + in->value->meta().str() +
+                  " but the primal graph's new value for it is " + m.str());
+  }
   std::unordered_map<std::string, size_t> residual_at;
-  for (size_t i = num_outputs_; i < primal->outputs().size(); ++i) residual_at[primal->output_names()[i]] = i;
+  for (size_t i = first_residual; i < primal->outputs().size(); ++i) residual_at[primal->output_names()[i]] = i;
   for (Input& in : tangent->inputs()) {
     if (in.role != Role::Constant) continue;
     auto it = residual_at.find(in.name);
@@ -70,6 +83,11 @@ ProgramExecutable::ProgramExecutable(ProgramGraphs graphs, ExecutableOptions opt
   primal_options.static_outputs = false;  // residuals outlive the next call
   primal_fn_ = std::make_unique<Executable>(primal_, primal_options);
   tangent_fn_ = std::make_unique<Executable>(tangent_, options);
+  for (const std::string& name : state_inputs_) {
+    const auto& a = primal_fn_->arguments();
+    state_argument_.push_back(static_cast<size_t>(
+        std::find_if(a.begin(), a.end(), [&](const Input* in) { return in->name == name; }) - a.begin()));
+  }
   size_t i = 0;
   for (const Input& in : primal_->inputs())
     if (in.role == Role::Constant) {
@@ -135,6 +153,11 @@ ProgramExecutable::Point ProgramExecutable::linearize(const std::vector<at::Tens
     at::AutoGradMode grad(at::GradMode::is_enabled() && needs_grad(in));
     record = at::GradMode::is_enabled();
     outs = primal_fn_->run(in);
+  }
+  // The state the function writes, written where eager code writes it: into the caller's tensor.
+  if (!state_argument_.empty()) {
+    at::NoGradGuard no_grad;
+    for (size_t k = 0; k < state_argument_.size(); ++k) primals[state_argument_[k]].copy_(outs[num_outputs_ + k]);
   }
   std::vector<at::Tensor> residuals;
   residuals.reserve(residual_output_.size());

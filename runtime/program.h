@@ -52,7 +52,9 @@ class ProgramExecutable {
   /// Runs the primal graph at `primals`, one per primal input in graph order. Under grad mode,
   /// where a primal or a captured tensor requires grad, autograd records that run as it records
   /// eager code: the primal outputs carry eager's history (one forward gives the loss's graph and
-  /// the residuals), and the residuals are detached.
+  /// the residuals), and the residuals are detached. The state the function writes (BatchNorm's
+  /// running statistics) is written into the primals named by state_inputs(), as eager code
+  /// writes it.
   Point linearize(const std::vector<at::Tensor>& primals) const;
 
   const std::shared_ptr<const Graph>& primal_graph() const { return primal_; }
@@ -61,11 +63,15 @@ class ProgramExecutable {
   const std::vector<const Input*>& primal_inputs() const { return primal_fn_->arguments(); }
   size_t num_primal_outputs() const { return num_outputs_; }
   bool exact_strides() const { return exact_strides_; }
+  /// The primal inputs each call writes the function's state into (ProgramGraphs::state_inputs).
+  const std::vector<std::string>& state_inputs() const { return state_inputs_; }
 
  private:
   std::shared_ptr<const Graph> primal_, tangent_;
   size_t num_outputs_ = 0;
   bool exact_strides_ = true;
+  std::vector<std::string> state_inputs_;
+  std::vector<size_t> state_argument_;  // per state input: its index among the primals
   std::unique_ptr<Executable> primal_fn_;   // the captured tensors bound as its constants
   std::unique_ptr<Executable> tangent_fn_;  // no residuals bound: each point gets a copy with its own
   std::vector<size_t> residual_output_;     // per tangent-graph constant: its primal-graph output

@@ -734,6 +734,13 @@ std::vector<RuleCase> cases() {
          return at::batch_norm(x[0], x[1], x[2], at::full({3}, 0.2, at::kDouble), at::full({3}, 1.5, at::kDouble), false, 0.1, 1e-5, false);
        })},
       {"aten::native_batch_norm", {{2, 3, 4}, {3}, {3}}, one([](auto& x) { return at::instance_norm(x[0], x[1], x[2], {}, {}, true, 0.1, 1e-5, false); })},
+      // What a compiled program records for batch norm whose running statistics are its state:
+      // the new statistics are outputs, without tangents (LibTorch has no forward AD of it).
+      {"aten::_native_batch_norm_legit_functional", {{4, 3, 5}, {3}, {3}}, [](auto& x) {
+         auto r = at::_native_batch_norm_legit_functional(x[0], x[1], x[2], at::zeros({3}, at::kDouble),
+                                                          at::ones({3}, at::kDouble), true, 0.1, 1e-5);
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+       }, nullptr, false, /*ad_outputs=*/0},
       {"aten::_scaled_dot_product_flash_attention_for_cpu", {{1, 2, 6, 4}, {1, 2, 6, 4}, {1, 2, 6, 4}},
        sdpa(B::Flash, false, false), sdpa(B::Math, false, false)},
       {"aten::_scaled_dot_product_flash_attention_for_cpu", {{1, 2, 6, 4}, {1, 2, 9, 4}, {1, 2, 9, 4}},

@@ -326,3 +326,39 @@ TEST(Program, CudaPointsOwnTheirResidualsUnderCudaGraphs) {
 
 }  // namespace
 }  // namespace jvpc
+
+namespace jvpc {
+namespace {
+
+// State inputs (TraceInput::state, a module's buffers): the program records the function's
+// writes to them, BatchNorm's running statistics and its counter, and writes them back into the
+// tensors passed at every point, as eager code writes them; a saved program keeps that.
+TEST(Program, StateInputsAreWrittenBackAtEveryPoint) {
+  TensorFn fn = [](const Tensors& a) {  // x, then the state: running mean, running var, count
+    a[3].add_(1);
+    return Tensors{at::batch_norm(a[0], {}, {}, a[1], a[2], /*training=*/true, 0.1, 1e-5, false).sin()};
+  };
+  auto state = [] { return Tensors{at::zeros({3}, at::kDouble), at::ones({3}, at::kDouble), at::zeros({}, at::kLong)}; };
+  Tensors mine = state(), eager = state();
+  at::Tensor x = at::randn({5, 3}, at::kDouble);
+  std::vector<TraceInput> in = {{"x", x}, {"rm", mine[0]}, {"rv", mine[1]}, {"n", mine[2]}};
+  for (size_t i = 1; i < in.size(); ++i) in[i].state = true;
+  test::expect_error([&] { linearize(fn, in); }, "linearize: input 'rm' is state");
+  Program prog = compile(fn, in);  // its trace runs fn once, writing the state as eager code does
+  mine = {mine[0].zero_(), mine[1].fill_(1), mine[2].zero_()};
+  std::string path = test::temp_path("state-program.json");
+  prog.save(path);
+  Program loaded = Program::load(path);
+  for (int step = 0; step < 3; ++step) {
+    at::Tensor xs = at::randn({5, 3}, at::kDouble), t = at::randn({5, 3}, at::kDouble);
+    at::Tensor want = fn({xs, eager[0], eager[1], eager[2]})[0];
+    Linearized lin = (step == 2 ? loaded : prog).linearize({xs, mine[0], mine[1], mine[2]});
+    EXPECT_TRUE(at::allclose(lin.primal_outputs[0], want, 1e-12, 1e-14)) << step;
+    EXPECT_EQ(lin.jvp({t}).size(), 1u) << "the state has no tangent";
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(at::allclose(mine[i], eager[i], 1e-12, 1e-14)) << step << " state " << i;
+  }
+  EXPECT_EQ(mine[2].item<int64_t>(), 3);
+}
+
+}  // namespace
+}  // namespace jvpc

@@ -118,6 +118,14 @@ std::vector<Linearized::Captured> captured_of(const Graph& g) {
   return captured;
 }
 
+void refuse_state(const std::vector<TraceInput>& inputs, const char* who) {
+  for (const TraceInput& in : inputs)
+    if (in.state)
+      throw Error(std::string(who) + ": input '" + in.name +
+                  "' is state, which a compiled program writes back; here it would be an input of the linear map "
+                  "(capture the module's buffers instead)");
+}
+
 Trace counted_trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const TraceOptions& options,
                     KernelWatch& watch) {
   Trace t;
@@ -166,6 +174,7 @@ Trace evaluate_graph(std::unique_ptr<Graph> graph, const std::vector<at::Tensor>
 }  // namespace detail
 
 Linearized linearize(const TensorFn& fn, const std::vector<TraceInput>& primals, const LinearizeOptions& options) {
+  detail::refuse_state(primals, "linearize");
   KernelWatch watch;  // everything linearize runs, tracing included
   auto t0 = std::chrono::steady_clock::now();
   TraceOptions at_these_primals;

@@ -154,6 +154,9 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, KernelWat
                            std::shared_ptr<PrimalSplit> split = nullptr);
 /// trace(), with `watch` paused: the tracer counts the matmul FLOPs of the kernels it records,
 /// which are added to the watch (watching every dispatcher call costs a third of a forward).
+/// Refuses state inputs (TraceInput::state), which only compile's programs write back: a
+/// linearize's trace writes them once, as eager code does, as ordinary captured tensors.
+void refuse_state(const std::vector<TraceInput>& inputs, const char* who);
 Trace counted_trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const TraceOptions& options,
                     KernelWatch& watch);
 /// A graph's forward evaluated node by node at `primal_values` (checked against its primal

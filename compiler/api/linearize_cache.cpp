@@ -179,6 +179,7 @@ void LinearizeCache::keep(std::shared_ptr<const Entry> e) {
 
 Linearized LinearizeCache::linearize(const TensorFn& fn, const std::vector<TraceInput>& primals,
                                      const LinearizeOptions& options) {
+  detail::refuse_state(primals, "linearize");
   KernelWatch watch;  // everything this call runs: the trace, and fold or the passes
   auto t0 = clock::now();
   TraceOptions at_these_primals;

@@ -37,18 +37,25 @@ void reject_data_dependent_shapes(const Graph& g) {
 }
 
 Program from_trace(Trace&& t, const ProgramOptions& options, KernelWatch& watch) {
-  size_t num_outputs = t.graph->outputs().size();
+  const size_t all_outputs = t.graph->outputs().size();  // the function's, then its state's
+  const size_t num_outputs = all_outputs - t.state_of.size();
   if (num_outputs == 0) throw Error("compile: the function returns no tensor");
+  std::vector<std::string> state_inputs;
+  for (size_t i : t.state_of) state_inputs.push_back(t.graph->inputs()[i].name);
   auto split = std::make_shared<PrimalSplit>();
   Linearized lin = detail::linearize_trace(std::move(t), options.linearize, watch, split);
   if (!split->primal) throw Error("compile: fold did not split the graph");
-  ProgramGraphs graphs{std::move(split->primal), lin.tangent_graph->clone(), num_outputs, options.exact_strides};
+  ProgramGraphs graphs{std::move(split->primal), lin.tangent_graph->clone(), num_outputs, options.exact_strides,
+                       std::move(state_inputs)};
+  // The state's tangents are nobody's: the tangent graph returns the function's outputs' only.
+  for (size_t i = all_outputs; i-- > num_outputs;) graphs.tangent->erase_output(i);
+  dce(*graphs.tangent);
   // Residuals that a pass after fold left unread are not computed.
   std::unordered_set<std::string> read;
   for (const Input& in : graphs.tangent->inputs())
     if (in.role == Role::Constant) read.insert(in.name);
   Graph& primal = *graphs.primal;
-  for (size_t i = primal.outputs().size(); i-- > num_outputs;)
+  for (size_t i = primal.outputs().size(); i-- > all_outputs;)
     if (!read.count(primal.output_names()[i])) primal.erase_output(i);
   dce(primal);
   // Captured tensors keep no autograd history in the primal graph (a detached tensor shares the
@@ -81,7 +88,7 @@ Linearized Program::linearize(const std::vector<at::Tensor>& primals) const {
 
 void Program::save(const std::string& path, const SaveOptions& options) const {
   save_program(*exec_->primal_graph(), *exec_->tangent_graph(), exec_->num_primal_outputs(), exec_->exact_strides(),
-               path, options);
+               exec_->state_inputs(), path, options);
 }
 
 Program compile(const TensorFn& fn, const std::vector<TraceInput>& example_primals, const ProgramOptions& options) {

@@ -272,7 +272,8 @@ const std::unordered_map<std::string, Rule>& rules() {
     for (const char* op : {"aten::_softmax", "aten::_safe_softmax", "aten::_log_softmax"})
       m[op] = {Kind::Reduction, 4, 1};                            // max, subtract, sum, divide; exp
     m["aten::_softmax_backward_data"] = {Kind::Reduction, 4, 0};  // y·(g − Σ g·y)
-    for (const char* op : {"aten::native_layer_norm", "aten::native_group_norm", "aten::native_batch_norm"})
+    for (const char* op : {"aten::native_layer_norm", "aten::native_group_norm", "aten::native_batch_norm",
+                           "aten::_native_batch_norm_legit_functional"})
       m[op] = {Kind::Normalization, 8, 0};
     // Matrix-vector and dot products: FlopCounterMode has no rule for them, so they count as
     // reductions of their first operand, 2 per multiply-add as for the matmuls.

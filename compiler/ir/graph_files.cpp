@@ -319,20 +319,23 @@ void save(const Graph& g, const std::string& path, const SaveOptions& options) {
 }
 
 void save_program(const Graph& primal, const Graph& tangent, size_t primal_outputs, bool exact_strides,
-                  const std::string& path, const SaveOptions& options) {
+                  const std::vector<std::string>& state_inputs, const std::string& path,
+                  const SaveOptions& options) {
   check_savable(primal, path, options);
   check_savable(tangent, path, options);
   for (const Input& in : tangent.inputs())
     if (in.role == Role::Constant && in.data.defined())
       throw Error("cannot save '" + path + "': the tangent graph's constant '" + in.name +
                   "' is bound (a program's residuals are made at each point)");
-  if (primal_outputs > primal.outputs().size()) throw Error("cannot save '" + path + "': too many primal outputs");
+  if (primal_outputs + state_inputs.size() > primal.outputs().size())
+    throw Error("cannot save '" + path + "': too many primal outputs");
   StoredConstants c = stored_constants(primal);
   write_with_constants(path, c, [&](const std::string& constants_file) {
     json j = {{"format", "jvpc-program"}, {"schema_version", kSchemaVersion}};
     if (!constants_file.empty()) j["constants_file"] = constants_file;
     j["primal_outputs"] = primal_outputs;
     j["exact_strides"] = exact_strides;
+    if (!state_inputs.empty()) j["state_inputs"] = state_inputs;
     j["primal"] = to_json(primal);
     c.annotate(j["primal"]);
     j["tangent"] = to_json(tangent);
@@ -381,6 +384,11 @@ ProgramGraphs load_program(const std::string& path, const LoadOptions& options) 
     if (outputs < 1) root["primal_outputs"].fail("expected 1 or more");
     p.primal_outputs = static_cast<size_t>(outputs);
     p.exact_strides = root["exact_strides"].boolean();
+    if (root.has("state_inputs")) {
+      At names = root["state_inputs"];
+      if (!names.j.is_array()) names.fail("expected a list of primal input names");
+      for (size_t i = 0; i < names.j.size(); ++i) p.state_inputs.push_back(names[i].str());
+    }
     for (const char* graph : {"primal", "tangent"})
       if (!root[graph].j.is_object()) root[graph].fail("expected an object (a graph)");
   } catch (const Error& e) {
@@ -388,9 +396,10 @@ ProgramGraphs load_program(const std::string& path, const LoadOptions& options) 
   }
   p.primal = graph_from_file_json(j["primal"], j, path, options, "primal graph: ");
   p.tangent = graph_from_file_json(j["tangent"], j, path, options, "tangent graph: ");
-  if (p.primal_outputs > p.primal->outputs().size())
-    throw Error(printable_path(path) + ": primal_outputs is " + std::to_string(p.primal_outputs) +
-                " but the primal graph returns " + std::to_string(p.primal->outputs().size()) + " values");
+  if (p.primal_outputs + p.state_inputs.size() > p.primal->outputs().size())
+    throw Error(printable_path(path) + ": primal_outputs is " + std::to_string(p.primal_outputs) + " and " +
+                std::to_string(p.state_inputs.size()) + " state outputs follow, but the primal graph returns " +
+                std::to_string(p.primal->outputs().size()) + " values");
   return p;
 }
 

@@ -64,19 +64,25 @@ std::unique_ptr<Graph> load(const std::string& path, std::optional<c10::Device> 
 /// tangent graph, from residuals (unbound constants) and tangents to the output tangents.
 struct ProgramGraphs {
   std::unique_ptr<Graph> primal, tangent;
-  /// How many of the primal graph's outputs are the function's outputs (the rest: residuals).
+  /// How many of the primal graph's outputs are the function's outputs (the rest: the state,
+  /// then the residuals).
   size_t primal_outputs = 0;
   /// New primals must have the example primals' strides (dims of size 1 aside); false: other
   /// layouts are copied into the compiled one.
   bool exact_strides = true;
+  /// The state the function writes (TraceInput::state): the primal graph's outputs after the
+  /// function's are their new values, one per name here, the primal input it is written into.
+  std::vector<std::string> state_inputs;
 };
 /// Writes a program: `path`, one JSON file ({"format": "jvpc-program", "primal_outputs",
-/// "exact_strides", "primal": graph, "tangent": graph}, each graph as to_json writes it), and the
+/// "exact_strides", "state_inputs" (where there is state), "primal": graph, "tangent": graph},
+/// each graph as to_json writes it), and the
 /// primal graph's constants (the captured tensors) in the safetensors file beside it, the two
 /// written in full before either replaces its destination, as save() does. The tangent graph's
 /// constants must be unbound.
 void save_program(const Graph& primal, const Graph& tangent, size_t primal_outputs, bool exact_strides,
-                  const std::string& path, const SaveOptions& options = {});
+                  const std::vector<std::string>& state_inputs, const std::string& path,
+                  const SaveOptions& options = {});
 /// Reads a program save_program wrote, under load()'s rules for each of its graphs (allowed
 /// ops, shapes re-derived, memory limit, the constants file's size and hash).
 ProgramGraphs load_program(const std::string& path, const LoadOptions& options = {});

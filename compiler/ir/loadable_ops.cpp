@@ -58,6 +58,8 @@ std::string hidden_write(const Node& n) {
   // Batch norms in training mode (instance norm with use_input_stats) update the running
   // statistics they are given in place, though their schemas (native_batch_norm, batch_norm,
   // instance_norm, _batch_norm_impl_index, cudnn_batch_norm, ...) do not mark them as written.
+  // The functional form returns their new values and writes nothing it is given.
+  if (n.op() == "aten::_native_batch_norm_legit_functional") return "";
   const auto& s = op_info(n.op()).schema();
   int flag = arg_index(s, "training");
   if (flag < 0) flag = arg_index(s, "use_input_stats");

@@ -263,6 +263,7 @@ const std::unordered_map<std::string, OpContract>& contracts() {
           "aten::mm",
           "aten::mv",
           "aten::native_batch_norm",
+          "aten::_native_batch_norm_legit_functional",
           "aten::native_group_norm",
           "aten::native_layer_norm",
           "aten::pixel_shuffle",

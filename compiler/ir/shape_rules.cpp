@@ -928,6 +928,17 @@ Metas convolution(const Call& c) {
 // TensorIterator does it for a dense operand.
 Metas elementwise_like_self(const Call& c) { return {preserving_layout(c.meta(0))}; }
 
+// _native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, training,
+// momentum, eps): native_batch_norm's results, then the new running statistics, each laid out as
+// the one given (its clone, updated).
+Metas native_batch_norm_functional(const Call& c) {
+  TORCH_CHECK(c.given(3) && c.given(4), "_native_batch_norm_legit_functional: running_mean and running_var are required");
+  Metas out = native_batch_norm(c);
+  out.push_back(preserving_layout(c.meta(3)));
+  out.push_back(preserving_layout(c.meta(4)));
+  return out;
+}
+
 // native_dropout(input, p, train): (output, mask), both laid out as input, the mask boolean.
 Metas native_dropout(const Call& c) {
   TensorMeta mask = preserving_layout(c.meta(0));
@@ -1040,6 +1051,7 @@ std::unordered_map<std::string, ShapeRule> make_shape_rules() {
       {"aten::cummin", cumulative_extremum},
       {"aten::frexp.Tensor", frexp},
       {"aten::native_dropout", native_dropout},
+      {"aten::_native_batch_norm_legit_functional", native_batch_norm_functional},
       {"aten::mv", mv},
       {"aten::native_layer_norm", native_layer_norm},
       {"aten::native_group_norm", native_group_norm},

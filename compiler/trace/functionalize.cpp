@@ -65,7 +65,7 @@ const OpInfo& functional_form(const OpInfo& info) {
 }  // namespace
 
 RecordedCall Functionalizer::recorded_form(const OpInfo& info, std::vector<c10::IValue> args) const {
-  RecordedCall c{&info, std::move(args), {}, {}, {}, {}, false};
+  RecordedCall c{&info, std::move(args), {}, {}, false, {}, {}, false};
   for (size_t i = 0; i < c.args.size(); ++i) c.arg_index.push_back(i);
   if (info.mutates) {
     if (!c.args.at(0).isTensor())
@@ -95,6 +95,17 @@ RecordedCall Functionalizer::recorded_form(const OpInfo& info, std::vector<c10::
   } else if (info.name == "aten::_reshape_alias" || info.name == "aten::_unsafe_view") {
     c.op = &op_info("aten::view");
     c.arg_index = {0, 1};
+  } else if (updates_running_stats(info.name) && c.args.at(5).isBool() && c.args[5].toBool() &&
+             c.args[3].isTensor() && c.args[3].toTensor().defined() &&
+             s_.state_storages.count(TraceState::storage_of(c.args[3].toTensor()))) {
+    // Running statistics that are state: their update is recorded, by the functional form of
+    // the same kernel (it clones them, then updates the clones in place: the same arithmetic).
+    if (info.name != "aten::native_batch_norm")
+      throw Error(info.name + " updates the running statistics of a module whose buffers are a compiled program's "
+                  "state, which jvpc records for aten::native_batch_norm only: compile on the CPU, or use linearize");
+    c.op = &op_info("aten::_native_batch_norm_legit_functional");
+    c.running_stats = {c.args[3].toTensor(), c.args[4].toTensor()};
+    c.stats_as_results = true;
   } else if (updates_running_stats(info.name) && c.args.at(5).isBool() && c.args[5].toBool()) {
     // Batch norm in training mode updates its running statistics in place, which its schema
     // does not declare; its results do not depend on them. The tracing run updates them once,

@@ -23,6 +23,10 @@ struct RecordedCall {
   std::vector<c10::IValue> args;
   c10::SmallVector<size_t, 8> arg_index;
   std::vector<at::Tensor> running_stats;  // batch norm's, which it updates in place, unrecorded
+  /// Batch norm's running statistics are state inputs (TraceInput::state): the call is recorded
+  /// as _native_batch_norm_legit_functional, whose last two results are their new values (the
+  /// tensors themselves, which the kernel updated), appended to the kernel's results.
+  bool stats_as_results = false;
   at::Tensor written;                     // the tensor an in-place op writes
   at::Tensor restrided;                   // the tensor an in-place view op (t_, unsqueeze_) restrides
   bool captured_write = false;            // `written` is a captured tensor: run, not recorded

@@ -78,6 +78,8 @@ struct TraceState {
   /// Storages no recorded op may write: the inputs' (-> the input's name) and the captured
   /// tensors the trace read (-> "").
   ska::flat_hash_map<const void*, std::string> protected_storages;
+  /// The storages of the state inputs (TraceInput::state), which recorded ops may write.
+  ska::flat_hash_set<const void*> state_storages;
   /// Value id -> tensor computed by the tracing run, when keep_values.
   TensorsById values;
   std::vector<at::Tensor> keep;  // keeps TensorImpl pointers unique for the whole trace

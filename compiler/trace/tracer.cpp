@@ -57,11 +57,14 @@ class Recorder {
     if (s_.value_of.count(in.value.unsafeGetTensorImpl()))
       throw Error("input '" + in.name + "' is the same tensor as an earlier input");
     Value* v = s_.g.add_input(in.name, TensorMeta::of(in.value), Role::Primal,
-                              in.differentiable && differentiable_dtype(in.value.scalar_type()));
+                              !in.state && in.differentiable && differentiable_dtype(in.value.scalar_type()));
     bind(in.value, v);
     s_.input_names.insert(in.name);
     s_.from_inputs.insert(v);
-    s_.protected_storages.emplace(storage_of(in.value), in.name);
+    if (in.state)
+      s_.state_storages.insert(storage_of(in.value));
+    else
+      s_.protected_storages.emplace(storage_of(in.value), in.name);
     return v;
   }
 
@@ -130,6 +133,11 @@ class Recorder {
     run(op, info, call.args, stack);
     std::vector<int> counts;
     std::vector<at::Tensor> results = unpack_returns(*stack, stack->size() - schema.returns().size(), counts);
+    if (call.stats_as_results)  // the running statistics, which the kernel just updated
+      for (const at::Tensor& stats : call.running_stats) {
+        results.push_back(stats);
+        counts.push_back(1);
+      }
     if (results.empty()) {  // metadata queries (no tensor results) are not part of the graph
       // ... but a scalar read from an input's data (item(), if (t), equal) would be replayed as
       // a constant: the graph would be right for these inputs only.
@@ -486,6 +494,14 @@ Trace trace(const TensorFn& fn, const std::vector<TraceInput>& inputs, const Tra
     if (!result.outputs[i].defined())
       throw Error("output " + std::to_string(i) + " of the traced callable is undefined");
     result.graph->add_output(rec.value_for(result.outputs[i], "output " + std::to_string(i)));
+  }
+  // The state the callable wrote: its final value, after the outputs.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].state) continue;
+    Value* now = rec.value_for(inputs[i].value, "state '" + inputs[i].name + "'");
+    if (now == result.graph->inputs()[i].value) continue;
+    result.graph->add_output(now, inputs[i].name);
+    result.state_of.push_back(i);
   }
   rec.drop_unread_allocations();
   result.values = std::move(rec.values());

@@ -43,6 +43,11 @@ struct TraceInput {
   /// additive mask too, as in torch.func: set false to hold it constant). Boolean masks and
   /// integer indices are never differentiated.
   bool differentiable = true;
+  /// State the callable may write in place (a module's buffers: BatchNorm's running statistics
+  /// and num_batches_tracked). Its writes are recorded, and the graph returns its final value
+  /// after the callable's outputs (Trace::state_of), where a compiled program writes it back at
+  /// every call. Never differentiated. Other inputs may not be written.
+  bool state = false;
 };
 
 struct TraceOptions {
@@ -67,6 +72,9 @@ struct Trace {
   std::unique_ptr<Graph> graph;
   /// The callable's outputs, as the tracing run computed them.
   std::vector<at::Tensor> outputs;
+  /// The graph's outputs after the callable's: for each, the index of the state input
+  /// (TraceInput::state) whose final value it is.
+  std::vector<size_t> state_of;
   /// Value id -> tensor computed by the tracing run (inputs included), when keep_values.
   TensorsById values;
   /// The kernels the dispatcher ran, in order, as named by the dispatcher (before the

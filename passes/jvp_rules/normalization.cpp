@@ -125,7 +125,9 @@ void register_normalization(Registry& r) {
   // Batch norm: statistics per channel over all other dims (training), or the running ones.
   // cuDNN's kernel (LibTorch's choice on CUDA) takes the same arguments and returns the same
   // outputs, plus a workspace.
-  for (const char* op : {"aten::native_batch_norm", "aten::cudnn_batch_norm"})
+  // _native_batch_norm_legit_functional: the same, with the running statistics' new values as
+  // two more outputs (a compiled program's state), which have no tangent.
+  for (const char* op : {"aten::native_batch_norm", "aten::cudnn_batch_norm", "aten::_native_batch_norm_legit_functional"})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
       Value* x = c.x(0);
       size_t rank = x->meta().sizes.size();

@@ -179,8 +179,9 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
 
     Each call checks what the trace depended on (Program; docs/python.md lists it). retrace: where
     it changed, trace again at the call's primals, keeping up to max_graphs graphs (False: a
-    one-line jvpc.Error naming the change). Tracing runs func once; the random generators are left
-    as they were before it, so that a program's draws are eager's.
+    one-line jvpc.Error naming the change). Tracing runs func once; the random generators and the
+    modules' buffers are left as they were before it, so that a program's draws and its writes
+    to the buffers (BatchNorm's running statistics, at every call) are eager's.
     """
     who = "jvpc.compile"
     if not isinstance(max_graphs, int) or max_graphs < 1:
@@ -202,9 +203,10 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
         traced, inputs = with_weights(func, weights, primals, diff, who, names)
         out_spec: list = []
         state = global_state()
-        with supported_context(who), _random_state_kept(), recording(func, who) as reads:
+        buffers = [t for t, b in zip(inputs.tensors, weights.buffers) if b]
+        with supported_context(who), _random_state_kept(), _buffers_kept(buffers), recording(func, who) as reads:
             prog = _C._compile(traced_fn(traced, inputs, who, out_spec), inputs.tensors, inputs.names,
-                               inputs.differentiable, inputs.wrt, options, exact_strides)
+                               inputs.differentiable, inputs.wrt, options, exact_strides, weights.buffers)
         weights.release()  # the program reads them by name; a replaced weight is freed
         return _Traced(prog, inputs.structure(), out_spec[0], weights if len(weights) else None,
                        traced if tangent_grad else None, Guards(reads, func, state))
@@ -224,6 +226,19 @@ def _random_state_kept():
         torch.random.set_rng_state(cpu_state)
         if cuda:
             torch.cuda.set_rng_state_all(cuda_states)
+
+
+@contextlib.contextmanager
+def _buffers_kept(buffers: list[torch.Tensor]):
+    """Leaves the modules' buffers as they were: the trace's writes to them (BatchNorm's running
+    statistics) are not a call's; the program writes them at every call."""
+    saved = [b.clone() for b in buffers]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, s in zip(buffers, saved):
+                b.copy_(s)
 
 
 def _meta(shape, dtype, device) -> str:

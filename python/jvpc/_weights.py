@@ -148,6 +148,12 @@ class Weights:
     def __len__(self) -> int:
         return len(self._where)
 
+    @property
+    def buffers(self) -> list[bool]:
+        """Per weight, whether it is a buffer (a module's state, which its forward may write:
+        BatchNorm's running statistics) rather than a parameter."""
+        return [kind == "_buffers" for _, _, kind, _ in self._where]
+
     def _lookup(self, r: int, path: tuple[str, ...], kind: str, key: str):
         m = self._roots[r][1]
         try:

@@ -3,6 +3,8 @@ noise), tensors made by factories (zeros_like, a buffer filled by slices), autoc
 qk-norm before hand-written attention. Each is checked against torch.func (float64 where the
 numbers allow) or against eager with the same seed."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -253,7 +255,6 @@ def test_a_training_step_under_bf16_autocast_as_torch_funcs(objective):
     # scripts/bench/train_step.py's objectives on its DiT, the step under autocast to bfloat16 as
     # mixed-precision training runs it: the losses and the weights' gradients agree with
     # torch.func.jvp's under the same autocast, to bfloat16's tolerance.
-    import copy
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench"))
@@ -281,3 +282,59 @@ def test_a_training_step_under_bf16_autocast_as_torch_funcs(objective):
     assert out.dtype == torch.bfloat16
     assert abs(losses[0] - losses[1]) <= 2e-2 * abs(losses[1])
     assert (grads[0] - grads[1]).norm() <= 2e-2 * grads[1].norm()
+
+
+class BatchNormTrainer:
+    """A trainer that reaches its model through itself: the buffers are found, bound by name and
+    written at every call."""
+
+    def __init__(self):
+        torch.manual_seed(0)
+        self.model = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.GELU(), nn.Linear(6, 4)).double().train()
+
+    def forward(self, z):
+        return self.model(z)
+
+
+@pytest.mark.parametrize("reach", ["module", "trainer"])
+def test_batch_norm_state_is_written_at_every_call_as_eager_writes_it(reach):
+    eager, traced = BatchNormTrainer(), BatchNormTrainer()
+    x, t = x64(8, 4), x64(8, 4)
+    prog = jvpc.compile(traced.model if reach == "module" else (lambda z: traced.forward(z)), x)
+    bn, bn_eager = traced.model[1], eager.model[1]
+    assert int(bn.num_batches_tracked) == 0  # compiling writes nothing
+    for step in range(4):
+        xs = x64(8, 4)
+        # torch.func's reference runs the forward again: on a copy made inside it (torch.func refuses
+        # to write buffers captured from outside), whose statistics it updates.
+        _, want_t = torch.func.jvp(lambda z: copy.deepcopy(eager).forward(z), (xs,), (t,))
+        want = eager.forward(xs)
+        out, jvp_fn = prog(xs)
+        torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(jvp_fn(t), want_t, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(bn.running_mean, bn_eager.running_mean, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(bn.running_var, bn_eager.running_var, rtol=1e-12, atol=1e-14)
+        assert int(bn.num_batches_tracked) == int(bn_eager.num_batches_tracked) == step + 1
+    traced.model.eval()
+    eager.model.eval()  # a sampling step: traced again, reading the running statistics
+    xs = x64(8, 4)
+    torch.testing.assert_close(prog(xs)[0], eager.forward(xs), rtol=1e-12, atol=1e-12)
+    assert prog.num_graphs == 2
+
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_cuda_autocast_as_torch_func(dtype):
+    torch.manual_seed(0)
+    m = SmallBlock().cuda()
+    x, t = torch.randn(8, 16, device="cuda"), torch.randn(8, 16, device="cuda")
+    with torch.autocast("cuda", dtype=dtype):
+        want_out, want_t = torch.func.jvp(m, (x,), (t,))
+        out, dout = jvpc.jvp(m, (x,), (t,))
+        out_p, jvp_fn = jvpc.compile(m, x)(x)
+        dout_p = jvp_fn(t)
+    assert out.dtype == want_out.dtype == dtype
+    assert torch.equal(out, want_out) and torch.equal(out_p, want_out)
+    scale = want_t.float().abs().max().item()
+    assert bf16_close(dout, want_t, scale) and bf16_close(dout_p, want_t, scale)
