@@ -19,7 +19,7 @@ const std::vector<std::string>& emitted_ops() {
       "aten::_softmax_backward_data",  // softmax's tangent
       "aten::narrow",                  // rules' slices (solvers, scatter_reduce)
       "aten::where.ScalarOther",
-      "aten::where.ScalarSelf",           // select-masks: where(mask, t, 0)
+      "aten::where.ScalarSelf",           // masks' selects: where(mask, t, 0)
       "aten::zeros",                      // materialized zero tangents
       "jvpc::attention_tangent",          // attention's tangent in O(L) memory (runtime/attention_tangent.h)
       "jvpc::attention_tangent.batched",  // the same for K tangents (passes/batch.cpp)
@@ -27,6 +27,7 @@ const std::vector<std::string>& emitted_ops() {
       // compiled program's primal graph holds them (compiler/api/program.h).
       "aten::binary_cross_entropy_backward",
       "aten::bitwise_and.Tensor",
+      "aten::bitwise_not",  // relu's mask: not x <= 0, so that NaN passes
       "aten::bitwise_or.Tensor",
       "aten::elu_backward",
       "aten::gelu_backward",

@@ -1,16 +1,15 @@
-// Keeps 0/1 masks as booleans: t·float(m) becomes where(m, t, 0).
+// Keeps 0/1 masks as booleans: t·float(m) becomes t·m, the mask read as a boolean.
 //
-// The tangent of relu, of a clamp or of a hardtanh is the primal tangent where a condition
-// holds and zero elsewhere; rules write it t·float(m), so that merge-factors can fold the mask
-// into other factors. What stays a product by a mask after merge-factors reads a residual
+// A product by a mask (the tangent of `x * (x > 0).float()`, or of nan_to_num) reads a residual
 // 4 bytes per element (float32; 8 in float64) where a boolean takes 1:
 //
 //   %m = aten::gt.Scalar(%x, 0)                           %m = aten::gt.Scalar(%x, 0)      // primal: a bool residual
-//   %f = aten::_to_copy(%m, f32)                   =>     %t = aten::where.ScalarOther(%m, %dx, 0.)
+//   %f = aten::_to_copy(%m, f32)                   =>     %t = aten::mul.Tensor(%dx, %m)
 //   %t = aten::mul.Tensor(%dx, %f)
 //
-// The same work per call, and where() gives 0 where the mask is off even for a non-finite
-// tangent, as LibTorch's own relu tangent (threshold_backward) does.
+// The same work per call and the same values: mul promotes the boolean to 0 and 1, so a
+// non-finite tangent where the mask is off still gives NaN, as the product does in eager code.
+// (The rules that select instead, relu's and the clamps', write where(m, t, 0) themselves.)
 #include "passes/passes.h"
 
 #include "compiler/ir/builder.h"
@@ -32,7 +31,7 @@ bool select_masks(Graph& g) {
           n->output()->meta().dtype != t->meta().dtype)
         continue;
       at.move_to(n);
-      if (!replace_output_if_same_layout(g, n, b.call("aten::where.ScalarOther", {cast->input(0), t, 0.0}))) continue;
+      if (!replace_output_if_same_layout(g, n, b.call("aten::mul.Tensor", {t, cast->input(0)}))) continue;
       changed = true;
       dep = tangent_dependent(g);
       break;

@@ -105,7 +105,7 @@ const std::unordered_map<std::string, OpContract>& contracts() {
     // and they read broadcast (stride-0) operands in place.
     each({"aten::abs", "aten::acos", "aten::acosh", "aten::add.Scalar", "aten::add.Tensor", "aten::addcdiv",
           "aten::addcmul", "aten::angle", "aten::asin", "aten::asinh", "aten::atan", "aten::atan2", "aten::atanh",
-          "aten::bitwise_and.Tensor", "aten::bitwise_or.Tensor", "aten::ceil", "aten::celu", "aten::clamp",
+          "aten::bitwise_and.Tensor", "aten::bitwise_not", "aten::bitwise_or.Tensor", "aten::ceil", "aten::celu", "aten::clamp",
           "aten::clamp.Tensor", "aten::clamp_max", "aten::clamp_max.Tensor", "aten::clamp_min",
           "aten::clamp_min.Tensor", "aten::copysign.Scalar", "aten::copysign.Tensor", "aten::cos", "aten::cosh",
           "aten::deg2rad", "aten::digamma", "aten::div.Scalar", "aten::div.Tensor", "aten::div.Tensor_mode",

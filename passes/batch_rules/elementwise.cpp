@@ -129,6 +129,8 @@ void register_elementwise(Registry& r) {
            "aten::hardswish_backward",
            "aten::softplus_backward",
            "aten::mish_backward",
+           "aten::softshrink_backward",
+           "aten::hardshrink_backward",
        })
     r.add(op, pointwise());
   // view_as_real / view_as_complex act on the last dim (added or removed), K stays leading.

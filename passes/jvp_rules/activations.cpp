@@ -20,21 +20,39 @@ Rule via_backward(const char* backward) {
   });
 }
 
+/// backward(t, x, <arguments 1..>) itself, per call: for the piecewise-linear activations whose
+/// backward kernel selects the tangent (or 0) rather than multiplying it, so that an infinite or
+/// NaN tangent where the derivative is 0 gives 0, as in LibTorch.
+Rule selecting_backward(const char* backward) {
+  return [backward](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    std::vector<BArg> args = {c.t(0), c.x(0)};
+    for (size_t i = 1; i < c.n.args().size(); ++i) args.push_back(c.a(i));
+    return {c.call(backward, std::move(args))};
+  };
+}
+
 }  // namespace
 
 void register_activations(Registry& r) {
-  r.add("aten::relu", masked([](Ctx& c) { return c.call("aten::gt.Scalar", {c.x(0), 0}); }));
+  // relu and threshold pass the tangent where not x <= threshold (NaN passes), as
+  // threshold_backward does.
+  r.add("aten::relu", masked([](Ctx& c) {
+          return c.call("aten::bitwise_not", {c.call("aten::le.Scalar", {c.x(0), 0})});
+        }));
   r.add("aten::gelu", via_backward("aten::gelu_backward"));
   r.add("aten::silu", via_backward("aten::silu_backward"));
   r.add("aten::mish", via_backward("aten::mish_backward"));
   r.add("aten::hardswish", via_backward("aten::hardswish_backward"));
-  r.add("aten::hardsigmoid", via_backward("aten::hardsigmoid_backward"));
-  r.add("aten::hardtanh", via_backward("aten::hardtanh_backward"));
+  r.add("aten::hardsigmoid", selecting_backward("aten::hardsigmoid_backward"));
+  r.add("aten::hardtanh", selecting_backward("aten::hardtanh_backward"));
   r.add("aten::softplus", via_backward("aten::softplus_backward"));
   r.add("aten::logit", via_backward("aten::logit_backward"));
-  r.add("aten::softshrink", via_backward("aten::softshrink_backward"));
-  r.add("aten::hardshrink", via_backward("aten::hardshrink_backward"));
-  r.add("aten::threshold", masked([](Ctx& c) { return c.call("aten::gt.Scalar", {c.x(0), c.a(1)}); }));
+  r.add("aten::softshrink", selecting_backward("aten::softshrink_backward"));
+  r.add("aten::hardshrink", selecting_backward("aten::hardshrink_backward"));
+  r.add("aten::threshold", masked([](Ctx& c) {
+          return c.call("aten::bitwise_not", {c.call("aten::le.Scalar", {c.x(0), c.a(1)})});
+        }));
   r.add("aten::celu", unary([](Ctx& c) {  // celu(x, a) = elu(x, alpha a, scale 1, input scale 1/a)
           return c.call("aten::elu_backward", {ones(c), c.a(1), 1.0, 1.0 / scalar(c.c(1)), false, c.x(0)});
         }));

@@ -149,8 +149,10 @@ void register_elementwise(Registry& r) {
           }
           return sum;
         }));
-  r.add("aten::nan_to_num", masked([](Ctx& c) {  // finite: x − x == 0 (isfinite has no kernel of its own)
-          return c.call("aten::eq.Scalar", {c.call("aten::sub.Tensor", {c.x(0), c.x(0)}), 0});
+  // t·isfinite(x), a product as LibTorch's (isfinite: x − x == 0; it has no kernel of its own).
+  r.add("aten::nan_to_num", unary([](Ctx& c) {
+          Value* finite = c.call("aten::eq.Scalar", {c.call("aten::sub.Tensor", {c.x(0), c.x(0)}), 0});
+          return c.call("aten::_to_copy", {finite, c.out()->meta().dtype});
         }));
   r.add("aten::sin", unary([](Ctx& c) { return c.call("aten::cos", {c.x(0)}); }));
   r.add("aten::cos", unary([](Ctx& c) { return c.call("aten::neg", {c.call("aten::sin", {c.x(0)})}); }));
@@ -281,13 +283,14 @@ void register_elementwise(Registry& r) {
     Value* tw = c.t(2) ? c.mul(c.t(2), c.call("aten::sub.Tensor", {c.x(1), c.x(0)})) : nullptr;
     return {c.add(c.add(a, c.mul(c.t(1), w)), tw)};
   });
-  // atan2(y, x): (ty·x − tx·y) / (x² + y²)
+  // atan2(y, x): (ty·x − tx·y) / (x² + y²), the numerator first, as LibTorch: where x² + y²
+  // underflows to 0 the tangent is infinite, not 0/0.
   r.add("aten::atan2", [](Ctx& c) -> std::vector<Value*> {
     Value *y = c.x(0), *x = c.x(1);
     Value* r2 = c.call("aten::add.Tensor", {c.call("aten::mul.Tensor", {x, x}), c.call("aten::mul.Tensor", {y, y})});
-    Value* a = c.t(0) ? c.mul(c.t(0), c.call("aten::div.Tensor", {x, r2})) : nullptr;
-    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::neg", {c.call("aten::div.Tensor", {y, r2})})) : nullptr;
-    return {c.add(a, b)};
+    Value* a = c.t(0) ? c.mul(c.t(0), x) : nullptr;
+    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::neg", {y})) : nullptr;
+    return {c.call("aten::div.Tensor", {c.add(a, b), r2})};
   });
   r.add("aten::hypot", [](Ctx& c) -> std::vector<Value*> {  // (ta·a + tb·b) / out
     Value* a = c.t(0) ? c.mul(c.t(0), c.call("aten::div.Tensor", {c.x(0), c.out()})) : nullptr;

@@ -185,7 +185,10 @@ Rule zero() {
 }
 
 Rule masked(std::function<Value*(Ctx&)> mask) {
-  return unary([mask](Ctx& c) { return c.call("aten::_to_copy", {mask(c), c.out()->meta().dtype}); });
+  return [mask](Ctx& c) -> std::vector<Value*> {
+    if (!c.t(0)) return {};
+    return {c.call("aten::where.ScalarOther", {mask(c), c.t(0), 0.0})};
+  };
 }
 
 }  // namespace jvpc::jvp_rules

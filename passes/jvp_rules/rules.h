@@ -86,8 +86,9 @@ Rule bilinear();
 Rule unary(std::function<Value*(Ctx&)> derivative);
 /// A tangent that is always zero (detach, factories, rounding, comparisons).
 Rule zero();
-/// Elementwise in argument 0, passing its tangent where the boolean `mask` holds (relu, clamps):
-/// t0 * float(mask), which select-masks turns into where(mask, t0, 0).
+/// Elementwise in argument 0, passing its tangent where the boolean `mask` holds and zero
+/// elsewhere, a non-finite tangent included (relu, threshold, clamps): where(mask, t0, 0), as
+/// LibTorch's threshold_backward and clamp_backward select.
 Rule masked(std::function<Value*(Ctx&)> mask);
 
 /// A Scalar argument (int, bool or float) as a double; `if_none` for None.

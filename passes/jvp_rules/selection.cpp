@@ -1,7 +1,9 @@
 // JVP rules of ops whose result selects among input elements: where, masked_fill, clamps,
 // maximum/minimum, max/min over dims, sort and topk. The tangent is the selected element's
 // tangent; the choice itself is a primal expression (a mask or indices), so fold computes it
-// once. Ties split the tangent evenly (maximum, amax), as in LibTorch.
+// once. Ties and NaNs go as LibTorch 2.15's forward AD sends them: a clamp by scalars passes
+// the tangent strictly inside its bounds (none at a bound, none for NaN); between tensors, a tie
+// splits the tangents evenly (clamp's tensor bounds, maximum, fmax, amax).
 #include "passes/jvp_rules/rules.h"
 
 namespace jvpc::jvp_rules {
@@ -16,7 +18,20 @@ Value* select(Ctx& c, Value* cond, Value* a, Value* b) {
   return c.call("aten::where.ScalarSelf", {cond, 0.0, b});
 }
 
-Value* as_float(Ctx& c, Value* mask) { return c.call("aten::_to_copy", {mask, c.out()->meta().dtype}); }
+
+/// (a + b) / 2 for tangents a and b, either of which may be zero: a tie's share.
+Value* half_sum(Ctx& c, Value* a, Value* b) {
+  Value* s = c.add(a, b);
+  return s ? c.call("aten::mul.Scalar", {s, 0.5}) : nullptr;
+}
+
+/// The tangent of x clamped below by y (clamp_min.Tensor, maximum's choice at a clamp): x's
+/// where x > y, the mean of both at a tie, y's otherwise (below, or x NaN). clamp_max.Tensor
+/// with `above` = lt.Tensor.
+Value* clamp_by(Ctx& c, Value* x, Value* tx, Value* y, Value* ty, const char* passes) {
+  Value* tie = select(c, c.call("aten::eq.Tensor", {x, y}), half_sum(c, tx, ty), ty);
+  return select(c, c.call(passes, {x, y}), tx, tie);
+}
 
 /// The tangent of values picked out by indices along `dim` (max.dim, sort, topk).
 Value* gather(Ctx& c, int64_t dim, Value* indices, bool keepdim) {
@@ -27,10 +42,13 @@ Value* gather(Ctx& c, int64_t dim, Value* indices, bool keepdim) {
   return keepdim ? g : c.call("aten::squeeze.dim", {g, dim});
 }
 
-/// amax, amin, max, min: the tangent averaged over the elements equal to the result.
+/// amax, amin, max, min: the tangent averaged over the elements equal to the result, the
+/// others' left out (an infinite tangent elsewhere does not reach it).
 Value* evenly(Ctx& c, const std::vector<int64_t>& dims, bool keepdim) {
-  Value* share = tie_shares(c, c.call("aten::eq.Tensor", {c.x(0), keep_dims(c, c.out(), c.x(0), dims)}), dims);
-  return c.call("aten::sum.dim_IntList", {c.mul(c.t(0), share), dims, keepdim});
+  Value* hits = c.call("aten::eq.Tensor", {c.x(0), keep_dims(c, c.out(), c.x(0), dims)});
+  Value* count = c.call("aten::sum.dim_IntList", {c.call("aten::_to_copy", {hits, c.out()->meta().dtype}), dims, keepdim});
+  Value* picked = c.call("aten::sum.dim_IntList", {c.call("aten::where.ScalarOther", {hits, c.t(0), 0.0}), dims, keepdim});
+  return c.call("aten::div.Tensor", {picked, count});
 }
 
 }  // namespace
@@ -48,52 +66,58 @@ void register_selection(Registry& r) {
     return {c.call("aten::masked_fill.Tensor", {self, c.x(1), c.t(2)})};
   });
 
-  // Clamps with scalar bounds: the tangent passes where min <= x <= max.
+  // Clamps with scalar bounds: the tangent passes where min < x < max, strictly.
   r.add("aten::clamp", masked([](Ctx& c) {
           Value* in = nullptr;
-          if (c.n.arg(1).kind != ArgKind::None) in = c.call("aten::ge.Scalar", {c.x(0), c.a(1)});
+          if (c.n.arg(1).kind != ArgKind::None) in = c.call("aten::gt.Scalar", {c.x(0), c.a(1)});
           if (c.n.arg(2).kind != ArgKind::None) {
-            Value* le = c.call("aten::le.Scalar", {c.x(0), c.a(2)});
-            in = in ? c.call("aten::bitwise_and.Tensor", {in, le}) : le;
+            Value* lt = c.call("aten::lt.Scalar", {c.x(0), c.a(2)});
+            in = in ? c.call("aten::bitwise_and.Tensor", {in, lt}) : lt;
           }
           return in ? in : c.call("aten::eq.Tensor", {c.x(0), c.x(0)});
         }));
-  r.add("aten::clamp_min", masked([](Ctx& c) { return c.call("aten::ge.Scalar", {c.x(0), c.a(1)}); }));
-  r.add("aten::clamp_max", masked([](Ctx& c) { return c.call("aten::le.Scalar", {c.x(0), c.a(1)}); }));
-  // Tensor bounds have tangents of their own: below min, the result is min (and takes min's
-  // tangent); above max, max's; where min > max, max's, as clamp itself.
+  r.add("aten::clamp_min", masked([](Ctx& c) { return c.call("aten::gt.Scalar", {c.x(0), c.a(1)}); }));
+  r.add("aten::clamp_max", masked([](Ctx& c) { return c.call("aten::lt.Scalar", {c.x(0), c.a(1)}); }));
+  // Tensor bounds have tangents of their own. One bound: as clamp_min.Tensor or clamp_max.Tensor.
+  // Both: max's where min > max; min's below min, max's above max; at a bound that is not both,
+  // the mean of x's and the bound's; x's otherwise (x NaN included).
   r.add("aten::clamp.Tensor", [](Ctx& c) -> std::vector<Value*> {
     bool has_min = c.n.arg(1).kind == ArgKind::Tensor, has_max = c.n.arg(2).kind == ArgKind::Tensor;
-    Value* t = c.t(0);
-    if (has_max) t = select(c, c.call("aten::gt.Tensor", {c.x(0), c.x(2)}), c.t(2), t);
-    if (has_min) t = select(c, c.call("aten::lt.Tensor", {c.x(0), c.x(1)}), c.t(1), t);
-    if (has_min && has_max) t = select(c, c.call("aten::gt.Tensor", {c.x(1), c.x(2)}), c.t(2), t);
-    return {t};
+    if (!has_min && !has_max) return {c.t(0)};
+    if (!has_max) return {clamp_by(c, c.x(0), c.t(0), c.x(1), c.t(1), "aten::gt.Tensor")};
+    if (!has_min) return {clamp_by(c, c.x(0), c.t(0), c.x(2), c.t(2), "aten::lt.Tensor")};
+    Value *x = c.x(0), *lo = c.x(1), *hi = c.x(2);
+    auto both = [&](const char* a, Value* p, const char* b, Value* q) {
+      return c.call("aten::bitwise_and.Tensor", {c.call(a, {x, p}), c.call(b, {x, q})});
+    };
+    Value* t = select(c, both("aten::eq.Tensor", hi, "aten::gt.Tensor", lo), half_sum(c, c.t(0), c.t(2)), c.t(0));
+    t = select(c, both("aten::eq.Tensor", lo, "aten::lt.Tensor", hi), half_sum(c, c.t(0), c.t(1)), t);
+    t = select(c, c.call("aten::gt.Tensor", {x, hi}), c.t(2), t);
+    t = select(c, c.call("aten::lt.Tensor", {x, lo}), c.t(1), t);
+    return {select(c, c.call("aten::gt.Tensor", {lo, hi}), c.t(2), t)};
   });
   r.add("aten::clamp_min.Tensor", [](Ctx& c) -> std::vector<Value*> {
-    return {select(c, c.call("aten::lt.Tensor", {c.x(0), c.x(1)}), c.t(1), c.t(0))};
+    return {clamp_by(c, c.x(0), c.t(0), c.x(1), c.t(1), "aten::gt.Tensor")};
   });
   r.add("aten::clamp_max.Tensor", [](Ctx& c) -> std::vector<Value*> {
-    return {select(c, c.call("aten::gt.Tensor", {c.x(0), c.x(1)}), c.t(1), c.t(0))};
+    return {clamp_by(c, c.x(0), c.t(0), c.x(1), c.t(1), "aten::lt.Tensor")};
   });
 
-  // maximum(x, y): tx·s + ty·(1 − s), s = 1 where x wins, ½ on ties; minimum likewise.
+  // maximum(x, y): x's tangent where x wins, the mean of both at a tie, y's otherwise (a NaN
+  // on either side); minimum likewise. clamp_min.Tensor and clamp_max.Tensor are the same.
   for (auto [op, wins] : {std::pair{"aten::maximum", "aten::gt.Tensor"}, std::pair{"aten::minimum", "aten::lt.Tensor"}})
     r.add(op, [wins = wins](Ctx& c) -> std::vector<Value*> {
-      Value* tie = c.call("aten::mul.Scalar", {as_float(c, c.call("aten::eq.Tensor", {c.x(0), c.x(1)})), 0.5});
-      Value* s = c.call("aten::add.Tensor", {as_float(c, c.call(wins, {c.x(0), c.x(1)})), tie});
-      Value* a = c.t(0) ? c.mul(c.t(0), s) : nullptr;
-      Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::rsub.Scalar", {s, 1})) : nullptr;
-      return {c.add(a, b)};
+      return {clamp_by(c, c.x(0), c.t(0), c.x(1), c.t(1), wins)};
     });
 
-  // fmax(x, y), fmin(x, y) ignore a NaN: x's tangent where x > y (fmin: x <= y) or y is NaN,
-  // else y's, as LibTorch's forward AD (a tie takes y's for fmax, x's for fmin).
-  for (auto [op, wins] : {std::pair{"aten::fmax", "aten::gt.Tensor"}, std::pair{"aten::fmin", "aten::le.Tensor"}})
+  // fmax(x, y), fmin(x, y) ignore a NaN: x's tangent where x wins (fmax: x > y, fmin: x < y) or
+  // y is NaN, the mean of both at a tie, else y's (x NaN), as LibTorch's forward AD.
+  for (auto [op, wins] : {std::pair{"aten::fmax", "aten::gt.Tensor"}, std::pair{"aten::fmin", "aten::lt.Tensor"}})
     r.add(op, [wins = wins](Ctx& c) -> std::vector<Value*> {
       Value* y_nan = c.call("aten::ne.Tensor", {c.x(1), c.x(1)});  // (isnan has no kernel of its own)
       Value* s = c.call("aten::bitwise_or.Tensor", {c.call(wins, {c.x(0), c.x(1)}), y_nan});
-      return {select(c, s, c.t(0), c.t(1))};
+      Value* tie = select(c, c.call("aten::eq.Tensor", {c.x(0), c.x(1)}), half_sum(c, c.t(0), c.t(1)), c.t(1));
+      return {select(c, s, c.t(0), tie)};
     });
 
   // Reductions that pick elements.
