@@ -8,6 +8,7 @@
 #include "compiler/ir/verifier.h"
 
 #include <ATen/autocast_mode.h>
+#include <c10/core/AutogradState.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
@@ -158,6 +159,19 @@ class Recorder {
     Node* n =
         s_.g.create(call.op->name, std::move(args), std::move(operands), std::move(metas), std::move(counts), impure);
     track(call, n, results);
+    // Computed with forward AD turned off (forward_ad._set_fwd_grad_enabled(False)): a
+    // constant of the map, as forward AD leaves it: its readers read it detached.
+    if (!c10::AutogradState::get_tls_state().get_fw_grad_mode()) no_tangent(n, results);
+  }
+
+  void no_tangent(Node* n, const std::vector<at::Tensor>& results) {
+    c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);  // shape inference runs kernels on Meta
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (!differentiable_dtype(n->output(i)->meta().dtype)) continue;
+      Value* d = Builder(s_.g).call("aten::detach", {n->output(i)});
+      s_.derived(d, {n->output(i)});
+      s_.bind(results[i], d);
+    }
   }
 
   /// Runs the kernel below the tracer's key (Python modes on), and counts its matmul FLOPs.

@@ -30,12 +30,6 @@ def is_functorch_wrapped(t: torch.Tensor) -> bool:
     return torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
-def dynamo_stance() -> str:
-    """The current torch.compiler.set_stance stance ("default", "force_eager", ...)."""
-    from torch._dynamo import eval_frame
-    return eval_frame._stance.stance
-
-
 def reparametrize_module(module, tensors: dict):
     """A context in which `module`'s parameters and buffers named in `tensors` are those tensors
     (what torch.func.functional_call binds; tied weights follow)."""

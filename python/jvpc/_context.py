@@ -7,7 +7,7 @@ import contextlib
 import torch
 
 from ._C import Error
-from ._compat import dynamo_stance, in_functorch_transform
+from ._compat import in_functorch_transform
 
 
 def eager_only(fn):
@@ -23,11 +23,10 @@ def supported_context(who: str):
     """Refuses the contexts the tracer cannot record faithfully, when linearize is called in them."""
     if in_functorch_transform():
         raise Error(f"{who}: called inside a torch.func transform (vmap, grad, jvp); jvpc traces plain tensors")
-    # torch.compile'd code inside func: Dynamo would compile it (the tracer's dispatch key fails
-    # its guards) into kernels that run outside the dispatcher, where the tracer sees nothing.
-    # This stance makes that compilation an error, which is reported as jvpc's.
-    # A caller's "force_eager" stance already runs such code eagerly, which traces.
-    stance = "force_eager" if dynamo_stance() == "force_eager" else "fail_on_recompile"
+    # torch.compile'd code inside func (a compiled module, a compiled helper) runs eagerly, as
+    # its Python: Inductor's kernels would run outside the dispatcher, where the tracer sees
+    # nothing. The trace is of the code torch.compile compiles, which computes the same.
+    stance = "force_eager"
     # nn.MultiheadAttention's and nn.TransformerEncoderLayer's inference fast path (fused kernels
     # that PyTorch does not differentiate either; torch.func's dual tensors never take it) is off.
     fastpath = torch.backends.mha.get_fastpath_enabled()
@@ -35,11 +34,5 @@ def supported_context(who: str):
     try:
         with torch.compiler.set_stance(stance):
             yield
-    except RuntimeError as e:
-        if type(e) is RuntimeError and "torch.compile stance is 'fail_on_recompile'" in str(e):
-            raise Error(f"{who}: the function runs torch.compile'd code, which computes outside the dispatcher "
-                        "where jvpc's tracer cannot see it; trace the uncompiled function "
-                        "(torch.compiler.set_stance('force_eager') runs compiled code eagerly)") from None
-        raise
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)

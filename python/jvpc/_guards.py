@@ -79,7 +79,10 @@ def _wrap_getattribute(cls: type, watched: dict[int, Any], reads: Reads):
                 reads.attributes[(id(self), name)] = (self, name, value)
         return value
 
-    cls.__getattribute__ = __getattribute__
+    try:
+        cls.__getattribute__ = __getattribute__
+    except TypeError:  # a type implemented in C (an immutable type): its reads are not recorded
+        return lambda: None
 
     def restore():
         if own is _MISSING:

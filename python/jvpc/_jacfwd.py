@@ -15,13 +15,14 @@ from ._context import eager_only
 def jacfwd(func: Callable, argnums=0, has_aux: bool = False, *, randomness: str = "error",
            chunk_size: int | None = None):
     """As torch.func.jacfwd(func, argnums, has_aux, randomness=)(*primals): the Jacobian of func
-    with respect to the tensor arguments argnums names, by forward mode: func is linearized once
+    with respect to the arguments argnums names (pytrees of tensors), by forward mode: func is linearized once
     and its tangent graph applied to the columns of the identity, chunk_size columns per call of
     the batched tangent graph (None: all of them in one call), which bounds memory. chunk_size is
     jvpc's, keyword-only (torch.func.jacrev has one).
 
-    The result has func's output structure; each leaf is the Jacobian [*out.shape, *in.shape]
-    (argnums an int), or a tuple of them, one per argument (argnums a tuple). With has_aux, func
+    The result has func's output structure; each leaf holds, in the structure of the argument
+    argnums names (argnums an int) or of the tuple of them (argnums a tuple), the Jacobian
+    [*out.shape, *in.shape] of each of its tensors, as torch.func's. With has_aux, func
     returns (output, aux) and the result is (jacobian, aux). randomness has torch.func's meaning
     for a func that draws (dropout, torch.rand): "error" refuses it, "same" gives every column
     the one draw of func's single run; "different", a draw per column, is refused: jvpc runs func
@@ -33,12 +34,7 @@ def jacfwd(func: Callable, argnums=0, has_aux: bool = False, *, randomness: str 
 
     @eager_only
     def wrapper(*primals):
-        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-        for i in nums:
-            if not isinstance(i, int) or not -len(primals) <= i < len(primals):
-                raise Error(f"jacfwd: argnums {argnums!r} does not fit {len(primals)} positional arguments")
-            if not isinstance(primals[i], torch.Tensor):
-                raise Error(f"jacfwd: argument {i} is a {type(primals[i]).__name__}, not a Tensor")
+        nums = _argnums(argnums, len(primals))
         out, jvp_fn, *aux = linearize(func, *primals, argnums=argnums, has_aux=has_aux)
         drawn = jvp_fn.report()["random_ops"] if randomness != "same" else []
         if drawn and randomness == "error":
@@ -47,17 +43,18 @@ def jacfwd(func: Callable, argnums=0, has_aux: bool = False, *, randomness: str 
         if drawn:
             raise Error(f"jacfwd: func calls a random operation ({drawn[0]}); randomness='different' would draw "
                         "per column, and jvpc runs func once: pass randomness='same'")
-        ins = [primals[i] for i in nums]
-        sizes = [x.numel() for x in ins]
+        # The differentiated arguments as torch.func takes them: a tuple of pytrees of tensors.
+        flat_in, in_spec = pytree.tree_flatten(tuple(primals[i] for i in nums))
+        sizes = [x.numel() for x in flat_in]
         n = sum(sizes)
         flat_out, out_spec = pytree.tree_flatten(out)
         columns = [[] for _ in flat_out]
         chunk = n if chunk_size is None else min(chunk_size, n)
         for start in range(0, n, max(chunk, 1)):
             k = min(chunk, n - start)
-            rows = torch.arange(k, device=ins[0].device)
+            rows = torch.arange(k, device=flat_in[0].device)
             tangents, offset = [], 0
-            for x, size in zip(ins, sizes):
+            for x, size in zip(flat_in, sizes):  # the identity's columns start..start+k, input by input
                 basis = torch.zeros(k, size, dtype=x.dtype, device=x.device)
                 cols = start + rows - offset
                 hit = (cols >= 0) & (cols < size)
@@ -69,11 +66,30 @@ def jacfwd(func: Callable, argnums=0, has_aux: bool = False, *, randomness: str 
         jacs = []
         for o, cols in zip(flat_out, columns):
             full = torch.cat(cols) if cols else o.new_zeros(0, *o.shape)  # [n, *o.shape]
-            full = full.movedim(0, -1)  # [*o.shape, n]
-            parts = torch.split(full, sizes, dim=-1)
-            per_input = tuple(p.reshape(*o.shape, *x.shape) for p, x in zip(parts, ins))
-            jacs.append(per_input[0] if isinstance(argnums, int) else per_input)
+            parts = torch.split(full.movedim(0, -1), sizes, dim=-1)  # [*o.shape, numel of each input]
+            per_input = [p.reshape(tuple(o.shape) + tuple(x.shape)) for p, x in zip(parts, flat_in)]
+            per_arg = pytree.tree_unflatten(per_input, in_spec)  # the arguments' structure
+            jacs.append(per_arg[0] if isinstance(argnums, int) else per_arg)
         jac = pytree.tree_unflatten(jacs, out_spec)
         return (jac, aux[0]) if has_aux else jac
 
     return wrapper
+
+
+def _argnums(argnums, n: int) -> tuple[int, ...]:
+    """argnums as a tuple of argument indices, checked as torch.func checks it, with its messages."""
+    if not isinstance(argnums, (int, tuple)) or isinstance(argnums, bool):
+        raise Error(f"argnums must be int or Tuple[int, ...], got: {type(argnums)}")
+    nums = (argnums,) if isinstance(argnums, int) else argnums
+    if not nums:
+        raise Error("argnums must be non-empty")
+    out = []
+    for a in nums:
+        if not isinstance(a, int) or isinstance(a, bool):
+            raise Error(f"argnum must be int, got: {type(a)}")
+        if not -n <= a < n:
+            raise Error(f"Got argnum={a}, but only {n} positional inputs")
+        out.append(a % n)
+    if len(set(out)) != len(out):
+        raise Error(f"argnums elements must be unique, got {argnums}")
+    return tuple(out)

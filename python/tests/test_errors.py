@@ -45,20 +45,23 @@ def test_linearize_inside_a_transform():
 
 
 @pytest.mark.parametrize("warm", [False, True])
-def test_torch_compiled_code_inside_func(warm):
+def test_torch_compiled_code_inside_func_runs_eagerly_and_traces(warm):
     compiled = torch.compile(lambda x: x.sin() * 2, backend="eager", dynamic=False)
+    lin = torch.nn.Linear(4, 4).double()
+    module = torch.compile(lin)  # an OptimizedModule: its weights are the wrapped module's
     x = x64(4)
     if warm:
-        compiled(x)  # a cached compilation: the tracer's dispatch key fails its guards
-    refused("torch.compile'd code", lambda x: compiled(x) + 1, x)
-
-
-def test_torch_compiled_code_under_force_eager_traces():
-    compiled = torch.compile(lambda x: x.sin() * 2, backend="eager", dynamic=False)
-    x = x64(4)
-    with torch.compiler.set_stance("force_eager"):
-        out, jvp_fn = jvpc.linearize(lambda x: compiled(x) + 1, x)
-    torch.testing.assert_close(jvp_fn(torch.ones_like(x)), 2 * x.cos())
+        compiled(x)  # a cached compilation, whose code would run outside the dispatcher
+        module(x)
+    f = lambda x: module(compiled(x) + 1)  # noqa: E731
+    out, jvp_fn = jvpc.linearize(f, x)
+    torch.testing.assert_close(out, lin(x.sin() * 2 + 1))
+    torch.testing.assert_close(jvp_fn(torch.ones_like(x)), torch.func.jvp(lambda x: lin(x.sin() * 2 + 1), (x,),
+                                                                          (torch.ones_like(x),))[1])
+    prog = jvpc.compile(f, x)
+    with torch.no_grad():
+        lin.weight.mul_(2)  # read by name through the compiled module
+    torch.testing.assert_close(prog(x)[0], lin(x.sin() * 2 + 1))
 
 
 @torch.library.custom_op("jvpc_test::no_rule", mutates_args=())

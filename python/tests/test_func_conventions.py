@@ -63,6 +63,57 @@ def test_jacfwd_takes_torch_funcs_signature():
         jvpc.jacfwd(torch.sin, randomness="sometimes")
 
 
+def test_jacfwd_takes_and_gives_pytrees_as_torch_func():
+    x, y, s = rand(3), rand(2, 3, seed=1), torch.tensor(0.7, dtype=torch.float64)
+
+    def f(d, s):
+        return {"a": d["x"].sin() * s, "b": (d["y"] @ d["x"], s * s)}
+
+    for argnums in (0, 1, (0, 1), (1, 0)):
+        got = jvpc.jacfwd(f, argnums=argnums)({"x": x, "y": y}, s)
+        want = torch.func.jacfwd(f, argnums=argnums)({"x": x, "y": y}, s)
+        flat_got, spec_got = torch.utils._pytree.tree_flatten(got)
+        flat_want, spec_want = torch.utils._pytree.tree_flatten(want)
+        assert spec_got == spec_want, argnums
+        for a, b in zip(flat_got, flat_want):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=0)
+    # 0-dim in and out; the same tensor in two places of a tuple.
+    torch.testing.assert_close(jvpc.jacfwd(torch.sin)(s), torch.func.jacfwd(torch.sin)(s))
+    g = lambda t: t[0] * t[1]  # noqa: E731
+    got, want = jvpc.jacfwd(g)((x, x)), torch.func.jacfwd(g)((x, x))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("argnums, message", [
+    (0.0, "argnums must be int or Tuple[int, ...], got: <class 'float'>"),
+    ([0], "argnums must be int or Tuple[int, ...], got: <class 'list'>"),
+    ((), "argnums must be non-empty"),
+    ((0, 0), "argnums elements must be unique, got (0, 0)"),
+    (5, "Got argnum=5, but only 2 positional inputs"),
+])
+def test_jacfwd_checks_argnums_as_torch_func(argnums, message):
+    x = rand(3)
+    with pytest.raises(RuntimeError) as want:
+        torch.func.jacfwd(torch.mul, argnums=argnums)(x, x)
+    with pytest.raises(jvpc.Error) as got:
+        jvpc.jacfwd(torch.mul, argnums=argnums)(x, x)
+    assert str(got.value) == str(want.value) == message
+
+
+def test_a_value_computed_without_forward_ad_has_no_tangent():
+    import torch.autograd.forward_ad as fwAD
+
+    def f(x):
+        with fwAD._set_fwd_grad_enabled(False):
+            shift = x ** 2
+        return x ** 2 - shift
+
+    x, t = rand(4), rand(4, seed=1)
+    torch.testing.assert_close(jvpc.jvp(f, (x,), (t,))[1], torch.func.jvp(f, (x,), (t,))[1], rtol=1e-12, atol=0)
+    torch.testing.assert_close(jvpc.compile(f, x)(x)[1](t), 2 * x * t, rtol=1e-12, atol=0)
+
+
 def test_inside_torch_compile_is_an_opaque_call():
     x, t = rand(4), rand(4, seed=1)
     torch._dynamo.reset()
