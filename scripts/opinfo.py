@@ -159,8 +159,18 @@ def main():
     ap.add_argument("--ops-file", help="a file with one op name per line")
     ap.add_argument("--timeout", type=float, default=180, help="seconds per op")
     ap.add_argument("--json", help="write the per-op results here")
+    ap.add_argument("--shard", metavar="K/N", help="run the K-th of N interleaved parts of the ops (1/3, 2/3, 3/3)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    shard = None
+    if a.shard:
+        try:
+            k, n = (int(v) for v in a.shard.split("/"))
+        except ValueError:
+            ap.error(f"--shard: expected K/N, such as 1/3, not {a.shard!r}")
+        if not 1 <= k <= n:
+            ap.error(f"--shard: K must be from 1 to N, not {a.shard!r}")
+        shard = (k, n)
     if a.worker:
         return worker(a.worker)
     if a.ops:
@@ -170,6 +180,8 @@ def main():
     else:
         from torch.testing._internal.common_methods_invocations import op_db
         ops = sorted({f"{op.name}.{op.variant_test_name}".rstrip(".") for op in op_db if op.supports_forward_ad})
+    if shard:
+        ops = ops[shard[0] - 1::shard[1]]
     total = {"matching": 0, "refused": 0, "wrong": 0, "excluded": 0}
     results = {}
     print(f"{'op':40} {'match':>6} {'refused':>7} {'wrong':>6} {'excl':>5}  note")
