@@ -8,7 +8,8 @@
 #                    pytest, tabulate (FlopCounterMode's table), expecttest (PyTorch's OpInfo),
 #                    safetensors (the tests that move files between Python and the CLI), timm and
 #                    diffusers (the models suite and benchmark; with torchvision, which timm needs,
-#                    installed in one pip command with torch==$TORCH_VERSION, so that pip keeps it)
+#                    installed in one pip command with torch==$TORCH_VERSION, so that pip keeps it),
+#                    scikit-learn, matplotlib and tqdm (examples/meanflow_digits)
 #
 # Environment: JVPC_PYTHON (a python3 with that torch), JVPC_TORCH_VERSION (default 2.15.0; jvpc
 # builds against 2.11.0 to 2.15.0), JVPC_VENV (a virtual environment to make where missing and
@@ -82,6 +83,8 @@ PY_PACKAGES="pytest==9.2.0 tabulate==0.9.0 expecttest==0.3.0 safetensors==0.8.0"
 # timm and diffusers install beside torch 2.11 to 2.15; pip picks the torchvision that matches
 # the torch pinned in the same command (0.29.2 for 2.15.0).
 PY_PACKAGES="$PY_PACKAGES timm==1.0.31 diffusers==0.42.1"
+# The MeanFlow-on-digits example (examples/meanflow_digits): the digits, the pictures, the progress bar.
+PY_PACKAGES="$PY_PACKAGES scikit-learn==1.9.1 matplotlib==3.11.2 tqdm==4.70.1"
 if ! "$PY" -c "import sys, importlib.metadata as m; sys.exit(0 if all(m.version(p.split('==')[0]) == p.split('==')[1] for p in sys.argv[1:]) else 1)" $PY_PACKAGES 2>/dev/null; then
   log "installing $PY_PACKAGES"
   # shellcheck disable=SC2086

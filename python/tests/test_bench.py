@@ -120,5 +120,10 @@ def test_train_step_bench_runs_and_its_sides_losses_agree(tmp_path):
                         "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     (row,) = json.loads(out.read_text())
-    assert row["losses_agree"] and set(row["sides"]) == {"jvpc", "func eager"}
+    assert row["losses_agree"] and set(row["sides"]) == {"jvpc", "func eager", "plain (no JVP)", "finite differences"}
     assert row["sides"]["jvpc"]["flops"] < row["sides"]["func eager"]["flops"]
+    # The floor does no JVP: fewer FLOPs than any side that does.
+    assert row["sides"]["plain (no JVP)"]["flops"] < row["sides"]["jvpc"]["flops"]
+    # jvpc's JVP is exact in float32 where central differences are not.
+    errors = row["jvp_errors"]
+    assert errors["jvpc float32"] < 1e-5 < errors["finite differences float32"]

@@ -11,6 +11,12 @@ the same batches):
   func eager    torch.func.jvp(net, ...) on SDPA's math path (the fused kernels have no forward AD),
                 then loss.backward(), opt.step()
   compiled      the same torch step's loss under torch.compile (--skip-compile leaves it out)
+  plain (no JVP)       the floor: the same forward and backward with a regression loss, no JVP
+  finite differences   the JVP by central differences (step 5e-3, two more forwards without
+                autograd), as some training frameworks take it
+Besides the times, each row gives jvpc's step as a multiple of the others, and the JVP's error
+against torch.func's in float64 at the first batch: jvpc's and central differences', in float32
+and under autocast to bfloat16.
 
 Steps are timed in interleaved rounds (one step of each side per round, in rotating order) after
 warm-up steps; the table gives median time per step, FlopCounterMode's FLOPs of one step
@@ -155,13 +161,71 @@ def make_sides(size, objective, skip_compile, autocast="none"):
             return loss_of(out, dout, aux, batch[2], batch[3]), dout
         return step
 
+    def plain_step(net):  # the floor: the same forward and backward, a regression loss, no JVP
+        def step(batch):
+            primals, tangents, aux = make(*batch)
+            out = net(*primals)
+            target = tangents[0]  # a tensor of the output's shape: v (MeanFlow), dx_t/dt (sCM)
+            return ((out - target) ** 2).mean(), torch.zeros_like(out)
+        return step
+
+    def fd_step(net, eps=FD_EPS):  # the JVP by central differences: two more forwards, no autograd
+        def step(batch):
+            primals, tangents, aux = make(*batch)
+            with sdpa_kernel(SDPBackend.MATH):
+                out = net(*primals)
+            dout = central_differences(net, primals, tangents, eps)
+            return loss_of(out, dout, aux, batch[2], batch[3]), dout
+        return step
+
     sides = [Side("jvpc", jnet, jvpc_step, autocast)]
     enet = copy.deepcopy(net)
     sides.append(Side("func eager", enet, torch_step(enet), autocast))
+    pnet, fnet = copy.deepcopy(net), copy.deepcopy(net)
+    sides.append(Side("plain (no JVP)", pnet, plain_step(pnet), autocast))
+    sides.append(Side("finite differences", fnet, fd_step(fnet), autocast))
     if not skip_compile:
         cnet = copy.deepcopy(net)
         sides.append(Side("compiled", cnet, torch.compile(torch_step(cnet)), autocast))
     return sides, (B, L), prog
+
+
+FD_EPS = 5e-3  # the step one public training framework takes
+
+
+@torch.no_grad()
+def central_differences(net, primals, tangents, eps):
+    plus = net(*(p + eps * t for p, t in zip(primals, tangents)))
+    minus = net(*(p - eps * t for p, t in zip(primals, tangents)))
+    return (plus - minus) / (2 * eps)
+
+
+def jvp_errors(size, objective):
+    """Relative errors (‖got − exact‖ / ‖exact‖) of the JVP at the first batch against torch.func's
+    in float64: jvpc's and central differences' (step FD_EPS) in float32, and central differences
+    under autocast to bfloat16."""
+    d, depth, heads, B, L, long_form = SIZES[size]
+    make, _ = OBJECTIVES[objective]
+    torch.manual_seed(0)
+    net = DiT(CHANNELS, d, depth, heads)
+    primals, tangents, _ = make(*next(batches(1, B, L, seed=1)))
+    with sdpa_kernel(SDPBackend.MATH):
+        exact = torch.func.jvp(copy.deepcopy(net).double(), tuple(p.double() for p in primals),
+                               tuple(t.double() for t in tangents))[1]
+
+    def err(got):
+        return ((got.double() - exact).norm() / exact.norm()).item()
+
+    options = jvpc.LinearizeOptions()
+    if long_form:
+        options.residual_budget = 0
+    with torch.no_grad():
+        got = {"jvpc float32": err(jvpc.jvp(net, primals, tangents, options=options)[1]),
+               "finite differences float32": err(central_differences(net, primals, tangents, FD_EPS))}
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got["finite differences bf16"] = err(central_differences(net, primals, tangents, FD_EPS))
+            got["jvpc bf16"] = err(jvpc.jvp(net, primals, tangents, options=options)[1])
+    return got
 
 
 def peak_bytes(fn):
@@ -214,9 +278,13 @@ def run(size, objective, args):
         row["sides"][s.name] = {"median_s": statistics.median(s.times), "flops": f, "peak_bytes": p,
                                 "losses": s.losses[:args.show_losses], "jvp_norms": s.jvp_norms[:args.show_losses]}
     ref = sides[1]
-    agree = all(abs(a - b) <= args.loss_rtol * abs(b) for s in sides
+    exact = [s for s in sides if s.name in ("jvpc", "func eager", "compiled")]  # the same loss, exactly
+    agree = all(abs(a - b) <= args.loss_rtol * abs(b) for s in exact
                 for a, b in zip(s.losses + s.jvp_norms, ref.losses + ref.jvp_norms))
     row["losses_agree"] = agree
+    row["jvp_errors"] = jvp_errors(size, objective)
+    j = row["sides"]["jvpc"]["median_s"]
+    row["jvpc_over"] = {name: j / s["median_s"] for name, s in row["sides"].items() if name != "jvpc"}
     row["tangent_form"] = "O(L)" if "attention_tangent" in prog.tangent_graph.to_text() else "P"
     return row
 
@@ -235,6 +303,12 @@ def table(rows, header):
                        f"{s['flops'] / e['flops']:.2f} | {s['peak_bytes'] / 2**20:.1f} | {losses} | {norms} |")
         for name, why in r["failed"].items():
             out.append(f"| {r['size']} | {r['objective']} | {r['B']}×{r['L']} | | {name} | failed: {why} | | | | | | |")
+    for r in rows:
+        ratios = ", ".join(f"{1 / v:.2f}x faster than {k}" if v < 1 else f"{v:.2f}x {k}"
+                           for k, v in r["jvpc_over"].items())
+        errors = ", ".join(f"{k} {v:.1e}" for k, v in r["jvp_errors"].items())
+        out.append(f"\n{r['size']}/{r['objective']}: jvpc's step is {ratios}; the JVP's relative error against "
+                   f"float64: {errors}")
     return "\n".join(out)
 
 
