@@ -12,7 +12,8 @@ from torch.utils import _pytree as pytree
 from . import _C
 from ._C import Error
 from ._cache import cache_for
-from ._compat import distributed_data_parallel, sync_ddp_buffers_untraced
+from ._vmap import call_under_vmap
+from ._compat import distributed_data_parallel, in_vmap_only, sync_ddp_buffers_untraced
 from ._context import eager_only, supported_context
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, traced_fn, with_aux
@@ -88,6 +89,10 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, has_aux: b
         if not isinstance(v, (tuple, list)):
             raise Error(f"{who}(f, primals, tangents): expected {what} to be a tuple, "
                         "e.g. it should be valid to call f(*primals)")
+    if in_vmap_only():
+        if has_aux or tangent_grad:
+            raise Error(f"{who}: inside torch.func.vmap, has_aux and tangent_grad are not supported: call it per sample")
+        return _jvp_under_vmap(func, tuple(primals), tuple(tangents), argnums, options)
     diff = argnums_of(argnums, len(primals), who)
     if argnums is None and len(tangents) != len(primals):
         raise Error(f"{who}: expected as many tangents ({len(tangents)}) as primals ({len(primals)})")
@@ -95,6 +100,36 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, has_aux: b
         raise Error(f"{who}: expected one tangent per differentiated argument ({len(diff)}), got {len(tangents)}")
     res = _linearize(func, tuple(primals), argnums, has_aux, cache, options, tangent_grad, guard=False)
     return (res[0], res[1](*tangents)) + tuple(res[2:])
+
+
+def _jvp_under_vmap(func: Callable, primals: tuple, tangents: tuple, argnums, options):
+    """jvp inside torch.func.vmap (jvpc/_vmap.py): the batched tangent graph where the primals are
+    shared by the batch, else one jvp per element (their optimized graphs cached)."""
+    flat_p, spec_p = pytree.tree_flatten(primals)
+    flat_t, spec_t = pytree.tree_flatten(tangents)
+    n_p = len(flat_p)
+    out_spec: list = []
+
+    def per_element(inputs):
+        ps = pytree.tree_unflatten(inputs[:n_p], spec_p)
+        ts = pytree.tree_unflatten(inputs[n_p:], spec_t)
+        out, dout = jvp(func, ps, ts, argnums=argnums, cache=True, options=options)
+        flat_out, out_spec[:] = pytree.tree_flatten(out)[0], [pytree.tree_structure(out)]
+        return flat_out + pytree.tree_leaves(dout)
+
+    def shared(k, dims, inputs):
+        if any(d is not None for d in dims[:n_p]):
+            return None
+        out, jvp_fn = linearize(func, *pytree.tree_unflatten(inputs[:n_p], spec_p), argnums=argnums, options=options)
+        stacked = [(t.movedim(d, 0) if d is not None else t.unsqueeze(0).expand(k, *t.shape)).contiguous()
+                   for t, d in zip(inputs[n_p:], dims[n_p:])]
+        douts = list(jvp_fn._lin.run_batched(k, stacked))
+        flat_out, out_spec[:] = pytree.tree_flatten(out)[0], [pytree.tree_structure(out)]
+        return flat_out + douts, [None] * len(flat_out) + [0] * len(douts)
+
+    flat = call_under_vmap(per_element, flat_p + flat_t, shared)
+    n_out = len(flat) // 2
+    return pytree.tree_unflatten(flat[:n_out], out_spec[0]), pytree.tree_unflatten(flat[n_out:], out_spec[0])
 
 
 class TracedGraph:

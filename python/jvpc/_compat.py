@@ -25,6 +25,19 @@ def in_functorch_transform() -> bool:
     return torch._C._functorch.peek_interpreter_stack() is not None
 
 
+def in_vmap_only() -> bool:
+    """True where the innermost torch.func transform of the calling thread is vmap."""
+    level = torch._C._functorch.peek_interpreter_stack()
+    return level is not None and level.key() == torch._C._functorch.TransformType.Vmap
+
+
+def functorch_level_lowered():
+    """Inside a torch.library op's vmap rule: a context in which the vmap level that runs the rule
+    is off, so that code there sees that level's tensors as plain ones (an outer level stays)."""
+    from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
+    return retrieve_current_functorch_interpreter().lower()
+
+
 def is_functorch_wrapped(t: torch.Tensor) -> bool:
     """True for a tensor a torch.func transform wraps (a BatchedTensor of vmap, for one)."""
     return torch._C._functorch.is_functorch_wrapped_tensor(t)

@@ -9,7 +9,9 @@ from torch.utils import _pytree as pytree
 
 from ._C import Error
 from ._api import linearize
+from ._compat import in_vmap_only
 from ._context import eager_only
+from ._vmap import call_under_vmap
 
 
 def jacfwd(func: Callable, argnums=0, has_aux: bool = False, *, randomness: str = "error",
@@ -34,6 +36,18 @@ def jacfwd(func: Callable, argnums=0, has_aux: bool = False, *, randomness: str 
 
     @eager_only
     def wrapper(*primals):
+        if in_vmap_only():  # per sample (jvpc/_vmap.py), each its own linearization
+            if has_aux:
+                raise Error("jacfwd: inside torch.func.vmap, has_aux is not supported")
+            flat, spec = pytree.tree_flatten(primals)
+            out_spec: list = []
+
+            def per_element(inputs):
+                jac = wrapper(*pytree.tree_unflatten(inputs, spec))
+                out_spec[:] = [pytree.tree_structure(jac)]
+                return pytree.tree_leaves(jac)
+
+            return pytree.tree_unflatten(call_under_vmap(per_element, flat), out_spec[0])
         nums = _argnums(argnums, len(primals))
         out, jvp_fn, *aux = linearize(func, *primals, argnums=argnums, has_aux=has_aux)
         drawn = jvp_fn.report()["random_ops"] if randomness != "same" else []
