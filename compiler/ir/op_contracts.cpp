@@ -95,6 +95,15 @@ std::string embedding_bag_arguments(const std::vector<Arg>& a, const std::vector
   return "";
 }
 
+// random.from with no `to` into a floating-point tensor: LibTorch rounds `from` to the dtype by
+// computing from + 1, and from = 2^63 - 1 overflows there into a loop that never ends (found by
+// the fuzzer).
+std::string random_from(const std::vector<Arg>& a, const std::vector<TensorMeta>&) {
+  if (a.at(1).kind == ArgKind::Int && a[1].value.toInt() == std::numeric_limits<int64_t>::max())
+    return "from must be below 2^63 - 1";
+  return "";
+}
+
 const std::unordered_map<std::string, OpContract>& contracts() {
   static const std::unordered_map<std::string, OpContract> table = [] {
     std::unordered_map<std::string, OpContract> t;
@@ -330,6 +339,7 @@ const std::unordered_map<std::string, OpContract>& contracts() {
                            "aten::max_pool3d_with_indices", "aten::max_pool2d_with_indices_backward",
                            "aten::max_pool3d_with_indices_backward"})
       t.at(op).arguments = window_ints;
+    t.at("aten::random.from").arguments = random_from;
     return t;
   }();
   return table;
