@@ -57,6 +57,12 @@ REDUCTIONS = {
 KNOWN: dict[tuple[str, str], str] = {
     ("norm_inf", "finite"): "the inf-norm of a row holding NaN is NaN; torch.func gives it tangent 0, jvpc NaN",
 }
+# jvpc's rules are torch 2.15's. Before it, forward AD sent ties, bounds and infinite tangents of
+# these ops elsewhere (torch 2.11: a clamp's bound passes the tangent, maximum's tangent is
+# other_t + (self_t - other_t) where self wins, NaN for infinite ones); the 2.15 stage checks them.
+SELECTIONS_BEFORE_2_15 = {"clamp", "clamp_min", "clamp_max", "clamp_t", "clamp_min_t", "clamp_max_t", "maximum",
+                          "minimum", "fmax", "fmin"}
+OLDER_TORCH = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15)
 
 
 def agree(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
@@ -79,6 +85,8 @@ def check(name, f, primals, tangents, kind):
     if (name, kind) in KNOWN:
         assert not same(got, want), f"{name} ({kind}) now agrees: drop it from KNOWN and docs/python.md"
         return
+    if OLDER_TORCH and name in SELECTIONS_BEFORE_2_15 and not same(got, want):
+        pytest.skip(f"torch {torch.__version__} takes other ties for {name}; jvpc follows torch 2.15")
     bad = ~agree(got, want)
     assert same(got, want), (f"{name} ({kind} tangents): at primals {primals[0][bad.nonzero().flatten()].tolist()} "
                              f"jvpc gives {got[bad].tolist()}, torch.func {want[bad].tolist()}")
