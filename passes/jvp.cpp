@@ -28,20 +28,6 @@ namespace jvpc {
 
 namespace {
 
-bool complex_valued(const std::vector<Value*>& vs) {
-  return std::any_of(vs.begin(), vs.end(), [](const Value* v) { return c10::isComplexType(v->meta().dtype); });
-}
-
-// Makes a rule's tangent match its primal output: broadcast to the output's shape, cast to its
-// dtype (never from complex to real, which would drop the imaginary part: a rule's error).
-Value* conform(Builder& b, Value* t, const Value* out) {
-  if (c10::isComplexType(t->meta().dtype) && !c10::isComplexType(out->meta().dtype))
-    throw Error("a complex tangent for the real output %" + std::to_string(out->id()));
-  if (t->meta().sizes != out->meta().sizes) t = b.call("aten::expand", {t, out->meta().sizes});
-  if (t->meta().dtype != out->meta().dtype) t = b.call("aten::_to_copy", {t, out->meta().dtype});
-  return t;
-}
-
 // "d" + name, primed until no input or output of the graph has it (inputs x and dx: dx' and ddx).
 std::string fresh_name(const Graph& g, const std::string& name) {
   std::string out = "d" + name;
@@ -77,7 +63,6 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
   if (tangent.empty()) throw Error("nothing to differentiate: no primal input is chosen");
 
   Builder b(g);
-  const auto& rules = jvp_rules::registry();
   for (Node* n : g.nodes()) {
     std::vector<Value*> in_t;
     bool any = false;
@@ -86,29 +71,11 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
       in_t.push_back(it == tangent.end() ? nullptr : it->second);
       any |= in_t.back() != nullptr;
     }
-    bool float_out = false;
-    for (Value* o : n->outputs()) float_out |= differentiable_dtype(o->meta().dtype);
-    if (!any || !float_out) continue;
-    const jvp_rules::Rule* rule = rules.find(n->op());
-    if (!rule) throw Error("no JVP rule for " + n->op());
-    if ((complex_valued(n->inputs()) || complex_valued(n->outputs())) && !rules.holds_for_complex(n->op()))
-      throw Error("no JVP rule for " + n->op() + " of complex tensors (its rule is for real ones)");
+    if (!any) continue;
     InsertionGuard at(g, g.next(n));  // restored however the rule ends
-    jvp_rules::Ctx ctx(b, *n, std::move(in_t));
-    std::vector<Value*> outs;
-    try {
-      outs = (*rule)(ctx);
-    } catch (const std::exception& e) {
-      throw Error("JVP rule of " + n->op() + ": " + one_line(e));
-    }
-    if (outs.size() > n->outputs().size()) throw Error("JVP rule of " + n->op() + " returned too many tangents");
-    try {
-      for (size_t i = 0; i < outs.size(); ++i)
-        if (outs[i] && differentiable_dtype(n->output(i)->meta().dtype))
-          tangent[n->output(i)] = conform(b, outs[i], n->output(i));
-    } catch (const std::exception& e) {
-      throw Error("JVP rule of " + n->op() + ": " + one_line(e));
-    }
+    std::vector<Value*> outs = jvp_rules::differentiate(b, *n, std::move(in_t));
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (outs[i]) tangent[n->output(i)] = outs[i];
   }
   size_t n_out = g.outputs().size();
   for (size_t i = 0; i < n_out; ++i) {

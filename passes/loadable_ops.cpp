@@ -89,7 +89,7 @@ const std::map<std::string, std::string>& refused_ops() {
 std::vector<std::string> derive_loadable_ops() {
   std::set<std::string> ops;
   for (const std::string& op : jvp_rules::registry().ops())
-    if (!refused_ops().count(op)) ops.insert(op);
+    if (!refused_ops().count(op) && !jvp_rules::registry().is_traced_only(op)) ops.insert(op);
   ops.insert(emitted_ops().begin(), emitted_ops().end());
   ops.insert(extra_ops().begin(), extra_ops().end());
   ops.insert(comparison_ops().begin(), comparison_ops().end());  // boolean results: no tangent

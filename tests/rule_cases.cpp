@@ -750,6 +750,119 @@ std::vector<RuleCase> cases() {
       {"aten::_scaled_dot_product_flash_attention_for_cpu", {{2, 2, 6, 4}, {2, 2, 7, 4}, {2, 2, 7, 4}, {2, 1, 6, 7}},
        sdpa(B::Flash, false, false, true), sdpa(B::Math, false, false, true)},
       {"aten::_safe_softmax", {{1, 2, 6, 4}, {1, 2, 6, 4}, {1, 2, 6, 4}}, sdpa(B::Math, true, false)},
+      // Backward kernels (forward-over-reverse; passes/jvp_rules/backward.cpp).
+      {"aten::threshold_backward", {{6}, {6}}, one([](auto& x) { return at::threshold_backward(x[0], x[1], 0.1); })},
+      {"aten::hardtanh_backward", {{6}, {6}}, one([](auto& x) { return at::hardtanh_backward(x[0], x[1], -0.5, 0.5); })},
+      {"aten::leaky_relu_backward", {{6}, {6}}, one([](auto& x) { return at::leaky_relu_backward(x[0], x[1], 0.1, false); })},
+      {"aten::hardsigmoid_backward", {{6}, {6}}, one([](auto& x) { return at::hardsigmoid_backward(x[0], x[1] * 4); }), nullptr, false, 0},
+      {"aten::softshrink_backward", {{6}, {6}}, one([](auto& x) { return at::softshrink_backward(x[0], x[1], 0.3); })},
+      {"aten::hardshrink_backward", {{6}, {6}}, one([](auto& x) { return at::hardshrink_backward(x[0], x[1], 0.3); })},
+      {"aten::embedding_dense_backward", {{4, 3}}, one([](auto& x) {
+         return at::embedding_dense_backward(x[0], at::tensor({5, 0, 2, 5}, at::kLong), 6, -1, false);
+       })},
+      {"aten::select_backward", {{4}}, one([](auto& x) { return at::select_backward(x[0], {3, 4}, 0, 1); })},
+      {"aten::slice_backward", {{2, 4}}, one([](auto& x) { return at::slice_backward(x[0], {6, 4}, 0, 1, 5, 2); })},
+      {"aten::diagonal_backward", {{4, 3}}, one([](auto& x) { return at::diagonal_backward(x[0], {3, 4, 5}, 1, 0, 2); })},
+      {"aten::unfold_backward", {{3, 3, 3}}, one([](auto& x) { return at::unfold_backward(x[0], {7, 3}, 0, 3, 2); })},
+      {"aten::avg_pool2d_backward", {{1, 2, 2, 2}, {1, 2, 4, 4}}, one([](auto& x) {
+         return at::avg_pool2d_backward(x[0], x[1], {2, 2}, {2, 2}, {0, 0}, false, true, std::nullopt);
+       })},
+      {"aten::avg_pool3d_backward", {{1, 1, 2, 2, 2}, {1, 1, 4, 4, 4}}, one([](auto& x) {
+         return at::avg_pool3d_backward(x[0], x[1], {2, 2, 2}, {2, 2, 2}, {0, 0, 0}, false, true, std::nullopt);
+       })},
+      {"aten::_adaptive_avg_pool2d_backward", {{1, 2, 3, 2}, {1, 2, 7, 5}},
+       one([](auto& x) { return at::_adaptive_avg_pool2d_backward(x[0], x[1]); })},
+      {"aten::_adaptive_avg_pool3d_backward", {{1, 1, 2, 2, 2}, {1, 1, 3, 5, 4}},
+       one([](auto& x) { return at::_adaptive_avg_pool3d_backward(x[0], x[1]); })},
+      {"aten::upsample_nearest1d_backward", {{2, 3, 8}},
+       one([](auto& x) { return at::upsample_nearest1d_backward(x[0], {8}, {2, 3, 4}); })},
+      {"aten::upsample_nearest2d_backward", {{2, 3, 8, 7}},
+       one([](auto& x) { return at::upsample_nearest2d_backward(x[0], {8, 7}, {2, 3, 4, 5}); })},
+      {"aten::upsample_nearest3d_backward", {{1, 2, 4, 4, 6}},
+       one([](auto& x) { return at::upsample_nearest3d_backward(x[0], {4, 4, 6}, {1, 2, 2, 2, 3}); })},
+      {"aten::_upsample_nearest_exact1d_backward", {{2, 3, 8}},
+       one([](auto& x) { return at::_upsample_nearest_exact1d_backward(x[0], {8}, {2, 3, 4}); })},
+      {"aten::_upsample_nearest_exact2d_backward", {{2, 3, 8, 7}},
+       one([](auto& x) { return at::_upsample_nearest_exact2d_backward(x[0], {8, 7}, {2, 3, 4, 5}); })},
+      {"aten::_upsample_nearest_exact3d_backward", {{1, 2, 4, 4, 6}},
+       one([](auto& x) { return at::_upsample_nearest_exact3d_backward(x[0], {4, 4, 6}, {1, 2, 2, 2, 3}); })},
+      {"aten::upsample_linear1d_backward", {{2, 3, 7}},
+       one([](auto& x) { return at::upsample_linear1d_backward(x[0], {7}, {2, 3, 4}, false); })},
+      {"aten::upsample_bilinear2d_backward", {{2, 3, 7, 8}},
+       one([](auto& x) { return at::upsample_bilinear2d_backward(x[0], {7, 8}, {2, 3, 4, 5}, false); })},
+      {"aten::upsample_bicubic2d_backward", {{2, 3, 7, 8}},
+       one([](auto& x) { return at::upsample_bicubic2d_backward(x[0], {7, 8}, {2, 3, 4, 5}, true); })},
+      {"aten::upsample_trilinear3d_backward", {{1, 2, 4, 4, 6}},
+       one([](auto& x) { return at::upsample_trilinear3d_backward(x[0], {4, 4, 6}, {1, 2, 2, 2, 3}, false); })},
+      {"aten::reflection_pad1d_backward", {{2, 3, 8}, {2, 3, 6}},
+       one([](auto& x) { return at::reflection_pad1d_backward(x[0], x[1], {1, 1}); })},
+      {"aten::reflection_pad2d_backward", {{1, 2, 6, 7}, {1, 2, 4, 5}},
+       one([](auto& x) { return at::reflection_pad2d_backward(x[0], x[1], {1, 1, 1, 1}); })},
+      {"aten::reflection_pad3d_backward", {{1, 1, 4, 5, 6}, {1, 1, 2, 3, 4}},
+       one([](auto& x) { return at::reflection_pad3d_backward(x[0], x[1], {1, 1, 1, 1, 1, 1}); })},
+      {"aten::replication_pad1d_backward", {{2, 3, 8}, {2, 3, 6}},
+       one([](auto& x) { return at::replication_pad1d_backward(x[0], x[1], {1, 1}); })},
+      {"aten::replication_pad2d_backward", {{1, 2, 6, 7}, {1, 2, 4, 5}},
+       one([](auto& x) { return at::replication_pad2d_backward(x[0], x[1], {1, 1, 1, 1}); })},
+      {"aten::replication_pad3d_backward", {{1, 1, 4, 5, 6}, {1, 1, 2, 3, 4}},
+       one([](auto& x) { return at::replication_pad3d_backward(x[0], x[1], {1, 1, 1, 1, 1, 1}); })},
+      {"aten::tanh_backward", {{6}, {6}}, one([](auto& x) { return at::tanh_backward(x[0], x[1]); })},
+      {"aten::sigmoid_backward", {{6}, {6}}, one([](auto& x) { return at::sigmoid_backward(x[0], x[1]); })},
+      {"aten::silu_backward", {{6}, {6}}, one([](auto& x) { return at::silu_backward(x[0], x[1]); }), nullptr, false, 0},
+      {"aten::gelu_backward", {{6}, {6}}, one([](auto& x) { return at::gelu_backward(x[0], x[1]); })},
+      {"aten::gelu_backward", {{6}, {6}}, one([](auto& x) { return at::gelu_backward(x[0], x[1], "tanh"); })},
+      {"aten::_softmax_backward_data", {{3, 5}, {3, 5}},
+       one([](auto& x) { return at::_softmax_backward_data(x[0], x[1], -1, at::kDouble); }), nullptr, false, 0},
+      {"aten::_log_softmax_backward_data", {{3, 5}, {3, 5}},
+       one([](auto& x) { return at::_log_softmax_backward_data(x[0], x[1], 0, at::kDouble); }), nullptr, false, 0},
+      {"aten::mse_loss_backward", {{}, {3, 4}, {3, 4}}, one([](auto& x) { return at::mse_loss_backward(x[0], x[1], x[2], 1); })},
+      {"aten::mse_loss_backward", {{3, 4}, {3, 4}, {3, 4}}, one([](auto& x) { return at::mse_loss_backward(x[0], x[1], x[2], 0); })},
+      {"aten::native_layer_norm_backward", {{3, 2, 5}, {3, 2, 5}, {5}, {5}}, [](auto& x) {
+         auto [y, mean, rstd] = at::native_layer_norm(x[1], {5}, x[2], x[3], 1e-5);
+         auto r = at::native_layer_norm_backward(x[0], x[1], {5}, mean, rstd, x[2], x[3], {true, true, true});
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+       }, nullptr, false, /*ad_outputs=*/0},
+      {"aten::native_layer_norm_backward", {{3, 4}, {3, 4}}, one([](auto& x) {
+         auto [y, mean, rstd] = at::native_layer_norm(x[1], {4}, {}, {}, 1e-5);
+         return std::get<0>(at::native_layer_norm_backward(x[0], x[1], {4}, mean, rstd, {}, {}, {true, false, false}));
+       }), nullptr, false, /*ad_outputs=*/0},
+      {"aten::native_batch_norm_backward", {{2, 3, 4}, {2, 3, 4}, {3}, {3}}, [](auto& x) {
+         auto [y, mean, invstd] = at::native_batch_norm(x[1], x[2], x[3], {}, {}, true, 0.1, 1e-5);
+         auto r = at::native_batch_norm_backward(x[0], x[1], x[2], {}, {}, mean, invstd, true, 1e-5, {true, true, true});
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+       }, nullptr, false, /*ad_outputs=*/0},
+      {"aten::native_batch_norm_backward", {{2, 3, 4}, {2, 3, 4}, {3}}, [](auto& x) {
+         at::Tensor rm = at::full({3}, 0.2, at::kDouble), rv = at::full({3}, 1.5, at::kDouble);
+         auto r = at::native_batch_norm_backward(x[0], x[1], x[2], rm, rv, {}, {}, false, 1e-5, {true, true, true});
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+       }, nullptr, false, /*ad_outputs=*/0},
+      {"aten::native_group_norm_backward", {{2, 4, 3}, {2, 4, 3}, {4}, {4}}, [](auto& x) {
+         auto [y, mean, rstd] = at::native_group_norm(x[1], x[2], x[3], 2, 4, 3, 2, 1e-5);
+         auto r = at::native_group_norm_backward(x[0], x[1], mean, rstd, x[2], 2, 4, 3, 2, {true, true, true});
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+       }, nullptr, false, /*ad_outputs=*/0},
+      {"aten::convolution_backward", {{2, 4, 5, 5}, {2, 3, 5, 5}, {4, 3, 3, 3}}, [](auto& x) {
+         auto r = at::convolution_backward(x[0], x[1], x[2], std::vector<int64_t>{4}, {1, 1}, {1, 1}, {1, 1}, false,
+                                           {0, 0}, 1, {true, true, true});
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+       }},
+      {"aten::convolution_backward", {{2, 4, 3, 3}, {2, 4, 5, 5}, {4, 2, 3, 3}}, [](auto& x) {  // groups, no bias
+         auto r = at::convolution_backward(x[0], x[1], x[2], std::nullopt, {1, 1}, {0, 0}, {1, 1}, false, {0, 0}, 2,
+                                           {true, true, false});
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r)};
+       }},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", {{1, 2, 5, 4}, {1, 2, 5, 4}, {1, 2, 6, 4}, {1, 2, 6, 4}},
+       [](auto& x) {
+         auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(x[1], x[2], x[3], 0.0, false);
+         auto r = at::_scaled_dot_product_flash_attention_for_cpu_backward(x[0], x[1], x[2], x[3], out, lse, 0.0, false);
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+       }, nullptr, false, /*ad_outputs=*/0},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", {{1, 2, 5, 4}, {1, 2, 5, 4}, {1, 2, 5, 4}, {1, 2, 5, 4}},
+       [](auto& x) {  // causal
+         auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(x[1], x[2], x[3], 0.0, true);
+         auto r = at::_scaled_dot_product_flash_attention_for_cpu_backward(x[0], x[1], x[2], x[3], out, lse, 0.0, true);
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+       }, nullptr, false, /*ad_outputs=*/0},
   };
   c.erase(std::remove_if(c.begin(), c.end(), [](const RuleCase& rc) { return !has_op(rc.op); }), c.end());
   return c;

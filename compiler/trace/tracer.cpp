@@ -10,6 +10,7 @@
 #include <ATen/autocast_mode.h>
 #include <c10/core/AutogradState.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -79,6 +80,12 @@ class Recorder {
       // tracer holds the original). It is that result.
       if (Value* made = factory_result(t)) {
         s_.bind(t, made);
+        return value_for(t, reader, reads_data);
+      }
+      // Inside a backward that the callable runs (torch.autograd.grad, torch.func.grad), the
+      // engine unpacks a saved result as a new TensorImpl on its storage: it is that value.
+      if (Value* saved = saved_by_autograd(t)) {
+        s_.bind(t, saved);
         return value_for(t, reader, reads_data);
       }
       // A tensor the dispatcher never returned that shares a traced value's storage (.data(),
@@ -316,6 +323,21 @@ class Recorder {
         made->strides() != t.strides() || made->dtype() != t.dtype())
       return nullptr;
     return f->second.second;
+  }
+
+  /// While autograd's engine runs a backward: the traced value that `t` is a shallow copy of
+  /// (the same storage, offset, sizes, strides and dtype), the latest bound; else null.
+  Value* saved_by_autograd(const at::Tensor& t) const {
+    if (torch::autograd::get_current_graph_task_id() == -1) return nullptr;
+    auto impls = s_.impls_by_storage.find(storage_of(t));
+    if (impls == s_.impls_by_storage.end()) return nullptr;
+    for (auto it = impls->second.rbegin(); it != impls->second.rend(); ++it) {
+      const c10::TensorImpl* b = *it;
+      if (b->storage_offset() == t.storage_offset() && b->sizes() == t.sizes() && b->strides() == t.strides() &&
+          b->dtype() == t.dtype())
+        return s_.value_of.at(b);
+    }
+    return nullptr;
   }
 
   Value* capture(const at::Tensor& t, const at::Tensor& value) { return s_.capture(t, value); }

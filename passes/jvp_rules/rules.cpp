@@ -8,6 +8,7 @@
 #include <c10/util/accumulate.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace jvpc::jvp_rules {
 
@@ -45,6 +46,79 @@ std::vector<Value*> Ctx::reapply(const std::vector<std::pair<size_t, Value*>>& r
   return b.emit(n.op(), std::move(args), &n);  // each v is shaped like the operand it replaces
 }
 
+namespace {
+
+bool complex_valued(const std::vector<Value*>& vs) {
+  return std::any_of(vs.begin(), vs.end(), [](const Value* v) { return c10::isComplexType(v->meta().dtype); });
+}
+
+// Makes a rule's tangent match its primal output: broadcast to the output's shape, cast to its
+// dtype (never from complex to real, which would drop the imaginary part: a rule's error).
+Value* conform(Builder& b, Value* t, const Value* out) {
+  if (c10::isComplexType(t->meta().dtype) && !c10::isComplexType(out->meta().dtype))
+    throw Error("a complex tangent for the real output %" + std::to_string(out->id()));
+  if (t->meta().sizes != out->meta().sizes) t = b.call("aten::expand", {t, out->meta().sizes});
+  if (t->meta().dtype != out->meta().dtype) t = b.call("aten::_to_copy", {t, out->meta().dtype});
+  return t;
+}
+
+}  // namespace
+
+std::vector<Value*> differentiate(Builder& b, const Node& n, std::vector<Value*> operand_tangents) {
+  bool float_out = false;
+  for (const Value* o : n.outputs()) float_out |= differentiable_dtype(o->meta().dtype);
+  if (!float_out) return {};
+  const Rule* rule = registry().find(n.op());
+  if (!rule) throw Error("no JVP rule for " + n.op());
+  if ((complex_valued(n.inputs()) || complex_valued(n.outputs())) && !registry().holds_for_complex(n.op()))
+    throw Error("no JVP rule for " + n.op() + " of complex tensors (its rule is for real ones)");
+  Ctx ctx(b, n, std::move(operand_tangents));
+  std::vector<Value*> outs;
+  try {
+    outs = (*rule)(ctx);
+    if (outs.size() > n.outputs().size()) throw Error("it returned too many tangents");
+    for (size_t i = 0; i < outs.size(); ++i)
+      outs[i] = outs[i] && differentiable_dtype(n.output(i)->meta().dtype) ? conform(b, outs[i], n.output(i)) : nullptr;
+  } catch (const std::exception& e) {
+    throw Error("JVP rule of " + n.op() + ": " + one_line(e));
+  }
+  return outs;
+}
+
+Rule composite(std::function<std::vector<Value*>(Ctx&)> build) {
+  return [build](Ctx& c) {
+    Graph& g = c.b.graph();
+    Node* end = g.insertion_point();  // just after the node: build's nodes go before it
+    std::vector<Value*> outs = build(c);
+    std::vector<Node*> emitted;
+    for (Node* m = g.next(const_cast<Node*>(&c.n)); m != end; m = g.next(m)) emitted.push_back(m);
+    std::unordered_map<const Value*, Value*> tangent;
+    for (size_t i = 0; i < c.n.inputs().size(); ++i)
+      if (Value* t = c.operand_tangent(i)) tangent[c.n.inputs()[i]] = t;
+    for (Node* m : emitted) {
+      std::vector<Value*> in_t;
+      bool any = false;
+      for (Value* v : m->inputs()) {
+        auto it = tangent.find(v);
+        in_t.push_back(it == tangent.end() ? nullptr : it->second);
+        any |= in_t.back() != nullptr;
+      }
+      if (!any) continue;
+      InsertionGuard at(g, g.next(m));
+      std::vector<Value*> ts = differentiate(c.b, *m, std::move(in_t));
+      for (size_t i = 0; i < ts.size(); ++i)
+        if (ts[i]) tangent[m->output(i)] = ts[i];
+    }
+    std::vector<Value*> result;  // per output of the node: the schema returns it produced
+    for (size_t r = 0; r < outs.size(); ++r) {
+      if (r < c.n.return_counts().size() && c.n.return_counts()[r] == 0) continue;
+      auto it = outs[r] ? tangent.find(outs[r]) : tangent.end();
+      result.push_back(it == tangent.end() ? nullptr : it->second);
+    }
+    return result;
+  };
+}
+
 void Registry::allow_complex(const std::string& op) { complex_.insert(op); }
 
 std::vector<std::string> Registry::complex_ops() const {
@@ -68,6 +142,7 @@ const Registry& registry() {
     register_complex(reg);
     register_recurrent(reg);
     register_random(reg);
+    register_backward(reg);
     return reg;
   }();
   return r;

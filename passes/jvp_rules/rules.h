@@ -67,13 +67,23 @@ class Registry : public OpTable<Rule> {
   void allow_complex(const std::string& op);
   bool holds_for_complex(const std::string& op) const { return complex_.count(op) > 0; }
   std::vector<std::string> complex_ops() const;
+  /// Marks op as met in traces only: graph files may not use it (passes/loadable_ops.cpp), as no
+  /// safety contract is written for its arguments (the backward kernels, backward.cpp).
+  void traced_only(const std::string& op) { traced_only_.insert(op); }
+  bool is_traced_only(const std::string& op) const { return traced_only_.count(op) > 0; }
 
  private:
   std::unordered_set<std::string> complex_;
+  std::unordered_set<std::string> traced_only_;
 };
 
 /// All rules, built once.
 const Registry& registry();
+
+/// The tangents of n's outputs (nullptr for zero; empty where none is floating) from its
+/// operands' tangents, by n's rule, each made to match its output's shape and dtype; emitted at
+/// the graph's insertion point. Throws an Error naming the op where it has no rule.
+std::vector<Value*> differentiate(Builder& b, const Node& n, std::vector<Value*> operand_tangents);
 
 // Rule makers.
 /// Linear in argument `arg`: the same op applied to its tangent (views, sums, copies).
@@ -84,6 +94,12 @@ Rule linear_in_list(size_t arg);
 Rule bilinear();
 /// Elementwise in argument 0: t0 * f'(x0), with f'(x0) built by `derivative` from primals.
 Rule unary(std::function<Value*(Ctx&)> derivative);
+/// An op written as other ops: `build` emits the formula it computes from the node's operands
+/// and returns the values standing for its schema's returns (those the node dropped, as
+/// undefined, are skipped); the tangent is those ops' rules applied in
+/// turn (the backward kernels, whose derivative is their formula's). The formula's primal nodes
+/// serve the tangent alone; the node itself still computes the primal.
+Rule composite(std::function<std::vector<Value*>(Ctx&)> build);
 /// A tangent that is always zero (detach, factories, rounding, comparisons).
 Rule zero();
 /// Elementwise in argument 0, passing its tangent where the boolean `mask` holds and zero
@@ -135,6 +151,7 @@ void register_solvers(Registry& r);
 void register_complex(Registry& r);
 void register_recurrent(Registry& r);
 void register_random(Registry& r);
+void register_backward(Registry& r);
 
 /// abs's tangent, real and complex (complex.cpp).
 Value* abs_tangent(Ctx& c);

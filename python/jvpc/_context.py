@@ -8,6 +8,7 @@ import torch
 
 from ._C import Error
 from ._compat import in_functorch_transform
+from ._reverse import reverse_by_autograd
 
 
 def eager_only(fn):
@@ -32,7 +33,7 @@ def supported_context(who: str):
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     try:
-        with torch.compiler.set_stance(stance):
+        with torch.compiler.set_stance(stance), reverse_by_autograd():
             yield
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
