@@ -158,6 +158,7 @@ void bind_options(py::module_& m) {
   m.def("optional_passes", &optional_linearize_passes, "The passes LinearizeOptions.disabled_passes may name.");
   m.def("matmul_ops", &matmul_ops, "The ops whose FLOPs count as matmul FLOPs (the cost model's list).");
   m.def("dtype_names", &python_dtype_names, "ATen's name of each dtype a graph may hold (a graph's JSON) -> Python's.");
+  m.def("_tracing", &tracing, "Whether a jvpc trace runs on this thread.");
   m.def(
       "_trace_value_origin",
       [](const at::Tensor& t) -> std::optional<std::pair<bool, std::vector<at::Tensor>>> {

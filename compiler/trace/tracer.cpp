@@ -480,6 +480,8 @@ void register_fallback() {
 
 }  // namespace
 
+bool tracing() { return t_recorder != nullptr; }
+
 std::optional<ValueOrigin> traced_value_origin(const at::Tensor& t) {
   if (!t_recorder || !t.defined()) return std::nullopt;
   return t_recorder->origin(t);

@@ -100,6 +100,8 @@ struct ValueOrigin {
   /// has not seen it yet): the number stays right while none of them is written.
   std::vector<at::Tensor> captured;
 };
+/// Whether a trace runs on this thread.
+bool tracing();
 /// The origin of `t` in the trace running on this thread; nullopt where none runs.
 std::optional<ValueOrigin> traced_value_origin(const at::Tensor& t);
 

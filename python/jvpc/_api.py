@@ -15,6 +15,7 @@ from ._cache import cache_for
 from ._vmap import call_under_vmap
 from ._compat import distributed_data_parallel, in_vmap_only, sync_ddp_buffers_untraced
 from ._context import eager_only, supported_context
+from ._nested import nested_linearize
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, traced_fn, with_aux
 from ._tangent_grad import through_tangent
@@ -47,6 +48,8 @@ def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bo
                guard: bool):
     """linearize; guard: jvp_fn checks before each call that the weights are as they were."""
     who = "jvpc.linearize"
+    if _C._tracing():  # inside a function jvpc traces (jacfwd(jacfwd(f))): by torch.autograd
+        return nested_linearize(func, primals, argnums_of(argnums, len(primals), who), has_aux)
     names = parameter_names(func, len(primals))
     for ddp in distributed_data_parallel(m for _, m in reached(func)[0]):
         sync_ddp_buffers_untraced(ddp)

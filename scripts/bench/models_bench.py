@@ -16,10 +16,16 @@ the matmul FLOPs of each side (FlopCounterMode) and the peak memory each allocat
 started with (torch_reference.py's peak_bytes: the profiler's allocations and frees in order on
 the CPU, the allocator's peak on CUDA).
 
+With --hvp, Hessian-vector products of the loss mean(f(x)²) in the model's first differentiated
+argument instead: the gradient torch.func.grad (the unit), jvpc.jvp(torch.func.grad(loss)) (a
+trace and a linearization per call), the HVP map of jvpc.linearize(torch.func.grad(loss), x) at
+one point, and torch.func.jvp(torch.func.grad(loss)) (math SDPA backend).
+
 UNet2DModel has no torch.func column: torch.func.jvp fails in its group_norm.
 
   PYTHONPATH=build/python python3 scripts/bench/models_bench.py
   PYTHONPATH=build/python python3 scripts/bench/models_bench.py --models vit,dit --rounds 20 --json out.json
+  PYTHONPATH=build/python python3 scripts/bench/models_bench.py --hvp --models vit,resnet,dit
 """
 import argparse
 import json
@@ -98,6 +104,44 @@ def measure(name, args):
     return row
 
 
+def measure_hvp(name, args):
+    case = build(name, getattr(torch, args.dtype), size="bench")
+    case.module.to(args.device)
+    primals = [p.to(args.device) for p in case.primals]
+    i = case.argnums[0]
+
+    def loss(xi):
+        return case.f(*primals[:i], xi, *primals[i + 1:]).pow(2).mean()
+
+    x = primals[i]
+    v = torch.randn(x.shape, generator=torch.Generator().manual_seed(3), dtype=x.dtype).to(x.device)
+    grad = torch.func.grad(loss)
+    _, hvp_fn = jvpc.linearize(grad, x)
+    calls = {
+        "grad": lambda: grad(x),
+        "jvpc.jvp(grad)": lambda: jvpc.jvp(grad, (x,), (v,)),
+        "linearized hvp_fn": lambda: hvp_fn(v),
+    }
+    if case.torch_func_jvp:
+        ref = on_math(grad)
+        calls["torch.func.jvp(grad)"] = lambda: torch.func.jvp(ref, (x,), (v,))
+    secs = interleaved_medians(calls, args.warmup, args.rounds, torch.device(args.device))
+    return {"model": name, "ms": {k: s * 1e3 for k, s in secs.items()}}
+
+
+def hvp_table(rows) -> str:
+    out = ["| model | grad ms | jvpc.jvp(grad) ms (× grad) | linearized hvp_fn ms (× grad) "
+           "| torch.func.jvp(grad) ms (× grad) | torch.func / jvpc.jvp | torch.func / hvp_fn |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ms = r["ms"]
+        g, j, h, t = ms["grad"], ms["jvpc.jvp(grad)"], ms["linearized hvp_fn"], ms.get("torch.func.jvp(grad)")
+        tf = "n/a" if t is None else f"{t:.2f} ({t / g:.2f}x)"
+        out.append(f"| {r['model']} | {g:.2f} | {j:.2f} ({j / g:.2f}x) | {h:.2f} ({h / g:.2f}x) | {tf} "
+                   f"| {'n/a' if t is None else f'{t / j:.2f}'} | {'n/a' if t is None else f'{t / h:.2f}'} |")
+    return "\n".join(out)
+
+
 def mib(b):
     return f"{b / 2**20:.2f}"
 
@@ -133,6 +177,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--skip-compile", action="store_true", help="leave out torch.compile(torch.func.jvp)")
+    p.add_argument("--hvp", action="store_true", help="Hessian-vector products (jvp of grad) instead")
     p.add_argument("--json", help="also write the measurements here")
     args = p.parse_args(argv)
     names = [m for m in args.models.split(",") if m]
@@ -144,12 +189,12 @@ def main(argv=None):
     if args.rounds < 1 or args.warmup < 0 or args.threads < 1:
         p.error("--rounds and --threads must be positive, --warmup not negative")
     torch.set_num_threads(args.threads)
-    rows = [measure(m, args) for m in names]
+    rows = [(measure_hvp if args.hvp else measure)(m, args) for m in names]
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"models_bench.py {' '.join(sys.argv[1:])}  (torch {torch.__version__}, {args.threads} thread(s), "
           f"{args.dtype}, {args.device}; uptime: {load})\n")
-    print(table(rows))
-    for r in rows:
+    print(hvp_table(rows) if args.hvp else table(rows))
+    for r in [] if args.hvp else rows:
         if "compile_error" in r:
             print(f"\n{r['model']}: torch.compile(torch.func.jvp) failed: {r['compile_error']}")
         print(f"\n{r['model']} linearize phases (ms): " +
