@@ -30,9 +30,16 @@ def close(got, want):
 
 def check_hvp(loss, x, v, reference=None):
     """jvp(grad(loss)) at x along v: the gradient and the Hessian-vector product."""
-    with sdpa_kernel(SDPBackend.MATH):  # torch.func has no forward AD of the fused attentions
-        want = torch.func.jvp(grad(reference or loss), (x,), (v,))
     got = jvpc.jvp(grad(loss), (x,), (v,))
+    try:
+        with sdpa_kernel(SDPBackend.MATH):  # torch.func has no forward AD of the fused attentions
+            want = torch.func.jvp(grad(reference or loss), (x,), (v,))
+    except RuntimeError:  # torch 2.11's forward AD of group_norm fails (UNet2DModel): central differences
+        eps = 1e-6
+        close(got[0], grad(loss)(x))
+        fd = (grad(loss)(x + eps * v) - grad(loss)(x - eps * v)) / (2 * eps)
+        torch.testing.assert_close(got[1], fd, rtol=1e-6, atol=1e-9)
+        return
     close(got[0], want[0])
     close(got[1], want[1])
 
