@@ -65,9 +65,7 @@ Value* p_form(Builder& b, const Node& n) {
   auto as3d = [&](Value* x) {
     const auto& s = x->meta().sizes;
     std::vector<int64_t> shape = {s[0] * s[1], s[2], s[3]};
-    if (!at::detail::computeStride(s, x->meta().strides, shape))
-      x = call("aten::clone", {x, c10::MemoryFormat::Contiguous});
-    return call("aten::view", {x, shape});
+    return reshape(b, x, shape);
   };
   auto as4d = [&](Value* x, std::vector<int64_t> shape) { return call("aten::view", {x, shape}); };
   // Repeats the heads of k or v ([b, h_k, s, d]) to `heads`, as grouped-query attention does.

@@ -367,8 +367,7 @@ Value* as4d(Builder& b, Value* v, int64_t B) {
   const auto& s = v->meta().sizes;
   std::vector<int64_t> shape = s.size() == 5 ? std::vector<int64_t>{s[0], s[1], s[2] * s[3], s[4]}
                                              : std::vector<int64_t>{B, s[0] / B, s[1], s[2]};
-  if (!viewable(v, shape)) v = b.call("aten::clone", {v, c10::MemoryFormat::Contiguous});
-  return b.call("aten::view", {v, shape});
+  return reshape(b, v, shape);
 }
 
 bool is_scalar_tensor(const Value* v, double x) {

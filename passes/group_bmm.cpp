@@ -103,8 +103,7 @@ bool group_bmm(Graph& g) {
         y = b.call(s->op(), {y, BArg::of_arg(s->arg(1), s)});
     }
     std::vector<int64_t> shared = {groups, xs[1], xs[2]};
-    if (!viewable(y, shared)) y = b.call("aten::clone", {y, c10::MemoryFormat::Contiguous});
-    y = b.call("aten::view", {y, shared});
+    y = reshape(b, y, shared);
     Value* out = b.call("aten::bmm", {b.call("aten::view", {a, stacked}), y});
     out = b.call("aten::view", {out, n->output()->meta().sizes});
     at.move_to(nullptr);

@@ -43,10 +43,6 @@ bool replace_output_if_same_layout(Graph& g, Node* n, Value* v) {
   return true;
 }
 
-bool viewable(const Value* v, const std::vector<int64_t>& shape) {
-  return at::detail::computeStride(v->meta().sizes, v->meta().strides, shape).has_value();
-}
-
 ValueSet tangent_dependent(const Graph& g) {
   ValueSet dep;
   dep.reserve(g.num_nodes() + g.inputs().size());

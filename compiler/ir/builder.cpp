@@ -1,5 +1,8 @@
 #include "compiler/ir/builder.h"
 
+#include <ATen/InferSize.h>
+#include <ATen/TensorUtils.h>
+
 namespace jvpc {
 
 BArg BArg::of_arg(const Arg& a, const Node* from) {
@@ -98,6 +101,17 @@ Value* Builder::call(const std::string& op, std::vector<BArg> args) {
   auto outs = emit(op, std::move(args));
   if (outs.empty()) throw Error(op + " produced no tensor");
   return outs[0];
+}
+
+bool viewable(const Value* v, const std::vector<int64_t>& sizes) {
+  const TensorMeta& m = v->meta();
+  return at::detail::computeStride(m.sizes, m.strides, at::infer_size(sizes, m.numel())).has_value();
+}
+
+Value* reshape(Builder& b, Value* v, const std::vector<int64_t>& sizes) {
+  if (v->meta().sizes == sizes) return v;
+  if (!viewable(v, sizes)) v = b.call("aten::clone", {v, c10::MemoryFormat::Contiguous});
+  return b.call("aten::view", {v, sizes});
 }
 
 }  // namespace jvpc

@@ -60,4 +60,10 @@ class Builder {
   Graph& g_;
 };
 
+/// Whether v's layout can be viewed as `sizes` without a copy (as at::Tensor::view decides).
+bool viewable(const Value* v, const std::vector<int64_t>& sizes);
+/// v viewed as `sizes` (-1 allowed), copied to a contiguous layout first where it cannot be
+/// viewed so; v itself where it already has them.
+Value* reshape(Builder& b, Value* v, const std::vector<int64_t>& sizes);
+
 }  // namespace jvpc

@@ -61,7 +61,7 @@ Value* fold_as(Ctx& c, Value* v, bool rows, bool k_first, bool copy) {
       return c.call("aten::transpose.int", {fold_as(c, t, !rows, k_first, true), int64_t{-2}, int64_t{-1}});
     }
   }
-  return reshape(c, c.call("aten::permute", {v, perm}), sizes);
+  return reshape(c.b, c.call("aten::permute", {v, perm}), sizes);
 }
 
 // v folded into rows or columns in the order that is a view of its layout where one is (a
@@ -172,7 +172,7 @@ std::vector<Value*> mv(Ctx& c) {
   if (c.batched(1))  // [K,k]·aᵀ: one mm
     return {c.call("aten::mm", {v, c.call("aten::t", {a})})};
   const auto& s = a->meta().sizes;
-  Value* r = c.call("aten::mv", {reshape(c, a, {c.K * s[1], s[2]}), v});
+  Value* r = c.call("aten::mv", {reshape(c.b, a, {c.K * s[1], s[2]}), v});
   return {c.call("aten::view", {r, std::vector<int64_t>{c.K, s[1]}})};
 }
 
@@ -196,7 +196,7 @@ std::vector<Value*> convolution(Ctx& c) {
     args[0] = c.fold_into_first(c.x(0));
     Value* r = c.call("aten::convolution", std::move(args));
     out.insert(out.begin(), c.K);
-    return {reshape(c, r, out)};
+    return {reshape(c.b, r, out)};
   }
   // A batched weight: K joins each group's output channels. Non-transposed w is [O, I/g, ...],
   // transposed [I, O/g, ...]; either way the output has g groups of O/g channels.
@@ -219,8 +219,8 @@ std::vector<Value*> convolution(Ctx& c) {
   split.insert(split.end(), spatial.begin(), spatial.end());
   folded.insert(folded.end(), spatial.begin(), spatial.end());
   for (int64_t d = 4; d < rank + 2; ++d) perm.push_back(d);
-  Value* wk = c.call("aten::permute", {reshape(c, w, split), perm});
-  args[1] = reshape(c, wk, folded);
+  Value* wk = c.call("aten::permute", {reshape(c.b, w, split), perm});
+  args[1] = reshape(c.b, wk, folded);
   Value* r = c.call("aten::convolution", std::move(args));  // [N, g·K·O/g, ...]
   int64_t per = out[1] / g;
   std::vector<int64_t> parts = {out[0], g, c.K, per};
@@ -229,7 +229,7 @@ std::vector<Value*> convolution(Ctx& c) {
   for (int64_t d = 4; d < static_cast<int64_t>(parts.size()); ++d) back.push_back(d);
   Value* v = c.call("aten::permute", {c.call("aten::view", {r, parts}), back});
   out.insert(out.begin(), c.K);
-  return {reshape(c, v, out)};
+  return {reshape(c.b, v, out)};
 }
 
 // A solve with an unbatched matrix (argument `matrix`) and a batched right-hand side (`rhs`):

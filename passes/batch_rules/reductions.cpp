@@ -31,8 +31,8 @@ std::vector<Value*> nll_loss(Ctx& c) {
   Value* safe = c.call("aten::masked_fill.Scalar", {target, c.call("aten::eq.Scalar", {target, ignore}), int64_t(0)});
   Value* f = c.call("aten::_to_copy", {valid, x.dtype});
   if (c.n.arg(2).kind == ArgKind::Tensor) {
-    Value* w = c.call("aten::index_select", {c.x(2), int64_t(0), reshape(c, safe, {-1})});
-    f = c.call("aten::mul.Tensor", {f, reshape(c, w, target->meta().sizes)});
+    Value* w = c.call("aten::index_select", {c.x(2), int64_t(0), reshape(c.b, safe, {-1})});
+    f = c.call("aten::mul.Tensor", {f, reshape(c.b, w, target->meta().sizes)});
   }
   // the class dim: 1 of [N, C, ...], 0 of [C]
   int64_t cls = rank == 1 ? 0 : 1;
@@ -48,7 +48,7 @@ std::vector<Value*> nll_loss(Ctx& c) {
   if (reduction != 0 && !dims.empty()) loss = c.call("aten::sum.dim_IntList", {loss, dims});
   if (reduction == 1) loss = c.call("aten::div.Tensor", {loss, total});
   const TensorMeta& tw = c.n.output(1)->meta();
-  if (total->meta().sizes != tw.sizes) total = reshape(c, total, tw.sizes);
+  if (total->meta().sizes != tw.sizes) total = reshape(c.b, total, tw.sizes);
   return {loss, c.broadcast(total)};
 }
 

@@ -55,7 +55,7 @@ Value* Ctx::pad_to(Value* v, int64_t rank) {
   std::vector<int64_t> sizes = {s[0]};
   sizes.resize(static_cast<size_t>(rank - have + 1), 1);
   sizes.insert(sizes.end(), s.begin() + 1, s.end());
-  return reshape(*this, v, sizes);
+  return reshape(b, v, sizes);
 }
 
 Value* Ctx::fold_into_first(Value* v) {
@@ -63,7 +63,7 @@ Value* Ctx::fold_into_first(Value* v) {
   std::vector<int64_t> sizes(s.begin() + 1, s.end());
   if (sizes.empty()) return v;
   sizes[0] *= s[0];
-  return reshape(*this, v, sizes);
+  return reshape(b, v, sizes);
 }
 
 Value* Ctx::broadcast(Value* v) {
@@ -85,14 +85,6 @@ const Registry& registry() {
     return reg;
   }();
   return r;
-}
-
-Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes) {
-  const TensorMeta& m = v->meta();
-  if (m.sizes == sizes) return v;
-  if (!at::detail::computeStride(m.sizes, m.strides, at::infer_size(sizes, m.numel())).has_value())
-    v = c.call("aten::clone", {v, c10::MemoryFormat::Contiguous});
-  return c.call("aten::view", {v, sizes});
 }
 
 Rule pointwise() {
@@ -169,7 +161,7 @@ Rule fold_first() {
     for (size_t i = 0; i < outs.size(); ++i) {
       std::vector<int64_t> sizes = c.n.output(i)->meta().sizes;
       sizes.insert(sizes.begin(), c.K);
-      outs[i] = reshape(c, outs[i], sizes);
+      outs[i] = reshape(c.b, outs[i], sizes);
     }
     return outs;
   };

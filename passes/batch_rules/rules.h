@@ -90,8 +90,6 @@ Rule with_dims(std::vector<size_t> dim_args, std::vector<size_t> keep = {}, int6
 /// (pooling, resampling, padding: [K·N, C, ...]), and unfolded from the result.
 Rule fold_first();
 
-/// v viewed as `sizes`; copied first where its layout cannot be viewed so.
-Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes);
 
 // One registration function per family file.
 void register_elementwise(Registry& r);

@@ -15,7 +15,7 @@ std::vector<int64_t> k_and(const Ctx& c, std::vector<int64_t> sizes) {
 
 // view / _unsafe_view / reshape: the output's sizes with K in front (copied first where the
 // batched layout cannot be viewed so).
-std::vector<Value*> view(Ctx& c) { return {reshape(c, c.x(0), k_and(c, c.n.output(0)->meta().sizes))}; }
+std::vector<Value*> view(Ctx& c) { return {reshape(c.b, c.x(0), k_and(c, c.n.output(0)->meta().sizes))}; }
 
 // expand(x, sizes): x padded to the target rank first (expand adds dims in front, where K is).
 std::vector<Value*> expand(Ctx& c) {
@@ -127,11 +127,11 @@ std::vector<Value*> masked_scatter(Ctx& c) {
   if (c.batched(1)) return {};
   const TensorMeta& out = c.n.output(0)->meta();
   Value* mask = c.call("aten::expand", {c.x(1), out.sizes});
-  Value* flat = reshape(c, mask, {-1});
+  Value* flat = reshape(c.b, mask, {-1});
   Value* rank = c.call("aten::sub.Scalar", {c.call("aten::cumsum", {flat, int64_t(0), c10::kLong}), int64_t(1)});
   rank = c.call("aten::clamp_min", {rank, int64_t(0)});
   Value* src = c.batched(2) ? c.x(2) : c.broadcast(c.x(2));
-  src = reshape(c, src, {c.K, -1});
+  src = reshape(c.b, src, {c.K, -1});
   if (src->meta().sizes[1] == 0) return {};
   Value* picked = c.call("aten::index_select", {src, int64_t(1), rank});
   picked = c.call("aten::view", {picked, k_and(c, out.sizes)});
@@ -159,9 +159,9 @@ std::vector<Value*> index_fill_tensor(Ctx& c) {
 std::vector<Value*> roll(Ctx& c) {
   std::vector<int64_t> dims = c.c(2).toIntVector();
   if (!dims.empty()) return with_dims({2})(c);
-  Value* flat = reshape(c, c.x(0), {c.K, -1});
+  Value* flat = reshape(c.b, c.x(0), {c.K, -1});
   Value* r = c.call("aten::roll", {flat, c.c(1).toIntVector(), std::vector<int64_t>{1}});
-  return {reshape(c, r, k_and(c, c.n.output(0)->meta().sizes))};
+  return {reshape(c.b, r, k_and(c, c.n.output(0)->meta().sizes))};
 }
 
 // as_strided(x, size, stride, offset) of a contiguous x that it reads within x's elements: each
@@ -193,7 +193,7 @@ std::vector<Value*> grid_sampler(Ctx& c) {
   std::vector<int64_t> folded = {xs[1], c.K * xs[2]};
   folded.insert(folded.end(), xs.begin() + 3, xs.end());
   std::vector<BArg> args = c.args();
-  args[0] = reshape(c, c.call("aten::permute", {c.x(0), perm}), folded);
+  args[0] = reshape(c.b, c.call("aten::permute", {c.x(0), perm}), folded);
   Value* r = c.emit(std::move(args)).at(0);  // [N, K·C, out...]
   std::vector<int64_t> out = c.n.output(0)->meta().sizes, parts = {out[0], c.K};
   parts.insert(parts.end(), out.begin() + 1, out.end());
@@ -208,7 +208,7 @@ std::vector<Value*> affine_grid(Ctx& c) {
   args[0] = c.fold_into_first(c.x(0));
   args[1] = BArg(size);
   Value* r = c.emit(std::move(args)).at(0);
-  return {reshape(c, r, k_and(c, c.n.output(0)->meta().sizes))};
+  return {reshape(c.b, r, k_and(c, c.n.output(0)->meta().sizes))};
 }
 
 // _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, ...) of a batched weight
@@ -222,7 +222,7 @@ std::vector<Value*> embedding_bag(Ctx& c) {
   std::vector<BArg> args = c.args();
   if (!weights) {
     const auto& ws = c.x(0)->meta().sizes;  // [K, V, D]
-    args[0] = reshape(c, c.call("aten::permute", {c.x(0), std::vector<int64_t>{1, 0, 2}}), {ws[1], c.K * ws[2]});
+    args[0] = reshape(c.b, c.call("aten::permute", {c.x(0), std::vector<int64_t>{1, 0, 2}}), {ws[1], c.K * ws[2]});
   } else {
     // Each tangent's weighted rows, [K, n, D] (the rows gathered once), as the table of one sum
     // over bags whose indices are 0..n−1: [n, K·D].
@@ -237,7 +237,7 @@ std::vector<Value*> embedding_bag(Ctx& c) {
     }
     Value* weighted = c.call("aten::mul.Tensor", {rows, c.call("aten::unsqueeze", {w, int64_t(-1)})});
     const auto& ws = weighted->meta().sizes;  // [K, n, D]
-    args[0] = reshape(c, c.call("aten::permute", {weighted, std::vector<int64_t>{1, 0, 2}}), {n, c.K * ws[2]});
+    args[0] = reshape(c.b, c.call("aten::permute", {weighted, std::vector<int64_t>{1, 0, 2}}), {n, c.K * ws[2]});
     args[1] = c.call("aten::arange", {n, c10::kLong, std::nullopt, idx->meta().device});
     args[6] = BArg(std::nullopt);
     if (c.n.args().size() > 8) args[8] = BArg(int64_t(-1));
@@ -313,14 +313,14 @@ Rule max_pool_backward(int64_t spatial) {
     src_shape.push_back(out_plane);
     idx_shape.push_back(out_plane);
     out_shape.push_back(in_plane);
-    Value* src = reshape(c, c.x(0), src_shape);
-    Value* idx = c.call("aten::unsqueeze", {reshape(c, c.x(7), idx_shape), int64_t(0)});
+    Value* src = reshape(c.b, c.x(0), src_shape);
+    Value* idx = c.call("aten::unsqueeze", {reshape(c.b, c.x(7), idx_shape), int64_t(0)});
     idx = c.call("aten::expand", {idx, src_shape});
     Value* zeros = c.call("aten::zeros", {out_shape, c.x(0)->meta().dtype, std::nullopt, c.x(0)->meta().device});
     Value* out = c.call("aten::scatter_add", {zeros, int64_t(-1), idx, src});
     std::vector<int64_t> full = {c.K};
     full.insert(full.end(), in.sizes.begin(), in.sizes.end());
-    return {reshape(c, out, full)};
+    return {reshape(c.b, out, full)};
   };
 }
 
@@ -329,7 +329,7 @@ std::vector<Value*> embedding(Ctx& c) {
   if (!c.batched(0) || c.batched(1)) return {};
   Value* flat = c.call("aten::reshape", {c.x(1), std::vector<int64_t>{-1}});
   Value* rows = c.call("aten::index_select", {c.x(0), int64_t(1), flat});
-  return {reshape(c, rows, k_and(c, c.n.output(0)->meta().sizes))};
+  return {reshape(c.b, rows, k_and(c, c.n.output(0)->meta().sizes))};
 }
 
 // trace(x): the sum of each tangent's diagonal.

@@ -57,9 +57,7 @@ Rule fused_attention(Layout at) {
       lse = c.call("aten::clone", {lse, c10::MemoryFormat::Contiguous});
     }
     std::vector<int64_t> lse3 = {B, H, Sq};  // cuDNN's is [B, H, Sq, 1], flash's [B, H, Sq]
-    if (!at::detail::computeStride(lse->meta().sizes, lse->meta().strides, lse3))
-      lse = c.call("aten::clone", {lse, c10::MemoryFormat::Contiguous});
-    lse = c.call("aten::view", {lse, lse3});
+    lse = reshape(c.b, lse, lse3);
     auto opt = [](Value* t) { return t ? BArg(t) : BArg(std::nullopt); };
     return {c.call(runtime::kAttentionTangentOp, {q, k, v, c.out(0), lse, opt(tq), opt(tk), opt(tv),
                                                   has_mask ? BArg(c.x(at.mask)) : BArg(std::nullopt), opt(tm), causal,

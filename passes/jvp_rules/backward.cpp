@@ -159,16 +159,16 @@ void register_backward(Registry& r) {
           const std::vector<int64_t>& shape = x->meta().sizes;
           int64_t N = c.c(5).toInt(), C = c.c(6).toInt(), HxW = c.c(7).toInt(), G = c.c(8).toInt();
           std::vector<int64_t> grouped = {N, G, C / G * HxW}, stats = {N, G, 1}, by_channel = {N, C, HxW};
-          Value* xhat = mul(c, sub(c, reshape(c, x, grouped), reshape(c, c.x(2), stats)), reshape(c, c.x(3), stats));
-          Value* gw = weight ? reshape(c, mul(c, reshape(c, g, by_channel), reshape(c, weight, {C, 1})), grouped)
-                             : reshape(c, g, grouped);
+          Value* xhat = mul(c, sub(c, reshape(c.b, x, grouped), reshape(c.b, c.x(2), stats)), reshape(c.b, c.x(3), stats));
+          Value* gw = weight ? reshape(c.b, mul(c, reshape(c.b, g, by_channel), reshape(c.b, weight, {C, 1})), grouped)
+                             : reshape(c.b, g, grouped);
           Value* m1 = c.call("aten::mean.dim", {gw, std::vector<int64_t>{2}, true});
           Value* m2 = c.call("aten::mean.dim", {mul(c, gw, xhat), std::vector<int64_t>{2}, true});
-          Value* gx = mul(c, sub(c, sub(c, gw, m1), mul(c, xhat, m2)), reshape(c, c.x(3), stats));
-          Value* g_c = reshape(c, g, by_channel);
-          Value* xhat_c = reshape(c, xhat, by_channel);
+          Value* gx = mul(c, sub(c, sub(c, gw, m1), mul(c, xhat, m2)), reshape(c.b, c.x(3), stats));
+          Value* g_c = reshape(c.b, g, by_channel);
+          Value* xhat_c = reshape(c.b, xhat, by_channel);
           std::vector<int64_t> n_hw = {0, 2};
-          return {reshape(c, gx, shape), c.call("aten::sum.dim_IntList", {mul(c, g_c, xhat_c), n_hw, false}),
+          return {reshape(c.b, gx, shape), c.call("aten::sum.dim_IntList", {mul(c, g_c, xhat_c), n_hw, false}),
                   c.call("aten::sum.dim_IntList", {g_c, n_hw, false})};
         }));
   // The CPU flash attention's backward, as the attention it differentiates: with P = softmax(S),

@@ -113,12 +113,12 @@ void register_normalization(Registry& r) {
     Value* mean = c.call("aten::unsqueeze", {c.out(1), -1});
     Value* rstd = c.call("aten::unsqueeze", {c.out(2), -1});
     Value* xhat = !has_affine(c) && c.out()->meta().is_contiguous() && c.out()->meta().dtype == mean->meta().dtype
-                      ? reshape(c, c.out(), grouped)  // the output itself, viewed by group (as normalized_input)
-                      : c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {reshape(c, x, grouped), mean}), rstd});
-    Normalized nd = normalized(c, c.t(0) ? reshape(c, c.t(0), grouped) : nullptr, xhat, rstd, {2});
-    Value* t_xhat = nd.t_xhat ? reshape(c, nd.t_xhat, sizes) : nullptr;
-    Value* out = affine(c, t_xhat, reshape(c, xhat, sizes), channels(c, sizes.size()));
-    auto flat = [&](Value* v) { return v ? reshape(c, v, stats) : nullptr; };
+                      ? reshape(c.b, c.out(), grouped)  // the output itself, viewed by group (as normalized_input)
+                      : c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {reshape(c.b, x, grouped), mean}), rstd});
+    Normalized nd = normalized(c, c.t(0) ? reshape(c.b, c.t(0), grouped) : nullptr, xhat, rstd, {2});
+    Value* t_xhat = nd.t_xhat ? reshape(c.b, nd.t_xhat, sizes) : nullptr;
+    Value* out = affine(c, t_xhat, reshape(c.b, xhat, sizes), channels(c, sizes.size()));
+    auto flat = [&](Value* v) { return v ? reshape(c.b, v, stats) : nullptr; };
     return {out, flat(nd.t_mean), flat(nd.t_rstd)};
   });
 
@@ -140,7 +140,7 @@ void register_normalization(Registry& r) {
         Value* rstd = channel(c.out(2));
         Value* xhat = normalized_input(c, x, mean, rstd);
         Normalized n = normalized(c, c.t(0), xhat, rstd, dims);
-        auto flat = [&](Value* v) { return v ? reshape(c, v, {x->meta().sizes.at(1)}) : nullptr; };
+        auto flat = [&](Value* v) { return v ? reshape(c.b, v, {x->meta().sizes.at(1)}) : nullptr; };
         return {affine(c, n.t_xhat, xhat, channel), flat(n.t_mean), flat(n.t_rstd)};
       }
       // eval: out = (x − m)·rstd·w + b with rstd = (v + eps)^(−1/2) from the running statistics,

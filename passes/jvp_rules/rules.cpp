@@ -209,13 +209,6 @@ Value* keep_dims(Ctx& c, Value* r, const Value* x, const std::vector<int64_t>& d
   return r;
 }
 
-Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes) {
-  const TensorMeta& m = v->meta();
-  if (!at::detail::computeStride(m.sizes, m.strides, at::infer_size(sizes, m.numel())).has_value())
-    v = c.call("aten::clone", {v, c10::MemoryFormat::Contiguous});
-  return c.call("aten::view", {v, sizes});
-}
-
 Value* matmul(Ctx& c, Value* a, Value* b) {
   const auto &sa = a->meta().sizes, &sb = b->meta().sizes;
   if (sa.size() == 2 && sb.size() == 2) return c.call("aten::mm", {a, b});
@@ -225,7 +218,7 @@ Value* matmul(Ctx& c, Value* a, Value* b) {
   auto flat = [&](Value* v, int64_t rows, int64_t cols) {
     std::vector<int64_t> full = batch;
     full.insert(full.end(), {rows, cols});
-    return reshape(c, c.call("aten::expand", {v, full}), {n, rows, cols});
+    return reshape(c.b, c.call("aten::expand", {v, full}), {n, rows, cols});
   };
   int64_t p = sa.end()[-2], k = sa.back(), r = sb.back();
   std::vector<int64_t> out = batch;
@@ -242,7 +235,7 @@ Value* narrow(Ctx& c, Value* v, int64_t dim, int64_t start, int64_t length) {
 Value* per_channel(Ctx& c, Value* v, size_t rank) {
   std::vector<int64_t> sizes = {v->meta().numel()};
   sizes.resize(std::max<size_t>(rank, 2) - 1, 1);
-  return reshape(c, v, sizes);
+  return reshape(c.b, v, sizes);
 }
 
 Value* tie_shares(Ctx& c, Value* hits, const std::vector<int64_t>& dims) {

@@ -110,9 +110,9 @@ Rule masked(std::function<Value*(Ctx&)> mask);
 /// A Scalar argument (int, bool or float) as a double; `if_none` for None.
 double scalar(const c10::IValue& v, double if_none = 0.0);
 
-/// v viewed as `sizes`; copied first where its layout cannot be viewed so (a tangent may be laid
-/// out unlike its primal: a tangent input is contiguous, a primal may be a transposed weight).
-Value* reshape(Ctx& c, Value* v, const std::vector<int64_t>& sizes);
+// reshape(c.b, v, sizes) (compiler/ir/builder.h) views v as sizes, copying first where its layout
+// cannot be viewed so: a tangent may be laid out unlike its primal (a tangent input is
+// contiguous, a primal may be a transposed weight).
 /// a·b over the last two dims, batch dims broadcast (as at::matmul does, but in the kernels the
 /// cost model counts: mm, or bmm over the flattened batch).
 Value* matmul(Ctx& c, Value* a, Value* b);

@@ -77,14 +77,14 @@ std::vector<Value*> grid_sampler(Ctx& c) {
   std::vector<int64_t> grid_flat = per_channel;
   grid_flat.erase(grid_flat.begin());
   grid_flat[0] = n * ch;
-  Value* grid = reshape(c, c.call("aten::expand", {c.call("aten::unsqueeze", {c.x(1), 1}), per_channel}), grid_flat);
+  Value* grid = reshape(c.b, c.call("aten::expand", {c.call("aten::unsqueeze", {c.x(1), 1}), per_channel}), grid_flat);
   const TensorMeta& m = c.out()->meta();
   Value* g = c.call("aten::ones", {ones, m.dtype, std::nullopt, m.device});
   std::vector<BArg> how = {0, 0, true};  // cuDNN's: bilinear, zeros, align_corners
   if (!cudnn) how = {c.a(2), c.a(3), c.a(4)};
   Value* partials =
       c.b.emit(cudnn ? std::string("aten::grid_sampler_2d_backward") : c.n.op() + "_backward",
-               {g, reshape(c, c.x(0), x_flat), grid, how[0], how[1], how[2], c10::List<bool>({true, true})})
+               {g, reshape(c.b, c.x(0), x_flat), grid, how[0], how[1], how[2], c10::List<bool>({true, true})})
           .at(1);
   Value* f = c.call("aten::view", {partials, per_channel});
   Value* tg = c.call("aten::unsqueeze", {c.t(1), 1});
@@ -144,10 +144,10 @@ void register_views(Registry& r) {
       auto flat = [&](Value* v) {
         std::vector<int64_t> sizes(v->meta().sizes.begin(), v->meta().sizes.end() - static_cast<std::ptrdiff_t>(space));
         sizes.push_back(-1);
-        return reshape(c, v, sizes);
+        return reshape(c.b, v, sizes);
       };
       Value* picked = c.call("aten::gather", {flat(c.t(0)), -1, flat(c.out(1))});
-      return {reshape(c, picked, c.out()->meta().sizes), nullptr};
+      return {reshape(c.b, picked, c.out()->meta().sizes), nullptr};
     });
   r.add("aten::cat", linear_in_list(0));
   r.add("aten::stack", linear_in_list(0));
@@ -204,7 +204,7 @@ void register_views(Registry& r) {
   r.add("aten::_embedding_bag_forward_only", embedding_bag);
   r.add("aten::view", [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
-    return {reshape(c, c.t(0), c.c(1).toIntVector())};
+    return {reshape(c.b, c.t(0), c.c(1).toIntVector())};
   });
 }
 
