@@ -63,20 +63,7 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
   if (tangent.empty()) throw Error("nothing to differentiate: no primal input is chosen");
 
   Builder b(g);
-  for (Node* n : g.nodes()) {
-    std::vector<Value*> in_t;
-    bool any = false;
-    for (Value* v : n->inputs()) {
-      auto it = tangent.find(v);
-      in_t.push_back(it == tangent.end() ? nullptr : it->second);
-      any |= in_t.back() != nullptr;
-    }
-    if (!any) continue;
-    InsertionGuard at(g, g.next(n));  // restored however the rule ends
-    std::vector<Value*> outs = jvp_rules::differentiate(b, *n, std::move(in_t));
-    for (size_t i = 0; i < outs.size(); ++i)
-      if (outs[i]) tangent[n->output(i)] = outs[i];
-  }
+  jvp_rules::differentiate_in_order(b, g.nodes(), tangent);
   size_t n_out = g.outputs().size();
   for (size_t i = 0; i < n_out; ++i) {
     Value* o = g.outputs()[i];

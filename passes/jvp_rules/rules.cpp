@@ -85,6 +85,25 @@ std::vector<Value*> differentiate(Builder& b, const Node& n, std::vector<Value*>
   return outs;
 }
 
+void differentiate_in_order(Builder& b, const std::vector<Node*>& nodes,
+                            std::unordered_map<const Value*, Value*>& tangent) {
+  Graph& g = b.graph();
+  for (Node* n : nodes) {
+    std::vector<Value*> in_t;
+    bool any = false;
+    for (Value* v : n->inputs()) {
+      auto it = tangent.find(v);
+      in_t.push_back(it == tangent.end() ? nullptr : it->second);
+      any |= in_t.back() != nullptr;
+    }
+    if (!any) continue;
+    InsertionGuard at(g, g.next(n));  // restored however the rule ends
+    std::vector<Value*> outs = differentiate(b, *n, std::move(in_t));
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (outs[i]) tangent[n->output(i)] = outs[i];
+  }
+}
+
 Rule composite(std::function<std::vector<Value*>(Ctx&)> build) {
   return [build](Ctx& c) {
     Graph& g = c.b.graph();
@@ -95,20 +114,7 @@ Rule composite(std::function<std::vector<Value*>(Ctx&)> build) {
     std::unordered_map<const Value*, Value*> tangent;
     for (size_t i = 0; i < c.n.inputs().size(); ++i)
       if (Value* t = c.operand_tangent(i)) tangent[c.n.inputs()[i]] = t;
-    for (Node* m : emitted) {
-      std::vector<Value*> in_t;
-      bool any = false;
-      for (Value* v : m->inputs()) {
-        auto it = tangent.find(v);
-        in_t.push_back(it == tangent.end() ? nullptr : it->second);
-        any |= in_t.back() != nullptr;
-      }
-      if (!any) continue;
-      InsertionGuard at(g, g.next(m));
-      std::vector<Value*> ts = differentiate(c.b, *m, std::move(in_t));
-      for (size_t i = 0; i < ts.size(); ++i)
-        if (ts[i]) tangent[m->output(i)] = ts[i];
-    }
+    differentiate_in_order(c.b, emitted, tangent);
     std::vector<Value*> result;  // per output of the node: the schema returns it produced
     for (size_t r = 0; r < outs.size(); ++r) {
       if (r < c.n.return_counts().size() && c.n.return_counts()[r] == 0) continue;

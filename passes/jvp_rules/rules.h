@@ -13,6 +13,7 @@
 #include "passes/op_table.h"
 
 #include <functional>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace jvpc::jvp_rules {
@@ -84,6 +85,11 @@ const Registry& registry();
 /// operands' tangents, by n's rule, each made to match its output's shape and dtype; emitted at
 /// the graph's insertion point. Throws an Error naming the op where it has no rule.
 std::vector<Value*> differentiate(Builder& b, const Node& n, std::vector<Value*> operand_tangents);
+/// differentiate() for each of `nodes` in order that has a non-zero operand tangent: the operands'
+/// tangents are looked up in `tangent` (absent: zero), and the outputs' recorded there; each
+/// node's tangent nodes are emitted just after it.
+void differentiate_in_order(Builder& b, const std::vector<Node*>& nodes,
+                            std::unordered_map<const Value*, Value*>& tangent);
 
 // Rule makers.
 /// Linear in argument `arg`: the same op applied to its tangent (views, sums, copies).
