@@ -110,7 +110,9 @@ void register_backward(Registry& r) {
   // normalized dims, grad_weight = Σ g·x̂ and grad_bias = Σ g over the others.
   r.add("aten::native_layer_norm_backward", composite([](Ctx& c) -> std::vector<Value*> {
           Value *g = c.x(0), *x = c.x(1), *weight = optional(c, 5);
-          auto [inner, outer] = layer_dims(x, c.c(2).toIntVector().size());
+          const auto dims = layer_dims(x, c.c(2).toIntVector().size());  // (clang 14 captures no bindings)
+          const std::vector<int64_t>& inner = dims.first;
+          const std::vector<int64_t>& outer = dims.second;
           Value* xhat = mul(c, sub(c, x, c.x(3)), c.x(4));
           Value* gw = weight ? mul(c, g, weight) : g;
           Value* m1 = c.call("aten::mean.dim", {gw, inner, true});
