@@ -151,7 +151,7 @@ void Functionalizer::keep_what_the_call_overwrites(const RecordedCall& c) {
 }
 
 void Functionalizer::mark_stale(const at::Tensor& t) {
-  for (Value* alias : s_.by_storage[TraceState::storage_of(t)]) stale_.insert(alias);
+  for (const TraceState::Bound& alias : s_.by_storage[TraceState::storage_of(t)]) stale_.insert(alias.value);
 }
 
 void Functionalizer::track_views(const RecordedCall& c, Node* n, const std::vector<at::Tensor>& results) {
@@ -267,7 +267,8 @@ void Functionalizer::write_through(const at::Tensor& view) {
 void Functionalizer::keep_values_before_write(const at::Tensor& written) {
   if (!s_.keep_values) return;
   c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);
-  for (Value* v : s_.by_storage[TraceState::storage_of(written)]) {
+  for (const TraceState::Bound& bound : s_.by_storage[TraceState::storage_of(written)]) {
+    Value* v = bound.value;
     auto it = s_.values.find(v->id());
     if (it != s_.values.end() && !copied_.count(v)) {
       it->second = it->second.clone();

@@ -43,8 +43,7 @@ struct TraceState {
   /// `t` stands for `v` from now on.
   void bind(const at::Tensor& t, Value* v) {
     value_of[t.unsafeGetTensorImpl()] = v;
-    by_storage[storage_of(t)].push_back(v);
-    impls_by_storage[storage_of(t)].push_back(t.unsafeGetTensorImpl());
+    by_storage[storage_of(t)].push_back({v, t.unsafeGetTensorImpl()});
     keep.push_back(t);
     if (keep_values) values[v->id()] = t;
   }
@@ -72,8 +71,12 @@ struct TraceState {
   // Open-addressing tables (LibTorch's): no allocation per entry, for the entries every
   // recorded kernel adds.
   ska::flat_hash_map<const c10::TensorImpl*, Value*> value_of;
-  ska::flat_hash_map<const void*, c10::SmallVector<Value*, 2>> by_storage;
-  ska::flat_hash_map<const void*, c10::SmallVector<const c10::TensorImpl*, 2>> impls_by_storage;  // bound there
+  /// A tensor bound to a value (bind()), listed under its storage.
+  struct Bound {
+    Value* value;
+    const c10::TensorImpl* impl;
+  };
+  ska::flat_hash_map<const void*, c10::SmallVector<Bound, 2>> by_storage;
   ska::flat_hash_set<const Value*> from_inputs;                    // values computed from the inputs
   ska::flat_hash_set<const Value*> uninitialized;                  // outputs of empty and its kin
   std::unordered_map<const Value*, std::string> allocated_inside;  // ... allocated by a decomposed op

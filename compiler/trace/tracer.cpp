@@ -92,8 +92,8 @@ class Recorder {
       // variable_data(), a shallow copy): captured, it would replay these inputs' values.
       auto shared = s_.by_storage.find(storage_of(t));
       if (!specialize_on_scalars_ && shared != s_.by_storage.end())
-        for (const Value* v : shared->second)
-          if (s_.from_inputs.count(v))
+        for (const TraceState::Bound& bound : shared->second)
+          if (s_.from_inputs.count(bound.value))
             throw Error(reader +
                         " reads a tensor that aliases a value computed from the inputs but was made outside "
                         "the dispatcher (.data(), variable_data()); the graph would replay it as a constant");
@@ -272,7 +272,7 @@ class Recorder {
     if (it != s_.value_of.end()) {
       todo.push_back(it->second);
     } else if (auto shared = s_.by_storage.find(storage_of(t)); shared != s_.by_storage.end()) {
-      todo.assign(shared->second.begin(), shared->second.end());  // an alias of traced values
+      for (const TraceState::Bound& bound : shared->second) todo.push_back(bound.value);  // an alias of traced values
     } else {
       o.captured.push_back(t);  // not seen yet: a captured tensor, read as it is
       return o;
@@ -318,26 +318,24 @@ class Recorder {
   Value* factory_result(const at::Tensor& t) const {
     auto f = factories_.find(storage_of(t));
     if (f == factories_.end()) return nullptr;
-    const c10::TensorImpl* made = f->second.first;
-    if (made->storage_offset() != t.storage_offset() || made->sizes() != t.sizes() ||
-        made->strides() != t.strides() || made->dtype() != t.dtype())
-      return nullptr;
-    return f->second.second;
+    return shallow_copy_of(f->second.first, t) ? f->second.second : nullptr;
   }
 
   /// While autograd's engine runs a backward: the traced value that `t` is a shallow copy of
   /// (the same storage, offset, sizes, strides and dtype), the latest bound; else null.
   Value* saved_by_autograd(const at::Tensor& t) const {
     if (torch::autograd::get_current_graph_task_id() == -1) return nullptr;
-    auto impls = s_.impls_by_storage.find(storage_of(t));
-    if (impls == s_.impls_by_storage.end()) return nullptr;
-    for (auto it = impls->second.rbegin(); it != impls->second.rend(); ++it) {
-      const c10::TensorImpl* b = *it;
-      if (b->storage_offset() == t.storage_offset() && b->sizes() == t.sizes() && b->strides() == t.strides() &&
-          b->dtype() == t.dtype())
-        return s_.value_of.at(b);
-    }
+    auto bound = s_.by_storage.find(storage_of(t));
+    if (bound == s_.by_storage.end()) return nullptr;
+    for (auto it = bound->second.rbegin(); it != bound->second.rend(); ++it)
+      if (shallow_copy_of(it->impl, t)) return it->value;
     return nullptr;
+  }
+
+  /// Whether `t` views `made`'s storage exactly as `made` does (offset, sizes, strides, dtype).
+  static bool shallow_copy_of(const c10::TensorImpl* made, const at::Tensor& t) {
+    return made->storage_offset() == t.storage_offset() && made->sizes() == t.sizes() &&
+           made->strides() == t.strides() && made->dtype() == t.dtype();
   }
 
   Value* capture(const at::Tensor& t, const at::Tensor& value) { return s_.capture(t, value); }
