@@ -106,6 +106,12 @@ Fn one(std::function<at::Tensor(const std::vector<at::Tensor>&)> f) {
 
 namespace {
 
+// The tensors of a kernel's tuple of results, as a case's results.
+template <class... T>
+std::vector<at::Tensor> all_of(const std::tuple<T...>& r) {
+  return std::apply([](const auto&... t) { return std::vector<at::Tensor>{t...}; }, r);
+}
+
 // A callable of one result that seeds the default generator first: every evaluation draws alike.
 Fn seeded(std::function<at::Tensor(const std::vector<at::Tensor>&)> f) {
   return [f](const std::vector<at::Tensor>& x) {
@@ -716,13 +722,13 @@ std::vector<RuleCase> cases() {
       {"aten::native_layer_norm", {{2, 3, 4}}, one([](auto& x) { return at::layer_norm(x[0], {3, 4}); })},
       {"aten::native_layer_norm", {{3, 8}}, [](auto& x) {
          auto r = at::native_layer_norm(x[0], {8}, std::nullopt, std::nullopt, 1e-5);
-         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+         return all_of(r);
        }, nullptr, false, /*ad_outputs=*/1},  // PyTorch gives mean and rstd no forward-AD tangent
       {"aten::native_group_norm", {{2, 6, 5}, {6}, {6}}, one([](auto& x) { return at::group_norm(x[0], 3, x[1], x[2]); })},
       {"aten::native_group_norm", {{2, 4, 3, 3}}, one([](auto& x) { return at::group_norm(x[0].transpose(2, 3), 2); })},
       {"aten::native_group_norm", {{2, 4, 3}}, [](auto& x) {
          auto r = at::native_group_norm(x[0], std::nullopt, std::nullopt, 2, 4, 3, 2, 1e-5);
-         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+         return all_of(r);
        }, nullptr, false, /*ad_outputs=*/1},
       {"aten::native_batch_norm", {{4, 3, 5}, {3}, {3}}, one([](auto& x) {
          return at::batch_norm(x[0], x[1], x[2], {}, {}, true, 0.1, 1e-5, false);
@@ -739,7 +745,7 @@ std::vector<RuleCase> cases() {
       {"aten::_native_batch_norm_legit_functional", {{4, 3, 5}, {3}, {3}}, [](auto& x) {
          auto r = at::_native_batch_norm_legit_functional(x[0], x[1], x[2], at::zeros({3}, at::kDouble),
                                                           at::ones({3}, at::kDouble), true, 0.1, 1e-5);
-         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};  // not the running statistics
        }, nullptr, false, /*ad_outputs=*/0},
       {"aten::_scaled_dot_product_flash_attention_for_cpu", {{1, 2, 6, 4}, {1, 2, 6, 4}, {1, 2, 6, 4}},
        sdpa(B::Flash, false, false), sdpa(B::Math, false, false)},
@@ -820,7 +826,7 @@ std::vector<RuleCase> cases() {
       {"aten::native_layer_norm_backward", {{3, 2, 5}, {3, 2, 5}, {5}, {5}}, [](auto& x) {
          auto [y, mean, rstd] = at::native_layer_norm(x[1], {5}, x[2], x[3], 1e-5);
          auto r = at::native_layer_norm_backward(x[0], x[1], {5}, mean, rstd, x[2], x[3], {true, true, true});
-         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+         return all_of(r);
        }, nullptr, false, /*ad_outputs=*/0},
       {"aten::native_layer_norm_backward", {{3, 4}, {3, 4}}, one([](auto& x) {
          auto [y, mean, rstd] = at::native_layer_norm(x[1], {4}, {}, {}, 1e-5);
@@ -829,22 +835,22 @@ std::vector<RuleCase> cases() {
       {"aten::native_batch_norm_backward", {{2, 3, 4}, {2, 3, 4}, {3}, {3}}, [](auto& x) {
          auto [y, mean, invstd] = at::native_batch_norm(x[1], x[2], x[3], {}, {}, true, 0.1, 1e-5);
          auto r = at::native_batch_norm_backward(x[0], x[1], x[2], {}, {}, mean, invstd, true, 1e-5, {true, true, true});
-         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+         return all_of(r);
        }, nullptr, false, /*ad_outputs=*/0},
       {"aten::native_batch_norm_backward", {{2, 3, 4}, {2, 3, 4}, {3}}, [](auto& x) {
          at::Tensor rm = at::full({3}, 0.2, at::kDouble), rv = at::full({3}, 1.5, at::kDouble);
          auto r = at::native_batch_norm_backward(x[0], x[1], x[2], rm, rv, {}, {}, false, 1e-5, {true, true, true});
-         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+         return all_of(r);
        }, nullptr, false, /*ad_outputs=*/0},
       {"aten::native_group_norm_backward", {{2, 4, 3}, {2, 4, 3}, {4}, {4}}, [](auto& x) {
          auto [y, mean, rstd] = at::native_group_norm(x[1], x[2], x[3], 2, 4, 3, 2, 1e-5);
          auto r = at::native_group_norm_backward(x[0], x[1], mean, rstd, x[2], 2, 4, 3, 2, {true, true, true});
-         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+         return all_of(r);
        }, nullptr, false, /*ad_outputs=*/0},
       {"aten::convolution_backward", {{2, 4, 5, 5}, {2, 3, 5, 5}, {4, 3, 3, 3}}, [](auto& x) {
          auto r = at::convolution_backward(x[0], x[1], x[2], std::vector<int64_t>{4}, {1, 1}, {1, 1}, {1, 1}, false,
                                            {0, 0}, 1, {true, true, true});
-         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+         return all_of(r);
        }},
       {"aten::convolution_backward", {{2, 4, 3, 3}, {2, 4, 5, 5}, {4, 2, 3, 3}}, [](auto& x) {  // groups, no bias
          auto r = at::convolution_backward(x[0], x[1], x[2], std::nullopt, {1, 1}, {0, 0}, {1, 1}, false, {0, 0}, 2,
@@ -855,13 +861,13 @@ std::vector<RuleCase> cases() {
        [](auto& x) {
          auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(x[1], x[2], x[3], 0.0, false);
          auto r = at::_scaled_dot_product_flash_attention_for_cpu_backward(x[0], x[1], x[2], x[3], out, lse, 0.0, false);
-         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+         return all_of(r);
        }, nullptr, false, /*ad_outputs=*/0},
       {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", {{1, 2, 5, 4}, {1, 2, 5, 4}, {1, 2, 5, 4}, {1, 2, 5, 4}},
        [](auto& x) {  // causal
          auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(x[1], x[2], x[3], 0.0, true);
          auto r = at::_scaled_dot_product_flash_attention_for_cpu_backward(x[0], x[1], x[2], x[3], out, lse, 0.0, true);
-         return std::vector<at::Tensor>{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+         return all_of(r);
        }, nullptr, false, /*ad_outputs=*/0},
   };
   c.erase(std::remove_if(c.begin(), c.end(), [](const RuleCase& rc) { return !has_op(rc.op); }), c.end());

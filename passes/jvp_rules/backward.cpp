@@ -114,10 +114,7 @@ void register_backward(Registry& r) {
           const std::vector<int64_t>& inner = dims.first;
           const std::vector<int64_t>& outer = dims.second;
           Value* xhat = mul(c, sub(c, x, c.x(3)), c.x(4));
-          Value* gw = weight ? mul(c, g, weight) : g;
-          Value* m1 = c.call("aten::mean.dim", {gw, inner, true});
-          Value* m2 = c.call("aten::mean.dim", {mul(c, gw, xhat), inner, true});
-          Value* gx = mul(c, sub(c, sub(c, gw, m1), mul(c, xhat, m2)), c.x(4));
+          Value* gx = normalized_tangent(c, weight ? mul(c, g, weight) : g, xhat, c.x(4), inner);
           auto over_outer = [&](Value* v) { return outer.empty() ? v : c.call("aten::sum.dim_IntList", {v, outer, false}); };
           return {gx, weight ? over_outer(mul(c, g, xhat)) : nullptr, optional(c, 6) ? over_outer(g) : nullptr};
         }));
@@ -143,14 +140,7 @@ void register_backward(Registry& r) {
           }
           Value* xhat = mul(c, sub(c, x, mean), invstd);
           Value* gw = weight ? mul(c, g, channel(weight)) : g;
-          Value* gx;
-          if (train) {
-            Value* m1 = c.call("aten::mean.dim", {gw, others, true});
-            Value* m2 = c.call("aten::mean.dim", {mul(c, gw, xhat), others, true});
-            gx = mul(c, sub(c, sub(c, gw, m1), mul(c, xhat, m2)), invstd);
-          } else {
-            gx = mul(c, gw, invstd);
-          }
+          Value* gx = train ? normalized_tangent(c, gw, xhat, invstd, others) : mul(c, gw, invstd);
           return {gx, c.call("aten::sum.dim_IntList", {mul(c, g, xhat), others, false}),
                   c.call("aten::sum.dim_IntList", {g, others, false})};
         }));
@@ -161,13 +151,11 @@ void register_backward(Registry& r) {
           const std::vector<int64_t>& shape = x->meta().sizes;
           int64_t N = c.c(5).toInt(), C = c.c(6).toInt(), HxW = c.c(7).toInt(), G = c.c(8).toInt();
           std::vector<int64_t> grouped = {N, G, C / G * HxW}, stats = {N, G, 1}, by_channel = {N, C, HxW};
-          Value* xhat = mul(c, sub(c, reshape(c.b, x, grouped), reshape(c.b, c.x(2), stats)), reshape(c.b, c.x(3), stats));
-          Value* gw = weight ? reshape(c.b, mul(c, reshape(c.b, g, by_channel), reshape(c.b, weight, {C, 1})), grouped)
-                             : reshape(c.b, g, grouped);
-          Value* m1 = c.call("aten::mean.dim", {gw, std::vector<int64_t>{2}, true});
-          Value* m2 = c.call("aten::mean.dim", {mul(c, gw, xhat), std::vector<int64_t>{2}, true});
-          Value* gx = mul(c, sub(c, sub(c, gw, m1), mul(c, xhat, m2)), reshape(c.b, c.x(3), stats));
+          Value* rstd = reshape(c.b, c.x(3), stats);
+          Value* xhat = mul(c, sub(c, reshape(c.b, x, grouped), reshape(c.b, c.x(2), stats)), rstd);
           Value* g_c = reshape(c.b, g, by_channel);
+          Value* gw = reshape(c.b, weight ? mul(c, g_c, reshape(c.b, weight, {C, 1})) : g_c, grouped);
+          Value* gx = normalized_tangent(c, gw, xhat, rstd, {2});
           Value* xhat_c = reshape(c.b, xhat, by_channel);
           std::vector<int64_t> n_hw = {0, 2};
           return {reshape(c.b, gx, shape), c.call("aten::sum.dim_IntList", {mul(c, g_c, xhat_c), n_hw, false}),

@@ -35,10 +35,10 @@ struct Normalized {
 
 Normalized normalized(Ctx& c, Value* t, Value* xhat, Value* rstd, const std::vector<int64_t>& dims) {
   if (!t) return {};
-  Value* m1 = c.call("aten::mean.dim", {t, dims, true});
-  Value* m2 = c.call("aten::mean.dim", {c.mul(t, xhat), dims, true});
-  Value* centred = c.call("aten::sub.Tensor", {c.call("aten::sub.Tensor", {t, m1}), c.mul(m2, xhat)});
-  return {c.mul(centred, rstd), m1, c.mul(c.call("aten::neg", {m2}), c.call("aten::mul.Tensor", {rstd, rstd}))};
+  std::pair<Value*, Value*> means;
+  Value* t_xhat = normalized_tangent(c, t, xhat, rstd, dims, &means);
+  auto [m1, m2] = means;
+  return {t_xhat, m1, c.mul(c.call("aten::neg", {m2}), c.call("aten::mul.Tensor", {rstd, rstd}))};
 }
 
 /// The node's optional weight argument, followed by its bias: 2 and 3 for layer norm (whose
@@ -75,6 +75,15 @@ std::function<Value*(Value*)> channels(Ctx& c, size_t rank) {
 }
 
 }  // namespace
+
+Value* normalized_tangent(Ctx& c, Value* t, Value* xhat, Value* rstd, const std::vector<int64_t>& dims,
+                          std::pair<Value*, Value*>* means) {
+  Value* m1 = c.call("aten::mean.dim", {t, dims, true});
+  Value* m2 = c.call("aten::mean.dim", {c.mul(t, xhat), dims, true});
+  if (means) *means = {m1, m2};
+  Value* centred = c.call("aten::sub.Tensor", {c.call("aten::sub.Tensor", {t, m1}), c.mul(m2, xhat)});
+  return c.mul(centred, rstd);
+}
 
 void register_normalization(Registry& r) {
   for (const char* op : {"aten::_safe_softmax", "aten::_softmax"})

@@ -140,6 +140,12 @@ Value* keep_dims(Ctx& c, Value* r, const Value* x, const std::vector<int64_t>& d
 /// p = ±inf, the tangent of the extreme elements, averaged over ties; for p = 0 (a count), zero.
 /// In the output's dtype: a `dtype` argument may widen it (a float16 norm would overflow).
 Value* norm_tangent(Ctx& c, Value* x, Value* t, double p, const std::vector<int64_t>& dims, bool keepdim);
+/// rstd·(t − mean(t) − x̂·mean(t·x̂)) over `dims` (keepdim shapes): the tangent of a
+/// normalization x̂ = (x − μ)·rstd along x's tangent t (normalization.cpp), and, the map being
+/// self-adjoint, x's gradient given x̂'s (the normalizations' backward kernels, backward.cpp).
+/// `means`, where given, receives mean(t) and mean(t·x̂).
+Value* normalized_tangent(Ctx& c, Value* t, Value* xhat, Value* rstd, const std::vector<int64_t>& dims,
+                          std::pair<Value*, Value*>* means = nullptr);
 /// float(hits) / Σ hits over `dims`, in the node's result dtype: each selected element's share
 /// when ties split a tangent evenly (amax, max, the inf-norm).
 Value* tie_shares(Ctx& c, Value* hits, const std::vector<int64_t>& dims);
