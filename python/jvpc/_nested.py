@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from ._reverse import _watched
+from ._reverse import _grads, _with_watched
 
 
 class _Batched:
@@ -29,22 +29,17 @@ class NestedJvpFn:
         self._outputs, self._out_spec, self._inputs, self._in_spec = outputs, out_spec, inputs, in_spec
         with torch.enable_grad():
             self._cotangents = [torch.zeros_like(o).requires_grad_() for o in outputs]
-            wanted = [o for o in outputs if o.requires_grad]
-            us = [u for o, u in zip(outputs, self._cotangents) if o.requires_grad]
-            self._vjp = (torch.autograd.grad(wanted, inputs, us, retain_graph=True, create_graph=True,
-                                             allow_unused=True) if wanted else [None] * len(inputs))
+            self._vjp = _grads(outputs, inputs, self._cotangents, unused=lambda _: None)  # Jᵀu, None: unused
         self._lin = _Batched(self)
 
     def report(self) -> dict:
         return {"random_ops": []}  # the outer trace records them
 
     def flat(self, *flat_tangents: torch.Tensor) -> list[torch.Tensor]:
+        """J·t for the flat tangents: ∂/∂u ⟨Jᵀu, t⟩ (zeros where no input reaches an output)."""
         with torch.enable_grad():
             terms = [(g * t).sum() for g, t in zip(self._vjp, flat_tangents) if g is not None]
-            got = (torch.autograd.grad(sum(terms), self._cotangents, retain_graph=True, create_graph=True,
-                                       allow_unused=True) if terms and terms[0].requires_grad else
-                   [None] * len(self._outputs))
-        return [torch.zeros_like(o) if j is None else j for o, j in zip(self._outputs, got)]
+            return _grads([sum(terms)] if terms else [], self._cotangents, None)
 
     def __call__(self, *tangents: Any) -> Any:
         flat, spec = pytree.tree_flatten(tangents)
@@ -55,17 +50,13 @@ class NestedJvpFn:
 
 def nested_linearize(func: Callable, primals: tuple, diff: tuple[int, ...], has_aux: bool) -> tuple:
     """linearize inside a trace: (func(*primals), jvp_fn[, aux]), by torch.autograd."""
-    flat_in, in_spec = pytree.tree_flatten(tuple(primals[i] for i in diff))
     with torch.enable_grad():
-        watched = [_watched(t) for t in flat_in]
-        parts = pytree.tree_unflatten(watched, in_spec)
-        args = list(primals)
-        for i, p in zip(diff, parts):
-            args[i] = p
+        args, watched = _with_watched(primals, diff)
+        flat_in, in_spec = pytree.tree_flatten(watched)
         out = func(*args)
         aux = None
         if has_aux:
             out, aux = out
         flat_out, out_spec = pytree.tree_flatten(out)
-        jvp_fn = NestedJvpFn(flat_out, out_spec, watched, in_spec)
+        jvp_fn = NestedJvpFn(flat_out, out_spec, flat_in, in_spec)
     return (out, jvp_fn, aux) if has_aux else (out, jvp_fn)

@@ -32,17 +32,18 @@ def _watched(t: Any) -> Any:
     return v
 
 
-def _grads(outputs: list[torch.Tensor], inputs: list[torch.Tensor], cotangents: list | None) -> list:
-    """torch.autograd.grad with torch.func's conventions: zeros where an input is unused or no
-    output requires grad; create_graph, so that the grads stay differentiable."""
+def _grads(outputs: list[torch.Tensor], inputs: list[torch.Tensor], cotangents: list | None,
+           unused: Callable[[torch.Tensor], Any] = torch.zeros_like) -> list:
+    """torch.autograd.grad with torch.func's conventions: unused(input) (zeros) where an input is
+    unused or no output requires grad; create_graph, so that the grads stay differentiable."""
     pairs = [(o, c) for o, c in zip(outputs, cotangents or [None] * len(outputs)) if o.requires_grad]
     wanted = [i for i in inputs if isinstance(i, torch.Tensor) and i.requires_grad]
     got: tuple = ()
     if pairs and wanted:
         got = torch.autograd.grad([o for o, _ in pairs], wanted, [c for _, c in pairs] if cotangents else None,
                                   retain_graph=True, create_graph=True, allow_unused=True)
-    by_input = dict(zip(map(id, wanted), got))
-    return [by_input.get(id(i)) if by_input.get(id(i)) is not None else torch.zeros_like(i) for i in inputs]
+    by_input = {id(i): g for i, g in zip(wanted, got) if g is not None}
+    return [by_input[id(i)] if id(i) in by_input else unused(i) for i in inputs]
 
 
 def _with_watched(args: tuple, argnums) -> tuple[tuple, Any]:
