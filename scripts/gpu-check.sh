@@ -73,6 +73,21 @@ lin_rc=$?
 tail -n 6 build-gpu/linearize.log
 echo "tests + linearize: $(( $(date +%s) - t0 )) s"
 
+# Attention's tangent in the fused Triton kernels (jvpc/_attention_triton.py): correctness against
+# the ATen route (float32, bfloat16), then time and peak memory beside SDPA's flash kernels at L 2k
+# to 32k, H 16 and 24, D 64 and 128, bfloat16, and the anchors' configurations (--cpu: Triton's
+# interpreter at small sizes). Before the long-context step: it is the first thing a GPU must confirm.
+kernels_rc=0
+mkdir -p build-gpu/bench
+if PYTHONPATH=build-gpu/python "$PY" -c "import jvpc, triton" 2>/dev/null; then
+  PYTHONPATH=build-gpu/python timeout 240 "$PY" scripts/bench/attention_kernels.py --device $DEVICE \
+    --json build-gpu/bench/attention_kernels.json >"$OUT/attention_kernels.log" 2>&1 || kernels_rc=$?
+  grep -E "^(check .*FAIL|L |tvm|amorehead|anchor|attention kernels)" "$OUT/attention_kernels.log" |
+    cut -c1-220 || tail -n 5 "$OUT/attention_kernels.log"
+else
+  echo "attention kernels: skipped (no jvpc module or no Triton for $PY)"
+fi
+
 # Long context: jvpc::attention_tangent on CUDA. Its unit tests (O(L) form against the
 # P form and forward AD, FLOPs on the kernels that ran), the linearize check of both forms at
 # L = 8k (forward AD of the math path still fits there), then the benchmark point L = 32k, H16,
@@ -135,7 +150,7 @@ if PYTHONPATH=build-gpu/python "$PY" -c "import jvpc" 2>/dev/null; then
   grep -vE "^(sdpa|matmuls alone)" build-gpu/bench/batched_seed.log | tail -n 6
 fi
 tar czf "$OUT/bench.tgz" -C build-gpu bench bench-long linearize.log 2>/dev/null
-echo "gpu-check: tests $tests_rc, cli $cli_rc, linearize $lin_rc, long $long_rc, bench $bench_rc, python $py_rc," \
-  "batched $batched_rc; total $(( $(date +%s) - t0 )) s"
-[ $tests_rc = 0 ] && [ $cli_rc = 0 ] && [ $lin_rc = 0 ] && [ $long_rc = 0 ] && [ $bench_rc = 0 ] && [ $py_rc = 0 ] &&
-  [ $batched_rc = 0 ]
+echo "gpu-check: tests $tests_rc, cli $cli_rc, linearize $lin_rc, kernels $kernels_rc, long $long_rc, bench $bench_rc," \
+  "python $py_rc, batched $batched_rc; total $(( $(date +%s) - t0 )) s"
+[ $tests_rc = 0 ] && [ $cli_rc = 0 ] && [ $lin_rc = 0 ] && [ $kernels_rc = 0 ] && [ $long_rc = 0 ] && [ $bench_rc = 0 ] &&
+  [ $py_rc = 0 ] && [ $batched_rc = 0 ]

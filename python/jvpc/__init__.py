@@ -13,6 +13,8 @@ Installed with `pip install --no-build-isolation .`, or built by jvpc's CMake in
 was built against. See docs/python.md.
 """
 
+import os as _os
+
 import torch  # noqa: F401  (loads LibTorch and its Python bindings before the extension)
 
 from . import _build, _compat
@@ -26,6 +28,14 @@ from ._api import Loaded, TracedGraph, jvp, linearize, load, trace
 from ._jacfwd import jacfwd
 from ._jvp_fn import JvpFn
 from ._program import Program, compile, load_program
+
+if torch.cuda.is_available() and _os.environ.get("JVPC_ATTENTION_KERNELS", "triton") != "aten":
+    try:  # attention's tangent and its backward on CUDA in fused Triton kernels (docs/long-context.md)
+        from . import _attention_triton
+
+        _attention_triton.register("CUDA")
+    except ImportError:  # no Triton: the ATen route
+        pass
 
 __all__ = [
     "Error",

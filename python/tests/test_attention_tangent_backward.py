@@ -186,3 +186,35 @@ def test_cuda_gives_the_cpus_gradients():
     got = back(grad.cuda(), *cuda[:5], dout.cuda(), *cuda[5:], True, 0.43, 4, 5)
     for a, b in zip(got, want):
         torch.testing.assert_close(a.cpu(), b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_takes_the_fused_triton_route_for_tangent_grad():
+    """On CUDA with Triton, tangent_grad's attention, its tangent and their backward run in the
+    fused kernels (jvpc/_attention_triton.py) and give the CPU's float64 gradients."""
+    pytest.importorskip("triton")
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from jvpc import _tangent_grad_attention
+
+    assert "cuda" in _tangent_grad_attention.TRITON_DEVICES
+    x, t = (torch.randn(2, 4, 77, 32, dtype=torch.float64) for _ in range(2))
+    kv = torch.randn(2, 2, 77, 32, dtype=torch.float64)
+
+    def f(x):
+        return F.scaled_dot_product_attention(x, kv.to(x.device), kv.to(x.device) * 2, is_causal=True,
+                                              enable_gqa=True)
+
+    def grads(device, jvp, **kw):
+        xs, ts = x.to(device).requires_grad_(), t.to(device).requires_grad_()
+        out, dout = jvp(f, (xs,), (ts,), **kw)
+        (dout.square().sum() + out.sum()).backward()
+        return xs.grad.cpu(), ts.grad.cpu()
+
+    with sdpa_kernel(SDPBackend.MATH):
+        want = grads("cpu", torch.func.jvp)
+    options = jvpc.LinearizeOptions()
+    options.residual_budget = 0
+    got = grads("cuda", jvpc.jvp, tangent_grad=True, options=options)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
