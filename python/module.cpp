@@ -201,6 +201,9 @@ void bind_compiled(py::module_& m) {
           },
           "the batched tangent graph for K tangents (compiled once per K)")
       .def_property_readonly("tangent_names", &Linearized::tangent_names)
+      .def_property_readonly(
+          "constants", [](const Linearized& l) { return l.jvp_fn->constants(); },
+          "the tangent graph's constants (residuals), one per constant input, in graph order")
       .def_property_readonly("graph",
                              [](const Linearized& l) { return std::const_pointer_cast<Graph>(l.tangent_graph); })
       .def_property_readonly("report_text", [](const Linearized& l) { return report_text(l.report); })

@@ -154,10 +154,13 @@ ProgramExecutable::Point ProgramExecutable::linearize(const std::vector<at::Tens
     record = at::GradMode::is_enabled();
     outs = primal_fn_->run(in);
   }
-  // The state the function writes, written where eager code writes it: into the caller's tensor.
+  // The state the function writes, written where eager code writes it: into the caller's tensor,
+  // moving no version counter, as BatchNorm's kernel writes its running statistics (autograd
+  // saved them for the backward of the run just recorded, and checks their version there).
   if (!state_argument_.empty()) {
     at::NoGradGuard no_grad;
-    for (size_t k = 0; k < state_argument_.size(); ++k) primals[state_argument_[k]].copy_(outs[num_outputs_ + k]);
+    for (size_t k = 0; k < state_argument_.size(); ++k)
+      primals[state_argument_[k]].variable_data().copy_(outs[num_outputs_ + k]);
   }
   std::vector<at::Tensor> residuals;
   residuals.reserve(residual_output_.size());

@@ -18,7 +18,7 @@ from ._context import eager_only, supported_context
 from ._nested import nested_linearize
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, traced_fn, with_aux
-from ._tangent_grad import through_tangent
+from ._tangent_grad import rng_states, through_tangent
 from ._weights import Weights, reached, with_weights
 
 __all__ = ["Loaded", "TracedGraph", "jvp", "linearize", "load", "trace"]
@@ -61,6 +61,7 @@ def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bo
     diff = argnums_of(argnums, len(primals), who)
     inputs = Inputs(primals, diff, who, names)
     out_spec: list = []
+    rng = rng_states(inputs.tensors) if tangent_grad else None  # what the trace draws with
     with supported_context(who):
         outputs, lin = _C._linearize(traced_fn(func, inputs, who, out_spec), inputs.tensors, inputs.names,
                                      inputs.differentiable, inputs.wrt, options or _C.LinearizeOptions(), graphs)
@@ -75,7 +76,7 @@ def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bo
 
     if tangent_grad:
         traced, at = with_weights(func, weights, primals, diff, who, names)
-        run = through_tangent(lin.run, traced, at)
+        run = through_tangent(lin.run, traced, at, rng, weights.buffers + [False] * (len(at.tensors) - len(weights)))
     out = pytree.tree_unflatten(outputs, out_spec[0])
     jvp_fn = JvpFn(lin, inputs, out_spec[0], who, run=run, check=check)
     return (out, jvp_fn, aux[0]) if has_aux else (out, jvp_fn)

@@ -160,8 +160,9 @@ def _same_np_state(a, b) -> bool:
 # --- the checks ---------------------------------------------------------------------------
 
 def global_state() -> tuple:
-    """Grad mode, autocast per device type, the default dtype: what a trace may have branched on."""
-    state = [torch.is_grad_enabled(), torch.get_default_dtype()]
+    """Grad mode, the default dtype, forward AD's switch (off, the trace gives no tangents),
+    autocast per device type: what a trace may have branched on."""
+    state = [torch.is_grad_enabled(), torch.get_default_dtype(), torch._C._is_fwd_grad_enabled()]
     for dev in _AUTOCAST_DEVICES:
         on = torch.is_autocast_enabled(dev)
         state.append((on, torch.get_autocast_dtype(dev) if on else None))
@@ -177,8 +178,10 @@ def _describe_state(i: int, v) -> tuple[str, str]:
         return "grad mode", "on" if v else "off"
     if i == 1:
         return "the default dtype", str(v).removeprefix("torch.")
+    if i == 2:
+        return "forward AD (_set_fwd_grad_enabled)", "on" if v else "off"
     on, dtype = v
-    return f"autocast on {_AUTOCAST_DEVICES[i - 2]}", str(dtype).removeprefix("torch.") if on else "off"
+    return f"autocast on {_AUTOCAST_DEVICES[i - 3]}", str(dtype).removeprefix("torch.") if on else "off"
 
 
 class Guards:

@@ -21,11 +21,12 @@ class JvpFn:
     Tangents have the structure of the differentiated arguments (all of them, or those argnums
     names, in that order); outputs have the structure of func's output. Tangent outputs are
     computed without autograd (a stop-gradient: see docs/python.md), unless made with
-    tangent_grad (`run`: _tangent_grad.through_tangent). `check` runs before every call (a weight
+    tangent_grad (`run`: _tangent_grad.through_tangent), and `run` is the tangent graph compiled by
+    Inductor where backend="inductor" (jvpc/_inductor.py). `check` runs before every call (a weight
     replaced since).
     """
 
-    def __init__(self, lin, inputs: Inputs, out_spec, who: str, *, run=None, check=None):
+    def __init__(self, lin, inputs: Inputs, out_spec, who: str, *, run=None, check=None, tangent_grad=False):
         self._lin = lin
         self._who = who
         self._out_spec = out_spec
@@ -39,7 +40,7 @@ class JvpFn:
         # pytree's flattening and rebuilding (several µs a call; the graph checks the tensors).
         self._plain_n = len(inputs.diff) if all(inputs.specs[i].is_leaf() for i in inputs.diff) else -1
         self._single_out = out_spec.is_leaf()
-        self._tangent_grad = run is not None
+        self._tangent_grad = tangent_grad
         self._run = run or lin.run
         self._check = check
         if check is not None:

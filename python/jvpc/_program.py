@@ -10,13 +10,13 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from . import _C
+from . import _C, _in_compile
 from ._C import Error
 from ._context import eager_only, supported_context
 from ._guards import Guards, global_state, recording
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, same_value, shape_of, traced_fn
-from ._tangent_grad import through_tangent
+from ._tangent_grad import rng_states, through_tangent, vjp_of_jvp
 from ._compat import distributed_data_parallel
 from ._weights import Weights, reached, with_weights
 
@@ -28,8 +28,11 @@ class _Traced:
     and metadata) and the guards of what else the trace depended on."""
 
     def __init__(self, prog, inputs: Inputs, out_spec, weights: Weights | None = None,
-                 tangent_grad_of: Callable | None = None, guards: Guards | None = None, check_metas: bool = True):
+                 tangent_grad_of: Callable | None = None, guards: Guards | None = None, check_metas: bool = True,
+                 func: Callable | None = None, out_metas: list | None = None):
         self.prog = prog
+        self.func = func  # the traced function, taking the graph's arguments (the weights first)
+        self.out_metas = out_metas  # (shape, dtype, device) of each output leaf, as traced
         self.inputs = inputs  # the example's structure (Inputs.structure(): no tensors)
         self.out_spec = out_spec
         self.weights = weights  # bound by name at each call: the program's first argument
@@ -72,11 +75,17 @@ class _Traced:
                 return None, why
         return inputs, None
 
+    def buffers(self) -> list[bool]:
+        """Per graph input, whether it is a module's buffer."""
+        marks = self.weights.buffers if self.weights is not None else []
+        return marks + [False] * (len(self.inputs.metas) - len(marks))
+
     def run(self, inputs: Inputs, who: str):
+        rng = rng_states(inputs.tensors) if self.tangent_grad_of is not None else None  # what the call draws with
         outputs, lin = self.prog.linearize(inputs.tensors)
         run = None
         if self.tangent_grad_of is not None:
-            run = through_tangent(lin.run, self.tangent_grad_of, inputs)
+            run = through_tangent(lin.run, self.tangent_grad_of, inputs, rng, self.buffers())
         return pytree.tree_unflatten(outputs, self.out_spec), JvpFn(lin, inputs, self.out_spec, who, run=run)
 
 
@@ -102,6 +111,69 @@ class Program:
         self._who = who
         self._retrace = retrace  # primals -> a new _Traced; None: never
         self._max_graphs = max_graphs
+        self._handle = _in_compile.register(self)
+
+    def jvp(self, primals: tuple, tangents: tuple) -> tuple[Any, Any]:
+        """(func(*primals), J·tangents), as torch.func.jvp: `out, jvp_fn = prog(*primals)` and
+        `jvp_fn(*tangents)` in one call. Inside a torch.compile'd function it is one opaque
+        operator, which compiles without a graph break (fullgraph=True included) and which autograd
+        differentiates as eager does (jvpc/_in_compile.py): the program must have been traced at
+        these primals' shapes before, by a call or by jvpc.compile."""
+        if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
+            raise Error(f"jvpc.Program.jvp: expected primals and tangents as tuples, got "
+                        f"{type(primals).__name__} and {type(tangents).__name__}")
+        if torch.compiler.is_compiling():
+            return _in_compile.call(self, primals, tangents)
+        out, jvp_fn = self(*primals)
+        return out, jvp_fn(*tangents)
+
+    def _matching(self, tensors: list[torch.Tensor]) -> _Traced | None:
+        """The graph traced at these graph inputs' shapes, dtypes and devices."""
+        for g in self._graphs:
+            metas = g.inputs.metas
+            if len(metas) == len(tensors) and all(
+                    tuple(t.shape) == tuple(shape) and t.dtype == dtype and t.device == device
+                    for t, (shape, dtype, device) in zip(tensors, metas)):
+                return g
+        return None
+
+    def _out_metas(self, tensors: list[torch.Tensor]) -> list:
+        g = self._matching(tensors)
+        if g is None or g.out_metas is None:
+            raise Error("jvpc.Program.jvp under torch.compile: no graph of the program was traced at these "
+                        "primals' shapes, dtypes and devices; call the program once at them before compiling")
+        for shape, dtype, _ in g.out_metas:
+            if not (dtype.is_floating_point or dtype.is_complex):
+                raise Error(f"jvpc.Program.jvp under torch.compile: an output is {dtype}; only floating-point "
+                            "outputs have tangents there")
+        return g.out_metas
+
+    def _jvp_flat(self, tensors: list[torch.Tensor], tangents: list[torch.Tensor]) -> tuple[list, list]:
+        """The eager call on flat graph inputs (the weights first, then the primals' tensors) and flat
+        tangents: the output leaves and their tangents' leaves."""
+        g = self._graphs[0]
+        args = g.inputs.rebuild(tensors)
+        k = 1 if g.weights is not None else 0
+        tangent_args, at = [], 0
+        for i in g.inputs.diff:
+            n = g.inputs.specs[i].num_leaves
+            tangent_args.append(pytree.tree_unflatten(list(tangents[at:at + n]), g.inputs.specs[i]))
+            at += n
+        out, jvp_fn = self(*args[k:])
+        return pytree.tree_leaves(out), pytree.tree_leaves(jvp_fn(*tangent_args))
+
+    def _jvp_vjp(self, tensors, tangents, rng, grads) -> list:
+        """The gradients to the graph inputs and the tangents of <grads, (out leaves, dout leaves)>
+        (the second half a stop-gradient unless tangent_grad), func run again as the forward ran."""
+        g = self._matching(tensors)
+        if g is None or g.func is None:
+            raise Error("jvpc.Program.jvp's backward: the graph the forward ran is gone (max_graphs)")
+        tangent_grad = g.tangent_grad_of is not None
+        x = [a.detach().requires_grad_((a.is_floating_point() or a.is_complex()) and not buffer)
+             for a, buffer in zip(tensors, g.buffers())]
+        t = [a.detach().requires_grad_(tangent_grad) for a in tangents]
+        n = len(grads) // 2
+        return vjp_of_jvp(g.func, g.inputs, x, t, grads[:n], grads[n:] if tangent_grad else None, rng, g.buffers())
 
     @eager_only
     def __call__(self, *primals: Any):
@@ -202,14 +274,23 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
         weights.remember_metas()
         traced, inputs = with_weights(func, weights, primals, diff, who, names)
         out_spec: list = []
+        out_metas: list = []
         state = global_state()
         buffers = [t for t, b in zip(inputs.tensors, weights.buffers) if b]
+        run = traced_fn(traced, inputs, who, out_spec)
+
+        def recorded(tensors):
+            leaves = run(tensors)
+            out_metas.append([(tuple(t.shape), t.dtype, t.device) for t in leaves])
+            return leaves
+
         with supported_context(who), _random_state_kept(), _buffers_kept(buffers), recording(func, who) as reads:
-            prog = _C._compile(traced_fn(traced, inputs, who, out_spec), inputs.tensors, inputs.names,
-                               inputs.differentiable, inputs.wrt, options, exact_strides, weights.buffers)
+            prog = _C._compile(recorded, inputs.tensors, inputs.names, inputs.differentiable, inputs.wrt, options,
+                               exact_strides, weights.buffers)
         weights.release()  # the program reads them by name; a replaced weight is freed
         return _Traced(prog, inputs.structure(), out_spec[0], weights if len(weights) else None,
-                       traced if tangent_grad else None, Guards(reads, func, state))
+                       traced if tangent_grad else None, Guards(reads, func, state), func=traced,
+                       out_metas=out_metas[0])
 
     return Program(trace_at(example_primals), who, trace_at if retrace else None, max_graphs if retrace else 0)
 

@@ -3,8 +3,10 @@ the tangents, the primals and the weights.
 
 The forward is jvpc's: the compiled tangent graph, as without tangent_grad. The backward is the
 vector-Jacobian product of the tangent map (x, t) -> J(x)·t, computed by torch.func (vjp of jvp)
-at the inputs the call was made at. It is exact (torch.func's second-order gradients) and costs
-what torch.func's does: one forward with its JVP and their reverse. Attention in it runs in O(L)
+at the inputs the call was made at, with the random generators as they were before the forward
+(the same dropout masks) and the modules' buffers left as they are (BatchNorm's running statistics
+move once per step). It is exact (torch.func's second-order gradients) and costs what torch.func's
+does: one forward with its JVP and their reverse. Attention in it runs in O(L)
 memory (_tangent_grad_attention: the fused kernel, its backward, and jvpc::attention_tangent's
 backward, which recomputes P block by block); what that route does not cover takes SDPA's math
 path, with its O(L²) attention memory (docs/training.md).
@@ -17,6 +19,7 @@ refused for common networks.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Sequence
 
 import torch
@@ -27,47 +30,91 @@ from ._pytrees import Inputs
 from ._tangent_grad_attention import o_l_attention
 
 
+def rng_states(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The CPU generator's state, and the current CUDA device's where a tensor is on CUDA: taken
+    before a forward, so that a backward which runs func again draws what the forward drew."""
+    states = [torch.random.get_rng_state()]
+    if any(t.is_cuda for t in tensors):
+        states.append(torch.cuda.get_rng_state())
+    return states
+
+
+@contextlib.contextmanager
+def _replaying(rng: list[torch.Tensor], buffers: list[torch.Tensor]):
+    """The random generators at `rng` (restored after), and the modules' buffers left as they are
+    (func run again in training writes BatchNorm's running statistics)."""
+    kept = [b.clone() for b in buffers]
+    devices = [torch.cuda.current_device()] if len(rng) > 1 else []
+    with torch.random.fork_rng(devices=devices):
+        torch.random.set_rng_state(rng[0])
+        if devices:
+            torch.cuda.set_rng_state(rng[1])
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for b, v in zip(buffers, kept):
+                    if not torch.equal(b, v):  # a write moves the version autograd checks a saved buffer by
+                        b.copy_(v)
+
+
+def vjp_of_jvp(func: Callable, inputs: Inputs, x: Sequence[torch.Tensor], t: Sequence[torch.Tensor],
+               grads_out: Sequence | None, grads_dout: Sequence | None, rng: list[torch.Tensor],
+               buffers: Sequence[bool]) -> list[torch.Tensor | None]:
+    """The gradients to the graph inputs x (func's arguments, flattened as `inputs`) and to the
+    tangents t of <grads_out, func(x)> + <grads_dout, J(x)·t> (None: that half is not wanted), by
+    torch.func run again at x, drawing as the forward did (rng) and leaving the buffers (marked
+    among x) as they are. None for an input the result does not reach, as autograd.grad leaves it."""
+    at = [inputs.names.index(n) for n in inputs.wrt]
+    xs = [a.detach().requires_grad_(a.requires_grad) for a in x]
+    ts = [a.detach().requires_grad_(a.requires_grad) for a in t]
+    wanted = [a for a in xs + ts if a.requires_grad]
+
+    def f(*d):
+        args = list(xs)
+        for i, v in zip(at, d):
+            args[i] = v
+        return tuple(pytree.tree_leaves(func(*inputs.rebuild(args))))
+
+    with _replaying(rng, [b for b, is_buffer in zip(x, buffers) if is_buffer]), torch.enable_grad(), \
+            sdpa_kernel(SDPBackend.MATH), o_l_attention():
+        if grads_dout is not None:
+            out, dout = torch.func.jvp(f, tuple(xs[i] for i in at), tuple(ts))
+        else:
+            out, dout = f(*(xs[i] for i in at)), ()
+        pairs = [(o, g) for o, g in zip(out, grads_out or ()) if g is not None and o.requires_grad]
+        pairs += [(o, g) for o, g in zip(dout, grads_dout or ()) if g is not None and o.requires_grad]
+        got = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
+                   if pairs and wanted else [None] * len(wanted))
+    return [next(got) if a.requires_grad else None for a in xs + ts]
+
+
 class _ThroughTangent(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, run, tangent_map, n_t, *tensors):
-        ctx.tangent_map, ctx.n_t = tangent_map, n_t
+    def forward(ctx, run, vjp, n_t, *tensors):
+        ctx.vjp, ctx.n_t = vjp, n_t
         ctx.save_for_backward(*tensors)
         with torch.no_grad():
             return tuple(run(list(tensors[:n_t])))
 
     @staticmethod
     def backward(ctx, *grads):
-        # Reverse mode over torch.func's forward mode, by autograd.grad, which leaves None (not
-        # zeros) for an input the tangent does not reach, as eager's backward leaves a weight's
-        # .grad unset (an optimizer then skips it: no weight decay, no momentum).
         tensors = ctx.saved_tensors
-        t = [a.detach().requires_grad_(a.requires_grad) for a in tensors[:ctx.n_t]]
-        x = [a.detach().requires_grad_(a.requires_grad) for a in tensors[ctx.n_t:]]
-        wanted = [a for a in t + x if a.requires_grad]
-        with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH), o_l_attention():
-            outs = ctx.tangent_map(t, x)
-            pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad and g is not None]
-            got = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
-                       if pairs and wanted else [None] * len(wanted))
-        return (None, None, None, *[next(got) if a.requires_grad else None for a in t + x])
+        return (None, None, None, *ctx.vjp(tensors[ctx.n_t:], tensors[:ctx.n_t], list(grads)))
 
 
-def through_tangent(run: Callable, func: Callable, inputs: Inputs) -> Callable:
+def through_tangent(run: Callable, func: Callable, inputs: Inputs, rng: list[torch.Tensor],
+                    buffers: Sequence[bool]) -> Callable:
     """run (tangents -> output tangents, jvpc's graph) with autograd to the tangents and to every
-    tensor of `inputs` (the graph inputs: func's arguments, flattened)."""
-    at = [inputs.names.index(n) for n in inputs.wrt]
+    tensor of `inputs` (the graph inputs: func's arguments, flattened, `buffers` marking the
+    modules' buffers among them); rng: the random generators' state before the forward."""
     x_now: Sequence[torch.Tensor] = inputs.tensors
 
-    def tangent_map(t, x):
-        def f(*d):
-            xs = list(x)
-            for i, v in zip(at, d):
-                xs[i] = v
-            return tuple(pytree.tree_leaves(func(*inputs.rebuild(xs))))
-
-        return torch.func.jvp(f, tuple(x[i] for i in at), tuple(t))[1]
+    def vjp(x, t, grads):
+        got = vjp_of_jvp(func, inputs, x, t, None, grads, rng, buffers)
+        return got[len(x):] + got[:len(x)]
 
     def grad_run(tangents):
-        return list(_ThroughTangent.apply(run, tangent_map, len(tangents), *tangents, *x_now))
+        return list(_ThroughTangent.apply(run, vjp, len(tangents), *tangents, *x_now))
 
     return grad_run

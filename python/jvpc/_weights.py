@@ -175,6 +175,17 @@ class Weights:
             out.append(t)
         return out
 
+    def read_by_attribute(self) -> list[torch.Tensor]:
+        """read() by attribute access alone (module.sub.weight), which torch.compile's Dynamo traces,
+        lifting each tensor as an input of its graph; no checks (the program's call checks them)."""
+        out = []
+        for r, path, _, key in self._where:
+            m = self._roots[r][1]
+            for part in path:
+                m = getattr(m, part)
+            out.append(getattr(m, key))
+        return out
+
     def remember_metas(self) -> None:
         """Keeps the shape, dtype and device of each weight bound now, which read_if_unchanged expects."""
         self._metas = [(t.shape, t.dtype, t.device) for t in self.read()]

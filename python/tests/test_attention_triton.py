@@ -187,6 +187,25 @@ def test_float32():
         torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
 
 
+def test_float16_accumulates_in_float32():
+    """float16 operands, float32 accumulation and lse: within float16's rounding of the float64
+    result. (bfloat16 shares the code path; Triton's interpreter multiplies bfloat16 operands of
+    tl.dot wrongly, so it is checked on a GPU only, by the GPU check.)"""
+    q, k, v, dq, dk, dv, m, dm, causal, scale = operands(*CASES["causal_lq_lt_lk_gqa_4_2"])
+    half = [t.half() for t in (q, k, v, dq, dk, dv)]
+    out64, lse64, dout64, _ = triton_attention.forward(q, k, v, m, dq, dk, dv, dm, causal, scale)
+    out16, lse16, dout16, _ = triton_attention.forward(*half[:3], m, *half[3:], dm, causal, scale)
+    assert out16.dtype == dout16.dtype == torch.float16 and lse16.dtype == torch.float32
+    for a, b in ((out16, out64), (lse16, lse64), (dout16, dout64)):
+        assert (a.double() - b).abs().max() <= 5e-3 * b.abs().max()
+    G = torch.randn_like(dout64)
+    g64 = triton_attention.backward(q, k, v, out64, lse64, dout64, dq, dk, dv, m, dm, causal, scale, grad=G, grad_out=G)
+    g16 = triton_attention.backward(*half[:3], out16, lse16, dout16, *half[3:], m, dm, causal, scale, grad=G.half(),
+                                    grad_out=G.half())
+    for a, b in zip(g16, g64):
+        assert a.dtype == torch.float16 and (a.double() - b).abs().max() <= 5e-3 * b.abs().max()
+
+
 def test_only_the_gradients_wanted():
     """wanted selects the gradients computed (one kernel or the other may not run at all); the
     rest are None, and those computed equal the full call's."""

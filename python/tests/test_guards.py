@@ -154,6 +154,25 @@ def test_grad_mode_autocast_and_default_dtype():
         torch.set_default_dtype(torch.float32)
 
 
+def test_forward_ads_switch():
+    """A graph traced with forward AD off (inside a custom Function's forward, or under
+    _set_fwd_grad_enabled(False)) has no tangents: it is not run with forward AD on."""
+    from torch.autograd.forward_ad import _set_fwd_grad_enabled
+
+    net = nn.Linear(8, 8)
+    x, v = x32(4, 8), x32(4, 8)
+    prog = jvpc.compile(net, x, retrace=False)
+    with _set_fwd_grad_enabled(False), pytest.raises(jvpc.Error, match=r"forward AD .* is off \(traced with on\)"):
+        prog(x)
+    prog = jvpc.compile(net, x)
+    with _set_fwd_grad_enabled(False):
+        _, jvp_fn = prog(x)
+        assert not jvp_fn(v).any()  # values computed with forward AD off carry no tangent
+    _, jvp_fn = prog(x)
+    torch.testing.assert_close(jvp_fn(v), torch.func.jvp(net, (x,), (v,))[1])
+    assert prog.num_graphs == 2
+
+
 def test_non_tensor_arguments_compare_by_type_and_value():
     def f(x, k):
         return x * k if not isinstance(k, bool) else x + k

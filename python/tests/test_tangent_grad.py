@@ -176,3 +176,26 @@ def test_a_weight_the_tangent_does_not_reach_gets_no_gradient():
     jvpc.jvp(lin, (x,), (dx,), tangent_grad=True)[1].square().sum().backward()
     assert lin.bias.grad is None
     torch.testing.assert_close(lin.weight.grad, want, rtol=1e-12, atol=1e-12)
+
+
+def test_dropout_in_training_draws_the_forwards_mask():
+    """The backward runs func again, with the forward's draws (dropout's mask): the gradients equal
+    torch.func's at the same seed, from jvpc.jvp and from a program's jvp."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Dropout(0.5), nn.Linear(16, 8)).double()
+    x, v = torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64)
+
+    def grads(jvp, **kw):
+        xs, vs = x.clone().requires_grad_(), v.clone().requires_grad_()
+        net.zero_grad()
+        torch.manual_seed(5)
+        out, dout = jvp(net, (xs,), (vs,), **kw)
+        (dout.square().sum() + (out * dout).sum()).backward()
+        return [xs.grad, vs.grad] + [p.grad.clone() for p in net.parameters()]
+
+    want = grads(torch.func.jvp)
+    for a, b in zip(grads(jvpc.jvp, tangent_grad=True), want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    prog = jvpc.compile(net, x, tangent_grad=True)
+    for a, b in zip(grads(lambda f, p, t: prog.jvp(p, t)), want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)

@@ -151,13 +151,13 @@ def point(L, H, D, dtype=torch.bfloat16, causal=False, label=None):
 
 t0 = time.time()
 f32 = torch.float32
-low = torch.bfloat16 if GPU else torch.float32  # the interpreter has no bfloat16
+low = torch.bfloat16 if GPU else torch.float16  # the interpreter's tl.dot gets bfloat16 wrong
 for shape in [(4, 2, 300, 300, 64, 64, True, False), (4, 1, 257, 129, 64, 64, False, True),
               (4, 4, 129, 300, 128, 64, False, False), (2, 2, 65, 65, 256, 256, True, False)]:
     if not GPU:
         shape = (*shape[:2], min(shape[2], 40), min(shape[3], 40), 16, 16, *shape[6:])
     check(*shape, f32, 1e-4)
-    check(*shape, low, 1e-4 if low == f32 else 5e-2)
+    check(*shape, low, 5e-2 if low == torch.bfloat16 else 1e-2)
 
 sizes = [(L, H, D) for L in (2048, 8192, 16384, 32768) for H in (16, 24) for D in (64, 128)] if GPU else \
     [(L, 2, 16) for L in (32, 64)]

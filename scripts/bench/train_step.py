@@ -11,6 +11,10 @@ the same batches):
   func eager    torch.func.jvp(net, ...) on SDPA's math path (the fused kernels have no forward AD),
                 then loss.backward(), opt.step()
   compiled      the same torch step's loss under torch.compile (--skip-compile leaves it out)
+  jvpc compiled the jvpc step under torch.compile: prog.jvp(...) is one opaque
+                operator in the compiled graph, whose backward runs the network again by torch.func
+                (jvpc/_in_compile.py); Inductor compiles the rest of the step (--skip-compile
+                leaves it out)
   plain (no JVP)       the floor: the same forward and backward with a regression loss, no JVP
   finite differences   the JVP by central differences (step 5e-3, two more forwards without
                 autograd), as some training frameworks take it
@@ -187,6 +191,18 @@ def make_sides(size, objective, skip_compile, autocast="none"):
     if not skip_compile:
         cnet = copy.deepcopy(net)
         sides.append(Side("compiled", cnet, torch.compile(torch_step(cnet)), autocast))
+        cjnet = copy.deepcopy(net)
+        with precision(autocast):
+            cprog = jvpc.compile(cjnet, *primals, options=options)
+
+        def jvpc_compiled_step(batch):
+            primals, tangents, aux = make(*batch)
+            out, dout = cprog.jvp(primals, tangents)
+            return loss_of(out, dout, aux, batch[2], batch[3]), dout
+
+        # fullgraph=True compiles it too (python/tests/test_in_torch_compile.py); here the FLOP count's
+        # dispatch mode, under which Dynamo compiles nothing, runs it eagerly as the other compiled side.
+        sides.append(Side("jvpc compiled", cjnet, torch.compile(jvpc_compiled_step), autocast))
     return sides, (B, L), prog
 
 
@@ -260,7 +276,7 @@ def run(size, objective, args):
             try:
                 loss, norm = s.step(batch)
             except Exception as e:  # noqa: BLE001  (torch.compile's side: reported, not fatal)
-                if s.name != "compiled":
+                if s.name not in ("compiled", "jvpc compiled"):
                     raise
                 failed[s.name] = str(e).splitlines()[0][:200]
                 sides.remove(s)
@@ -278,7 +294,7 @@ def run(size, objective, args):
         row["sides"][s.name] = {"median_s": statistics.median(s.times), "flops": f, "peak_bytes": p,
                                 "losses": s.losses[:args.show_losses], "jvp_norms": s.jvp_norms[:args.show_losses]}
     ref = sides[1]
-    exact = [s for s in sides if s.name in ("jvpc", "func eager", "compiled")]  # the same loss, exactly
+    exact = [s for s in sides if s.name in ("jvpc", "func eager", "compiled", "jvpc compiled")]  # the same loss
     agree = all(abs(a - b) <= args.loss_rtol * abs(b) for s in exact
                 for a, b in zip(s.losses + s.jvp_norms, ref.losses + ref.jvp_norms))
     row["losses_agree"] = agree
