@@ -204,6 +204,14 @@ void bind_compiled(py::module_& m) {
       .def_property_readonly(
           "constants", [](const Linearized& l) { return l.jvp_fn->constants(); },
           "the tangent graph's constants (residuals), one per constant input, in graph order")
+      .def(
+          "checked",
+          [](const Linearized& l, const std::vector<at::Tensor>& t) {
+            l.check_captured();
+            return l.jvp_fn->checked(t);
+          },
+          "the tangents run() would use, checked as run() checks them, and the constants and captured tensors "
+          "against writes")
       .def_property_readonly("graph",
                              [](const Linearized& l) { return std::const_pointer_cast<Graph>(l.tangent_graph); })
       .def_property_readonly("report_text", [](const Linearized& l) { return report_text(l.report); })

@@ -117,6 +117,10 @@ class Executable {
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs);
   std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& inputs) { return run(inputs); }
 
+  /// The inputs run() would use, checked as run() checks them (shapes, dtypes, devices; a view
+  /// the graph was not compiled for made contiguous), and the constants against writes since they
+  /// were bound: what another runner of this graph's computation (Inductor's) must check too.
+  std::vector<at::Tensor> checked(const std::vector<at::Tensor>& inputs) const;
   /// The non-constant inputs run() takes, in order.
   const std::vector<const Input*>& arguments() const;
   const Graph& graph() const { return *graph_; }
@@ -133,7 +137,6 @@ class Executable {
   /// Runs without CUDA-graph capture (what a capture records). `inputs` are already checked.
   /// `functional`: every node in the form the graph names (no in-place reuse).
   std::vector<at::Tensor> run_eager(const std::vector<at::Tensor>& inputs, bool functional = false) const;
-  std::vector<at::Tensor> checked(const std::vector<at::Tensor>& inputs) const;
   /// Whether autograd records a run on `inputs` (grad mode, and an input or constant requiring grad).
   bool records_autograd(const std::vector<at::Tensor>& inputs) const;
   /// `value` checked against constant `i` and moved to the graph's device (bind()'s rules).

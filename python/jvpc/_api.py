@@ -18,6 +18,7 @@ from ._context import eager_only, supported_context
 from ._nested import nested_linearize
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, traced_fn, with_aux
+from ._inductor import check_backend, tangent_run
 from ._tangent_grad import rng_states, through_tangent
 from ._weights import Weights, reached, with_weights
 
@@ -26,7 +27,7 @@ __all__ = ["Loaded", "TracedGraph", "jvp", "linearize", "load", "trace"]
 
 @eager_only
 def linearize(func: Callable, *primals: Any, argnums=None, has_aux: bool = False, cache: bool = False,
-              options: _C.LinearizeOptions | None = None, tangent_grad: bool = False):
+              options: _C.LinearizeOptions | None = None, tangent_grad: bool = False, backend: str = "interpreter"):
     """As torch.func.linearize(func, *primals): (func(*primals), jvp_fn), with func run once.
 
     argnums (int or tuple of ints, as torch.func.jacfwd's): the positional arguments to
@@ -40,14 +41,18 @@ def linearize(func: Callable, *primals: Any, argnums=None, has_aux: bool = False
     options: jvpc.LinearizeOptions (disabled passes, verification, runtime options).
     tangent_grad: jvp_fn's outputs carry autograd history to the tangents, the primals and the
     weights of the modules func reaches (jvpc/_tangent_grad.py; docs/training.md).
+    backend: what runs jvp_fn's tangent graph: "interpreter" (jvpc's runtime, kernel by kernel) or
+    "inductor" (compiled by torch.compile's Inductor into fused kernels on first call, seconds,
+    then shared by every graph of the same text: jvpc/_inductor.py).
     """
-    return _linearize(func, primals, argnums, has_aux, cache, options, tangent_grad, guard=True)
+    return _linearize(func, primals, argnums, has_aux, cache, options, tangent_grad, guard=True, backend=backend)
 
 
 def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bool, options, tangent_grad: bool, *,
-               guard: bool):
+               guard: bool, backend: str = "interpreter"):
     """linearize; guard: jvp_fn checks before each call that the weights are as they were."""
     who = "jvpc.linearize"
+    check_backend(backend, who)
     if _C._tracing():  # inside a function jvpc traces (jacfwd(jacfwd(f))): by torch.autograd
         return nested_linearize(func, primals, argnums_of(argnums, len(primals), who), has_aux)
     names = parameter_names(func, len(primals))
@@ -74,20 +79,24 @@ def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bo
         def check():
             weights.check_stamp(stamp, who)
 
+    base = tangent_run(lin) if backend == "inductor" else None
     if tangent_grad:
         traced, at = with_weights(func, weights, primals, diff, who, names)
-        run = through_tangent(lin.run, traced, at, rng, weights.buffers + [False] * (len(at.tensors) - len(weights)))
+        run = through_tangent(base or lin.run, traced, at, rng,
+                              weights.buffers + [False] * (len(at.tensors) - len(weights)))
+    else:
+        run = base
     out = pytree.tree_unflatten(outputs, out_spec[0])
-    jvp_fn = JvpFn(lin, inputs, out_spec[0], who, run=run, check=check)
+    jvp_fn = JvpFn(lin, inputs, out_spec[0], who, run=run, check=check, tangent_grad=tangent_grad)
     return (out, jvp_fn, aux[0]) if has_aux else (out, jvp_fn)
 
 
 @eager_only
 def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, has_aux: bool = False, cache: bool = False,
-        options=None, tangent_grad: bool = False):
+        options=None, tangent_grad: bool = False, backend: str = "interpreter"):
     """As torch.func.jvp(func, primals, tangents, has_aux=): (func(*primals), J·tangents), and
-    with has_aux (func returns (output, aux)) (output, J·tangents, aux). argnums, cache, options
-    and tangent_grad as linearize's."""
+    with has_aux (func returns (output, aux)) (output, J·tangents, aux). argnums, cache, options,
+    tangent_grad and backend as linearize's."""
     who = "jvpc.jvp"
     for what, v in (("primals", primals), ("tangents", tangents)):
         if not isinstance(v, (tuple, list)):
@@ -102,7 +111,8 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, has_aux: b
         raise Error(f"{who}: expected as many tangents ({len(tangents)}) as primals ({len(primals)})")
     if argnums is not None and len(tangents) != len(diff):
         raise Error(f"{who}: expected one tangent per differentiated argument ({len(diff)}), got {len(tangents)}")
-    res = _linearize(func, tuple(primals), argnums, has_aux, cache, options, tangent_grad, guard=False)
+    res = _linearize(func, tuple(primals), argnums, has_aux, cache, options, tangent_grad, guard=False,
+                     backend=backend)
     return (res[0], res[1](*tangents)) + tuple(res[2:])
 
 

@@ -85,7 +85,9 @@ def to_fx(graph: _C.Graph) -> torch.fx.GraphModule:
     for n in j["nodes"]:
         if n.get("impure"):
             raise Error(f"backend='inductor': the graph draws random numbers ({n['op']})")
-        op = _op(n["op"])
+        # A view of the layout jvpc's runtime gives a value, where Inductor may choose another
+        # (channels-last, say): as reshape, the same values, copied where the layout asks.
+        op = _op(_AS_RESHAPE.get(n["op"], n["op"]))
         args, kwargs = [], {}
         for spec, a in zip(op._schema.arguments, n["args"]):
             v = _arg(a, env)
@@ -114,6 +116,9 @@ def to_fx(graph: _C.Graph) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(torch.nn.Module(), g)
 
 
+_AS_RESHAPE = {"aten::view": "aten::reshape", "aten::_unsafe_view": "aten::reshape"}
+
+
 def _getitem(x, i):
     return x[i]
 
@@ -124,42 +129,54 @@ _compiled: dict[tuple, Callable] = {}
 _lock = threading.Lock()
 
 
-def compile_tangent(graph: _C.Graph, constants: list[torch.Tensor], tangents_like: list[torch.Tensor],
-                    timings: dict | None = None) -> Callable:
-    """(tangents -> output tangents) for the tangent graph with these constants, by Inductor. The
-    compiled function is shared by every graph of the same text and input layouts; the first
-    compile's seconds go to timings["inductor_compile_ms"]."""
-    roles = [r for r in json.loads(graph.to_json())["inputs"]]
-    key_inputs = []
-    it_c, it_t = iter(constants), iter(tangents_like)
-    order = []  # per graph input: ("t", k) or ("c", k)
-    nt = nc = 0
-    for r in roles:
-        if r["role"] == "constant":
-            t = next(it_c)
-            order.append(("c", nc))
-            nc += 1
-        else:
-            t = next(it_t)
-            order.append(("t", nt))
-            nt += 1
-        key_inputs.append((tuple(t.shape), tuple(t.stride()), t.dtype, t.device))
-    key = (str(graph), tuple(key_inputs))
-    with _lock:
-        fn = _compiled.get(key)
-    if fn is None:
-        t0 = time.perf_counter()
-        gm = to_fx(graph)
-        example = [constants[k] if kind == "c" else tangents_like[k] for kind, k in order]
-        fn = torch._inductor.compile(gm, example)
-        with _lock:
-            _compiled[key] = fn
-        if timings is not None:
-            timings["inductor_compile_ms"] = (time.perf_counter() - t0) * 1e3
+def tangent_run(lin, shared: dict | None = None) -> Callable:
+    """lin.run (tangents -> output tangents) with the tangent graph compiled by Inductor: the
+    tangents and constants checked as the interpreter checks them, then Inductor's function of
+    the graph inputs in graph order. `shared` is kept by the caller across linear maps of one
+    graph (a program's calls): the graph is read and looked up once there. One compilation
+    serves every graph of the same text and input layouts; compile_ms() gives its time."""
+    shared = {} if shared is None else shared
+    if "order" not in shared:
+        order = []  # per graph input: (is a constant, its index among its kind)
+        counts = [0, 0]
+        for r in json.loads(lin.graph.to_json())["inputs"]:
+            is_constant = r["role"] == "constant"
+            order.append((is_constant, counts[is_constant]))
+            counts[is_constant] += 1
+        shared["order"], shared["text"], shared["fns"] = order, str(lin.graph), {}
+    order, fns = shared["order"], shared["fns"]
+    constants = list(lin.constants)
+    graph = lin.graph
 
     def run(tangents: list[torch.Tensor]) -> list[torch.Tensor]:
-        args = [constants[k] if kind == "c" else tangents[k] for kind, k in order]
+        t = lin.checked(list(tangents))
+        args = [constants[k] if is_constant else t[k] for is_constant, k in order]
+        layouts = tuple((a.shape, a.stride(), a.dtype, a.device) for a in args)
+        fn = fns.get(layouts)
+        if fn is None:
+            fn = fns[layouts] = _compiled_for(graph, shared["text"], layouts, args)
         with torch.no_grad():
             return list(fn(*args))
 
     return run
+
+
+def _compiled_for(graph: _C.Graph, text: str, layouts: tuple, args: list[torch.Tensor]) -> Callable:
+    key = (text, layouts)
+    with _lock:
+        fn = _compiled.get(key)
+    if fn is None:
+        t0 = time.perf_counter()
+        fn = torch._inductor.compile(to_fx(graph), args)
+        with _lock:
+            _compiled[key] = fn
+            _compile_ms.append((time.perf_counter() - t0) * 1e3)
+    return fn
+
+
+_compile_ms: list[float] = []
+
+
+def compile_ms() -> list[float]:
+    """The wall time of each Inductor compilation of a tangent graph so far, in ms."""
+    return list(_compile_ms)

@@ -16,6 +16,7 @@ from ._context import eager_only, supported_context
 from ._guards import Guards, global_state, recording
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, same_value, shape_of, traced_fn
+from ._inductor import check_backend, tangent_run
 from ._tangent_grad import rng_states, through_tangent, vjp_of_jvp
 from ._compat import distributed_data_parallel
 from ._weights import Weights, reached, with_weights
@@ -32,6 +33,7 @@ class _Traced:
                  func: Callable | None = None, out_metas: list | None = None):
         self.prog = prog
         self.func = func  # the traced function, taking the graph's arguments (the weights first)
+        self.inductor = None  # with backend="inductor": what tangent_run keeps across calls
         self.out_metas = out_metas  # (shape, dtype, device) of each output leaf, as traced
         self.inputs = inputs  # the example's structure (Inputs.structure(): no tensors)
         self.out_spec = out_spec
@@ -83,10 +85,11 @@ class _Traced:
     def run(self, inputs: Inputs, who: str):
         rng = rng_states(inputs.tensors) if self.tangent_grad_of is not None else None  # what the call draws with
         outputs, lin = self.prog.linearize(inputs.tensors)
-        run = None
+        run = tangent_run(lin, self.inductor) if self.inductor is not None else None
         if self.tangent_grad_of is not None:
-            run = through_tangent(lin.run, self.tangent_grad_of, inputs, rng, self.buffers())
-        return pytree.tree_unflatten(outputs, self.out_spec), JvpFn(lin, inputs, self.out_spec, who, run=run)
+            run = through_tangent(run or lin.run, self.tangent_grad_of, inputs, rng, self.buffers())
+        return pytree.tree_unflatten(outputs, self.out_spec), JvpFn(lin, inputs, self.out_spec, who, run=run,
+                                                                  tangent_grad=self.tangent_grad_of is not None)
 
 
 class Program:
@@ -238,7 +241,7 @@ class Program:
 @eager_only
 def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: bool = True,
             options: _C.LinearizeOptions | None = None, tangent_grad: bool = False, retrace: bool = True,
-            max_graphs: int = 8) -> Program:
+            max_graphs: int = 8, backend: str = "interpreter") -> Program:
     """Traces and optimizes func once, at example_primals; returns a Program, prog(*primals) -> (out, jvp_fn).
 
     argnums and options as jvpc.linearize's. exact_strides=False admits primals of other layouts
@@ -254,8 +257,13 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
     one-line jvpc.Error naming the change). Tracing runs func once; the random generators and the
     modules' buffers are left as they were before it, so that a program's draws and its writes
     to the buffers (BatchNorm's running statistics, at every call) are eager's.
+
+    backend: what runs each jvp_fn's tangent graph, as linearize's; with "inductor" the tangent
+    graph is compiled once per traced graph and reused by every call (the primal graph stays on
+    the interpreter).
     """
     who = "jvpc.compile"
+    check_backend(backend, who)
     if not isinstance(max_graphs, int) or max_graphs < 1:
         raise Error(f"{who}: max_graphs must be a positive int, got {max_graphs!r}")
     n = len(example_primals)
@@ -288,9 +296,10 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
             prog = _C._compile(recorded, inputs.tensors, inputs.names, inputs.differentiable, inputs.wrt, options,
                                exact_strides, weights.buffers)
         weights.release()  # the program reads them by name; a replaced weight is freed
-        return _Traced(prog, inputs.structure(), out_spec[0], weights if len(weights) else None,
-                       traced if tangent_grad else None, Guards(reads, func, state), func=traced,
-                       out_metas=out_metas[0])
+        g = _Traced(prog, inputs.structure(), out_spec[0], weights if len(weights) else None,
+                    traced if tangent_grad else None, Guards(reads, func, state), func=traced, out_metas=out_metas[0])
+        g.inductor = {} if backend == "inductor" else None
+        return g
 
     return Program(trace_at(example_primals), who, trace_at if retrace else None, max_graphs if retrace else 0)
 
@@ -319,7 +328,8 @@ def _buffers_kept(buffers: list[torch.Tensor]):
     finally:
         with torch.no_grad():
             for b, s in zip(buffers, saved):
-                b.copy_(s)
+                if not torch.equal(b, s):  # an untouched buffer keeps its version: linear maps made
+                    b.copy_(s)             # from the module earlier see no write
 
 
 def _meta(shape, dtype, device) -> str:

@@ -164,3 +164,13 @@ def test_a_bad_program_file_is_a_one_line_error(tmp_path):
     jvpc.linearize(lambda x: x.sin(), torch.randn(3))[1].save(g)
     with pytest.raises(jvpc.Error, match='format is not "jvpc-program"'):
         jvpc.load_program(g)  # a tangent graph, not a program
+
+
+def test_compiling_leaves_a_linear_map_of_the_same_model_valid():
+    """A compile keeps the buffers as they were; it writes none it did not change, so a jvp_fn
+    made from the model before (which refuses to run after a write to a weight or buffer) runs."""
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)).eval()
+    x = torch.randn(3, 4)
+    _, jvp_fn = jvpc.linearize(net, x)
+    jvpc.compile(net, x)
+    torch.testing.assert_close(jvp_fn(x), torch.func.jvp(net, (x,), (x,))[1])

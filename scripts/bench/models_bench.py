@@ -10,7 +10,9 @@ in a rotating order, after a warm-up, so that all meet the same machine state):
                 to the forward; "cached": a second call with cache=True at a new point (trace and
                 fold only);
   jvp_fn        jvpc's linear map, against torch.func.jvp (eager, math SDPA backend) and against
-                torch.compile(torch.func.jvp) (--skip-compile leaves it out);
+                torch.compile(torch.func.jvp) (--skip-compile leaves it out and the next);
+  inductor      jvp_fn of jvpc.linearize(..., backend="inductor"): the same tangent graph compiled
+                by Inductor (its compile time in the model's notes);
   new point     prog(x2) then jvp_fn(t) of a jvpc.compile'd program, against torch.func.jvp at x2;
 the matmul FLOPs of each side (FlopCounterMode) and the peak memory each allocates above what it
 started with (torch_reference.py's peak_bytes: the profiler's allocations and frees in order on
@@ -81,7 +83,13 @@ def measure(name, args):
         ref2 = on_math(partial(case, case.point2))
         calls["torch.func.jvp"] = lambda: torch.func.jvp(ref, x, t)
         calls["torch.func.jvp new point"] = lambda: torch.func.jvp(ref2, x2, t)
-        if not args.skip_compile:
+    if not args.skip_compile:
+        _, jvp_ind = jvpc.linearize(f, *case.primals, argnums=argnums, backend="inductor")
+        done = len(jvpc._inductor.compile_ms())
+        jvp_ind(*t)  # compiles
+        row["inductor_compile_ms"] = sum(jvpc._inductor.compile_ms()[done:])
+        calls["jvp_fn inductor"] = lambda: jvp_ind(*t)
+        if case.torch_func_jvp:
             compiled = torch.compile(lambda *xt: torch.func.jvp(ref, xt[:len(x)], xt[len(x):]))
             try:
                 compiled(*x, *t)
@@ -147,10 +155,10 @@ def mib(b):
 
 
 def table(rows) -> str:
-    out = ["| model | forward ms | linearize ms (× fwd) | cached (× fwd) | jvp_fn ms | torch.func.jvp ms "
-           "| compiled ms | new point ms | torch.func.jvp there ms | matmul GFLOP fwd / jvp_fn / torch "
-           "| peak MiB jvp_fn / torch |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| model | forward ms | linearize ms (× fwd) | cached (× fwd) | jvp_fn ms | jvp_fn inductor ms "
+           "| torch.func.jvp ms | compiled ms | new point ms | torch.func.jvp there ms "
+           "| matmul GFLOP fwd / jvp_fn / torch | peak MiB jvp_fn / torch |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ms, fl, pk = r["ms"], r["flops"], r["peak_bytes"]
         fwd = ms["forward"]
@@ -158,6 +166,7 @@ def table(rows) -> str:
         out.append(
             f"| {r['model']} | {fwd:.2f} | {ms['linearize']:.1f} ({ms['linearize'] / fwd:.1f}x) "
             f"| {ms['linearize cached']:.1f} ({ms['linearize cached'] / fwd:.1f}x) | {ms['jvp_fn']:.2f} "
+            f"| {get(ms, 'jvp_fn inductor', lambda v: f'{v:.2f}')} "
             f"| {get(ms, 'torch.func.jvp', lambda v: f'{v:.2f}')} "
             f"| {get(ms, 'compiled torch.func.jvp', lambda v: f'{v:.2f}')} | {ms['new point']:.2f} "
             f"| {get(ms, 'torch.func.jvp new point', lambda v: f'{v:.2f}')} "
@@ -198,7 +207,9 @@ def main(argv=None):
         if "compile_error" in r:
             print(f"\n{r['model']}: torch.compile(torch.func.jvp) failed: {r['compile_error']}")
         print(f"\n{r['model']} linearize phases (ms): " +
-              ", ".join(f"{k} {v:.1f}" for k, v in r["linearize_phases_ms"].items()))
+              ", ".join(f"{k} {v:.1f}" for k, v in r["linearize_phases_ms"].items()) +
+              (f"; Inductor's compile of the tangent graph {r['inductor_compile_ms'] / 1e3:.1f} s"
+               if "inductor_compile_ms" in r else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"uptime": load, "args": vars(args), "rows": rows}, f, indent=1)

@@ -1,0 +1,85 @@
+"""backend="inductor" (jvpc/_inductor.py): jvp_fn's tangent graph, after jvpc's pipeline, compiled
+by Inductor. Its results equal the interpreter's and torch.func's in float64, for linearize, jvp,
+programs (one compilation for every call), tangent_grad and attention's O(L) form; it checks its
+tangents and constants as the interpreter does."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import jvpc
+from jvpc import _inductor
+
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.GELU(), nn.Linear(16, 8)).double()
+
+
+def randn(*shape):
+    return torch.randn(*shape, dtype=torch.float64)
+
+
+def close(a, b):
+    torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_linearize_and_jvp_equal_the_interpreter_and_torch_func():
+    m, x, v = net(), randn(4, 8), randn(4, 8)
+    want = torch.func.jvp(m, (x,), (v,))
+    out, jvp_fn = jvpc.linearize(m, x, backend="inductor")
+    close(out, want[0])
+    close(jvp_fn(v), want[1])
+    close(jvp_fn(v * 2), want[1] * 2)
+    close(jvpc.jvp(m, (x,), (v,), backend="inductor")[1], want[1])
+    close(jvpc.linearize(m, x)[1](v), want[1])
+
+
+def test_a_program_compiles_its_tangent_graph_once():
+    m, x, v = net(), randn(4, 8), randn(4, 8)
+    prog = jvpc.compile(m, x, backend="inductor")
+    before = len(_inductor.compile_ms())
+    for k in range(3):
+        xk = x + k
+        out, jvp_fn = prog(xk)
+        close(jvp_fn(v), torch.func.jvp(m, (xk,), (v,))[1])
+    assert len(_inductor.compile_ms()) - before <= 1  # none where an earlier test compiled this graph
+
+
+def test_tangent_grad_and_attention_in_the_o_l_form():
+    torch.manual_seed(0)
+    q, k, val, dq = (randn(1, 2, 40, 8) for _ in range(4))
+
+    def attention(q):
+        return F.scaled_dot_product_attention(q, k, val, is_causal=True)
+
+    o = jvpc.LinearizeOptions()
+    o.residual_budget = 0
+    qs, dqs = q.clone().requires_grad_(), dq.clone().requires_grad_()
+    out, dout = jvpc.jvp(attention, (qs,), (dqs,), options=o, tangent_grad=True, backend="inductor")
+    assert "jvpc::attention_tangent" in str(jvpc.linearize(attention, q, options=o)[1].graph)
+    dout.square().sum().backward()
+    with sdpa_kernel(SDPBackend.MATH):
+        ref_q, ref_dq = q.clone().requires_grad_(), dq.clone().requires_grad_()
+        torch.func.jvp(attention, (ref_q,), (ref_dq,))[1].square().sum().backward()
+    close(qs.grad, ref_q.grad)
+    close(dqs.grad, ref_dq.grad)
+
+
+def test_tangents_and_weights_are_checked_as_the_interpreter_checks_them():
+    m, x, v = net(), randn(4, 8), randn(4, 8)
+    _, jvp_fn = jvpc.linearize(m, x, backend="inductor")
+    with pytest.raises(jvpc.Error, match="expected"):
+        jvp_fn(randn(5, 8))
+    close(jvp_fn(v.t().contiguous().t()), jvpc.linearize(m, x)[1](v))  # a view of another layout
+    with torch.no_grad():
+        m[0].weight.add_(1)
+    with pytest.raises(jvpc.Error, match="linearize again"):
+        jvp_fn(v)
+
+
+def test_an_unknown_backend_is_refused():
+    with pytest.raises(jvpc.Error, match="backend must be one of interpreter, inductor"):
+        jvpc.linearize(net(), randn(4, 8), backend="xla")
