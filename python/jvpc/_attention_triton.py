@@ -202,6 +202,30 @@ def _block_grads(q, dq, k, dk, v, dv, g, go, lse, c, r, q_row, MASK, DMASK, b, h
 
 
 @triton.jit
+def _query_block(Q, DQ, GRAD, GRAD_OUT, LSE, C, R, QROW, bh, offs_m, offs_d, offs_e, LQ, D, E,
+                 HAS_DQ: tl.constexpr, HAS_G: tl.constexpr, HAS_GO: tl.constexpr, ACC: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
+    """A query block's tiles for the backward: q, dq, G, Go (q and zeros standing in for absent
+    ones) and its rows' lse (+inf past the end and in dead rows: P = 0), c, r and q_row."""
+    row_ok = offs_m < LQ
+    q = _rows(Q, bh * LQ, offs_m, offs_d, LQ, D)
+    dq = q
+    if HAS_DQ:
+        dq = _rows(DQ, bh * LQ, offs_m, offs_d, LQ, D)
+    g = tl.zeros([BLOCK_M, BLOCK_E], q.dtype)
+    if HAS_G:
+        g = _rows(GRAD, bh * LQ, offs_m, offs_e, LQ, E)
+    go = g
+    if HAS_GO:
+        go = _rows(GRAD_OUT, bh * LQ, offs_m, offs_e, LQ, E)
+    lse = tl.load(LSE + bh * LQ + offs_m, mask=row_ok, other=float("inf")).to(ACC)
+    c = tl.load(C + bh * LQ + offs_m, mask=row_ok, other=0).to(ACC)
+    r = tl.load(R + bh * LQ + offs_m, mask=row_ok, other=0).to(ACC)
+    q_row = tl.load(QROW + bh * LQ + offs_m, mask=row_ok, other=0).to(ACC)
+    return q, dq, g, go, lse, c, r, q_row
+
+
+@triton.jit
 def _backward_kv_kernel(Q, K, V, DQ, DK, DV, MASK, DMASK, GRAD, GRAD_OUT, LSE, C, R, QROW,
                         GK, GV, GDK, GDV,
                         sm_b, sm_h, sm_q, sm_k, sd_b, sd_h, sd_q, sd_k,
@@ -239,21 +263,9 @@ def _backward_kv_kernel(Q, K, V, DQ, DK, DV, MASK, DMASK, GRAD, GRAD_OUT, LSE, C
         bh = b * H + h
         for m0 in range(lo, LQ, BLOCK_M):
             offs_m = m0 + tl.arange(0, BLOCK_M)
-            row_ok = offs_m < LQ
-            q = _rows(Q, bh * LQ, offs_m, offs_d, LQ, D)
-            dq = q
-            if HAS_DQ:
-                dq = _rows(DQ, bh * LQ, offs_m, offs_d, LQ, D)
-            g = tl.zeros([BLOCK_M, BLOCK_E], v.dtype)
-            if HAS_G:
-                g = _rows(GRAD, bh * LQ, offs_m, offs_e, LQ, E)
-            go = g
-            if HAS_GO:
-                go = _rows(GRAD_OUT, bh * LQ, offs_m, offs_e, LQ, E)
-            lse = tl.load(LSE + bh * LQ + offs_m, mask=row_ok, other=float("inf")).to(ACC)
-            c = tl.load(C + bh * LQ + offs_m, mask=row_ok, other=0).to(ACC)
-            r = tl.load(R + bh * LQ + offs_m, mask=row_ok, other=0).to(ACC)
-            q_row = tl.load(QROW + bh * LQ + offs_m, mask=row_ok, other=0).to(ACC)
+            q, dq, g, go, lse, c, r, q_row = _query_block(Q, DQ, GRAD, GRAD_OUT, LSE, C, R, QROW, bh, offs_m, offs_d,
+                                                          offs_e, LQ, D, E, HAS_DQ, HAS_G, HAS_GO, ACC, BLOCK_M,
+                                                          BLOCK_E)
             p, ds_c, gds, gs = _block_grads(q, dq, k, dk, v, dv, g, go, lse, c, r, q_row, MASK, DMASK, b, h, offs_m,
                                             offs_n, LQ, LK, scale, sm_b, sm_h, sm_q, sm_k, sd_b, sd_h, sd_q, sd_k,
                                             HAS_DQ, HAS_DK, HAS_DV, MASK_KIND, HAS_DMASK, CAUSAL, HAS_G, HAS_GO,
@@ -304,20 +316,8 @@ def _backward_q_kernel(Q, K, V, DQ, DK, DV, MASK, DMASK, GRAD, GRAD_OUT, LSE, C,
     offs_d = tl.arange(0, BLOCK_D)
     offs_e = tl.arange(0, BLOCK_E)
     row_ok = offs_m < LQ
-    q = _rows(Q, bh * LQ, offs_m, offs_d, LQ, D)
-    dq = q
-    if HAS_DQ:
-        dq = _rows(DQ, bh * LQ, offs_m, offs_d, LQ, D)
-    g = tl.zeros([BLOCK_M, BLOCK_E], q.dtype)
-    if HAS_G:
-        g = _rows(GRAD, bh * LQ, offs_m, offs_e, LQ, E)
-    go = g
-    if HAS_GO:
-        go = _rows(GRAD_OUT, bh * LQ, offs_m, offs_e, LQ, E)
-    lse = tl.load(LSE + bh * LQ + offs_m, mask=row_ok, other=float("inf")).to(ACC)
-    c = tl.load(C + bh * LQ + offs_m, mask=row_ok, other=0).to(ACC)
-    r = tl.load(R + bh * LQ + offs_m, mask=row_ok, other=0).to(ACC)
-    q_row = tl.load(QROW + bh * LQ + offs_m, mask=row_ok, other=0).to(ACC)
+    q, dq, g, go, lse, c, r, q_row = _query_block(Q, DQ, GRAD, GRAD_OUT, LSE, C, R, QROW, bh, offs_m, offs_d, offs_e,
+                                                  LQ, D, E, HAS_DQ, HAS_G, HAS_GO, ACC, BLOCK_M, BLOCK_E)
     gq = tl.zeros([BLOCK_M, BLOCK_D], ACC)
     gdq = tl.zeros([BLOCK_M, BLOCK_D], ACC)
     hi = LK
