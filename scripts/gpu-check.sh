@@ -9,6 +9,7 @@
 #                                                   # sources from Debian into .deps/ (git-ignored)
 #   there:        scripts/gpu-check.sh              # with .deps carried along
 #   rehearsal:    scripts/gpu-check.sh --cpu        # the same steps on a machine without a GPU
+#   short slot:   scripts/gpu-check.sh [--cpu] --kernels   # the build and the attention kernels' step only
 #
 # Results go to $OUT (or build-gpu/out): test and CLI logs, the CUDA linearize report, the
 # benchmark table and plot, long.log (attention's tangent at long context: the operator's CUDA
@@ -23,6 +24,11 @@ DEPS=$ROOT/.deps
 DEVICE=cuda
 if [ "${1:-}" = --cpu ]; then  # a rehearsal on a machine without a GPU: the same steps on the CPU
   DEVICE=cpu
+  shift
+fi
+KERNELS_ONLY=0
+if [ "${1:-}" = --kernels ]; then  # the build, then attention's Triton kernels alone (a short GPU slot)
+  KERNELS_ONLY=1
   shift
 fi
 if [ "${1:-}" = --prepare ]; then
@@ -61,6 +67,8 @@ echo "$PY" >build-gpu/.jvpc-python
 
 # From here on a failing step is reported, and the next one still runs.
 set +e
+tests_rc=0 cli_rc=0 lin_rc=0
+if [ $KERNELS_ONLY = 0 ]; then
 # Every unit test, the CUDA ones included (they skip only without a GPU), and the CLI checks.
 build-gpu/tests/jvpc_tests --gtest_brief=1 >"$OUT/tests.log" 2>&1
 tests_rc=$?
@@ -72,6 +80,7 @@ build-gpu/jvpc linearize sdpa --device $DEVICE --report "$OUT/linearize_$DEVICE.
 lin_rc=$?
 tail -n 6 build-gpu/linearize.log
 echo "tests + linearize: $(( $(date +%s) - t0 )) s"
+fi
 
 # Attention's tangent in the fused Triton kernels (jvpc/_attention_triton.py): correctness against
 # the ATen route (float32, bfloat16), then time and peak memory beside SDPA's flash kernels at L 2k
@@ -84,8 +93,17 @@ if PYTHONPATH=build-gpu/python "$PY" -c "import jvpc, triton" 2>/dev/null; then
     --json build-gpu/bench/attention_kernels.json >"$OUT/attention_kernels.log" 2>&1 || kernels_rc=$?
   grep -E "^(check .*FAIL|L |tvm|amorehead|anchor|attention kernels)" "$OUT/attention_kernels.log" |
     cut -c1-220 || tail -n 5 "$OUT/attention_kernels.log"
+  # The operator's tests, its CUDA ones included (the Triton kernels through the dispatcher, and
+  # tangent_grad's fused route on CUDA against the CPU in float64); they skip without a GPU.
+  PYTHONPATH=build-gpu/python timeout 240 "$PY" -m pytest -q -p no:cacheprovider -rs \
+    python/tests/test_attention_tangent_backward.py >>"$OUT/attention_kernels.log" 2>&1 || kernels_rc=1
+  tail -n 1 "$OUT/attention_kernels.log"
 else
   echo "attention kernels: skipped (no jvpc module or no Triton for $PY)"
+fi
+if [ $KERNELS_ONLY = 1 ]; then
+  echo "gpu-check --kernels: kernels $kernels_rc; total $(( $(date +%s) - t0 )) s"
+  exit $kernels_rc
 fi
 
 # Long context: jvpc::attention_tangent on CUDA. Its unit tests (O(L) form against the

@@ -5,8 +5,6 @@ The module DDP or fully_shard wraps is the training step (jvpc's program called 
 the program traces the inner network, whose weights it reads by name at each call: under FSDP2
 those are the unsharded parameters the root's pre-forward hook has put in place."""
 
-import os
-import sys
 
 import pytest
 import torch
@@ -17,8 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import jvpc
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench"))
-from dit import DiT  # noqa: E402
+from dit import DiT
 
 WORLD = 2
 

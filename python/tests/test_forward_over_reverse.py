@@ -2,8 +2,6 @@
 vjp, jacrev, torch.autograd.grad), against torch.func in float64. The backward's kernels are
 traced and differentiated by their rules (passes/jvp_rules/backward.cpp)."""
 
-import os
-import sys
 
 import pytest
 import torch
@@ -13,9 +11,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import jvpc
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench"))
-from dit import DiT  # noqa: E402
-from model_zoo import build  # noqa: E402
+from dit import DiT
+from model_zoo import build
 
 D = torch.float64
 

@@ -1,4 +1,4 @@
-"""Whole models from timm and diffusers (scripts/bench/model_zoo.py: random weights, small
+"""Whole models from timm and diffusers (python/tests/model_zoo.py: random weights, small
 configurations): jvpc's primal and tangent against torch.func.jvp on the math SDPA backend
 (float64 and float32), FlopCounterMode's count of jvp_fn against the forward's, a compiled
 program at a second point, and UNet2DModel, which torch.func.jvp cannot differentiate, against
@@ -13,9 +13,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import jvpc
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench"))
 from models import on_math  # noqa: E402
-from model_zoo import MODELS, NO_TORCH_FUNC_JVP, build, partial, tangents_for  # noqa: E402
+from model_zoo import MODELS, NO_TORCH_FUNC_JVP, build, partial, tangents_for
 
 BY_TORCH_FUNC = [m for m in MODELS if m not in NO_TORCH_FUNC_JVP]
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-4}

@@ -2,8 +2,6 @@
 tangents; dout's gradients are torch.func.jvp's second-order ones (float64, math backend), with
 attention in the O(L) form in the forward and the backward (jvpc::attention_tangent_backward)."""
 
-import os
-import sys
 
 import pytest
 import torch
@@ -14,8 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import jvpc
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench"))
-from dit import DiT  # noqa: E402
+from dit import DiT
 
 
 def case():

@@ -2,8 +2,6 @@
 primal outputs as eager does (loss.backward() gives eager's gradients), from the same run that
 gives the tangent's residuals; without anything requiring grad it records nothing."""
 
-import os
-import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -11,8 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import jvpc
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench"))
-from dit import DiT  # noqa: E402
+from dit import DiT
 
 
 def point(seed, B=2, L=8, C=4, dtype=torch.float64):

@@ -4,8 +4,6 @@ one of its weights was replaced or rebound."""
 
 import copy
 import gc
-import os
-import sys
 import weakref
 
 import pytest
@@ -15,8 +13,7 @@ from torch import nn
 
 import jvpc
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench"))
-from dit import DiT  # noqa: E402
+from dit import DiT
 
 
 def case(seed=0):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""jvpc on whole models (scripts/bench/model_zoo.py: timm and diffusers, random weights) beside
+"""jvpc on whole models (python/tests/model_zoo.py: timm and diffusers, random weights) beside
 PyTorch, in one process, on one thread by default.
 
 For each model it measures, as medians of interleaved rounds (every timed call once per round,
@@ -40,6 +40,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The networks (dit.py, model_zoo.py) are the tests' fixtures, in python/tests.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "tests"))
 from model_zoo import MODELS, build, partial, tangents_for  # noqa: E402
 from torch_reference import interleaved_medians, matmul_flops, peak_bytes  # noqa: E402
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A training step with a JVP inside, jvpc beside PyTorch, in one process.
 
-For each size of a small DiT (scripts/bench/dit.py) and each objective (MeanFlow: the JVP along
+For each size of a small DiT (python/tests/dit.py) and each objective (MeanFlow: the JVP along
 (v, 0, 1), the loss through u; sCM in TrigFlow form: the JVP along (dx_t/dt, 1, 1), the loss
 through F), three sides train their own copy of the same network (same initial weights, AdamW,
 the same batches):
@@ -11,6 +11,8 @@ the same batches):
   func eager    torch.func.jvp(net, ...) on SDPA's math path (the fused kernels have no forward AD),
                 then loss.backward(), opt.step()
   compiled      the same torch step's loss under torch.compile (--skip-compile leaves it out)
+  jvpc inductor the jvpc step with jvpc.compile(..., backend="inductor"): each jvp_fn's tangent
+                graph compiled by Inductor, once (--skip-compile leaves it out)
   jvpc compiled the jvpc step under torch.compile: prog.jvp(...) is one opaque
                 operator in the compiled graph, whose backward runs the network again by torch.func
                 (jvpc/_in_compile.py); Inductor compiles the rest of the step (--skip-compile
@@ -56,6 +58,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The networks (dit.py, model_zoo.py) are the tests' fixtures, in python/tests.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "tests"))
 from dit import DiT  # noqa: E402
 
 import jvpc  # noqa: E402
@@ -191,6 +195,17 @@ def make_sides(size, objective, skip_compile, autocast="none"):
     if not skip_compile:
         cnet = copy.deepcopy(net)
         sides.append(Side("compiled", cnet, torch.compile(torch_step(cnet)), autocast))
+        inet = copy.deepcopy(net)
+        with precision(autocast):
+            iprog = jvpc.compile(inet, *primals, options=options, backend="inductor")
+
+        def jvpc_inductor_step(batch):
+            primals, tangents, aux = make(*batch)
+            out, jvp_fn = iprog(*primals)
+            dout = jvp_fn(*tangents)
+            return loss_of(out, dout, aux, batch[2], batch[3]), dout
+
+        sides.append(Side("jvpc inductor", inet, jvpc_inductor_step, autocast))
         cjnet = copy.deepcopy(net)
         with precision(autocast):
             cprog = jvpc.compile(cjnet, *primals, options=options)
@@ -276,7 +291,7 @@ def run(size, objective, args):
             try:
                 loss, norm = s.step(batch)
             except Exception as e:  # noqa: BLE001  (torch.compile's side: reported, not fatal)
-                if s.name not in ("compiled", "jvpc compiled"):
+                if s.name not in ("compiled", "jvpc compiled", "jvpc inductor"):
                     raise
                 failed[s.name] = str(e).splitlines()[0][:200]
                 sides.remove(s)
@@ -294,7 +309,7 @@ def run(size, objective, args):
         row["sides"][s.name] = {"median_s": statistics.median(s.times), "flops": f, "peak_bytes": p,
                                 "losses": s.losses[:args.show_losses], "jvp_norms": s.jvp_norms[:args.show_losses]}
     ref = sides[1]
-    exact = [s for s in sides if s.name in ("jvpc", "func eager", "compiled", "jvpc compiled")]  # the same loss
+    exact = [s for s in sides if s.name in ("jvpc", "func eager", "compiled", "jvpc compiled", "jvpc inductor")]
     agree = all(abs(a - b) <= args.loss_rtol * abs(b) for s in exact
                 for a, b in zip(s.losses + s.jvp_norms, ref.losses + ref.jvp_norms))
     row["losses_agree"] = agree
