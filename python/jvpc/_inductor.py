@@ -26,7 +26,7 @@ from ._C import Error
 BACKENDS = ("interpreter", "inductor")
 
 _DTYPES = {aten: getattr(torch, py) for aten, py in _C.dtype_names()}
-_LAYOUTS = {"Strided": torch.strided, "Sparse": torch.sparse_coo, "Mkldnn": torch._mkldnn}
+_LAYOUTS = {"Strided": torch.strided, "Sparse": torch.sparse_coo, "SparseCsr": torch.sparse_csr, "Mkldnn": torch._mkldnn}
 _FORMATS = {"Contiguous": torch.contiguous_format, "Preserve": torch.preserve_format,
             "ChannelsLast": torch.channels_last, "ChannelsLast3d": torch.channels_last_3d}
 
@@ -47,7 +47,7 @@ def _op(name: str):
 
 
 def _number(v):
-    return float(v) if not isinstance(v, str) else float(v)  # "inf", "-inf", "nan" written as text
+    return float(v)  # a number, or "inf", "-inf", "nan" written as text
 
 
 def _arg(a: dict, env: dict):

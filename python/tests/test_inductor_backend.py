@@ -80,6 +80,22 @@ def test_tangents_and_weights_are_checked_as_the_interpreter_checks_them():
         jvp_fn(v)
 
 
+def test_lists_tuples_dtypes_and_infinities_convert():
+    """Ops returning lists and tuples, dtype arguments and non-finite constants reach Inductor
+    as the interpreter runs them."""
+    def f(x):
+        a, b = torch.split(x, [3, 5], dim=1)
+        y = torch.cat([a.sin(), b.to(torch.float32).to(torch.float64).exp()], 1)
+        m, i = y.max(dim=1)
+        return y.clamp(min=float("-inf"), max=2.0) * m[:, None], torch.where(y > 0, y, float("inf")).amin(1)
+
+    x, v = randn(4, 8), randn(4, 8)
+    want = torch.func.jvp(f, (x,), (v,))[1]
+    got = jvpc.jvp(f, (x,), (v,), backend="inductor")[1]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
 def test_an_unknown_backend_is_refused():
     with pytest.raises(jvpc.Error, match="backend must be one of interpreter, inductor"):
         jvpc.linearize(net(), randn(4, 8), backend="xla")
