@@ -79,7 +79,8 @@ def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bo
         def check():
             weights.check_stamp(stamp, who)
 
-    base = tangent_run(lin) if backend == "inductor" else None
+    inductor = {} if backend == "inductor" else None
+    base = tangent_run(lin, inductor) if inductor is not None else None
     if tangent_grad:
         traced, at = with_weights(func, weights, primals, diff, who, names)
         run = through_tangent(base or lin.run, traced, at, rng,
@@ -87,7 +88,7 @@ def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bo
     else:
         run = base
     out = pytree.tree_unflatten(outputs, out_spec[0])
-    jvp_fn = JvpFn(lin, inputs, out_spec[0], who, run=run, check=check, tangent_grad=tangent_grad)
+    jvp_fn = JvpFn(lin, inputs, out_spec[0], who, run=run, check=check, tangent_grad=tangent_grad, inductor=inductor)
     return (out, jvp_fn, aux[0]) if has_aux else (out, jvp_fn)
 
 

@@ -134,7 +134,8 @@ def tangent_run(lin, shared: dict | None = None) -> Callable:
     tangents and constants checked as the interpreter checks them, then Inductor's function of
     the graph inputs in graph order. `shared` is kept by the caller across linear maps of one
     graph (a program's calls): the graph is read and looked up once there. One compilation
-    serves every graph of the same text and input layouts; compile_ms() gives its time."""
+    serves every graph of the same text and input layouts; compile_ms() gives its time, and
+    shared["compile_ms"] what compiling took for this graph here (jvp_fn.report()'s phase)."""
     shared = {} if shared is None else shared
     if "order" not in shared:
         order = []  # per graph input: (is a constant, its index among its kind)
@@ -154,24 +155,30 @@ def tangent_run(lin, shared: dict | None = None) -> Callable:
         layouts = tuple((a.shape, a.stride(), a.dtype, a.device) for a in args)
         fn = fns.get(layouts)
         if fn is None:
-            fn = fns[layouts] = _compiled_for(graph, shared["text"], layouts, args)
+            fn, ms = _compiled_for(graph, shared["text"], layouts, args)
+            fns[layouts] = fn
+            shared["compile_ms"] = shared.get("compile_ms", 0.0) + ms
         with torch.no_grad():
             return list(fn(*args))
 
     return run
 
 
-def _compiled_for(graph: _C.Graph, text: str, layouts: tuple, args: list[torch.Tensor]) -> Callable:
+def _compiled_for(graph: _C.Graph, text: str, layouts: tuple, args: list[torch.Tensor]) -> tuple[Callable, float]:
+    """Inductor's function for the graph at these layouts, and the ms spent compiling it now (0
+    where an earlier compilation serves)."""
     key = (text, layouts)
     with _lock:
         fn = _compiled.get(key)
-    if fn is None:
-        t0 = time.perf_counter()
-        fn = torch._inductor.compile(to_fx(graph), args)
-        with _lock:
-            _compiled[key] = fn
-            _compile_ms.append((time.perf_counter() - t0) * 1e3)
-    return fn
+    if fn is not None:
+        return fn, 0.0
+    t0 = time.perf_counter()
+    fn = torch._inductor.compile(to_fx(graph), args)
+    ms = (time.perf_counter() - t0) * 1e3
+    with _lock:
+        _compiled[key] = fn
+        _compile_ms.append(ms)
+    return fn, ms
 
 
 _compile_ms: list[float] = []

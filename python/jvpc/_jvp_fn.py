@@ -26,7 +26,8 @@ class JvpFn:
     replaced since).
     """
 
-    def __init__(self, lin, inputs: Inputs, out_spec, who: str, *, run=None, check=None, tangent_grad=False):
+    def __init__(self, lin, inputs: Inputs, out_spec, who: str, *, run=None, check=None, tangent_grad=False,
+                 inductor=None):
         self._lin = lin
         self._who = who
         self._out_spec = out_spec
@@ -41,6 +42,7 @@ class JvpFn:
         self._plain_n = len(inputs.diff) if all(inputs.specs[i].is_leaf() for i in inputs.diff) else -1
         self._single_out = out_spec.is_leaf()
         self._tangent_grad = tangent_grad
+        self._inductor = inductor  # backend="inductor": what _inductor.tangent_run keeps (its compile time)
         self._run = run or lin.run
         self._check = check
         if check is not None:
@@ -93,8 +95,13 @@ class JvpFn:
         return self._lin.graph.to_dot(title)
 
     def report(self) -> dict:
-        """The compile report: cost after every pass, forward cost, measured linearize FLOPs, tangent cost."""
-        return json.loads(self._lin.report_json)
+        """The compile report: cost after every pass, forward cost, measured linearize FLOPs, tangent
+        cost; with backend="inductor", phases_ms["inductor compile"]: what Inductor's compile of the
+        tangent graph took at this map's calls so far (0 where an earlier one serves)."""
+        r = json.loads(self._lin.report_json)
+        if self._inductor is not None:
+            r["phases_ms"]["inductor compile"] = self._inductor.get("compile_ms", 0.0)
+        return r
 
     def report_text(self) -> str:
         """The per-pass cost table, as `jvpc linearize` prints it."""

@@ -89,7 +89,8 @@ class _Traced:
         if self.tangent_grad_of is not None:
             run = through_tangent(run or lin.run, self.tangent_grad_of, inputs, rng, self.buffers())
         return pytree.tree_unflatten(outputs, self.out_spec), JvpFn(lin, inputs, self.out_spec, who, run=run,
-                                                                  tangent_grad=self.tangent_grad_of is not None)
+                                                                  tangent_grad=self.tangent_grad_of is not None,
+                                                                  inductor=self.inductor)
 
 
 class Program:

@@ -29,9 +29,12 @@ def close(a, b):
 def test_linearize_and_jvp_equal_the_interpreter_and_torch_func():
     m, x, v = net(), randn(4, 8), randn(4, 8)
     want = torch.func.jvp(m, (x,), (v,))
+    _inductor._compiled.clear()
     out, jvp_fn = jvpc.linearize(m, x, backend="inductor")
+    assert jvp_fn.report()["phases_ms"]["inductor compile"] == 0  # compiled at the first call
     close(out, want[0])
     close(jvp_fn(v), want[1])
+    assert jvp_fn.report()["phases_ms"]["inductor compile"] > 0
     close(jvp_fn(v * 2), want[1] * 2)
     close(jvpc.jvp(m, (x,), (v,), backend="inductor")[1], want[1])
     close(jvpc.linearize(m, x)[1](v), want[1])
@@ -46,6 +49,7 @@ def test_a_program_compiles_its_tangent_graph_once():
         out, jvp_fn = prog(xk)
         close(jvp_fn(v), torch.func.jvp(m, (xk,), (v,))[1])
     assert len(_inductor.compile_ms()) - before <= 1  # none where an earlier test compiled this graph
+    assert jvp_fn.report()["phases_ms"]["inductor compile"] >= 0
 
 
 def test_tangent_grad_and_attention_in_the_o_l_form():
