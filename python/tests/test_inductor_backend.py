@@ -100,6 +100,26 @@ def test_lists_tuples_dtypes_and_infinities_convert():
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
+def test_vmap_the_cache_and_a_programs_guards():
+    """vmap(jvp_fn) runs the batched tangent graph (on the interpreter); cache=True reuses the
+    optimized graphs and the compilation; a program's guards retrace (eval) and its new graph
+    compiles anew."""
+    m, x = net(), randn(4, 8)
+    vs = randn(3, 4, 8)
+    _, jvp_fn = jvpc.linearize(m, x, backend="inductor")
+    close(torch.func.vmap(jvp_fn)(vs), torch.stack([torch.func.jvp(m, (x,), (v,))[1] for v in vs]))
+    for k in range(2):
+        xk = x + k
+        _, jvp_fn = jvpc.linearize(m, xk, cache=True, backend="inductor")
+        close(jvp_fn(vs[0]), torch.func.jvp(m, (xk,), (vs[0],))[1])
+    d = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)).double()
+    prog = jvpc.compile(d, x, backend="inductor")
+    d.eval()
+    _, jvp_fn = prog(x)
+    close(jvp_fn(vs[0]), torch.func.jvp(d, (x,), (vs[0],))[1])
+    assert prog.num_graphs == 2
+
+
 def test_an_unknown_backend_is_refused():
     with pytest.raises(jvpc.Error, match="backend must be one of interpreter, inductor"):
         jvpc.linearize(net(), randn(4, 8), backend="xla")
