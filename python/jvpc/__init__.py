@@ -30,7 +30,7 @@ from ._jvp_fn import JvpFn
 from ._program import Program, compile, load_program
 
 if torch.cuda.is_available() and _os.environ.get("JVPC_ATTENTION_KERNELS", "triton") != "aten":
-    try:  # attention's tangent and its backward on CUDA in fused Triton kernels (docs/long-context.md)
+    try:  # attention's tangent and its backward on CUDA in fused Triton kernels (docs/design.md)
         from . import _attention_triton
 
         _attention_triton.register("CUDA")

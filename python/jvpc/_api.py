@@ -83,8 +83,7 @@ def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bo
     base = tangent_run(lin, inductor) if inductor is not None else None
     if tangent_grad:
         traced, at = with_weights(func, weights, primals, diff, who, names)
-        run = through_tangent(base or lin.run, traced, at, rng,
-                              weights.buffers + [False] * (len(at.tensors) - len(weights)))
+        run = through_tangent(base or lin.run, traced, at, rng, weights.buffer_marks(len(at.tensors)))
     else:
         run = base
     out = pytree.tree_unflatten(outputs, out_spec[0])

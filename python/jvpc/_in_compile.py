@@ -27,7 +27,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ._C import Error
-from ._tangent_grad import rng_states
+from ._tangent_grad import rng_count, rng_states
 
 if TYPE_CHECKING:
     from ._program import Program
@@ -86,8 +86,8 @@ def _program_jvp_fake(h, grad, n_inputs, tensors):
     metas = _program(h)._out_metas(tensors[:n_inputs])
     outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype, device in metas]
     rng = [torch.empty(_CPU_RNG_BYTES, dtype=torch.uint8)]
-    if any(t.is_cuda for t in tensors):
-        rng.append(torch.empty(16, dtype=torch.uint8))
+    if rng_count(tensors) > 1:
+        rng.append(torch.empty(16, dtype=torch.uint8))  # the CUDA generator's state
     return outs + [torch.empty_like(o) for o in outs] + rng
 
 
@@ -106,7 +106,7 @@ def _program_jvp_backward_fake(h, n_inputs, tensors, rng, grads):
 
 def _setup_context(ctx, inputs, output):
     h, _, n_inputs, tensors = inputs
-    n_rng = 2 if any(t.is_cuda for t in tensors) else 1
+    n_rng = rng_count(tensors)
     ctx.h, ctx.n_inputs, ctx.n_tensors, ctx.n_rng = h, n_inputs, len(tensors), n_rng
     ctx.save_for_backward(*tensors, *output[len(output) - n_rng:])
 

@@ -19,7 +19,7 @@ from ._pytrees import Inputs, argnums_of, parameter_names, same_value, shape_of,
 from ._inductor import check_backend, tangent_run
 from ._tangent_grad import rng_states, through_tangent, vjp_of_jvp
 from ._compat import distributed_data_parallel
-from ._weights import Weights, reached, with_weights
+from ._weights import Weights, buffers_kept, reached, with_weights
 
 __all__ = ["Program", "compile", "load_program"]
 
@@ -79,8 +79,8 @@ class _Traced:
 
     def buffers(self) -> list[bool]:
         """Per graph input, whether it is a module's buffer."""
-        marks = self.weights.buffers if self.weights is not None else []
-        return marks + [False] * (len(self.inputs.metas) - len(marks))
+        n = len(self.inputs.metas)
+        return self.weights.buffer_marks(n) if self.weights is not None else [False] * n
 
     def run(self, inputs: Inputs, who: str):
         rng = rng_states(inputs.tensors) if self.tangent_grad_of is not None else None  # what the call draws with
@@ -173,11 +173,12 @@ class Program:
         if g is None or g.func is None:
             raise Error("jvpc.Program.jvp's backward: the graph the forward ran is gone (max_graphs)")
         tangent_grad = g.tangent_grad_of is not None
+        buffers = g.buffers()
         x = [a.detach().requires_grad_((a.is_floating_point() or a.is_complex()) and not buffer)
-             for a, buffer in zip(tensors, g.buffers())]
+             for a, buffer in zip(tensors, buffers)]
         t = [a.detach().requires_grad_(tangent_grad) for a in tangents]
         n = len(grads) // 2
-        return vjp_of_jvp(g.func, g.inputs, x, t, grads[:n], grads[n:] if tangent_grad else None, rng, g.buffers())
+        return vjp_of_jvp(g.func, g.inputs, x, t, grads[:n], grads[n:] if tangent_grad else None, rng, buffers)
 
     @eager_only
     def __call__(self, *primals: Any):
@@ -293,7 +294,7 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
             out_metas.append([(tuple(t.shape), t.dtype, t.device) for t in leaves])
             return leaves
 
-        with supported_context(who), _random_state_kept(), _buffers_kept(buffers), recording(func, who) as reads:
+        with supported_context(who), _random_state_kept(), buffers_kept(buffers), recording(func, who) as reads:
             prog = _C._compile(recorded, inputs.tensors, inputs.names, inputs.differentiable, inputs.wrt, options,
                                exact_strides, weights.buffers)
         weights.release()  # the program reads them by name; a replaced weight is freed
@@ -317,20 +318,6 @@ def _random_state_kept():
         torch.random.set_rng_state(cpu_state)
         if cuda:
             torch.cuda.set_rng_state_all(cuda_states)
-
-
-@contextlib.contextmanager
-def _buffers_kept(buffers: list[torch.Tensor]):
-    """Leaves the modules' buffers as they were: the trace's writes to them (BatchNorm's running
-    statistics) are not a call's; the program writes them at every call."""
-    saved = [b.clone() for b in buffers]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for b, s in zip(buffers, saved):
-                if not torch.equal(b, s):  # an untouched buffer keeps its version: linear maps made
-                    b.copy_(s)             # from the module earlier see no write
 
 
 def _meta(shape, dtype, device) -> str:

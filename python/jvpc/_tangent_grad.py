@@ -28,13 +28,20 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ._pytrees import Inputs
 from ._tangent_grad_attention import o_l_attention
+from ._weights import buffers_kept
+
+
+def rng_count(tensors: Sequence[torch.Tensor]) -> int:
+    """How many generator states rng_states takes for these tensors: the CPU's, and the current
+    CUDA device's where a tensor is on CUDA."""
+    return 2 if any(t.is_cuda for t in tensors) else 1
 
 
 def rng_states(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """The CPU generator's state, and the current CUDA device's where a tensor is on CUDA: taken
     before a forward, so that a backward which runs func again draws what the forward drew."""
     states = [torch.random.get_rng_state()]
-    if any(t.is_cuda for t in tensors):
+    if rng_count(tensors) > 1:
         states.append(torch.cuda.get_rng_state())
     return states
 
@@ -43,19 +50,12 @@ def rng_states(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 def _replaying(rng: list[torch.Tensor], buffers: list[torch.Tensor]):
     """The random generators at `rng` (restored after), and the modules' buffers left as they are
     (func run again in training writes BatchNorm's running statistics)."""
-    kept = [b.clone() for b in buffers]
     devices = [torch.cuda.current_device()] if len(rng) > 1 else []
-    with torch.random.fork_rng(devices=devices):
+    with torch.random.fork_rng(devices=devices), buffers_kept(buffers):
         torch.random.set_rng_state(rng[0])
         if devices:
             torch.cuda.set_rng_state(rng[1])
-        try:
-            yield
-        finally:
-            with torch.no_grad():
-                for b, v in zip(buffers, kept):
-                    if not torch.equal(b, v):  # a write moves the version autograd checks a saved buffer by
-                        b.copy_(v)
+        yield
 
 
 def vjp_of_jvp(func: Callable, inputs: Inputs, x: Sequence[torch.Tensor], t: Sequence[torch.Tensor],

@@ -124,7 +124,7 @@ def _o_l_call(args, kwargs):
         if causal or not isinstance(mask, torch.Tensor) or mask.device.type != device:
             return None
         if mask.dtype == torch.bool:
-            mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, float("-inf"))
+            mask = torch.zeros_like(mask, dtype=q.dtype).masked_fill(~mask, float("-inf"))
         elif mask.dtype != q.dtype or mask.requires_grad or torch._C._functorch.is_functorch_wrapped_tensor(mask):
             return None  # its gradient would not be propagated
     return q, k, v, mask, bool(causal), float(q.shape[-1] ** -0.5 if scale is None else scale)

@@ -148,6 +148,11 @@ class Weights:
     def __len__(self) -> int:
         return len(self._where)
 
+    def buffer_marks(self, n_inputs: int) -> list[bool]:
+        """Per graph input of a function with these weights first (with_weights), whether it is a
+        buffer: `buffers`, then False for the n_inputs - len(self) arguments' tensors."""
+        return self.buffers + [False] * (n_inputs - len(self))
+
     @property
     def buffers(self) -> list[bool]:
         """Per weight, whether it is a buffer (a module's state, which its forward may write:
@@ -299,3 +304,19 @@ def _named_weights(root: nn.Module):
 
 def _meta(shape, dtype, device) -> str:
     return f"{str(dtype).removeprefix('torch.')}{list(shape)} on {device}"
+
+
+@contextlib.contextmanager
+def buffers_kept(buffers: list[torch.Tensor]):
+    """Leaves the modules' buffers as they were: writes to them by a run that is not a call's (a
+    trace, a backward running func again; BatchNorm's running statistics) are undone. A buffer the
+    run did not change is not written, so that its version stays and the linear maps made from
+    the module earlier, and autograd's saved copies, see no write."""
+    saved = [b.clone() for b in buffers]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, s in zip(buffers, saved):
+                if not torch.equal(b, s):
+                    b.copy_(s)
