@@ -396,7 +396,7 @@ class _Call:
             raise RuntimeError("jvpc attention: dmask is the floating-point tangent of a float mask, and there is none")
         self.mask_kind, self.mask, self.mask_strides = 0, None, (0, 0, 0, 0)
         if mask is not None:
-            m = mask.to(torch.uint8) if mask.dtype == torch.bool else mask
+            m = mask.view(torch.uint8) if mask.dtype == torch.bool else mask  # the same bytes, no copy
             self.mask_kind = 1 if mask.dtype == torch.bool else 2
             self.mask, self.mask_strides = self._scores_view(m, "mask")
         self.dmask, self.dmask_strides = None, (0, 0, 0, 0)
@@ -489,7 +489,8 @@ def backward(q, k, v, out, lse, dout=None, dq=None, dk=None, dv=None, mask=None,
     tensors, sizes = call.common()
     g_in = (grad if grad is not None else out, grad_out if grad_out is not None else out)
     flags = dict(HAS_G=grad is not None, HAS_GO=grad_out is not None, **call.flags())
-    grads = [torch.zeros_like(t) if w else None
+    # Each kernel writes every row of what it computes (zeros where no query or key reaches it).
+    grads = [torch.empty_like(t) if w else None
              for w, t in zip(want, (call.q, call.k, call.v, call.q, call.k, call.v))]
     stand_in = call.q
     if any(want[i] for i in (1, 2, 4, 5)) and call.LK and call.B * call.H:
