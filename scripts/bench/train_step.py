@@ -3,11 +3,12 @@
 
 For each size of a small DiT (python/tests/dit.py) and each objective (MeanFlow: the JVP along
 (v, 0, 1), the loss through u; sCM in TrigFlow form: the JVP along (dx_t/dt, 1, 1), the loss
-through F), three sides train their own copy of the same network (same initial weights, AdamW,
+through F), the sides below train their own copy of the same network (same initial weights, AdamW,
 the same batches):
 
-  jvpc          jvpc.compile(net, ...) once; per step prog(z, r, t) (the step's one forward, which
-                autograd records), jvp_fn(...), loss.backward(), opt.step()
+  jvpc          jvpc.compile(net, ...) once; per step prog.jvp((z, r, t), tangents), which is
+                prog(z, r, t) (the step's one forward, which autograd records) and its jvp_fn(...),
+                then loss.backward(), opt.step()
   func eager    torch.func.jvp(net, ...) on SDPA's math path (the fused kernels have no forward AD),
                 then loss.backward(), opt.step()
   compiled      the same torch step's loss under torch.compile (--skip-compile leaves it out)
@@ -151,15 +152,17 @@ def make_sides(size, objective, skip_compile, autocast="none"):
     options = jvpc.LinearizeOptions()
     if long_form:
         options.residual_budget = 0  # the O(L) form of the attention's tangent
-    jnet = copy.deepcopy(net)
-    with precision(autocast):  # traced as it runs: under the autocast its steps run in
-        prog = jvpc.compile(jnet, *primals, options=options)
+    def program(backend="interpreter"):  # a copy of the network and its program
+        jnet = copy.deepcopy(net)
+        with precision(autocast):  # traced as it runs: under the autocast its steps run in
+            return jnet, jvpc.compile(jnet, *primals, options=options, backend=backend)
 
-    def jvpc_step(batch):
-        primals, tangents, aux = make(*batch)
-        out, jvp_fn = prog(*primals)
-        dout = jvp_fn(*tangents)
-        return loss_of(out, dout, aux, batch[2], batch[3]), dout
+    def jvpc_step(prog):  # prog.jvp: the program's call and its jvp_fn's (one operator under torch.compile)
+        def step(batch):
+            primals, tangents, aux = make(*batch)
+            out, dout = prog.jvp(primals, tangents)
+            return loss_of(out, dout, aux, batch[2], batch[3]), dout
+        return step
 
     def torch_step(net):
         def step(batch):
@@ -186,7 +189,8 @@ def make_sides(size, objective, skip_compile, autocast="none"):
             return loss_of(out, dout, aux, batch[2], batch[3]), dout
         return step
 
-    sides = [Side("jvpc", jnet, jvpc_step, autocast)]
+    jnet, prog = program()
+    sides = [Side("jvpc", jnet, jvpc_step(prog), autocast)]
     enet = copy.deepcopy(net)
     sides.append(Side("func eager", enet, torch_step(enet), autocast))
     pnet, fnet = copy.deepcopy(net), copy.deepcopy(net)
@@ -195,29 +199,12 @@ def make_sides(size, objective, skip_compile, autocast="none"):
     if not skip_compile:
         cnet = copy.deepcopy(net)
         sides.append(Side("compiled", cnet, torch.compile(torch_step(cnet)), autocast))
-        inet = copy.deepcopy(net)
-        with precision(autocast):
-            iprog = jvpc.compile(inet, *primals, options=options, backend="inductor")
-
-        def jvpc_inductor_step(batch):
-            primals, tangents, aux = make(*batch)
-            out, jvp_fn = iprog(*primals)
-            dout = jvp_fn(*tangents)
-            return loss_of(out, dout, aux, batch[2], batch[3]), dout
-
-        sides.append(Side("jvpc inductor", inet, jvpc_inductor_step, autocast))
-        cjnet = copy.deepcopy(net)
-        with precision(autocast):
-            cprog = jvpc.compile(cjnet, *primals, options=options)
-
-        def jvpc_compiled_step(batch):
-            primals, tangents, aux = make(*batch)
-            out, dout = cprog.jvp(primals, tangents)
-            return loss_of(out, dout, aux, batch[2], batch[3]), dout
-
+        inet, iprog = program("inductor")
+        sides.append(Side("jvpc inductor", inet, jvpc_step(iprog), autocast))
+        cjnet, cprog = program()
         # fullgraph=True compiles it too (python/tests/test_in_torch_compile.py); here the FLOP count's
         # dispatch mode, under which Dynamo compiles nothing, runs it eagerly as the other compiled side.
-        sides.append(Side("jvpc compiled", cjnet, torch.compile(jvpc_compiled_step), autocast))
+        sides.append(Side("jvpc compiled", cjnet, torch.compile(jvpc_step(cprog)), autocast))
     return sides, (B, L), prog
 
 
