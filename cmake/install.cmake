@@ -14,10 +14,10 @@ include(CMakePackageConfigHelpers)
 # and CUDA-graph internals stay inside.
 set(JVPC_PUBLIC_HEADERS
   compiler/api/linearize.h compiler/api/program.h compiler/api/reference.h compiler/api/report.h
-  compiler/cost/cost_model.h compiler/cost/kernel_watch.h
-  compiler/ir/builder.h compiler/ir/files.h compiler/ir/graph.h compiler/ir/graph_files.h compiler/ir/graph_json.h
-  compiler/ir/json_text.h compiler/ir/limits.h compiler/ir/ops.h compiler/ir/printer.h compiler/ir/retarget.h
-  compiler/ir/safetensors.h compiler/ir/serialize.h compiler/ir/text.h compiler/ir/verifier.h
+  ir/cost/cost_model.h ir/cost/kernel_watch.h
+  ir/builder.h ir/io/files.h ir/graph.h ir/io/graph_files.h ir/io/graph_json.h
+  ir/io/json_text.h ir/io/limits.h ir/ops.h ir/printer.h ir/retarget.h
+  ir/io/safetensors.h ir/text.h ir/verifier.h
   compiler/trace/tracer.h
   passes/cost_table.h passes/linearize_pipeline.h passes/pass.h passes/passes.h passes/rewrite.h
   runtime/executable.h runtime/program.h)

@@ -16,7 +16,7 @@ void add_flags(CLI::App& app, BlockFlags& f) {
   add_common_flags(app, f.c, true);
   app.add_option("--head-dim", f.head_dim, "head dimension; heads = model-dim / head-dim")
       ->capture_default_str()
-      ->check(kPositive);
+      ->check(flags::kPositive);
   app.add_flag("--causal", f.causal, "causal self-attention");
 }
 

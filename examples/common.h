@@ -2,7 +2,7 @@
 #pragma once
 
 #include "examples/examples.h"
-#include "examples/flags.h"
+#include "compiler/cli/flags.h"
 
 #include <CLI/CLI.hpp>
 #include <ATen/ATen.h>

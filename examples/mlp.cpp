@@ -11,7 +11,7 @@ struct MlpFlags {
 
 void add_flags(CLI::App& app, MlpFlags& f) {
   add_common_flags(app, f.c, false);
-  app.add_option("--hidden-dim", f.hidden, "hidden width (default: 4 * model-dim)")->check(kPositive);
+  app.add_option("--hidden-dim", f.hidden, "hidden width (default: 4 * model-dim)")->check(flags::kPositive);
 }
 
 Instance make_mlp(const std::vector<std::string>& args) {

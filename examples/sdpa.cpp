@@ -18,16 +18,16 @@ void add_flags(CLI::App& app, SdpaFlags& f) {
   add_common_flags(app, f.c, true);
   app.add_option("--head-dim", f.head_dim, "head dimension; heads = model-dim / head-dim")
       ->capture_default_str()
-      ->check(kPositive);
-  app.add_option("--kv-seq-len", f.kv_seq_len, "key/value sequence length (default: --seq-len)")->check(kPositive);
+      ->check(flags::kPositive);
+  app.add_option("--kv-seq-len", f.kv_seq_len, "key/value sequence length (default: --seq-len)")->check(flags::kPositive);
   app.add_option("--kv-heads", f.kv_heads, "key/value heads, for grouped-query attention (default: all heads)")
-      ->check(kPositive);
+      ->check(flags::kPositive);
   app.add_flag("--causal", f.causal, "causal attention");
   app.add_option("--mask", f.mask,
                  "attention mask: none|bool|float (an input, not differentiated unless --wrt names it)")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "bool", "float"}));
-  app.add_option("--scale", f.scale, "softmax scale (default: 1/sqrt(head-dim))")->check(kFinite);
+  app.add_option("--scale", f.scale, "softmax scale (default: 1/sqrt(head-dim))")->check(flags::kFinite);
 }
 
 Instance make_sdpa(const std::vector<std::string>& args) {

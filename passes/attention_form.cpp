@@ -36,11 +36,11 @@
 // memory, against a model's graph) keeps P everywhere without counting.
 #include "passes/passes.h"
 
-#include "compiler/cost/cost_model.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/limits.h"
-#include "compiler/ir/liveness.h"
-#include "compiler/ir/verifier.h"
+#include "ir/cost/cost_model.h"
+#include "ir/builder.h"
+#include "ir/io/limits.h"
+#include "ir/liveness.h"
+#include "ir/verifier.h"
 #include "passes/rewrite.h"
 #include "runtime/attention_tangent.h"
 

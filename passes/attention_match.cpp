@@ -39,9 +39,9 @@
 // graph is the one the rules gave (budget inf skips the pass altogether).
 #include "passes/passes.h"
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
+#include "ir/builder.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
 #include "passes/jvp_rules/rules.h"
 #include "runtime/attention_tangent.h"
 

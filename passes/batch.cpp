@@ -16,7 +16,7 @@
 //     return (%2)                                                return (%.. : f32[K,5,64,64])
 #include "passes/passes.h"
 
-#include "compiler/ir/verifier.h"
+#include "ir/verifier.h"
 #include "passes/batch_rules/rules.h"
 
 #include <set>

@@ -2,7 +2,7 @@
 // table and available as data for --report.
 #pragma once
 
-#include "compiler/cost/cost_model.h"
+#include "ir/cost/cost_model.h"
 #include "passes/pass.h"
 
 #include <iosfwd>

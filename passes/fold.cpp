@@ -25,8 +25,8 @@
 // example point.
 #include "passes/passes.h"
 
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/ir/ops.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/ops.h"
 #include "runtime/executable.h"
 
 #include <ATen/ATen.h>

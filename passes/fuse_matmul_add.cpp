@@ -11,7 +11,7 @@
 // counts as its bmm); one kernel and one intermediate fewer.
 #include "passes/passes.h"
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 
 namespace jvpc {
 

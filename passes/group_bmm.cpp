@@ -21,7 +21,7 @@
 // primal side (the repeated k and v residuals) shrinks by r too.
 #include "passes/passes.h"
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 
 namespace jvpc {
 

@@ -2,7 +2,7 @@
 // (passes/linearize_pipeline.h shows the table as `jvpc linearize --list-passes` prints it).
 #include "passes/linearize_pipeline.h"
 
-#include "compiler/ir/limits.h"
+#include "ir/io/limits.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,7 +1,7 @@
-// The list of ops graph files may use, derived from the rule tables (see compiler/ir/loadable_ops.h).
+// The list of ops graph files may use, derived from the rule tables (see ir/loadable_ops.h).
 #include "passes/loadable_ops.h"
 
-#include "compiler/cost/cost_model.h"
+#include "ir/cost/cost_model.h"
 #include "passes/jvp_rules/rules.h"
 
 #include <algorithm>
@@ -74,7 +74,7 @@ const std::vector<std::string>& extra_ops() {
 }
 
 // Ops with a JVP rule that a graph file may not use, and why: their safety contract
-// (compiler/ir/op_contracts.h) would be complicated.
+// (ir/op_contracts.h) would be complicated.
 const std::map<std::string, std::string>& refused_ops() {
   static const std::map<std::string, std::string> ops = {
       {"aten::mkldnn_rnn_layer",

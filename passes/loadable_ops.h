@@ -1,4 +1,4 @@
-// Where the list of ops graph files may use comes from (compiler/ir/loadable_ops.h holds the
+// Where the list of ops graph files may use comes from (ir/loadable_ops.h holds the
 // copy that loaders check): the rule tables, what rules and passes emit, and named extras.
 #pragma once
 

@@ -16,9 +16,9 @@
 // the tangent's product does not.
 #include "passes/passes.h"
 
-#include "compiler/cost/cost_model.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/ops.h"
+#include "ir/cost/cost_model.h"
+#include "ir/builder.h"
+#include "ir/ops.h"
 
 #include <ATen/ExpandUtils.h>
 

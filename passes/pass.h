@@ -12,7 +12,7 @@
 // dumps and timing are observers, as in MLIR's PassInstrumentation.
 #pragma once
 
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 #include <functional>
 #include <iosfwd>

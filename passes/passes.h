@@ -50,7 +50,7 @@ PrimalSplit split_primal(Graph& g, const SplitOptions& options = {});
 /// fold.cpp: a primal graph's outputs, evaluating each node at most once: `known` holds tensors
 /// already computed (value id -> tensor: the tracing run's values, the primal inputs);
 /// anything else needed is run through the runtime. `matmul_flops_by_op`, if given, adds the
-/// matmul FLOPs of the nodes it runs (kernel_matmul_flops, compiler/cost/kernel_watch.h).
+/// matmul FLOPs of the nodes it runs (kernel_matmul_flops, ir/cost/kernel_watch.h).
 std::vector<at::Tensor> evaluate_primal(const Graph& primal, const TensorsById& known,
                                         std::map<std::string, int64_t>* matmul_flops_by_op = nullptr);
 /// fold.cpp: split_primal() and evaluate_primal(), then binds each residual to its value: the

@@ -1,9 +1,10 @@
 #include "passes/pass.h"
 
-#include "compiler/ir/ops.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/serialize.h"
-#include "compiler/ir/verifier.h"
+#include "ir/ops.h"
+#include "ir/printer.h"
+#include "ir/io/graph_json.h"
+#include "ir/io/json_text.h"
+#include "ir/verifier.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,7 +1,7 @@
 // Helpers every rewrite uses (passes/rewrite.cpp).
 #pragma once
 
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 #include <c10/util/flat_hash_map.h>
 

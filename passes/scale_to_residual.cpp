@@ -23,8 +23,8 @@
 // All steps erase the nodes they replace.
 #include "passes/passes.h"
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/ops.h"
+#include "ir/builder.h"
+#include "ir/ops.h"
 
 #include <unordered_set>
 

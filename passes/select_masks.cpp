@@ -12,7 +12,7 @@
 // (The rules that select instead, relu's and the clamps', write where(m, t, 0) themselves.)
 #include "passes/passes.h"
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 
 namespace jvpc {
 

@@ -13,7 +13,7 @@
 // (select_scatter) reads the source it wrote, or the base where it did not write.
 #include "passes/passes.h"
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 
 #include <algorithm>
 #include <optional>

@@ -14,7 +14,7 @@
 // call: the zeros left are the size of the scores' cached columns.
 #include "passes/passes.h"
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 
 #include <c10/core/WrapDimMinimal.h>
 #include <c10/util/accumulate.h>

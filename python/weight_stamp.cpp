@@ -4,7 +4,7 @@
 // no version counter. One call stamps or checks every weight, without the GIL.
 #include "python/weight_stamp.h"
 
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>

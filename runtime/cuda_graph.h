@@ -4,7 +4,7 @@
 // without CUDA compiles the same interface, and never captures).
 #pragma once
 
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 #include <functional>
 #include <memory>

@@ -2,11 +2,11 @@
 
 #include "runtime/attention_tangent.h"
 
-#include "compiler/ir/limits.h"
-#include "compiler/ir/liveness.h"
-#include "compiler/ir/op_contracts.h"
-#include "compiler/ir/ops.h"
-#include "compiler/ir/verifier.h"
+#include "ir/io/limits.h"
+#include "ir/liveness.h"
+#include "ir/op_contracts.h"
+#include "ir/ops.h"
+#include "ir/verifier.h"
 #include "runtime/cuda_graph.h"
 #include "runtime/one_thread.h"
 #include "runtime/plan.h"

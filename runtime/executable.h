@@ -9,7 +9,7 @@
 // a call fills in the tensors, calls each kernel and releases each intermediate after its last
 // use; a node whose first operand dies there and that has an in-place form (baddbmm_, add_, ...)
 // runs in place, reusing that buffer. Before a node whose op takes indices (gather, embedding,
-// max_pool's backward: compiler/ir/op_contracts.h) runs, its index arguments are checked
+// max_pool's backward: ir/op_contracts.h) runs, its index arguments are checked
 // against the tensors actually passed, on the host, so that no kernel reads or writes outside
 // them; a graph with an op that addresses storage by absolute offsets (as_strided, copy) gets
 // inputs that own their storage (a view into a larger buffer is copied first); an uninitialized
@@ -35,7 +35,7 @@
 // CUDA-graph capture and replay are in runtime/cuda_graph.cpp; this file binds, checks and runs.
 #pragma once
 
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 #include <atomic>
 #include <memory>
@@ -63,7 +63,7 @@ struct ExecutableOptions {
   /// dispatches nothing, so a mode would see nothing).
   bool functional_under_dispatch_mode = true;
   /// The constructor refuses a graph whose constants, inputs and peak of intermediates
-  /// (memory_needed in compiler/ir/limits.h) pass this many bytes on its device. None:
+  /// (memory_needed in ir/io/limits.h) pass this many bytes on its device. None:
   /// default_memory_limit() of the device (3/4 of its memory); kNoMemoryLimit: no check.
   std::optional<int64_t> max_memory;
 

@@ -1,10 +1,10 @@
 // The Executable's plan: slots, steps, in-place forms and releases, from a Graph and its liveness.
 #include "runtime/plan.h"
 
-#include "compiler/ir/loadable_ops.h"
-#include "compiler/ir/op_contracts.h"
-#include "compiler/ir/ops.h"
-#include "compiler/ir/verifier.h"
+#include "ir/loadable_ops.h"
+#include "ir/op_contracts.h"
+#include "ir/ops.h"
+#include "ir/verifier.h"
 
 #include <ATen/Parallel.h>
 #include <c10/util/flat_hash_map.h>

@@ -6,8 +6,8 @@
 // constants and running are the Executable's.
 #pragma once
 
-#include "compiler/ir/graph.h"
-#include "compiler/ir/liveness.h"
+#include "ir/graph.h"
+#include "ir/liveness.h"
 
 #include <vector>
 
@@ -40,7 +40,7 @@ struct PlanStep {
   /// turns out to be shared at run time (an op that returned an alias without saying so).
   const OpInfo* functional = nullptr;
   /// The node, where its index arguments are checked before each call (its op's contract names
-  /// some: compiler/ir/op_contracts.h); null otherwise.
+  /// some: ir/op_contracts.h); null otherwise.
   const Node* checked_indices = nullptr;
   /// "node ...": how errors name the step's node.
   std::string where() const;

@@ -1,6 +1,6 @@
 // The runtime half of a compiled program (compiler/api/program.h): its primal graph and tangent
 // graph, run at new points. Depends on the IR and the Executable alone, so an application can load
-// a program (compiler/ir/graph_files.h, load_program) and linearize it without the tracer or passes:
+// a program (ir/io/graph_files.h, load_program) and linearize it without the tracer or passes:
 //
 //   jvpc::ProgramExecutable prog(jvpc::load_program("prog.json"));   // + prog.safetensors
 //   auto point = prog.linearize({x});          // runs the primal graph: f(x) and the residuals
@@ -26,7 +26,7 @@
 // Executable may be rebound between them); what they return is independent of each other.
 #pragma once
 
-#include "compiler/ir/graph_files.h"  // ProgramGraphs, load_program
+#include "ir/io/graph_files.h"  // ProgramGraphs, load_program
 #include "runtime/executable.h"
 
 #include <memory>

@@ -2,8 +2,8 @@
 #pragma once
 
 #include "compiler/api/reference.h"
-#include "compiler/ir/graph.h"
-#include "compiler/ir/ops.h"
+#include "ir/graph.h"
+#include "ir/ops.h"
 #include "examples/examples.h"
 
 #include <ATen/ATen.h>

@@ -1,9 +1,9 @@
 // Small graphs for pass tests.
 #pragma once
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
+#include "ir/builder.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
 #include "passes/passes.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"

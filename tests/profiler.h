@@ -1,10 +1,10 @@
 // LibTorch's own profiler (Kineto), reduced to the kernel level the tracer records: events of
 // ops that are not CompositeImplicitAutograd decompositions and are not inside another such
 // event. Nesting is recovered from time intervals on the calling thread, as PyTorch's Python
-// profiler does. (The peak of a call's allocations: compiler/cost/peak_bytes.h.)
+// profiler does. (The peak of a call's allocations: ir/cost/peak_bytes.h.)
 #pragma once
 
-#include "compiler/ir/ops.h"
+#include "ir/ops.h"
 
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/profiler_kineto.h>

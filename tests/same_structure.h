@@ -4,8 +4,8 @@
 // The round trips of the text form (parse_text(to_text(g))) are checked with it.
 #pragma once
 
-#include "compiler/ir/graph.h"
-#include "compiler/ir/printer.h"
+#include "ir/graph.h"
+#include "ir/printer.h"
 
 #include <gtest/gtest.h>
 

@@ -9,9 +9,9 @@
 // through the fused kernel) agrees, and forward AD's memory estimate bounds what it allocates.
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/cost/peak_bytes.h"
-#include "compiler/ir/limits.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/cost/peak_bytes.h"
+#include "ir/io/limits.h"
 #include "examples/examples.h"
 #include "runtime/attention_tangent.h"
 #include "tests/helpers.h"

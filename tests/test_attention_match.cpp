@@ -7,8 +7,8 @@
 // A chain of views that is not the reshape the match expects leaves the graph as it was.
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/ir/limits.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/io/limits.h"
 #include "examples/examples.h"
 #include "runtime/attention_tangent.h"
 #include "tests/helpers.h"

@@ -7,12 +7,12 @@
 // matmul FLOPs counted on the kernels it ran equal the cost model's; its Meta kernel gives the IR
 // its shape; a graph that uses it saves, loads and runs.
 #include "compiler/api/reference.h"
-#include "compiler/cost/cost_model.h"
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/loadable_ops.h"
-#include "compiler/ir/ops.h"
-#include "compiler/ir/serialize.h"
+#include "ir/cost/cost_model.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/builder.h"
+#include "ir/loadable_ops.h"
+#include "ir/ops.h"
+#include "ir/io/graph_files.h"
 #include "runtime/attention_tangent.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"

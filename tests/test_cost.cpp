@@ -1,9 +1,9 @@
 // The cost model: FlopCounterMode's matmul formulas, exact totals, residual and peak memory,
 // and a cross-check against the kernels that actually run.
-#include "compiler/cost/cost_model.h"
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/printer.h"
+#include "ir/cost/cost_model.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/builder.h"
+#include "ir/printer.h"
 #include "compiler/trace/tracer.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"

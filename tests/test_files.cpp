@@ -1,8 +1,10 @@
 // Files and paths: reads that refuse what is not a regular file before reading, constants files
 // confined to the graph file's folder, atomic and checked writes, and paths in errors that cannot
 // reach a terminal raw.
-#include "compiler/ir/files.h"
-#include "compiler/ir/serialize.h"
+#include "ir/io/files.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/json_text.h"
+#include "ir/io/safetensors.h"
 #include "compiler/trace/tracer.h"
 #include "tests/helpers.h"
 #include "tests/temp_files.h"

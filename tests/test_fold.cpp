@@ -1,12 +1,12 @@
 // fold: primal-only values become residual constants. The graph tests as IR text in and checks
 // on IR text out.
-#include "compiler/ir/text.h"
+#include "ir/text.h"
 #include "tests/filecheck.h"
 #include "tests/pass_helpers.h"
 #include "tests/same_structure.h"
 
 #include "compiler/api/linearize.h"
-#include "compiler/cost/peak_bytes.h"
+#include "ir/cost/peak_bytes.h"
 
 namespace jvpc {
 namespace {

@@ -13,8 +13,10 @@
 // runs the real ones.
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
-#include "compiler/ir/limits.h"
-#include "compiler/ir/serialize.h"
+#include "ir/io/limits.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/graph_json.h"
+#include "ir/io/json_text.h"
 #include "examples/examples.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"

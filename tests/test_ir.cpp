@@ -1,8 +1,8 @@
 // The IR: building graphs, use lists, mutation, cloning and the text form.
-#include "compiler/ir/builder.h"
-#include "compiler/ir/dtypes.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
+#include "ir/builder.h"
+#include "ir/dtypes.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"
 
@@ -462,7 +462,7 @@ TEST(Ir, ShapeRulesKeepATransposedOperandsLayout) {
   }
 }
 
-// Each dtype's names (compiler/ir/dtypes.h) lead back to it, and TensorMeta::str() writes the
+// Each dtype's names (ir/dtypes.h) lead back to it, and TensorMeta::str() writes the
 // short one; a name no table holds, and complex dtypes in a graph file, are errors.
 TEST(Dtypes, EveryNameLeadsBackToItsDtype) {
   for (const auto& [aten, python] : python_dtype_names()) {

@@ -4,7 +4,7 @@
 // what the table cannot hold: errors on complex tensors, NaN tangents.
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
-#include "compiler/ir/serialize.h"
+#include "ir/io/graph_files.h"
 #include "passes/jvp_rules/rules.h"
 #include "tests/helpers.h"
 #include "tests/rule_cases.h"

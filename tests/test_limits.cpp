@@ -1,11 +1,14 @@
 // Memory limits: sizes as flags spell them, the default limit and the cgroup reader, and graphs
 // that ask for more memory than the limit, refused by the loader before anything is allocated
 // and by the runtime at construction.
-#include "compiler/cost/cost_model.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/limits.h"
-#include "compiler/ir/liveness.h"
-#include "compiler/ir/serialize.h"
+#include "ir/cost/cost_model.h"
+#include "ir/builder.h"
+#include "ir/io/limits.h"
+#include "ir/liveness.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/graph_json.h"
+#include "ir/io/json_text.h"
+#include "ir/io/safetensors.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"
 
@@ -336,7 +339,7 @@ TEST(Limits, TheRuntimeChecksAtConstruction) {
 }
 
 // Temporaries LibTorch's kernels make beyond their outputs count (the op's contract's workspace,
-// compiler/ir/op_contracts.h): mvlgamma(x, p) builds [numel, p] (1 to 2 GB resident under a
+// ir/op_contracts.h): mvlgamma(x, p) builds [numel, p] (1 to 2 GB resident under a
 // 64 MiB limit), and losses and distances over a stride-0 expand make terms as large as it.
 TEST(Limits, KernelWorkspaceCountsAgainstTheLimit) {
   auto mvlgamma = [](int64_t p) {

@@ -2,9 +2,9 @@
 // variant, MLP and transformer block against forward AD, residual accounting, and errors.
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/serialize.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/printer.h"
+#include "ir/io/graph_files.h"
 #include "compiler/trace/tracer.h"
 #include "passes/linearize_pipeline.h"
 #include "runtime/executable.h"

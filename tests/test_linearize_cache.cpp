@@ -1,8 +1,8 @@
-// Compile time: shape inference memoized per signature (compiler/ir/shape_memo.h), and the cache
+// Compile time: shape inference memoized per signature (ir/shape_memo.h), and the cache
 // of linearize's optimized graphs (compiler/api/linearize_cache.h).
 #include "compiler/api/linearize_cache.h"
-#include "compiler/ir/ops.h"
-#include "compiler/ir/shape_memo.h"
+#include "ir/ops.h"
+#include "ir/shape_memo.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -1,11 +1,13 @@
 // Graph files from strangers may only compute: the list of loadable ops, hidden writes, reads of
-// uninitialized memory, index constants, and the trusted option (compiler/ir/loadable_ops.h).
+// uninitialized memory, index constants, and the trusted option (ir/loadable_ops.h).
 // That every rule case's graphs load and run under the list: LoadableOps.* in test_jvp_rules.cpp.
 #include "compiler/api/linearize.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/loadable_ops.h"
-#include "compiler/ir/op_contracts.h"
-#include "compiler/ir/serialize.h"
+#include "ir/builder.h"
+#include "ir/loadable_ops.h"
+#include "ir/op_contracts.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/graph_json.h"
+#include "ir/io/json_text.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"
 
@@ -274,7 +276,7 @@ TEST(LoadableOps, TheListHoldsNoOpThatWritesReadsFilesOrSizesItsResultFromData) 
     EXPECT_FALSE(is_loadable_op(op)) << op;
 }
 
-// --- the safety contracts (compiler/ir/op_contracts.h) ------------------------------------------
+// --- the safety contracts (ir/op_contracts.h) ------------------------------------------
 
 TEST(OpContracts, EveryLoadableOpHasAContract) {
   for (const std::string& op : loadable_ops()) EXPECT_NE(op_contract(op), nullptr) << op;
@@ -308,7 +310,7 @@ TEST(OpContracts, AnOpWithoutAContractIsRefusedInAnUntrustedFile) {
     detail::WithoutContract hide("aten::sin");
     EXPECT_FALSE(is_loadable_op("aten::sin"));
     test::expect_error([&] { load(path); },
-                       "$.nodes[0].op: aten::sin has no safety contract (compiler/ir/op_contracts.cpp), so graph "
+                       "$.nodes[0].op: aten::sin has no safety contract (ir/op_contracts.cpp), so graph "
                        "files may not use it; a file you made yourself can be saved and loaded as trusted");
     test::expect_error([&] { save(g, path); }, "aten::sin has no safety contract");
     LoadOptions trusted;

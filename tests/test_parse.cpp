@@ -1,7 +1,10 @@
 // Parsing graph files from strangers: JSON parsed in linear time with duplicate keys and deep
 // nesting refused, safetensors headers checked by the format's rules, a graph and its constants
 // file checked to come from one save, and errors that name the file's own value ids.
-#include "compiler/ir/serialize.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/graph_json.h"
+#include "ir/io/json_text.h"
+#include "ir/io/safetensors.h"
 #include "compiler/trace/tracer.h"
 #include "tests/helpers.h"
 

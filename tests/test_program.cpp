@@ -4,9 +4,9 @@
 // optimizer step; and what cannot be compiled.
 #include "compiler/api/program.h"
 #include "compiler/api/reference.h"
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/cost/peak_bytes.h"
-#include "compiler/ir/printer.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/cost/peak_bytes.h"
+#include "ir/printer.h"
 #include "tests/batch_check.h"
 #include "tests/helpers.h"
 

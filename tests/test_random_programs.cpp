@@ -6,7 +6,7 @@
 #include "compiler/api/linearize.h"
 #include "compiler/api/program.h"
 #include "compiler/api/reference.h"
-#include "compiler/ir/printer.h"
+#include "ir/printer.h"
 #include "tests/batch_check.h"
 #include "tests/helpers.h"
 

@@ -4,9 +4,9 @@
 // and the names the jvp pass gives tangents.
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
+#include "ir/builder.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
 #include "passes/passes.h"
 #include "tests/helpers.h"
 

@@ -1,8 +1,8 @@
 // The runtime: results, input checks, constants, threads, and CUDA graphs (on a GPU).
 #include "compiler/api/linearize.h"
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/serialize.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/builder.h"
+#include "ir/retarget.h"
 #include "compiler/trace/tracer.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"

@@ -1,9 +1,13 @@
 // JSON and safetensors: every example round-trips; every kind of bad file is rejected with a
 // message that says what and where.
-#include "compiler/cost/cost_model.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/serialize.h"
-#include "compiler/ir/verifier.h"
+#include "ir/cost/cost_model.h"
+#include "ir/printer.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/graph_json.h"
+#include "ir/io/json_text.h"
+#include "ir/io/safetensors.h"
+#include "ir/retarget.h"
+#include "ir/verifier.h"
 #include "compiler/trace/tracer.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"

@@ -1,9 +1,9 @@
-// The shape rules of kernels without a C++ Meta kernel (compiler/ir/shape_rules.cpp), each
+// The shape rules of kernels without a C++ Meta kernel (ir/shape_rules.cpp), each
 // checked against the CPU kernel: infer_outputs() on the arguments' metadata must give the
 // sizes, dtypes and return counts (and, where the rule mirrors them, the strides) of the
 // kernel's results on sample values.
-#include "compiler/ir/builder.h"
-#include "compiler/ir/ops.h"
+#include "ir/builder.h"
+#include "ir/ops.h"
 #include "tests/helpers.h"
 
 #include <limits>

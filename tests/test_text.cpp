@@ -1,11 +1,11 @@
-// The IR's text form read back (compiler/ir/text.h): what it holds, its errors, the round trip
+// The IR's text form read back (ir/text.h): what it holds, its errors, the round trip
 // of every example, and the FileCheck helper pass tests use (tests/filecheck.h). The round
 // trip of every JVP rule case is IrText.* in test_jvp_rules.cpp.
 #include "compiler/api/linearize.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/text.h"
-#include "compiler/ir/verifier.h"
+#include "ir/builder.h"
+#include "ir/printer.h"
+#include "ir/text.h"
+#include "ir/verifier.h"
 #include "compiler/trace/tracer.h"
 #include "examples/examples.h"
 #include "tests/filecheck.h"

@@ -2,7 +2,7 @@
 // in-place ops, impure ops, fused kernels, and unchanged results.
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
-#include "compiler/ir/printer.h"
+#include "ir/printer.h"
 #include "compiler/trace/tracer.h"
 #include "runtime/executable.h"
 #include "tests/helpers.h"

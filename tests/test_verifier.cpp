@@ -1,6 +1,6 @@
 // The verifier rejects each kind of broken graph, naming the problem.
-#include "compiler/ir/builder.h"
-#include "compiler/ir/verifier.h"
+#include "ir/builder.h"
+#include "ir/verifier.h"
 #include "tests/helpers.h"
 
 namespace jvpc {

@@ -2,7 +2,7 @@
 // tests/ir/zero_blocks.ir.
 #include "compiler/api/linearize.h"
 #include "compiler/api/reference.h"
-#include "compiler/cost/cost_model.h"
+#include "ir/cost/cost_model.h"
 #include "examples/examples.h"
 #include "runtime/executable.h"
 #include "tests/pass_helpers.h"

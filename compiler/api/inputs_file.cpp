@@ -1,8 +1,9 @@
 // The inputs file beside a traced graph (inputs_file.h).
 #include "compiler/api/inputs_file.h"
 
-#include "compiler/ir/files.h"
-#include "compiler/ir/serialize.h"
+#include "ir/io/files.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/safetensors.h"
 
 namespace jvpc {
 

@@ -4,7 +4,7 @@
 // another file.
 #pragma once
 
-#include "compiler/ir/graph_files.h"
+#include "ir/io/graph_files.h"
 
 #include <ATen/core/Tensor.h>
 

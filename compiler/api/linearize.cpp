@@ -1,9 +1,9 @@
 #include "compiler/api/linearize.h"
 
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/ir/limits.h"
-#include "compiler/ir/shape_memo.h"
-#include "compiler/ir/verifier.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/io/limits.h"
+#include "ir/shape_memo.h"
+#include "ir/verifier.h"
 #include "passes/linearize_pipeline.h"
 
 #include <algorithm>

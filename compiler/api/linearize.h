@@ -15,7 +15,7 @@
 // the calling thread only; ops the callable runs on threads of its own are not traced.
 #pragma once
 
-#include "compiler/cost/cost_model.h"
+#include "ir/cost/cost_model.h"
 #include "compiler/trace/tracer.h"
 #include "passes/cost_table.h"
 #include "passes/linearize_pipeline.h"
@@ -43,7 +43,7 @@ struct LinearizeOptions {
   bool verify_each = verify_each_by_default();
   /// Bytes the attentions' tangents may take (residuals plus peak per call, see
   /// passes/attention_form.cpp): each attention holds P where that fits, else takes the O(L)
-  /// form. None: default_memory_limit() of the device (compiler/ir/limits.h); 0: the O(L) form
+  /// form. None: default_memory_limit() of the device (ir/io/limits.h); 0: the O(L) form
   /// everywhere; kNoMemoryLimit: the P form everywhere.
   std::optional<int64_t> residual_budget;
   /// Count the graph after every pass that changed it: the cost table CompileReport::passes
@@ -80,7 +80,7 @@ struct CompileReport {
   /// Wall time of linearize's phases, in order: "trace" ("evaluate" for a given graph),
   /// "passes", "verification", "executable" (planning the tangent graph's), "shape inference"
   /// (the part of the passes' and verification's time spent inferring shapes the memo did not
-  /// answer, compiler/ir/shape_memo.h), "total". A linearize answered from a LinearizeCache
+  /// answer, ir/shape_memo.h), "total". A linearize answered from a LinearizeCache
   /// shows "trace", "cache" (the lookup), "fold" (the cached primal graph run at this point)
   /// and "total".
   std::vector<PhaseTime> phases;

@@ -1,9 +1,9 @@
 // LinearizeCache: see linearize_cache.h.
 #include "compiler/api/linearize_cache.h"
 
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/ir/ops.h"
-#include "compiler/ir/printer.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/ops.h"
+#include "ir/printer.h"
 #include "passes/passes.h"
 
 #include <ATen/ATen.h>

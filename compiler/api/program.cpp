@@ -3,8 +3,8 @@
 // points. See program.h.
 #include "compiler/api/program.h"
 
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/ir/ops.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/ops.h"
 #include "passes/passes.h"
 
 #include <ATen/ATen.h>

@@ -34,7 +34,8 @@
 #pragma once
 
 #include "compiler/api/linearize.h"
-#include "compiler/ir/serialize.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/safetensors.h"
 #include "runtime/program.h"
 
 #include <memory>
@@ -73,7 +74,7 @@ class Program {
   const ProgramExecutable& executable() const { return *exec_; }
 
   /// Writes the program: `path` (JSON: both graphs) and the captured tensors in the safetensors
-  /// file beside it (compiler/ir/graph_files.h, save_program). A primal graph computes the
+  /// file beside it (ir/io/graph_files.h, save_program). A primal graph computes the
   /// derivative factors fold would have evaluated (gelu_backward, ...); those are on the list
   /// graph files may use. Other ops off that list need SaveOptions::trusted, and load back only
   /// as trusted.

@@ -1,9 +1,9 @@
 #include "compiler/api/reference.h"
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/limits.h"
-#include "compiler/ir/ops.h"
-#include "compiler/ir/verifier.h"
+#include "ir/builder.h"
+#include "ir/io/limits.h"
+#include "ir/ops.h"
+#include "ir/verifier.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>

@@ -1,7 +1,7 @@
 // The compile report as JSON (report.h).
 #include "compiler/api/report.h"
 
-#include "compiler/cost/cost_model.h"
+#include "ir/cost/cost_model.h"
 
 #include <cstdio>
 

@@ -3,8 +3,9 @@
 #pragma once
 
 #include "compiler/api/inputs_file.h"
-#include "compiler/ir/graph.h"
-#include "compiler/ir/serialize.h"
+#include "ir/graph.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/safetensors.h"
 
 #include <CLI/CLI.hpp>
 
@@ -46,7 +47,7 @@ void check_input_size(const Graph& g);
 
 /// The limits of a command that loads or runs a graph: --max-memory SIZE and --max-flops N.
 struct LimitFlags {
-  std::optional<std::string> max_memory;  ///< none: the default limit (default_memory_limit in compiler/ir/limits.h)
+  std::optional<std::string> max_memory;  ///< none: the default limit (default_memory_limit in ir/io/limits.h)
   std::string max_flops = "1e15";
   /// The memory limit for LoadOptions and ExecutableOptions: none (the default) or bytes.
   std::optional<int64_t> memory() const;

@@ -1,13 +1,16 @@
 // jvpc trace | show | run | cost
 #include "compiler/cli/cli.h"
 
-#include "compiler/cost/cost_model.h"
-#include "compiler/ir/files.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
-#include "compiler/ir/serialize.h"
+#include "ir/cost/cost_model.h"
+#include "ir/io/files.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/graph_json.h"
+#include "ir/io/json_text.h"
+#include "ir/io/safetensors.h"
 #include "examples/examples.h"
-#include "examples/flags.h"
+#include "compiler/cli/flags.h"
 #include "passes/cost_table.h"
 #include "runtime/executable.h"
 
@@ -126,7 +129,7 @@ void add_trace(CLI::App& app) {
   cmd->add_option("-o,--output", o->out,
                   "write the graph as JSON (x.json: constants in x.safetensors, the example's input values in "
                   "x.inputs.safetensors)")
-      ->check(examples::kFileName);
+      ->check(flags::kFileName);
   cmd->add_option("--format", o->format, "without -o: print the graph as text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -196,7 +199,7 @@ void add_run(CLI::App& app) {
   cmd->add_option("graph", o->file, "graph JSON file")->required();
   cmd->add_option("--device", o->device, "cpu or cuda (moves the graph and its constants there)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str()->check(examples::kSeed);
+  cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str()->check(flags::kSeed);
   cmd->add_option("--inputs", o->inputs, "safetensors file with a tensor per non-constant input, by name");
   cmd->add_flag("--no-cuda-graph", o->no_cuda_graph, "run node by node on CUDA instead of replaying a CUDA graph");
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);

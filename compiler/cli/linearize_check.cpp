@@ -1,11 +1,11 @@
 // jvpc linearize's checks (linearize_check.h).
 #include "compiler/cli/linearize_check.h"
 
-#include "compiler/cost/cost_model.h"
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/ir/ops.h"
-#include "compiler/ir/limits.h"
-#include "compiler/ir/serialize.h"
+#include "ir/cost/cost_model.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/ops.h"
+#include "ir/io/limits.h"
+#include "ir/retarget.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

@@ -7,14 +7,16 @@
 
 #include "compiler/api/linearize.h"
 #include "compiler/api/report.h"
-#include "compiler/ir/limits.h"
+#include "ir/io/limits.h"
 #include "compiler/api/reference.h"
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/ir/files.h"
-#include "compiler/ir/ops.h"
-#include "compiler/ir/serialize.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/io/files.h"
+#include "ir/ops.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/json_text.h"
+#include "ir/io/safetensors.h"
 #include "examples/examples.h"
-#include "examples/flags.h"
+#include "compiler/cli/flags.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -170,7 +172,7 @@ void add_linearize(CLI::App& app) {
                 "print the passes linearize runs, in order, which of them --disable-pass may leave out, and why each "
                 "stands where it does; then exit");
   cmd->add_option("--wrt", o->wrt, "comma-separated primal inputs to differentiate (default: the differentiable ones)");
-  cmd->add_option("--report", o->report, "write the compile report and the check as JSON")->check(examples::kFileName);
+  cmd->add_option("--report", o->report, "write the compile report and the check as JSON")->check(flags::kFileName);
   cmd->add_option("--dump-after", o->dump_after,
                   "print the IR after this pass (repeatable; 'trace' for the traced graph, 'all' for every pass)");
   std::string optional;
@@ -183,13 +185,13 @@ void add_linearize(CLI::App& app) {
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   cmd->add_option("-o,--output", o->out, "write the tangent graph as JSON (residuals beside it in .safetensors)")
-      ->check(examples::kFileName);
+      ->check(flags::kFileName);
   cmd->add_option("--inputs", o->inputs,
                   "graph file: safetensors file with the primals by name (default: x.inputs.safetensors beside "
                   "x.json, written by `jvpc trace -o`, else random)");
   cmd->add_option("--seed", o->seed, "seed of the random tangents (and of random primals, for a graph file)")
       ->capture_default_str()
-      ->check(examples::kSeed);
+      ->check(flags::kSeed);
   add_device_option(cmd, o->device);
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   cmd->add_flag("--verify-each", o->verify_each,

@@ -1,8 +1,8 @@
 // jvpc: trace, inspect, cost, run and linearize graphs. See `jvpc --help`.
 #include "compiler/cli/cli.h"
-#include "compiler/ir/files.h"
-#include "compiler/ir/ops.h"
-#include "compiler/ir/serialize.h"
+#include "ir/io/files.h"
+#include "ir/io/graph_json.h"
+#include "ir/ops.h"
 #include "examples/examples.h"
 
 #include <ATen/Context.h>

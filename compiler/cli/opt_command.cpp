@@ -12,11 +12,11 @@
 #include "compiler/cli/cli.h"
 
 #include "compiler/api/reference.h"
-#include "compiler/ir/files.h"
-#include "compiler/ir/limits.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/text.h"
-#include "examples/flags.h"
+#include "ir/io/files.h"
+#include "ir/io/limits.h"
+#include "ir/printer.h"
+#include "ir/text.h"
+#include "compiler/cli/flags.h"
 #include "passes/linearize_pipeline.h"
 #include "runtime/executable.h"
 
@@ -115,7 +115,7 @@ void add_opt(CLI::App& app) {
       ->type_name("SIZE");
   cmd->add_option("--seed", o->seed, "fold: seed of the random primal values it evaluates the graph at")
       ->capture_default_str()
-      ->check(examples::kSeed);
+      ->check(flags::kSeed);
   cmd->add_flag("--check-values", o->check_values,
                 "run the graph before and after the passes on the same random inputs; fail unless the values agree "
                 "(within the dtype's tolerance, as jvpc linearize's check)");

@@ -7,13 +7,14 @@
 
 #include "compiler/api/program.h"
 #include "compiler/api/reference.h"
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/cost/peak_bytes.h"
-#include "compiler/ir/files.h"
-#include "compiler/ir/ops.h"
-#include "compiler/ir/serialize.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/cost/peak_bytes.h"
+#include "ir/io/files.h"
+#include "ir/ops.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/safetensors.h"
 #include "examples/examples.h"
-#include "examples/flags.h"
+#include "compiler/cli/flags.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -76,13 +77,13 @@ void add_compile(CLI::App& app) {
       "point by running the primal graph alone; check it at a new point against LibTorch's forward AD; write it");
   add_target_option(cmd, o->target);
   cmd->add_option("-o,--output", o->out, "write the program as JSON (captured tensors beside it in .safetensors)")
-      ->check(examples::kFileName);
+      ->check(flags::kFileName);
   cmd->add_option("--inputs", o->inputs,
                   "graph file: safetensors file with the example primals by name (default: x.inputs.safetensors "
                   "beside x.json, written by `jvpc trace -o`, else random)");
   cmd->add_option("--seed", o->seed, "seed of the new point and the tangents of the check")
       ->capture_default_str()
-      ->check(examples::kSeed);
+      ->check(flags::kSeed);
   add_device_option(cmd, o->device);
   add_tolerance_option(cmd, o->tolerance);
   cmd->add_flag("--any-strides", o->loose_strides,
@@ -224,10 +225,10 @@ void add_jvp(CLI::App& app) {
   cmd->add_option("--tangents", o->tangents,
                   "safetensors file with a tensor per tangent input, by name (dq, ...; default: random)");
   cmd->add_option("-o,--output", o->out, "write the outputs and output tangents, by name, as safetensors")
-      ->check(examples::kFileName);
+      ->check(flags::kFileName);
   cmd->add_option("--seed", o->seed, "seed of random primals and tangents")
       ->capture_default_str()
-      ->check(examples::kSeed);
+      ->check(flags::kSeed);
   cmd->add_option("--device", o->device, "cpu or cuda (moves the program there)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);

@@ -1,8 +1,8 @@
 // The target of `jvpc linearize` and `jvpc compile`: an example or a graph file (target.h).
 #include "compiler/cli/target.h"
 
-#include "compiler/ir/files.h"
-#include "compiler/ir/serialize.h"
+#include "ir/io/files.h"
+#include "ir/io/graph_files.h"
 
 #include <filesystem>
 

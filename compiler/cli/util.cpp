@@ -1,11 +1,12 @@
 #include "compiler/cli/cli.h"
 
 #include "examples/examples.h"
-#include "examples/flags.h"
-#include "compiler/cost/cost_model.h"
-#include "compiler/ir/files.h"
-#include "compiler/ir/limits.h"
-#include "compiler/ir/serialize.h"
+#include "compiler/cli/flags.h"
+#include "ir/cost/cost_model.h"
+#include "ir/io/files.h"
+#include "ir/io/limits.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/safetensors.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -62,7 +63,7 @@ std::vector<at::Tensor> inputs_from_file(const Graph& g, const std::string& path
 void check_input_size(const Graph& g) {
   int64_t limit = 16LL << 30;
   if (const char* env = std::getenv("JVPC_MAX_INPUT_BYTES")) {
-    std::optional<int64_t> v = examples::parse_whole_number(env);
+    std::optional<int64_t> v = flags::parse_whole_number(env);
     if (!v || *v < 0) throw Error(std::string("JVPC_MAX_INPUT_BYTES='") + env + "' is not a whole number of bytes");
     limit = *v;
   }
@@ -99,7 +100,7 @@ void add_tolerance_option(CLI::App* cmd, std::optional<double>& tolerance) {
   cmd->add_option("--tolerance", tolerance,
                   "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 "
                   "2e-2)")
-      ->check(examples::kNonNegative);
+      ->check(flags::kNonNegative);
 }
 
 void add_max_memory(CLI::App* cmd, LimitFlags& flags) {

@@ -2,7 +2,7 @@
 // through to bases, staleness (functionalize.h).
 #include "compiler/trace/functionalize.h"
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
 

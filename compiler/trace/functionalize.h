@@ -6,7 +6,7 @@
 // Internal to compiler/trace: the recorder (tracer.cpp) asks it before and after each call.
 #pragma once
 
-#include "compiler/ir/ops.h"
+#include "ir/ops.h"
 #include "compiler/trace/trace_state.h"
 
 #include <c10/util/SmallVector.h>

@@ -4,7 +4,7 @@
 // values kept for folding. Internal to compiler/trace.
 #pragma once
 
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 #include "compiler/trace/tracer.h"
 
 #include <c10/core/DispatchKey.h>

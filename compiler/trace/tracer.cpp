@@ -1,11 +1,11 @@
 #include "compiler/trace/tracer.h"
 
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/ir/builder.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/builder.h"
 #include "compiler/trace/functionalize.h"
 
-#include "compiler/ir/ops.h"
-#include "compiler/ir/verifier.h"
+#include "ir/ops.h"
+#include "ir/verifier.h"
 
 #include <ATen/autocast_mode.h>
 #include <c10/core/AutogradState.h>

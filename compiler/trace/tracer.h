@@ -23,7 +23,7 @@
 // tracer.cpp, functionalization in functionalize.{h,cpp}.
 #pragma once
 
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 #include <functional>
 #include <map>
@@ -81,7 +81,7 @@ struct Trace {
   /// functional and view normalisation of the graph): views of names that live as long as the
   /// process (OpInfo::name).
   std::vector<std::string_view> kernels;
-  /// The matmul FLOPs of those kernels, by op (kernel_matmul_flops, compiler/cost/kernel_watch.h;
+  /// The matmul FLOPs of those kernels, by op (kernel_matmul_flops, ir/cost/kernel_watch.h;
   /// a jvpc:: operator's are those of the kernels it calls): what a KernelWatch would count.
   std::map<std::string, int64_t> matmul_flops_by_op;
 };

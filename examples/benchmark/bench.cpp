@@ -15,11 +15,11 @@
 #include "compiler/api/linearize.h"
 #include "compiler/api/program.h"
 #include "compiler/api/reference.h"
-#include "compiler/cost/kernel_watch.h"
-#include "compiler/cost/peak_bytes.h"
-#include "compiler/ir/files.h"
-#include "compiler/ir/limits.h"
-#include "compiler/ir/ops.h"
+#include "ir/cost/kernel_watch.h"
+#include "ir/cost/peak_bytes.h"
+#include "ir/io/files.h"
+#include "ir/io/limits.h"
+#include "ir/ops.h"
 #include "examples/examples.h"
 
 #include <ATen/ATen.h>
@@ -85,7 +85,7 @@ double median_time(const std::function<void()>& fn, int warmup, int repeats) {
   return median(t);
 }
 
-// Peak bytes allocated during fn, above what was allocated before it (compiler/cost/peak_bytes.h).
+// Peak bytes allocated during fn, above what was allocated before it (ir/cost/peak_bytes.h).
 int64_t peak_bytes(const std::function<void()>& fn) {
   return jvpc::measured_peak_bytes(fn, on_cuda ? c10::Device(c10::kCUDA) : c10::Device(c10::kCPU));
 }

@@ -5,7 +5,8 @@
 //   embed tangent.json [calls]
 //   embed --program prog.json    linearizes at two random points, each checked against LibTorch's
 //                                forward AD of the primal graph's own outputs
-#include "compiler/ir/serialize.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/safetensors.h"
 #include "runtime/executable.h"
 #include "runtime/program.h"
 

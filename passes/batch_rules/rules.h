@@ -13,7 +13,7 @@
 // product with K folded into its rows or columns.
 #pragma once
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 #include "passes/op_table.h"
 
 #include <functional>

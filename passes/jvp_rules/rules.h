@@ -9,7 +9,7 @@
 // (t * f'(x) with f'(x) built from primal values), so that fold computes them once.
 #pragma once
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 #include "passes/op_table.h"
 
 #include <functional>
@@ -116,7 +116,7 @@ Rule masked(std::function<Value*(Ctx&)> mask);
 /// A Scalar argument (int, bool or float) as a double; `if_none` for None.
 double scalar(const c10::IValue& v, double if_none = 0.0);
 
-// reshape(c.b, v, sizes) (compiler/ir/builder.h) views v as sizes, copying first where its layout
+// reshape(c.b, v, sizes) (ir/builder.h) views v as sizes, copying first where its layout
 // cannot be viewed so: a tangent may be laid out unlike its primal (a tangent input is
 // contiguous, a primal may be a transposed weight).
 /// a·b over the last two dims, batch dims broadcast (as at::matmul does, but in the kernels the

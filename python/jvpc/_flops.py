@@ -8,7 +8,7 @@ torch.utils.flop_counter when jvpc is imported (before any FlopCounterMode is ma
 copies the registry). It counts exactly the bmms the kernel runs: for each block of block_q
 queries and each block_k keys it computes (a causal mask skips the key blocks it hides),
 2·rows·keys·(D per q·kᵀ, dq·kᵀ, q·dkᵀ) + 2·rows·keys·(Dv per (P⊙dS)·v, P·dv), as
-attention_tangent_matmul_flops does in the cost model (compiler/cost/cost_model.cpp); the batched
+attention_tangent_matmul_flops does in the cost model (ir/cost/cost_model.cpp); the batched
 overload the recompute once and the tangents' bmms K times.
 """
 

@@ -50,7 +50,7 @@ import jvpc  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
-# The ops whose FLOPs the cost model counts as matmul FLOPs (compiler/ir/ops.cpp).
+# The ops whose FLOPs the cost model counts as matmul FLOPs (ir/ops.cpp).
 MATMULS = set(jvpc._C.matmul_ops())
 GRAPH_DTYPES = {aten: getattr(torch, python) for aten, python in jvpc._C.dtype_names()}  # a graph JSON's dtypes
 

@@ -39,7 +39,7 @@ warnings.filterwarnings("ignore", message="Attempted to insert a get_attr Node")
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 ONE_OFF_SAMPLES = 5  # fresh linearize instances timed for the one-off phases
-# The ops whose FLOPs count as matmul FLOPs: jvpc's list (compiler/ir/ops.cpp), as the profiler names them.
+# The ops whose FLOPs count as matmul FLOPs: jvpc's list (ir/ops.cpp), as the profiler names them.
 MATMUL_OPS = set(jvpc._C.matmul_ops())
 SEED, TANGENT_SEED = 0, 1  # SEED is the default --seed of jvpc's examples
 

@@ -1,8 +1,8 @@
 // libFuzzer target for the JSON graph loader: every input becomes a verified graph or a
 // jvpc::Error. Anything else (a crash, a sanitizer report, another exception type, an abort)
 // is a bug. Seed corpus: the examples' JSON and tests/fuzz/seeds/ (scripts/sanitize.sh writes it).
-#include "compiler/ir/limits.h"
-#include "compiler/ir/serialize.h"
+#include "ir/io/limits.h"
+#include "ir/io/graph_json.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-// A fuzzer over the list of loadable ops (compiler/ir/loadable_ops.h): for every op, graphs of
+// A fuzzer over the list of loadable ops (ir/loadable_ops.h): for every op, graphs of
 // that one op with adversarial arguments, built from its schema, saved and loaded as a
 // stranger's file, then run under limits (256 MiB, 1e9 FLOPs by the cost model). Arguments:
 // extreme, negative and out-of-range integers and int lists; index tensors out of range,
@@ -16,14 +16,15 @@
 //
 // --cases: bases per op (default 24); --slow: the seconds a case may take (default 2; more under
 // the sanitizers, which slow kernels several times).
-#include "compiler/cost/cost_model.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/limits.h"
-#include "compiler/ir/loadable_ops.h"
-#include "compiler/ir/op_contracts.h"
-#include "compiler/ir/ops.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/serialize.h"
+#include "ir/cost/cost_model.h"
+#include "ir/builder.h"
+#include "ir/io/limits.h"
+#include "ir/loadable_ops.h"
+#include "ir/op_contracts.h"
+#include "ir/ops.h"
+#include "ir/printer.h"
+#include "ir/io/graph_files.h"
+#include "ir/io/safetensors.h"
 #include "runtime/executable.h"
 
 #include <ATen/ATen.h>
