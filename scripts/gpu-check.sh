@@ -138,7 +138,7 @@ grep -E "^(\[  (PASSED|FAILED)|L=[0-9]+ H16|jvpc_bench)" "$OUT/long.log"
 
 # The benchmark on CUDA: seed, causal, block, the large bf16 configuration and a seq sweep.
 # torch.compile(jvp_fn) for the seed's configuration only: it compiles for a minute or more.
-JVPC_BUILD_DIR=build-gpu JVPC_BENCH_OUT=build-gpu/bench scripts/bench.sh --device $DEVICE --no-setup --compile-only seed
+JVPC_BUILD_DIR=build-gpu JVPC_BENCH_OUT=build-gpu/bench scripts/bench/bench.sh --device $DEVICE --no-setup --compile-only seed
 bench_rc=$?
 cp build-gpu/bench/table.md build-gpu/bench/seq_sweep.png "$OUT/" 2>/dev/null
 

@@ -46,7 +46,7 @@ elif grep -q "seed: jvpc measured .* but PyTorch .*seq=64" "$OUT/compare.log"; t
 else
   echo "FAIL compare.py's refusal: $(cat "$OUT/compare.log")"; fails=$((fails + 1))
 fi
-# The long-context benchmark's pipeline (scripts/bench.sh --long) at L = 256 and 512: every row
+# The long-context benchmark's pipeline (scripts/bench/bench.sh --long) at L = 256 and 512: every row
 # runs and fits under 16 GiB; under a 200 MiB limit the watchdog stops the PyTorch rows (their
 # process alone is larger) as "does not fit", and does not run them at 512.
 long() {  # name limit: runs long_context.py, its table in $OUT/long_$1.md

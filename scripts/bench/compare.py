@@ -1,4 +1,4 @@
-"""Side-by-side table of jvpc and PyTorch from the JSON files scripts/bench.sh writes.
+"""Side-by-side table of jvpc and PyTorch from the JSON files scripts/bench/bench.sh writes.
 
     python3 scripts/bench/compare.py OUT_DIR [--markdown table.md] [--plot seq_sweep.png]
 

@@ -3,8 +3,8 @@
 # on the same configurations, each in its own process, then a table of ratios (jvpc / PyTorch)
 # and a plot of time per jvp call against sequence length.
 #
-#   scripts/bench.sh [--device cpu|cuda] [--no-setup] [--skip-compile | --compile-only NAME]
-#   scripts/bench.sh --long [--no-setup] [-- long_context.py flags: --lengths 2048 --limit 16GiB ...]
+#   scripts/bench/bench.sh [--device cpu|cuda] [--no-setup] [--skip-compile | --compile-only NAME]
+#   scripts/bench/bench.sh --long [--no-setup] [-- long_context.py flags: --lengths 2048 --limit 16GiB ...]
 #
 # --long runs the long-context benchmark instead (scripts/bench/long_context.py: attention at
 # L = 2k to 32k, PyTorch's math path against jvpc's P and O(L) forms, each run in its own process
@@ -21,7 +21,7 @@
 # per run, table.md, seq_sweep.png, load.txt (the 1-minute load average as each side started,
 # which table.md shows: the two sides run one after the other, and their times move with it).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DEVICE="" SETUP=1 COMPILE="" COMPILE_ONLY="" LONG=""
 while [ $# -gt 0 ]; do
   case $1 in

@@ -1,5 +1,5 @@
 // jvpc_bench: measures jvpc's linearize and jvp calls on an example, and LibTorch's own forward
-// AD in C++, the way scripts/bench/torch_reference.py measures PyTorch. scripts/bench.sh runs
+// AD in C++, the way scripts/bench/torch_reference.py measures PyTorch. scripts/bench/bench.sh runs
 // both and prints the side-by-side table.
 //
 //   jvpc_bench sdpa [example flags] [--repeats 50] [--warmup 5] [--compile-runs 31] [--json out.json]
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
   bool lean = false;
   app.add_flag("--lean", lean,
                "one linearize, --warmup untimed and --repeats timed jvp calls, nothing counted or profiled "
-               "(scripts/bench.sh --long)");
+               "(scripts/bench/bench.sh --long)");
   app.allow_extras();
   try {
     app.parse(argc, argv);
