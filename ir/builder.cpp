@@ -1,4 +1,5 @@
 #include "ir/builder.h"
+#include "ir/op.h"
 
 #include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
@@ -110,8 +111,8 @@ bool viewable(const Value* v, const std::vector<int64_t>& sizes) {
 
 Value* reshape(Builder& b, Value* v, const std::vector<int64_t>& sizes) {
   if (v->meta().sizes == sizes) return v;
-  if (!viewable(v, sizes)) v = b.call("aten::clone", {v, c10::MemoryFormat::Contiguous});
-  return b.call("aten::view", {v, sizes});
+  if (!viewable(v, sizes)) v = b.call(ops::clone, {v, c10::MemoryFormat::Contiguous});
+  return b.call(ops::view, {v, sizes});
 }
 
 }  // namespace jvpc

@@ -1,8 +1,8 @@
 // Builds nodes from an op name and plain C++ arguments, the way rules and passes write IR:
 //
 //   Builder b(graph);                    // inserts at graph.insertion_point()
-//   Value* y = b.call("aten::bmm", {x, w});
-//   Value* z = b.call("aten::sum.dim_IntList", {y, std::vector<int64_t>{-1}, true});
+//   Value* y = b.call(ops::bmm, {x, w});
+//   Value* z = b.call(ops::sum_dim_IntList, {y, std::vector<int64_t>{-1}, true});
 //
 // Trailing arguments left out take the schema's defaults. Output metadata is inferred
 // (ops.h: infer_outputs), so a rule never states shapes by hand.

@@ -295,6 +295,7 @@ Node* Graph::create(std::string op, std::vector<Arg> args, std::vector<Value*> i
   n->graph_ = this;
   n->stamp_ = ++last_stamp_;
   n->op_ = std::move(op);
+  n->handle_ = Op::find(n->op_);
   n->args_ = std::move(args);
   n->impure_ = impure;
   for (const Arg& a : n->args_)

@@ -30,6 +30,8 @@
 // that throws cannot leave it set.
 #pragma once
 
+#include "ir/op.h"
+
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
@@ -189,6 +191,10 @@ class Node {
  public:
   /// Qualified operator name with overload: "aten::bmm", "aten::mul.Tensor".
   const std::string& op() const { return op_; }
+  /// The op's handle (ir/op.h), Op() for an op the code does not name.
+  Op handle() const { return handle_; }
+  /// Whether the node applies `op`: `n->is(ops::bmm)`.
+  bool is(Op op) const { return handle_ == op; }
   const std::vector<Value*>& inputs() const { return inputs_; }
   Value* input(size_t i) const { return inputs_.at(i); }
   const std::vector<Value*>& outputs() const { return outputs_; }
@@ -222,6 +228,7 @@ class Node {
   friend class Value;
   Graph* graph_ = nullptr;
   std::string op_;
+  Op handle_;
   std::vector<Value*> inputs_;
   std::vector<Arg> args_;
   std::vector<Value*> outputs_;
@@ -353,7 +360,7 @@ class Graph {
 /// also when a rule or pass throws:
 ///
 ///   InsertionGuard at(g, n);      // nodes are created before n
-///   Value* y = b.call("aten::exp", {x});
+///   Value* y = b.call(ops::exp, {x});
 ///   at.move_to(g.next(n));        // and now before the node after n
 class InsertionGuard {
  public:

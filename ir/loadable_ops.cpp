@@ -1,5 +1,6 @@
 // The list of ops graph files may use, and the load-time checks that go with it.
 #include "ir/loadable_ops.h"
+#include "ir/op.h"
 
 #include "ir/op_contracts.h"
 #include "ir/ops.h"
@@ -59,7 +60,7 @@ std::string hidden_write(const Node& n) {
   // statistics they are given in place, though their schemas (native_batch_norm, batch_norm,
   // instance_norm, _batch_norm_impl_index, cudnn_batch_norm, ...) do not mark them as written.
   // The functional form returns their new values and writes nothing it is given.
-  if (n.op() == "aten::_native_batch_norm_legit_functional") return "";
+  if (n.is(ops::_native_batch_norm_legit_functional)) return "";
   const auto& s = op_info(n.op()).schema();
   int flag = arg_index(s, "training");
   if (flag < 0) flag = arg_index(s, "use_input_stats");
@@ -134,7 +135,7 @@ void check_initialized(const Graph& g) {
                       " or a view of it)");
     }
     // copy clones self's storage (gaps included) and writes its elements: simulated like a scatter.
-    bool clones_self = op == "aten::copy";
+    bool clones_self = op == ops::copy;
     if (n->inputs().empty() || !mask.count(n->input(0)) || (meta_only && !clones_self)) continue;
     const at::Tensor& m = mask.at(n->input(0));
     if (!m.defined() || n->outputs().size() != 1) {

@@ -1,5 +1,6 @@
 // Operator lookup, Arg <-> IValue conversion and output-metadata inference.
 #include "ir/ops.h"
+#include "ir/op.h"
 
 #include "ir/op_contracts.h"
 #include "ir/shape_memo.h"
@@ -31,31 +32,13 @@ std::string one_line(const std::exception& e) {
   return msg;
 }
 
-bool allocates_uninitialized(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {"aten::empty.memory_format", "aten::empty_strided",
-                                                      "aten::empty_like",          "aten::new_empty",
-                                                      "aten::new_empty_strided",   "aten::empty_permuted"};
-  return ops.count(op) > 0;
-}
+bool allocates_uninitialized(const std::string& op) { return Op::find(op).has(kAllocatesUninitialized); }
 
-bool reads_only_metadata_of_self(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {
-      "aten::empty_like",        "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::new_empty",
-      "aten::new_empty_strided", "aten::new_zeros",  "aten::new_ones",  "aten::new_full",  "aten::fill.Scalar",
-      "aten::fill.Tensor",       "aten::zero",       "aten::copy",      "aten::rand_like", "aten::randn_like"};
-  return ops.count(op) > 0;
-}
+bool reads_only_metadata_of_self(const std::string& op) { return Op::find(op).has(kReadsOnlyMetadataOfSelf); }
 
-bool is_view_scatter(const std::string& op) {
-  return op == "aten::slice_scatter" || op == "aten::select_scatter" || op == "aten::diagonal_scatter";
-}
+bool is_view_scatter(const std::string& op) { return Op::find(op).has(kViewScatter); }
 
-bool fills_self_at_random(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {
-      "aten::bernoulli.p", "aten::uniform",     "aten::normal.functional", "aten::random",     "aten::random.from",
-      "aten::random.to",   "aten::exponential", "aten::geometric",         "aten::log_normal", "aten::cauchy"};
-  return ops.count(op) > 0;
-}
+bool fills_self_at_random(const std::string& op) { return Op::find(op).has(kFillsSelfAtRandom); }
 
 std::string op_name(const c10::OperatorName& n) {
   return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
@@ -78,22 +61,19 @@ std::unique_ptr<OpInfo> make_info(const c10::OperatorHandle& h) {
     if (alias_written(a.alias_info())) info->mutates = true;
   for (const auto& r : s.returns())
     if (r.alias_info() && !alias_written(r.alias_info())) info->is_view = true;
-  // Ops whose schema does not say so but whose result may be their input or a view of it.
-  static const std::unordered_set<std::string> unmarked = {
-      "aten::_unsafe_view", "aten::unsafe_split.Tensor", "aten::unsafe_split_with_sizes", "aten::unsafe_chunk",
-      "aten::dropout",      "aten::feature_dropout",     "aten::alpha_dropout",           "aten::feature_alpha_dropout",
-      "aten::type_as",      "aten::sum_to_size"};
-  if (unmarked.count(info->name)) info->is_view = true;
+  const Op op = Op::find(info->name);
+  if (op.has(kUnmarkedView)) info->is_view = true;
   info->seeded_random = h.hasTag(at::Tag::nondeterministic_seeded);
   using K = c10::DispatchKey;
   info->composite_implicit = h.hasKernelForDispatchKey(K::CompositeImplicitAutograd) &&
                              !h.hasKernelForDispatchKey(K::CPU) && !h.hasKernelForDispatchKey(K::CUDA) &&
                              !h.hasKernelForDispatchKey(K::CompositeExplicitAutograd) &&
                              !h.hasKernelForDispatchKey(K::CompositeExplicitAutogradNonFunctional);
-  info->allocates_uninitialized = allocates_uninitialized(info->name);
-  info->reads_only_metadata_of_self = reads_only_metadata_of_self(info->name);
-  info->view_scatter = is_view_scatter(info->name);
-  info->fills_self_at_random = fills_self_at_random(info->name);
+  info->allocates_uninitialized = op.has(kAllocatesUninitialized);
+  info->reads_only_metadata_of_self = op.has(kReadsOnlyMetadataOfSelf);
+  info->view_scatter = op.has(kViewScatter);
+  info->fills_self_at_random = op.has(kFillsSelfAtRandom);
+  info->commutative = op.has(kCommutative);
   info->matmul = is_matmul(counted_op_name(info->name));
   return info;
 }
@@ -333,12 +313,12 @@ bool is_impure(const OpInfo& info, const std::vector<Arg>& args) {
 // --- Output metadata ------------------------------------------------------------------------
 
 bool value_dependent_shape(const std::string& op, size_t output) {
-  return (op == "aten::linalg_lstsq" && output == 1) || (op == "aten::cudnn_batch_norm" && output == 3) ||
-         ((op == "aten::masked_select" || op == "aten::index.Tensor") && output == 0);
+  return (op == ops::linalg_lstsq && output == 1) || (op == ops::cudnn_batch_norm && output == 3) ||
+         ((op == ops::masked_select || op == ops::index_Tensor) && output == 0);
 }
 
 bool value_dependent_shape(const Node& n, size_t output) {
-  if (n.op() != "aten::index.Tensor") return value_dependent_shape(n.op(), output);
+  if (!n.is(ops::index_Tensor)) return value_dependent_shape(n.op(), output);
   // index.Tensor depends on values only with a boolean (or uint8) mask among its indices.
   if (output != 0 || n.args().size() < 2) return false;
   for (int o : n.arg(1).operands)
@@ -349,29 +329,19 @@ bool value_dependent_shape(const Node& n, size_t output) {
   return false;
 }
 
-bool is_fused_attention(const std::string& op) {
-  return op.rfind("aten::_scaled_dot_product_", 0) == 0 && is_matmul(op);
-}
+bool is_fused_attention(const std::string& op) { return Op::find(op).has(kFusedAttention); }
 
 const std::vector<std::string>& matmul_ops() {
-  static const std::vector<std::string> ops = {"aten::mm",
-                                               "aten::addmm",
-                                               "aten::bmm",
-                                               "aten::baddbmm",
-                                               "aten::convolution",
-                                               "aten::_scaled_dot_product_flash_attention_for_cpu",
-                                               "aten::_scaled_dot_product_flash_attention",
-                                               "aten::_scaled_dot_product_efficient_attention",
-                                               "aten::_scaled_dot_product_cudnn_attention",
-                                               "jvpc::attention_tangent",
-                                               "jvpc::attention_tangent.batched"};
-  return ops;
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (Op op : Op::all())
+      if (op.has(kMatmul)) out.push_back(op.name());
+    return out;
+  }();
+  return names;
 }
 
-bool is_matmul(const std::string& op) {
-  const auto& ops = matmul_ops();
-  return std::find(ops.begin(), ops.end(), op) != ops.end();
-}
+bool is_matmul(const std::string& op) { return Op::find(op).has(kMatmul); }
 
 // The position of the '_' that makes `name` an in-place op's ("aten::add_.Tensor"), or npos.
 static size_t inplace_underscore(const std::string& name) {

@@ -31,6 +31,7 @@ struct OpInfo {
   bool view_scatter = false;                 ///< is_view_scatter(name)
   bool fills_self_at_random = false;         ///< fills_self_at_random(name)
   bool matmul = false;                       ///< is_matmul(counted_op_name(name))
+  bool commutative = false;                  ///< its first two tensors commute (kCommutative)
 };
 
 /// The fused SDPA kernels (flash, efficient, cuDNN, CPU flash).
@@ -85,7 +86,7 @@ bool reads_only_metadata_of_self(const std::string& op);
 /// Scatters into a view of their first operand (slice, select, diagonal): what they write of
 /// it, they do not read.
 bool is_view_scatter(const std::string& op);
-/// Random ops that overwrite their first operand (bernoulli.p, uniform, normal.functional, ...:
+/// Random ops that overwrite their first operand (bernoulli.p, uniform, normal_functional, ...:
 /// dropout's mask, in their functional forms).
 bool fills_self_at_random(const std::string& op);
 

@@ -35,6 +35,7 @@
 // already meets (all_p_bound: every value the graph could hold; the default budget, a device's
 // memory, against a model's graph) keeps P everywhere without counting.
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include "ir/cost/cost_model.h"
 #include "ir/builder.h"
@@ -59,7 +60,7 @@ namespace {
 // The P form of one jvpc::attention_tangent node, built before it; returns d(out).
 Value* p_form(Builder& b, const Node& n) {
   auto call = [&](const std::string& op, std::vector<BArg> args) { return b.call(op, std::move(args)); };
-  auto add = [&](Value* x, Value* y) { return x ? call("aten::add.Tensor", {x, y}) : y; };
+  auto add = [&](Value* x, Value* y) { return x ? call(ops::add_Tensor, {x, y}) : y; };
   auto tensor = [&](size_t arg) { return n.arg(arg).kind == ArgKind::Tensor ? n.tensor_arg(arg) : nullptr; };
   // [b, h, s, d] -> [b·h, s, d], copying only if the value cannot be viewed that way.
   auto as3d = [&](Value* x) {
@@ -67,17 +68,17 @@ Value* p_form(Builder& b, const Node& n) {
     std::vector<int64_t> shape = {s[0] * s[1], s[2], s[3]};
     return reshape(b, x, shape);
   };
-  auto as4d = [&](Value* x, std::vector<int64_t> shape) { return call("aten::view", {x, shape}); };
+  auto as4d = [&](Value* x, std::vector<int64_t> shape) { return call(ops::view, {x, shape}); };
   // Repeats the heads of k or v ([b, h_k, s, d]) to `heads`, as grouped-query attention does.
   auto repeat_heads = [&](Value* x, int64_t heads) {
     auto s = x->meta().sizes;
     if (s[1] == heads) return x;
     int64_t r = heads / s[1];
-    Value* e = call("aten::expand", {call("aten::unsqueeze", {x, 2}), std::vector<int64_t>{s[0], s[1], r, s[2], s[3]}});
-    e = call("aten::clone", {e, c10::MemoryFormat::Contiguous});
-    return call("aten::view", {e, std::vector<int64_t>{s[0], heads, s[2], s[3]}});
+    Value* e = call(ops::expand, {call(ops::unsqueeze, {x, 2}), std::vector<int64_t>{s[0], s[1], r, s[2], s[3]}});
+    e = call(ops::clone, {e, c10::MemoryFormat::Contiguous});
+    return call(ops::view, {e, std::vector<int64_t>{s[0], heads, s[2], s[3]}});
   };
-  auto cast = [&](Value* x, c10::ScalarType dt) { return x->meta().dtype == dt ? x : call("aten::_to_copy", {x, dt}); };
+  auto cast = [&](Value* x, c10::ScalarType dt) { return x->meta().dtype == dt ? x : call(ops::_to_copy, {x, dt}); };
 
   Value *q = tensor(0), *k = tensor(1), *v = tensor(2), *lse = tensor(4);
   Value *tq = tensor(5), *tk = tensor(6), *tv = tensor(7), *m = tensor(8), *tm = tensor(9);
@@ -93,58 +94,58 @@ Value* p_form(Builder& b, const Node& n) {
   Value* kr = repeat_heads(k, H);
   Value* vr = repeat_heads(v, H);
   Value* q3 = as3d(q);
-  Value* kt3 = as3d(call("aten::transpose.int", {kr, -2, -1}));
+  Value* kt3 = as3d(call(ops::transpose_int, {kr, -2, -1}));
   Value* v3 = as3d(vr);
   // The scale goes on the primal operands the tangent multiplies, which fold precomputes.
   // Scores in the accumulation type, as the kernels compute them (bf16 scores would put their
   // rounding error into P): from a scaled operand where the tangent has one in that type, which
   // saves scaling the B·H·Lq·Lk scores. A scaled operand the scores do not read comes after P,
   // so that it is not held while P's temporaries are (fold evaluates in this order).
-  Value* kt3_scaled = tq && dt == acc ? call("aten::mul.Scalar", {kt3, scale}) : nullptr;
+  Value* kt3_scaled = tq && dt == acc ? call(ops::mul_Scalar, {kt3, scale}) : nullptr;
   Value* q3_scaled = nullptr;
   Value* s = nullptr;
   if (kt3_scaled) {
-    s = call("aten::bmm", {q3, kt3_scaled});
+    s = call(ops::bmm, {q3, kt3_scaled});
   } else if (dt == acc && tk) {
-    q3_scaled = call("aten::mul.Scalar", {q3, scale});
-    s = call("aten::bmm", {q3_scaled, kt3});
+    q3_scaled = call(ops::mul_Scalar, {q3, scale});
+    s = call(ops::bmm, {q3_scaled, kt3});
   } else {
-    s = call("aten::mul.Scalar", {call("aten::bmm", {cast(q3, acc), cast(kt3, acc)}), scale});
+    s = call(ops::mul_Scalar, {call(ops::bmm, {cast(q3, acc), cast(kt3, acc)}), scale});
   }
   s = as4d(s, {B, H, Sq, Sk});
   if (m) {
     if (m->meta().dtype == c10::kBool)
-      m = call("aten::where.Scalar", {m, 0.0, -std::numeric_limits<double>::infinity()});
-    s = call("aten::add.Tensor", {s, cast(m, acc)});
+      m = call(ops::where_Scalar, {m, 0.0, -std::numeric_limits<double>::infinity()});
+    s = call(ops::add_Tensor, {s, cast(m, acc)});
   }
   if (causal) {
-    Value* full = call("aten::full", {std::vector<int64_t>{Sq, Sk}, -std::numeric_limits<double>::infinity(), acc,
+    Value* full = call(ops::full, {std::vector<int64_t>{Sq, Sk}, -std::numeric_limits<double>::infinity(), acc,
                                       std::nullopt, q->meta().device});
-    s = call("aten::add.Tensor", {s, call("aten::triu", {full, 1})});
+    s = call(ops::add_Tensor, {s, call(ops::triu, {full, 1})});
   }
-  Value* l4 = call("aten::view", {cast(lse, acc), std::vector<int64_t>{B, H, Sq, 1}});
-  Value* p = cast(call("aten::exp", {call("aten::sub.Tensor", {s, l4})}), dt);
+  Value* l4 = call(ops::view, {cast(lse, acc), std::vector<int64_t>{B, H, Sq, 1}});
+  Value* p = cast(call(ops::exp, {call(ops::sub_Tensor, {s, l4})}), dt);
 
   // Tangent.
-  if (tq && !kt3_scaled) kt3_scaled = call("aten::mul.Scalar", {kt3, scale});
-  if (tk && !q3_scaled) q3_scaled = call("aten::mul.Scalar", {q3, scale});
+  if (tq && !kt3_scaled) kt3_scaled = call(ops::mul_Scalar, {kt3, scale});
+  if (tk && !q3_scaled) q3_scaled = call(ops::mul_Scalar, {q3, scale});
   Value* ds = nullptr;
-  if (tq) ds = call("aten::bmm", {as3d(tq), kt3_scaled});
+  if (tq) ds = call(ops::bmm, {as3d(tq), kt3_scaled});
   if (tk) {
-    Value* tkt = as3d(call("aten::transpose.int", {repeat_heads(tk, H), -2, -1}));
-    ds = add(ds, call("aten::bmm", {q3_scaled, tkt}));
+    Value* tkt = as3d(call(ops::transpose_int, {repeat_heads(tk, H), -2, -1}));
+    ds = add(ds, call(ops::bmm, {q3_scaled, tkt}));
   }
   Value* dout = nullptr;
   if (ds) ds = as4d(ds, {B, H, Sq, Sk});
   if (tm) {
-    Value* tm4 = call("aten::expand", {cast(tm, dt), std::vector<int64_t>{B, H, Sq, Sk}});
-    ds = ds ? call("aten::add.Tensor", {ds, tm4}) : call("aten::clone", {tm4, c10::MemoryFormat::Contiguous});
+    Value* tm4 = call(ops::expand, {cast(tm, dt), std::vector<int64_t>{B, H, Sq, Sk}});
+    ds = ds ? call(ops::add_Tensor, {ds, tm4}) : call(ops::clone, {tm4, c10::MemoryFormat::Contiguous});
   }
   if (ds) {
-    Value* dp = call("aten::_softmax_backward_data", {ds, p, -1, dt});
-    dout = call("aten::bmm", {as3d(dp), v3});
+    Value* dp = call(ops::_softmax_backward_data, {ds, p, -1, dt});
+    dout = call(ops::bmm, {as3d(dp), v3});
   }
-  if (tv) dout = add(dout, call("aten::bmm", {as3d(p), as3d(repeat_heads(tv, H))}));
+  if (tv) dout = add(dout, call(ops::bmm, {as3d(p), as3d(repeat_heads(tv, H))}));
   return as4d(dout, {B, H, Sq, Dv});
 }
 
@@ -191,7 +192,7 @@ void expand_p_form(Graph& g, Node* n) {
 std::vector<Node*> attention_nodes(const Graph& g) {
   std::vector<Node*> nodes;
   for (Node* n : g.nodes())
-    if (n->op() == runtime::kAttentionTangentOp) nodes.push_back(n);
+    if (n->is(ops::jvpc_attention_tangent)) nodes.push_back(n);
   return nodes;
 }
 

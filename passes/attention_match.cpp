@@ -38,6 +38,7 @@
 // the same primal nodes, from the tangents of q, k, v and the mask the match noted, so the
 // graph is the one the rules gave (budget inf skips the pass altogether).
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include "ir/builder.h"
 #include "ir/printer.h"
@@ -63,9 +64,9 @@ namespace {
 
 Node* producer(const Value* v) { return v ? v->producer() : nullptr; }
 
-bool is_op(const Value* v, const char* op) {
+bool is_op(const Value* v, Op op) {
   const Node* n = producer(v);
-  return n && n->op() == op;
+  return n && n->is(op);
 }
 
 std::string constant_key(const Arg& a) {
@@ -126,7 +127,7 @@ std::optional<double> constant_number(const Value* v) {
 
 // mul.Tensor or div.Tensor of a value by such a constant: the operand it scales and the factor.
 std::optional<std::pair<size_t, double>> tensor_scaling(const Node* n) {
-  bool mul = n->op() == "aten::mul.Tensor", div = n->op() == "aten::div.Tensor";
+  bool mul = n->is(ops::mul_Tensor), div = n->is(ops::div_Tensor);
   if ((!mul && !div) || n->inputs().size() != 2) return std::nullopt;
   for (size_t path : {size_t(0), size_t(1)}) {
     if (div && path == 1) break;
@@ -150,12 +151,12 @@ bool peel_scaling(Side& s) {
     s.factor *= sc->second;
     return true;
   }
-  const std::string& op = n->op();
-  if (op != "aten::mul.Scalar" && op != "aten::div.Scalar") return false;
+  const Op op = n->handle();
+  if (op != ops::mul_Scalar && op != ops::div_Scalar) return false;
   std::optional<double> c = n->arg(1).number();
   if (!c || *c == 0.0 || !std::isfinite(*c)) return false;
   if (n->inputs().size() != 1 || n->input(0)->meta().dtype != s.p->meta().dtype || !step(s, n)) return false;
-  s.factor *= op == "aten::mul.Scalar" ? *c : 1.0 / *c;
+  s.factor *= op == ops::mul_Scalar ? *c : 1.0 / *c;
   return true;
 }
 
@@ -166,9 +167,9 @@ void peel_same(Side& s, bool scalings = true) {
     if (scalings && peel_scaling(s)) continue;
     Node* n = producer(s.p);
     if (!n || n->inputs().size() != 1 || n->arg(0).kind != ArgKind::Tensor) return;
-    const std::string& op = n->op();
-    bool same = op == "aten::clone" || op == "aten::alias" ||
-                ((op == "aten::expand" || op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::reshape") &&
+    const Op op = n->handle();
+    bool same = op == ops::clone || op == ops::alias ||
+                ((op == ops::expand || op == ops::view || op == ops::_unsafe_view || op == ops::reshape) &&
                  n->input(0)->meta().sizes == s.p->meta().sizes);
     if (!same || n->input(0)->meta().dtype != s.p->meta().dtype || !step(s, n)) return;
   }
@@ -185,9 +186,9 @@ void peel_same(Side& s, bool scalings = true) {
 // strides of the reshape (or the transposed reshape) it must be. A chain whose effect differs
 // (another order of the elements) is not taken.
 
-bool is_reshape_op(const std::string& op) {
-  return op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::reshape" || op == "aten::unsqueeze" ||
-         op == "aten::squeeze" || op == "aten::squeeze.dim" || op == "aten::squeeze.dims";
+bool is_reshape_op(Op op) {
+  return op == ops::view || op == ops::_unsafe_view || op == ops::reshape || op == ops::unsqueeze ||
+         op == ops::squeeze || op == ops::squeeze_dim || op == ops::squeeze_dims;
 }
 
 // An op that moves its input's elements without changing them: a reshape, a permutation, a copy,
@@ -196,11 +197,11 @@ bool is_view_step(const Node* n) {
   if (!n || n->inputs().size() != 1 || n->outputs().size() != 1 || n->arg(0).kind != ArgKind::Tensor) return false;
   const TensorMeta &in = n->input(0)->meta(), &out = n->output(0)->meta();
   if (in.dtype != out.dtype) return false;
-  const std::string& op = n->op();
-  if (is_reshape_op(op) || op == "aten::permute" || op == "aten::transpose.int" || op == "aten::clone" ||
-      op == "aten::alias")
+  const Op op = n->handle();
+  if (is_reshape_op(op) || op == ops::permute || op == ops::transpose_int || op == ops::clone ||
+      op == ops::alias)
     return true;
-  return op == "aten::expand" && in.sizes == out.sizes;
+  return op == ops::expand && in.sizes == out.sizes;
 }
 
 // Where each element of a tensor is, as offsets into the elements of the chain's top.
@@ -217,7 +218,7 @@ Strided contiguous(const std::vector<int64_t>& sizes) {
 // The layout after the view step `n`; false where no strides express it (a reshape of permuted
 // elements that would need a copy).
 bool apply(Strided& s, const Node* n) {
-  const std::string& op = n->op();
+  const Op op = n->handle();
   const std::vector<int64_t>& out = n->output(0)->meta().sizes;
   if (is_reshape_op(op)) {
     auto st = at::detail::computeStride(s.sizes, s.strides, out);
@@ -225,11 +226,11 @@ bool apply(Strided& s, const Node* n) {
     s = {out, std::vector<int64_t>(st->begin(), st->end())};
     return true;
   }
-  if (op == "aten::permute" || op == "aten::transpose.int") {
+  if (op == ops::permute || op == ops::transpose_int) {
     int64_t r = static_cast<int64_t>(s.sizes.size());
     std::vector<int64_t> perm(s.sizes.size());
     for (int64_t i = 0; i < r; ++i) perm[i] = i;
-    if (op == "aten::permute") {
+    if (op == ops::permute) {
       std::vector<int64_t> dims = n->arg(1).value.toIntVector();
       if (static_cast<int64_t>(dims.size()) != r) return false;
       for (int64_t i = 0; i < r; ++i) perm[i] = c10::maybe_wrap_dim(dims[i], r);
@@ -312,23 +313,23 @@ bool peel_repeat(Side& s) {
   if (sz.size() != 4) return false;
   Node* n = producer(s.p);
   if (!n) return false;
-  if (n->op() == "aten::expand" && n->input(0)->meta().sizes.size() == 4 && n->input(0)->meta().sizes[1] == 1) {
+  if (n->is(ops::expand) && n->input(0)->meta().sizes.size() == 4 && n->input(0)->meta().sizes[1] == 1) {
     const auto& in = n->input(0)->meta().sizes;
     if (in[0] != sz[0] || in[2] != sz[2] || in[3] != sz[3]) return false;
     return step(s, n);
   }
-  if (n->op() != "aten::view" && n->op() != "aten::_unsafe_view" && n->op() != "aten::reshape") return false;
+  if (!n->is(ops::view) && !n->is(ops::_unsafe_view) && !n->is(ops::reshape)) return false;
   Side x = s;
   if (!step(x, n)) return false;
-  if (is_op(x.p, "aten::clone") && !step(x, producer(x.p))) return false;
+  if (is_op(x.p, ops::clone) && !step(x, producer(x.p))) return false;
   Node* e = producer(x.p);
-  if (!e || e->op() != "aten::expand") return false;
+  if (!e || !e->is(ops::expand)) return false;
   const auto& five = x.p->meta().sizes;
   if (five.size() != 5 || five[0] != sz[0] || five[1] * five[2] != sz[1] || five[3] != sz[2] || five[4] != sz[3])
     return false;
   if (!step(x, e)) return false;
   Node* u = producer(x.p);
-  if (!u || u->op() != "aten::unsqueeze" || u->arg(1).value.toInt() != 2) return false;
+  if (!u || !u->is(ops::unsqueeze) || u->arg(1).value.toInt() != 2) return false;
   if (!step(x, u)) return false;
   s = x;
   return true;
@@ -372,7 +373,7 @@ Value* as4d(Builder& b, Value* v, int64_t B) {
 
 bool is_scalar_tensor(const Value* v, double x) {
   const Node* n = producer(v);
-  if (!n || n->op() != "aten::scalar_tensor") return false;
+  if (!n || !n->is(ops::scalar_tensor)) return false;
   std::optional<double> c = n->arg(0).number();
   return c && (*c == x || (std::isnan(x) && std::isnan(*c)));
 }
@@ -381,10 +382,10 @@ bool is_scalar_tensor(const Value* v, double x) {
 // top-left aligned attention, or its complement.
 bool is_causal(const Value* m, int64_t Lq, int64_t Lk, bool lower) {
   const Node* n = producer(m);
-  if (!n || n->op() != (lower ? "aten::tril" : "aten::triu") || n->arg(1).value.toInt() != (lower ? 0 : 1))
+  if (!n || n->op() != (lower ? ops::tril : ops::triu) || n->arg(1).value.toInt() != (lower ? 0 : 1))
     return false;
   const Node* ones = producer(n->input(0));
-  return ones && ones->op() == "aten::ones" && m->meta().dtype == c10::kBool &&
+  return ones && ones->is(ops::ones) && m->meta().dtype == c10::kBool &&
          m->meta().sizes == std::vector<int64_t>{Lq, Lk};
 }
 
@@ -393,13 +394,13 @@ bool reaches_bmm(const Value* v) {
   for (int guard = 0; guard < 16 && v; ++guard) {
     const Node* n = producer(v);
     if (!n) return false;
-    if (n->op() == "aten::bmm") return true;
-    const std::string& op = n->op();
+    if (n->is(ops::bmm)) return true;
+    const Op op = n->handle();
     if (auto sc = tensor_scaling(n)) {
       v = n->input(sc->first);
       continue;
     }
-    if (!is_view_step(n) && op != "aten::mul.Scalar" && op != "aten::div.Scalar" && op != "aten::_to_copy")
+    if (!is_view_step(n) && op != ops::mul_Scalar && op != ops::div_Scalar && op != ops::_to_copy)
       return false;
     v = n->input(0);
   }
@@ -439,8 +440,8 @@ bool score_chain(Match& m) {
   for (int guard = 0; guard < 24; ++guard) {
     Node* n = producer(s);
     if (!n) return false;
-    const std::string& op = n->op();
-    if (op == "aten::bmm") {
+    const Op op = n->handle();
+    if (op == ops::bmm) {
       // The views between, together, must be the reshape of the bmm's result to the scores.
       std::vector<const Node*> down;
       for (auto it = m.steps.rbegin(); it != m.steps.rend(); ++it)
@@ -457,21 +458,21 @@ bool score_chain(Match& m) {
     } else if (is_view_step(n)) {
       const auto& in = n->input(0)->meta().sizes;
       bool keeps_rows =
-          (op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::reshape" || op == "aten::clone") &&
+          (op == ops::view || op == ops::_unsafe_view || op == ops::reshape || op == ops::clone) &&
           in.size() >= 3 && in.back() == Lk;
       moved |= !keeps_rows;
-    } else if (op == "aten::mul.Scalar" || op == "aten::div.Scalar") {
+    } else if (op == ops::mul_Scalar || op == ops::div_Scalar) {
       std::optional<double> c = n->arg(1).number();
       if (!c || *c == 0.0 || !std::isfinite(*c)) return false;
-      m.scale *= op == "aten::mul.Scalar" ? *c : 1.0 / *c;
-    } else if (op == "aten::_to_copy") {
+      m.scale *= op == ops::mul_Scalar ? *c : 1.0 / *c;
+    } else if (op == ops::_to_copy) {
       // Scores cast up (softmax in float32 over bf16/f16 scores): the operator computes them in
       // float32 itself.
       c10::ScalarType from = n->input(0)->meta().dtype, to = s->meta().dtype;
       if (!(c10::isReducedFloatingType(from) && to == c10::kFloat) || n->inputs().size() != 1) return false;
     } else if (moved) {
       return false;  // a mask on permuted scores would be misplaced in the operator's [.., Lq, Lk]
-    } else if (op == "aten::add.Tensor" && !masked && n->arg(2).is_number(1.0)) {
+    } else if (op == ops::add_Tensor && !masked && n->arg(2).is_number(1.0)) {
       if (n->arg(0).kind != ArgKind::Tensor || n->arg(1).kind != ArgKind::Tensor) return false;
       // The scores are the operand with the full shape that leads to the bmm.
       auto path_ok = [&](size_t i) {
@@ -487,7 +488,7 @@ bool score_chain(Match& m) {
       masked = true;
       m.mask_value = mask;
       Node* w = producer(mask);
-      if (w && w->op() == "aten::where.self" && is_scalar_tensor(w->input(1), 0.0) &&
+      if (w && w->is(ops::where_self) && is_scalar_tensor(w->input(1), 0.0) &&
           is_scalar_tensor(w->input(2), -std::numeric_limits<double>::infinity()) &&
           w->input(0)->meta().dtype == c10::kBool) {
         if (is_causal(w->input(0), Lq, Lk, true))
@@ -497,7 +498,7 @@ bool score_chain(Match& m) {
       } else {
         m.mask = mask;
       }
-    } else if (op == "aten::masked_fill.Scalar" && !masked) {
+    } else if (op == ops::masked_fill_Scalar && !masked) {
       std::optional<double> c = n->arg(2).number();
       if (!c || *c != -std::numeric_limits<double>::infinity()) return false;
       Value* cond = n->input(1);
@@ -506,7 +507,7 @@ bool score_chain(Match& m) {
       m.mask_value = cond;
       if (is_causal(cond, Lq, Lk, false))
         m.causal = true;
-      else if (is_op(cond, "aten::logical_not") || is_op(cond, "aten::bitwise_not"))
+      else if (is_op(cond, ops::logical_not) || is_op(cond, ops::bitwise_not))
         m.mask = producer(cond)->input(0);
       else
         m.mask = cond, m.keep_mask_negated = true;
@@ -527,10 +528,10 @@ bool tangent_up(Match& m, size_t i, Value* t) {
     Value *A = s->input(0), *Bt = s->input(1);
     if (!t) return true;
     auto left = [&](Value* x) {
-      return is_op(x, "aten::bmm") && producer(x)->input(1) == Bt ? producer(x)->input(0) : nullptr;
+      return is_op(x, ops::bmm) && producer(x)->input(1) == Bt ? producer(x)->input(0) : nullptr;
     };
     auto right = [&](Value* x) {
-      return is_op(x, "aten::bmm") && producer(x)->input(0) == A ? producer(x)->input(1) : nullptr;
+      return is_op(x, ops::bmm) && producer(x)->input(0) == A ? producer(x)->input(1) : nullptr;
     };
     if (Value* l = left(t)) {
       m.a.t = l;
@@ -541,7 +542,7 @@ bool tangent_up(Match& m, size_t i, Value* t) {
       return true;
     }
     Node* add = producer(t);
-    if (add && add->op() == "aten::add.Tensor" && add->arg(2).is_number(1.0) && add->inputs().size() == 2) {
+    if (add && add->is(ops::add_Tensor) && add->arg(2).is_number(1.0) && add->inputs().size() == 2) {
       Value *l = left(add->input(0)), *r = right(add->input(1));
       if (l && r) {
         m.a.t = l;
@@ -552,12 +553,12 @@ bool tangent_up(Match& m, size_t i, Value* t) {
     return false;
   }
   const ScoreStep& st = m.steps[i];
-  if (!st.mask || st.n->op() == "aten::masked_fill.Scalar") {
+  if (!st.mask || st.n->is(ops::masked_fill_Scalar)) {
     if (!t) return tangent_up(m, i + 1, nullptr);
     Node* n = producer(t);
     if (!n || st.path >= n->inputs().size() || !mirrors(st.n, t, n->input(st.path), st.path)) {
       // masked_fill's tangent is masked_fill(t, m, 0): same op and mask, another value.
-      if (!(st.n->op() == "aten::masked_fill.Scalar" && n && n->op() == st.n->op() && n->input(1) == st.n->input(1) &&
+      if (!(st.n->is(ops::masked_fill_Scalar) && n && n->op() == st.n->op() && n->input(1) == st.n->input(1) &&
             n->arg(2).is_number(0.0)))
         return false;
     }
@@ -570,7 +571,7 @@ bool tangent_up(Match& m, size_t i, Value* t) {
   if (t && tangent_up(m, i + 1, t)) return true;
   m.a.t = saved_a, m.bt.t = saved_bt;
   Node* n = producer(t);
-  if (n && n->op() == "aten::add.Tensor" && n->arg(2).is_number(1.0) && n->inputs().size() == 2 &&
+  if (n && n->is(ops::add_Tensor) && n->arg(2).is_number(1.0) && n->inputs().size() == 2 &&
       tangent_up(m, i + 1, n->input(st.path))) {
     m.dmask = n->input(1 - st.path);
     return true;
@@ -579,7 +580,7 @@ bool tangent_up(Match& m, size_t i, Value* t) {
   if (!t) return tangent_up(m, i + 1, nullptr);
   // The mask's tangent alone: no tangent reaches the scores.
   Value* d = t;
-  while (is_op(d, "aten::expand") || is_op(d, "aten::_to_copy")) d = producer(d)->input(0);
+  while (is_op(d, ops::expand) || is_op(d, ops::_to_copy)) d = producer(d)->input(0);
   if (d->meta().sizes != m.mask_value->meta().sizes || !tangent_up(m, i + 1, nullptr)) return false;
   m.dmask = d;
   return true;
@@ -604,7 +605,7 @@ bool out_chain(Value* p, const ValueSet& tangent, std::vector<Node*>& steps, Nod
   for (const Use& u : p->uses()) {
     Node* n = u.user;
     if (n->is_return() || u.index != 0 || n->outputs().size() != 1 || tangent.count(n->output(0))) continue;
-    if (n->op() == "aten::bmm") {
+    if (n->is(ops::bmm)) {
       // The views between, together, must be the reshape of P to the bmm's [N, Lq, Lk].
       const Value* top = steps.empty() ? p : steps.front()->input(0);
       std::vector<const Node*> down;
@@ -613,7 +614,7 @@ bool out_chain(Value* p, const ValueSet& tangent, std::vector<Node*>& steps, Nod
       bmm = n;
       return true;
     }
-    bool view = is_view_step(n) || (n->op() == "aten::_to_copy" && n->inputs().size() == 1);
+    bool view = is_view_step(n) || (n->is(ops::_to_copy) && n->inputs().size() == 1);
     if (!view || steps.size() > 12) continue;
     steps.push_back(n);
     if (out_chain(n->output(0), tangent, steps, bmm)) return true;
@@ -631,8 +632,8 @@ bool recognize(Node* softmax, const ValueSet& tangent, Match& m) {
   if (rank < 3 || rank > 5) return false;
   int64_t dim = softmax->arg(1).value.toInt();
   if (dim != -1 && dim != rank - 1) return false;
-  if (softmax->op() == "aten::_softmax" && softmax->arg(2).value.toBool()) return false;  // half to float
-  if (softmax->op() == "aten::_safe_softmax" && !softmax->arg(2).value.isNone()) return false;
+  if (softmax->is(ops::_softmax) && softmax->arg(2).value.toBool()) return false;  // half to float
+  if (softmax->is(ops::_safe_softmax) && !softmax->arg(2).value.isNone()) return false;
   if (!score_chain(m)) return false;
   // Grouped scores: a mask or causal over [Lq, Lk] is not the operator's over the G·Lq rows.
   if (rank == 5 && m.mask_value) return false;
@@ -649,13 +650,13 @@ bool recognize(Node* softmax, const ValueSet& tangent, Match& m) {
   Value* ds = nullptr;
   Value* dp = nullptr;
   for (const Use& u : p->uses())
-    if (u.user->op() == "aten::_softmax_backward_data" && u.index == 1) {
+    if (u.user->is(ops::_softmax_backward_data) && u.index == 1) {
       if (dp) return false;
       dp = u.user->output(0);
       ds = u.user->input(0);
     }
   // The rule casts the tangent to the softmax's output dtype where they differ.
-  if (ds && ds->meta().dtype != softmax->input(0)->meta().dtype && is_op(ds, "aten::_to_copy"))
+  if (ds && ds->meta().dtype != softmax->input(0)->meta().dtype && is_op(ds, ops::_to_copy))
     ds = producer(ds)->input(0);
   m.a.p = m.scores_bmm->input(0);
   m.bt.p = m.scores_bmm->input(1);
@@ -669,18 +670,18 @@ bool recognize(Node* softmax, const ValueSet& tangent, Match& m) {
   Value* term_p = nullptr;
   if (dpv)
     for (const Use& u : dpv->uses())
-      if (u.user->op() == "aten::bmm" && u.index == 0 && u.user->input(1) == v3) term_p = u.user->output(0);
+      if (u.user->is(ops::bmm) && u.index == 0 && u.user->input(1) == v3) term_p = u.user->output(0);
   if (dpv && !term_p) return false;
   Value* term_v = nullptr;
   for (const Use& u : pv->uses())
-    if (u.user != m.out_bmm && u.user->op() == "aten::bmm" && u.index == 0 && tangent.count(u.user->input(1))) {
+    if (u.user != m.out_bmm && u.user->is(ops::bmm) && u.index == 0 && tangent.count(u.user->input(1))) {
       if (term_v) return false;
       term_v = u.user->output(0);
     }
   m.v3 = {v3, term_v ? producer(term_v)->input(1) : nullptr};
   if (term_p && term_v) {
     for (const Use& u : term_p->uses())
-      if (u.user->op() == "aten::add.Tensor" && u.index == 0 && u.user->input(1) == term_v &&
+      if (u.user->is(ops::add_Tensor) && u.index == 0 && u.user->input(1) == term_v &&
           u.user->arg(2).is_number(1.0))
         m.dout3 = u.user->output(0);
   } else {
@@ -733,25 +734,25 @@ std::pair<Node*, Value*> build(Graph& g, const Match& m) {
   Value* k4 = as4d(b, m.k.p, B);
   Value* dk4 = as4d(b, m.k.t, B);
   if (!m.k_transposed) {
-    k4 = b.call("aten::transpose.int", {k4, -2, -1});
-    if (dk4) dk4 = b.call("aten::transpose.int", {dk4, -2, -1});
+    k4 = b.call(ops::transpose_int, {k4, -2, -1});
+    if (dk4) dk4 = b.call(ops::transpose_int, {dk4, -2, -1});
   }
   Value* v4 = as4d(b, m.v.p, B);
   Value* dv4 = as4d(b, m.v.t, B);
   Value* o3 = m.out_bmm->output(0);
   Value* out4 = as4d(b, o3, B);
   // The logsumexp of the scores, which fold computes once from the tracing run's.
-  Value* lse = b.call("aten::logsumexp", {s, std::vector<int64_t>{-1}, false});
+  Value* lse = b.call(ops::logsumexp, {s, std::vector<int64_t>{-1}, false});
   if (lse->meta().sizes != std::vector<int64_t>{B, H, Lq})
-    lse = b.call("aten::view", {lse, std::vector<int64_t>{B, H, Lq}});
+    lse = b.call(ops::view, {lse, std::vector<int64_t>{B, H, Lq}});
   Value* mask = m.mask;
-  if (mask && m.keep_mask_negated) mask = b.call("aten::eq.Scalar", {mask, 0});  // ¬m
+  if (mask && m.keep_mask_negated) mask = b.call(ops::eq_Scalar, {mask, 0});  // ¬m
   auto opt = [](Value* t) { return t ? BArg(t) : BArg(std::nullopt); };
-  Value* r = b.call(runtime::kAttentionTangentOp,
+  Value* r = b.call(ops::jvpc_attention_tangent,
                     {q4, k4, v4, out4, lse, opt(dq4), opt(dk4), opt(dv4), opt(mask), opt(m.dmask), m.causal,
                      m.scale * m.q.factor * m.k.factor, runtime::kAttentionBlockQ, runtime::kAttentionBlockK});
   Node* node = producer(r);
-  if (r->meta().sizes != o3->meta().sizes) r = b.call("aten::view", {r, o3->meta().sizes});
+  if (r->meta().sizes != o3->meta().sizes) r = b.call(ops::view, {r, o3->meta().sizes});
   return {node, r};
 }
 
@@ -767,7 +768,7 @@ std::vector<MatchedAttention> attention_match(Graph& g) {
   ValueSet tangent = tangent_dependent(g);
   std::vector<Match> matches;
   for (Node* n : g.nodes()) {
-    if (n->op() != "aten::_safe_softmax" && n->op() != "aten::_softmax") continue;
+    if (!n->is(ops::_safe_softmax) && !n->is(ops::_softmax)) continue;
     if (tangent.count(n->output(0))) continue;
     Match m;
     try {
@@ -849,8 +850,8 @@ Value* matched_p_form(Graph& g, const MatchedAttention& m) {
       Value* t = outs[i];
       const Value* o = n->output(i);
       if (!t || !differentiable_dtype(o->meta().dtype)) continue;
-      if (t->meta().sizes != o->meta().sizes) t = b.call("aten::expand", {t, o->meta().sizes});
-      if (t->meta().dtype != o->meta().dtype) t = b.call("aten::_to_copy", {t, o->meta().dtype});
+      if (t->meta().sizes != o->meta().sizes) t = b.call(ops::expand, {t, o->meta().sizes});
+      if (t->meta().dtype != o->meta().dtype) t = b.call(ops::_to_copy, {t, o->meta().dtype});
       tangent[o] = t;
       emitted_after[t] = after;
     }

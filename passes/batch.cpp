@@ -15,6 +15,7 @@
 //     %2 = aten::bmm(%0, %1)                        =>           (dv as [5,128,K·64], one bmm by r, viewed back)
 //     return (%2)                                                return (%.. : f32[K,5,64,64])
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include "ir/verifier.h"
 #include "passes/batch_rules/rules.h"
@@ -39,13 +40,13 @@ std::vector<Value*> unroll(Builder& b, const Node& n, int64_t K, const std::vect
   for (int64_t k = 0; k < K; ++k) {
     std::vector<Value*> slice;
     for (size_t i = 0; i < operands.size(); ++i)
-      slice.push_back(batched[i] ? b.call("aten::select.int", {operands[i], int64_t(0), k}) : operands[i]);
+      slice.push_back(batched[i] ? b.call(ops::select_int, {operands[i], int64_t(0), k}) : operands[i]);
     batch_rules::Ctx c(b, n, K, slice, std::vector<bool>(slice.size(), false));
     std::vector<Value*> outs = b.emit(n.op(), c.args(), &n);
     for (size_t i = 0; i < outs.size() && i < per_output.size(); ++i) per_output[i].push_back(outs[i]);
   }
   std::vector<Value*> out;
-  for (auto& vs : per_output) out.push_back(b.call("aten::stack", {vs, int64_t(0)}));
+  for (auto& vs : per_output) out.push_back(b.call(ops::stack, {vs, int64_t(0)}));
   return out;
 }
 
@@ -123,8 +124,8 @@ BatchResult batch_tangents(const Graph& g, int64_t K) {
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     Value* v = map.at(g.outputs()[i]);
     if (!batched.at(v)) {  // independent of the tangent: the same result K times
-      v = b.call("aten::clone",
-                 {b.call("aten::expand", {v, with_k(K, v->meta().sizes)}), c10::MemoryFormat::Contiguous});
+      v = b.call(ops::clone,
+                 {b.call(ops::expand, {v, with_k(K, v->meta().sizes)}), c10::MemoryFormat::Contiguous});
     }
     out.add_output(v, g.output_names().at(i));
   }

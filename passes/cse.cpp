@@ -19,9 +19,8 @@ namespace {
 // operands in id order (x·dx and dx·x from a product rule are one product).
 bool commutes(const Node& n) {
   if (n.args().size() < 2 || n.arg(0).kind != ArgKind::Tensor || n.arg(1).kind != ArgKind::Tensor) return false;
-  if (n.op() == "aten::mul.Tensor") return true;
-  if (n.op() != "aten::add.Tensor") return false;
-  return n.arg(2).is_number(1.0);  // alpha
+  if (!n.handle().has(kCommutative)) return false;
+  return !n.is(ops::add_Tensor) || n.arg(2).is_number(1.0);  // add: alpha 1
 }
 
 template <typename T>

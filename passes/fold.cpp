@@ -24,6 +24,7 @@
 // runtime at each new point; its residual inputs keep the metadata fold gave them at the
 // example point.
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include "ir/cost/kernel_watch.h"
 #include "ir/ops.h"
@@ -93,7 +94,7 @@ std::vector<Value*> residual_values(Graph& g, const ValueSet& varying, size_t fi
                                     const std::function<bool(const Input&)>& input_held) {
   auto made_per_call = [](const Value* v) {
     const Node* p = v->producer();
-    return p && p->inputs().empty() && p->op() == "aten::zeros";
+    return p && p->inputs().empty() && p->is(ops::zeros);
   };
   std::vector<Value*> residuals;
   std::unordered_set<const Value*> chosen;

@@ -10,6 +10,7 @@
 // tangent: addmm broadcasts its `self`). FLOPs by FlopCounterMode's rules are unchanged (baddbmm
 // counts as its bmm); one kernel and one intermediate fewer.
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include "ir/builder.h"
 
@@ -20,20 +21,20 @@ bool fuse_matmul_add(Graph& g) {
   Builder b(g);
   InsertionGuard at(g);
   for (Node* n : g.nodes()) {
-    if (n->op() != "aten::add.Tensor" || n->inputs().size() != 2) continue;
+    if (!n->is(ops::add_Tensor) || n->inputs().size() != 2) continue;
     if (!n->arg(2).is_number(1.0)) continue;  // alpha
     for (size_t side : {size_t(1), size_t(0)}) {
       Value* prod = n->input(side);
       Value* other = n->input(1 - side);
       const Node* p = prod->producer();
-      if (!p || (p->op() != "aten::bmm" && p->op() != "aten::mm") || prod->uses().size() != 1)
+      if (!p || (!p->is(ops::bmm) && !p->is(ops::mm)) || prod->uses().size() != 1)
         continue;  // read by n alone
       const TensorMeta& out = n->output()->meta();
       if (!prod->meta().same_signature(out) || other->meta().dtype != out.dtype || other->meta().device != out.device)
         continue;
       at.move_to(n);
       Value* fused =
-          b.call(p->op() == "aten::bmm" ? "aten::baddbmm" : "aten::addmm", {other, p->input(0), p->input(1)});
+          b.call(p->is(ops::bmm) ? ops::baddbmm : ops::addmm, {other, p->input(0), p->input(1)});
       at.move_to(nullptr);
       if (!fused->meta().same_signature(n->output()->meta())) {  // not the sum's shape or dtype: undone
         erase_if_dead(g, fused->producer());

@@ -20,6 +20,7 @@
 // on every matrix alike, so it is replayed on the unrepeated tensor. Runs before fold, so the
 // primal side (the repeated k and v residuals) shrinks by r too.
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include "ir/builder.h"
 
@@ -44,11 +45,11 @@ bool swaps_last_two(const Node* n) {
 // One per-matrix step of the chain, to replay on the unrepeated tensor.
 bool per_matrix(const Node* n) {
   if (n->outputs().size() != 1 || n->inputs().size() != 1) return false;
-  const std::string& op = n->op();
-  if (op == "aten::view") return last_two_kept(n);
-  if (op == "aten::transpose.int") return swaps_last_two(n);
-  if (op == "aten::mul.Scalar" || op == "aten::div.Scalar") return true;
-  return op == "aten::clone";
+  const Op op = n->handle();
+  if (op == ops::view) return last_two_kept(n);
+  if (op == ops::transpose_int) return swaps_last_two(n);
+  if (op == ops::mul_Scalar || op == ops::div_Scalar) return true;
+  return op == ops::clone;
 }
 
 struct Repeat {
@@ -65,9 +66,9 @@ std::optional<Repeat> repeated(Value* x) {
     steps.insert(steps.begin(), n);
     n = n->input(0)->producer();
   }
-  if (!n || n->op() != "aten::expand" || n->inputs().size() != 1) return std::nullopt;
+  if (!n || !n->is(ops::expand) || n->inputs().size() != 1) return std::nullopt;
   const Node* u = n->input(0)->producer();
-  if (!u || u->op() != "aten::unsqueeze" || u->input(0)->meta().sizes.size() != 4 ||
+  if (!u || !u->is(ops::unsqueeze) || u->input(0)->meta().sizes.size() != 4 ||
       c10::maybe_wrap_dim(u->arg(1).value.toInt(), 5) != 2)
     return std::nullopt;
   const auto& e = n->output()->meta().sizes;  // [B, Hk, r, S, D]: only the new dim is expanded
@@ -84,7 +85,7 @@ bool group_bmm(Graph& g) {
   Builder b(g);
   InsertionGuard at(g);
   for (Node* n : g.nodes()) {
-    if (n->op() != "aten::bmm") continue;
+    if (!n->is(ops::bmm)) continue;
     Value *a = n->input(0), *x = n->input(1);
     if (x->meta().sizes.size() != 3) continue;
     std::optional<Repeat> rep = repeated(x);
@@ -97,15 +98,15 @@ bool group_bmm(Graph& g) {
     at.move_to(n);
     Value* y = rep->base;
     for (const Node* s : rep->steps) {
-      if (s->op() == "aten::transpose.int")
-        y = b.call("aten::transpose.int", {y, -2, -1});
-      else if (s->op() != "aten::view" && s->op() != "aten::clone")
+      if (s->is(ops::transpose_int))
+        y = b.call(ops::transpose_int, {y, -2, -1});
+      else if (!s->is(ops::view) && !s->is(ops::clone))
         y = b.call(s->op(), {y, BArg::of_arg(s->arg(1), s)});
     }
     std::vector<int64_t> shared = {groups, xs[1], xs[2]};
     y = reshape(b, y, shared);
-    Value* out = b.call("aten::bmm", {b.call("aten::view", {a, stacked}), y});
-    out = b.call("aten::view", {out, n->output()->meta().sizes});
+    Value* out = b.call(ops::bmm, {b.call(ops::view, {a, stacked}), y});
+    out = b.call(ops::view, {out, n->output()->meta().sizes});
     at.move_to(nullptr);
     replace_output(g, n, out);
     changed = true;

@@ -18,6 +18,7 @@
 // Errors: an op with no rule (named), or whose rule is not marked as holding for the complex
 // tensors it meets (passes/jvp_rules/complex.cpp), and wrt names that are not primal inputs.
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include "passes/jvp_rules/rules.h"
 
@@ -70,7 +71,7 @@ bool jvp(Graph& g, const std::vector<std::string>& wrt) {
     auto it = tangent.find(o);
     Value* t = it != tangent.end()
                    ? it->second
-                   : b.call("aten::zeros", {o->meta().sizes, o->meta().dtype, std::nullopt, o->meta().device});
+                   : b.call(ops::zeros, {o->meta().sizes, o->meta().dtype, std::nullopt, o->meta().device});
     g.add_output(t, fresh_name(g, g.output_names()[i]));
   }
   return true;

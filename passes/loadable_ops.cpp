@@ -1,5 +1,6 @@
 // The list of ops graph files may use, derived from the rule tables (see ir/loadable_ops.h).
 #include "passes/loadable_ops.h"
+#include "ir/op.h"
 
 #include "ir/cost/cost_model.h"
 #include "passes/jvp_rules/rules.h"
@@ -16,37 +17,37 @@ namespace {
 // tangent graph that uses them must load back.
 const std::vector<std::string>& emitted_ops() {
   static const std::vector<std::string> ops = {
-      "aten::_softmax_backward_data",  // softmax's tangent
-      "aten::narrow",                  // rules' slices (solvers, scatter_reduce)
-      "aten::where.ScalarOther",
-      "aten::where.ScalarSelf",           // masks' selects: where(mask, t, 0)
-      "aten::zeros",                      // materialized zero tangents
-      "jvpc::attention_tangent",          // attention's tangent in O(L) memory (runtime/attention_tangent.h)
-      "jvpc::attention_tangent.batched",  // the same for K tangents (passes/batch.cpp)
+      ops::_softmax_backward_data,  // softmax's tangent
+      ops::narrow,                  // rules' slices (solvers, scatter_reduce)
+      ops::where_ScalarOther,
+      ops::where_ScalarSelf,           // masks' selects: where(mask, t, 0)
+      ops::zeros,                      // materialized zero tangents
+      ops::jvpc_attention_tangent,          // attention's tangent in O(L) memory (runtime/attention_tangent.h)
+      ops::jvpc_attention_tangent_batched,  // the same for K tangents (passes/batch.cpp)
       // Derivative factors the rules compute from primal values alone: fold evaluates them, and a
       // compiled program's primal graph holds them (compiler/api/program.h).
-      "aten::binary_cross_entropy_backward",
-      "aten::bitwise_and.Tensor",
-      "aten::bitwise_not",  // relu's mask: not x <= 0, so that NaN passes
-      "aten::bitwise_or.Tensor",
-      "aten::elu_backward",
-      "aten::gelu_backward",
-      "aten::grid_sampler_2d_backward",
-      "aten::grid_sampler_3d_backward",
-      "aten::hardshrink_backward",
-      "aten::hardsigmoid_backward",
-      "aten::hardswish_backward",
-      "aten::hardtanh_backward",
-      "aten::huber_loss_backward",
-      "aten::leaky_relu_backward",
-      "aten::log_sigmoid_backward",
-      "aten::logit_backward",
-      "aten::mish_backward",
-      "aten::silu_backward",
-      "aten::smooth_l1_loss_backward",
-      "aten::softplus_backward",
-      "aten::softshrink_backward",
-      "aten::special_i1",
+      ops::binary_cross_entropy_backward,
+      ops::bitwise_and_Tensor,
+      ops::bitwise_not,  // relu's mask: not x <= 0, so that NaN passes
+      ops::bitwise_or_Tensor,
+      ops::elu_backward,
+      ops::gelu_backward,
+      ops::grid_sampler_2d_backward,
+      ops::grid_sampler_3d_backward,
+      ops::hardshrink_backward,
+      ops::hardsigmoid_backward,
+      ops::hardswish_backward,
+      ops::hardtanh_backward,
+      ops::huber_loss_backward,
+      ops::leaky_relu_backward,
+      ops::log_sigmoid_backward,
+      ops::logit_backward,
+      ops::mish_backward,
+      ops::silu_backward,
+      ops::smooth_l1_loss_backward,
+      ops::softplus_backward,
+      ops::softshrink_backward,
+      ops::special_i1,
   };
   return ops;
 }
@@ -57,18 +58,18 @@ const std::vector<std::string>& emitted_ops() {
 const std::vector<std::string>& extra_ops() {
   static const std::vector<std::string> ops = {
       // factories sized by their arguments
-      "aten::ones",
-      "aten::full",
-      "aten::arange",
-      "aten::arange.start",
-      "aten::arange.start_step",
-      "aten::eye",
-      "aten::eye.m",
-      "aten::scalar_tensor",
+      ops::ones,
+      ops::full,
+      ops::arange,
+      ops::arange_start,
+      ops::arange_start_step,
+      ops::eye,
+      ops::eye_m,
+      ops::scalar_tensor,
       // uninitialized allocations, admitted because a read of their contents is refused
       // (check_initialized): what traced code fills or scatters into
-      "aten::empty.memory_format",
-      "aten::empty_strided",
+      ops::empty_memory_format,
+      ops::empty_strided,
   };
   return ops;
 }
@@ -77,7 +78,7 @@ const std::vector<std::string>& extra_ops() {
 // (ir/op_contracts.h) would be complicated.
 const std::map<std::string, std::string>& refused_ops() {
   static const std::map<std::string, std::string> ops = {
-      {"aten::mkldnn_rnn_layer",
+      {ops::mkldnn_rnn_layer,
        "oneDNN's LSTM layer sizes its work and workspace from int arguments (hidden size, layers, "
        "batch_first) and its weights' shapes together; no contract for them is written"},
   };

@@ -15,6 +15,7 @@
 // and only in float32, float64 and bfloat16: a float16 product of two factors may overflow where
 // the tangent's product does not.
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include "ir/cost/cost_model.h"
 #include "ir/builder.h"
@@ -44,12 +45,12 @@ struct Scaled {
 };
 
 std::optional<Scaled> scaled(const Node* n, const ValueSet& dep) {
-  if (n->op() == "aten::mul.Tensor" && n->inputs().size() == 2) {
+  if (n->is(ops::mul_Tensor) && n->inputs().size() == 2) {
     Value *a = n->input(0), *b = n->input(1);
     if (dep.count(a) && !dep.count(b)) return Scaled{a, b};
     if (dep.count(b) && !dep.count(a)) return Scaled{b, a};
   }
-  if (n->op() == "aten::mul.Scalar" && n->arg(1).number() && dep.count(n->input(0)))
+  if (n->is(ops::mul_Scalar) && n->arg(1).number() && dep.count(n->input(0)))
     return Scaled{n->input(0), nullptr, BArg::of_arg(n->arg(1), n)};
   return std::nullopt;
 }
@@ -86,16 +87,16 @@ bool merge_chain(Graph& g, Builder& b, Node* n, const ValueSet& dep) {
                   (outer->factor ? freed_bytes(outer->factor, n, dep) : 0);
   if (bytes_of(sizes, dt) > freed) return false;
   InsertionGuard at(g, n);
-  Value* factor = inner->factor && outer->factor ? b.call("aten::mul.Tensor", {inner->factor, outer->factor})
-                  : inner->factor                ? b.call("aten::mul.Scalar", {inner->factor, outer->number})
-                                                 : b.call("aten::mul.Scalar", {outer->factor, inner->number});
-  return replace_output_if_same_layout(g, n, b.call("aten::mul.Tensor", {inner->tangent, factor}));
+  Value* factor = inner->factor && outer->factor ? b.call(ops::mul_Tensor, {inner->factor, outer->factor})
+                  : inner->factor                ? b.call(ops::mul_Scalar, {inner->factor, outer->number})
+                                                 : b.call(ops::mul_Scalar, {outer->factor, inner->number});
+  return replace_output_if_same_layout(g, n, b.call(ops::mul_Tensor, {inner->tangent, factor}));
 }
 
 // t·a ± t·b -> t·(a ± b), for tensors a, b.
 bool merge_sum(Graph& g, Builder& b, Node* n, const ValueSet& dep) {
-  const std::string& op = n->op();
-  if ((op != "aten::add.Tensor" && op != "aten::sub.Tensor") || n->inputs().size() != 2 || !dep.count(n->output()) ||
+  const Op op = n->handle();
+  if ((op != ops::add_Tensor && op != ops::sub_Tensor) || n->inputs().size() != 2 || !dep.count(n->output()) ||
       !n->arg(2).is_number(1.0))
     return false;
   auto l = sole_scaled(n->input(0), dep), r = sole_scaled(n->input(1), dep);
@@ -108,7 +109,7 @@ bool merge_sum(Graph& g, Builder& b, Node* n, const ValueSet& dep) {
   if (bytes_of(sizes, dt) > freed) return false;
   InsertionGuard at(g, n);
   Value* factor = b.call(op, {l->factor, r->factor});
-  return replace_output_if_same_layout(g, n, b.call("aten::mul.Tensor", {l->tangent, factor}));
+  return replace_output_if_same_layout(g, n, b.call(ops::mul_Tensor, {l->tangent, factor}));
 }
 
 }  // namespace

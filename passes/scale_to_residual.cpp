@@ -22,6 +22,7 @@
 // operands take no more bytes than the scaled tangent (in attention: sequence ≥ 2 · head dim).
 // All steps erase the nodes they replace.
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include "ir/builder.h"
 #include "ir/ops.h"
@@ -35,18 +36,18 @@ namespace {
 // Views that rearrange elements (so commute with scaling), with one tensor operand. Not the
 // views that reinterpret storage (view.dtype, as_strided), nor ops that may alias.
 bool is_simple_view(const Node* n) {
-  static const std::unordered_set<std::string> views = {"aten::view",       "aten::expand",       "aten::transpose.int",
-                                                        "aten::t",          "aten::permute",      "aten::unsqueeze",
-                                                        "aten::squeeze",    "aten::squeeze.dim",  "aten::squeeze.dims",
-                                                        "aten::select.int", "aten::slice.Tensor", "aten::alias",
-                                                        "aten::diagonal",   "aten::unfold"};
+  static const std::unordered_set<std::string> views = {ops::view,       ops::expand,       ops::transpose_int,
+                                                        ops::t,          ops::permute,      ops::unsqueeze,
+                                                        ops::squeeze,    ops::squeeze_dim,  ops::squeeze_dims,
+                                                        ops::select_int, ops::slice_Tensor, ops::alias,
+                                                        ops::diagonal,   ops::unfold};
   return n->outputs().size() == 1 && n->inputs().size() == 1 && views.count(n->op()) > 0;
 }
 
 // The mul.Scalar producing `v`, if `v` is read only once and that node's other operand is a number.
 const Node* sole_scalar_mul(const Value* v) {
   const Node* p = v->producer();
-  if (!p || p->op() != "aten::mul.Scalar" || v->uses().size() != 1) return nullptr;
+  if (!p || !p->is(ops::mul_Scalar) || v->uses().size() != 1) return nullptr;
   if (!p->arg(1).number()) return nullptr;
   return p;  // v is read by the node at hand alone
 }
@@ -60,8 +61,8 @@ bool scaled_operands(const Value* v, const ValueSet& dep,
                      std::vector<std::pair<Node*, size_t>>& out) {
   if (!dep.count(v) || v->uses().size() != 1 || !v->producer()) return false;
   Node* p = v->producer();
-  const std::string& op = p->op();
-  if ((op == "aten::mm" || op == "aten::bmm" || op == "aten::mul.Tensor") && p->inputs().size() == 2) {
+  const Op op = p->handle();
+  if ((op == ops::mm || op == ops::bmm || op == ops::mul_Tensor) && p->inputs().size() == 2) {
     for (size_t side = 0; side < 2; ++side) {
       const Value* primal = p->input(side);
       if (dep.count(primal) || !dep.count(p->input(1 - side)) || primal->meta().dtype != v->meta().dtype) continue;
@@ -70,7 +71,7 @@ bool scaled_operands(const Value* v, const ValueSet& dep,
     }
     return false;
   }
-  if ((op == "aten::add.Tensor" || op == "aten::sub.Tensor") && p->inputs().size() == 2 && p->arg(2).is_number(1.0))
+  if ((op == ops::add_Tensor || op == ops::sub_Tensor) && p->inputs().size() == 2 && p->arg(2).is_number(1.0))
     return scaled_operands(p->input(0), dep, out) && scaled_operands(p->input(1), dep, out);
   return is_simple_view(p) && scaled_operands(p->input(0), dep, out);
 }
@@ -99,7 +100,7 @@ bool scale_to_residual(Graph& g) {
     } catch (const Error&) {  // a view the unscaled value's layout cannot take (t expanded: stride 0)
       continue;
     }
-    Value* scaled = b.call("aten::mul.Scalar", {view, scalar_of(m)});
+    Value* scaled = b.call(ops::mul_Scalar, {view, scalar_of(m)});
     if (!scaled->meta().same_signature(n->output()->meta())) {  // not the view's shape or dtype: undone
       erase_if_dead(g, scaled->producer());
       continue;
@@ -110,14 +111,14 @@ bool scale_to_residual(Graph& g) {
   // Step 2: mm/bmm(mul(t, s), w) -> mm/bmm(t, mul(w, s)) when w is tangent-independent.
   dep = tangent_dependent(g);
   for (Node* n : g.nodes()) {
-    if (n->op() != "aten::bmm" && n->op() != "aten::mm") continue;
+    if (!n->is(ops::bmm) && !n->is(ops::mm)) continue;
     for (size_t side = 0; side < 2; ++side) {
       const Node* m = sole_scalar_mul(n->input(side));
       Value* other = n->input(1 - side);
       if (!m || dep.count(other) || !dep.count(m->input(0))) continue;
       if (m->input(0)->meta().dtype != other->meta().dtype) continue;
       at.move_to(n);
-      Value* scaled_other = b.call("aten::mul.Scalar", {other, scalar_of(m)});
+      Value* scaled_other = b.call(ops::mul_Scalar, {other, scalar_of(m)});
       Node* old = n->input(side)->producer();
       n->replace_input(1 - side, scaled_other);
       n->replace_input(side, m->input(0));
@@ -130,7 +131,7 @@ bool scale_to_residual(Graph& g) {
   // operands scaled.
   dep = tangent_dependent(g);
   for (Node* n : g.nodes()) {
-    if ((n->op() != "aten::mul.Scalar" && n->op() != "aten::div.Scalar") || !n->arg(1).number()) continue;
+    if ((!n->is(ops::mul_Scalar) && !n->is(ops::div_Scalar)) || !n->arg(1).number()) continue;
     const TensorMeta &in = n->input(0)->meta(), &out = n->output()->meta();
     if (!c10::isFloatingType(out.dtype) || !in.same_signature(out) || in.strides != out.strides) continue;
     std::vector<std::pair<Node*, size_t>> targets;

@@ -11,6 +11,7 @@
 // non-finite tangent where the mask is off still gives NaN, as the product does in eager code.
 // (The rules that select instead, relu's and the clamps', write where(m, t, 0) themselves.)
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include "ir/builder.h"
 
@@ -22,16 +23,16 @@ bool select_masks(Graph& g) {
   InsertionGuard at(g);
   auto dep = tangent_dependent(g);
   for (Node* n : g.nodes()) {
-    if (n->op() != "aten::mul.Tensor" || n->inputs().size() != 2) continue;
+    if (!n->is(ops::mul_Tensor) || n->inputs().size() != 2) continue;
     for (size_t side = 0; side < 2; ++side) {
       Value *t = n->input(side), *f = n->input(1 - side);
       const Node* cast = f->producer();
-      if (!dep.count(t) || dep.count(f) || !cast || cast->op() != "aten::_to_copy" ||
+      if (!dep.count(t) || dep.count(f) || !cast || !cast->is(ops::_to_copy) ||
           cast->input(0)->meta().dtype != c10::kBool || f->meta().dtype != t->meta().dtype ||
           n->output()->meta().dtype != t->meta().dtype)
         continue;
       at.move_to(n);
-      if (!replace_output_if_same_layout(g, n, b.call("aten::mul.Tensor", {t, cast->input(0)}))) continue;
+      if (!replace_output_if_same_layout(g, n, b.call(ops::mul_Tensor, {t, cast->input(0)}))) continue;
       changed = true;
       dep = tangent_dependent(g);
       break;

@@ -9,6 +9,7 @@
 // promotes: kept). Merging scales is a reassociation: in float16 it can keep finite an
 // intermediate that the unmerged product overflows.
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include <cmath>
 
@@ -17,18 +18,18 @@ namespace jvpc {
 namespace {
 
 Value* identity_of(const Node* n) {
-  const std::string& op = n->op();
+  const Op op = n->handle();
   if (n->outputs().size() != 1 || n->inputs().empty()) return nullptr;
   Value *x = n->input(0), *out = n->output();
   if (!x->meta().same_signature(out->meta())) return nullptr;
-  if ((op == "aten::mul.Scalar" || op == "aten::div.Scalar") && n->arg(1).is_number(1.0)) return x;
+  if ((op == ops::mul_Scalar || op == ops::div_Scalar) && n->arg(1).is_number(1.0)) return x;
   // x + 0 and x - 0 are x, except that -0.0 + 0.0 is +0.0 (1/x then changes sign): in floating
   // point only x + (-0.0) and x - (+0.0) are exact.
-  if ((op == "aten::add.Scalar" || op == "aten::sub.Scalar") && n->arg(1).is_number(0.0) && n->arg(2).is_number(1.0)) {
+  if ((op == ops::add_Scalar || op == ops::sub_Scalar) && n->arg(1).is_number(0.0) && n->arg(2).is_number(1.0)) {
     bool negative_zero = n->arg(1).kind == ArgKind::Float && std::signbit(n->arg(1).value.toDouble());
-    if (!c10::isFloatingType(x->meta().dtype) || negative_zero == (op == "aten::add.Scalar")) return x;
+    if (!c10::isFloatingType(x->meta().dtype) || negative_zero == (op == ops::add_Scalar)) return x;
   }
-  if (op == "aten::neg" && x->producer() && x->producer()->op() == "aten::neg") return x->producer()->input(0);
+  if (op == ops::neg && x->producer() && x->producer()->is(ops::neg)) return x->producer()->input(0);
   return nullptr;
 }
 
@@ -43,9 +44,9 @@ bool simplify_arith(Graph& g) {
       continue;
     }
     // mul.Scalar(mul.Scalar(x, a), b) -> mul.Scalar(x, a·b)
-    if (n->op() == "aten::mul.Scalar") {
+    if (n->is(ops::mul_Scalar)) {
       Node* p = n->input(0)->producer();
-      if (p && p->op() == "aten::mul.Scalar" && p->input(0)->meta().same_signature(n->output()->meta()) &&
+      if (p && p->is(ops::mul_Scalar) && p->input(0)->meta().same_signature(n->output()->meta()) &&
           c10::isFloatingType(n->output()->meta().dtype) && n->arg(1).number() && p->arg(1).number()) {
         n->set_constant_arg(1, Arg::of_float(*n->arg(1).number() * *p->arg(1).number()));
         n->replace_input(0, p->input(0));

@@ -12,6 +12,7 @@
 // of two views to one shape is a view of the add; a slice (select) of a slice_scatter
 // (select_scatter) reads the source it wrote, or the base where it did not write.
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include "ir/builder.h"
 
@@ -36,16 +37,16 @@ std::pair<int64_t, int64_t> dims_of(const Node* n) {
 
 // The value `n` computes anyway, or nullptr.
 Value* identity_of(const Node* n) {
-  const std::string& op = n->op();
+  const Op op = n->handle();
   if (n->outputs().size() != 1 || n->inputs().empty()) return nullptr;
   Value *x = n->input(0), *out = n->output();
-  if ((op == "aten::expand" || op == "aten::view" || op == "aten::alias") && same_layout(x, out)) return x;
-  if ((op == "aten::clone" || op == "aten::_to_copy") && same_layout(x, out) && x->meta().is_contiguous()) return x;
+  if ((op == ops::expand || op == ops::view || op == ops::alias) && same_layout(x, out)) return x;
+  if ((op == ops::clone || op == ops::_to_copy) && same_layout(x, out) && x->meta().is_contiguous()) return x;
   const Node* p = x->producer();
-  if (op == "aten::transpose.int" && p && p->op() == "aten::transpose.int" && dims_of(n) == dims_of(p) &&
+  if (op == ops::transpose_int && p && p->is(ops::transpose_int) && dims_of(n) == dims_of(p) &&
       same_layout(p->input(0), out))
     return p->input(0);
-  if (op == "aten::t" && p && p->op() == "aten::t" && same_layout(p->input(0), out)) return p->input(0);
+  if (op == ops::t && p && p->is(ops::t) && same_layout(p->input(0), out)) return p->input(0);
   return nullptr;
 }
 
@@ -67,10 +68,10 @@ std::optional<std::pair<int64_t, int64_t>> slice_range(const Node* n, size_t sta
 // and the same for select and select_scatter (writes through views leave these, and the tangent
 // graph copies them).
 bool read_around_scatter(Graph& g, Node* n) {
-  bool slice = n->op() == "aten::slice.Tensor";
-  if ((!slice && n->op() != "aten::select.int") || n->inputs().size() != 1) return false;
+  bool slice = n->is(ops::slice_Tensor);
+  if ((!slice && !n->is(ops::select_int)) || n->inputs().size() != 1) return false;
   Node* p = n->input(0)->producer();
-  if (!p || p->op() != (slice ? "aten::slice_scatter" : "aten::select_scatter") || p->inputs().size() != 2)
+  if (!p || p->op() != (slice ? ops::slice_scatter : ops::select_scatter) || p->inputs().size() != 2)
     return false;
   const TensorMeta& m = p->output()->meta();
   int64_t rank = static_cast<int64_t>(m.sizes.size());
@@ -125,27 +126,27 @@ bool simplify_views(Graph& g) {
       continue;
     }
     // view(view(x)) -> view(x); expand(expand(x)) -> expand(x)  (the outer node reads x)
-    const std::string& op = n->op();
-    if (op == "aten::add.Tensor" && n->inputs().size() == 2) {
+    const Op op = n->handle();
+    if (op == ops::add_Tensor && n->inputs().size() == 2) {
       // add(view(a, s), view(b, s)) -> view(add(a, b), s), for a and b of one layout: the
       // products of grouped bmms (group_bmm.cpp) then meet fuse_matmul_add unviewed.
       const Node *p = n->input(0)->producer(), *q = n->input(1)->producer();
-      if (p && q && p->op() == "aten::view" && q->op() == "aten::view" && same_layout(p->input(0), q->input(0)) &&
+      if (p && q && p->is(ops::view) && q->is(ops::view) && same_layout(p->input(0), q->input(0)) &&
           same_layout(n->input(0), n->output()) && same_layout(n->input(1), n->output()) &&
           p->input(0)->meta().is_contiguous()) {
         Builder b(g);
         InsertionGuard at(g, n);
-        Value* sum = b.call("aten::add.Tensor", {p->input(0), q->input(0), BArg::of_arg(n->arg(2), n)});
-        Value* v = b.call("aten::view", {sum, n->output()->meta().sizes});
+        Value* sum = b.call(ops::add_Tensor, {p->input(0), q->input(0), BArg::of_arg(n->arg(2), n)});
+        Value* v = b.call(ops::view, {sum, n->output()->meta().sizes});
         at.move_to(nullptr);
         replace_output(g, n, v);
         changed = true;
         continue;
       }
     }
-    if ((op == "aten::view" || op == "aten::expand") && !n->inputs().empty()) {
+    if ((op == ops::view || op == ops::expand) && !n->inputs().empty()) {
       Node* p = n->input(0)->producer();
-      if (p && p->op() == op && !(op == "aten::expand" && has_negative(n->arg(1).value.toIntVector()))) {
+      if (p && p->op() == op && !(op == ops::expand && has_negative(n->arg(1).value.toIntVector()))) {
         n->replace_input(0, p->input(0));
         erase_if_dead(g, p->output()->producer());
         changed = true;

@@ -13,6 +13,7 @@
 // the cache once, for dq and for the scores' tangent), and no cache-sized block is made per
 // call: the zeros left are the size of the scores' cached columns.
 #include "passes/passes.h"
+#include "ir/op.h"
 
 #include "ir/builder.h"
 
@@ -25,7 +26,7 @@ namespace {
 
 bool is_zeros(const Value* v) {
   const Node* p = v->producer();
-  return p && p->op() == "aten::zeros" && p->inputs().empty();
+  return p && p->is(ops::zeros) && p->inputs().empty();
 }
 
 // A value as blocks along one dim: parts[i] (nullptr for a zero block of sizes[i] there).
@@ -42,7 +43,7 @@ std::optional<Blocks> blocks_of(Builder& b, Value* x, std::vector<Node*>& made) 
   Node* n = x->producer();
   if (!n) return std::nullopt;
   int64_t rank = static_cast<int64_t>(x->meta().sizes.size());
-  if (n->op() == "aten::cat") {
+  if (n->is(ops::cat)) {
     Blocks bl{{}, {}, c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank)};
     for (int o : n->arg(0).operands) {
       Value* p = n->input(static_cast<size_t>(o));
@@ -52,16 +53,16 @@ std::optional<Blocks> blocks_of(Builder& b, Value* x, std::vector<Node*>& made) 
     if (std::find(bl.parts.begin(), bl.parts.end(), nullptr) == bl.parts.end()) return std::nullopt;
     return bl;
   }
-  if (n->op() != "aten::transpose.int" && n->op() != "aten::view") return std::nullopt;
+  if (!n->is(ops::transpose_int) && !n->is(ops::view)) return std::nullopt;
   auto in = blocks_of(b, n->input(0), made);
   if (!in) return std::nullopt;
   Blocks out = *in;
-  if (n->op() == "aten::transpose.int") {
+  if (n->is(ops::transpose_int)) {
     int64_t a = c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank),
             c = c10::maybe_wrap_dim(n->arg(2).value.toInt(), rank);
     out.dim = in->dim == a ? c : in->dim == c ? a : in->dim;
     for (Value*& p : out.parts)
-      if (p) made.push_back((p = b.call("aten::transpose.int", {p, a, c}))->producer());
+      if (p) made.push_back((p = b.call(ops::transpose_int, {p, a, c}))->producer());
     return out;
   }
   // A view that keeps the cat dim and every dim after it, and merges or splits only dims before.
@@ -79,7 +80,7 @@ std::optional<Blocks> blocks_of(Builder& b, Value* x, std::vector<Node*>& made) 
     std::vector<int64_t> sizes = to;
     sizes[static_cast<size_t>(out.dim)] = out.sizes[i];
     if (!viewable(out.parts[i], sizes)) return std::nullopt;  // a block whose layout cannot take it
-    made.push_back((out.parts[i] = b.call("aten::view", {out.parts[i], sizes}))->producer());
+    made.push_back((out.parts[i] = b.call(ops::view, {out.parts[i], sizes}))->producer());
   }
   return out;
 }
@@ -87,7 +88,7 @@ std::optional<Blocks> blocks_of(Builder& b, Value* x, std::vector<Node*>& made) 
 // bmm(a, b) with operand `side` (0: a, 1: b) given as blocks, the other operand `other`.
 Value* multiply_blocks(Builder& b, Value* other, const Blocks& bl, size_t side) {
   auto bmm = [&](Value* part, Value* with) {
-    return b.call("aten::bmm", side == 1 ? std::vector<BArg>{with, part} : std::vector<BArg>{part, with});
+    return b.call(ops::bmm, side == 1 ? std::vector<BArg>{with, part} : std::vector<BArg>{part, with});
   };
   bool contracted = bl.dim == (side == 1 ? 1 : 2);
   std::vector<Value*> results;
@@ -96,19 +97,19 @@ Value* multiply_blocks(Builder& b, Value* other, const Blocks& bl, size_t side) 
     if (contracted) {  // a sum over the blocks: the zero ones add nothing
       if (bl.parts[i])
         results.push_back(
-            bmm(bl.parts[i], b.call("aten::slice.Tensor", {other, side == 1 ? 2 : 1, offset, offset + bl.sizes[i]})));
+            bmm(bl.parts[i], b.call(ops::slice_Tensor, {other, side == 1 ? 2 : 1, offset, offset + bl.sizes[i]})));
     } else if (bl.parts[i]) {  // the result's rows (left) or columns (right) of each block
       results.push_back(bmm(bl.parts[i], other));
     } else {
       const TensorMeta& m = other->meta();
       std::vector<int64_t> sizes = side == 1 ? std::vector<int64_t>{m.sizes[0], m.sizes[1], bl.sizes[i]}
                                              : std::vector<int64_t>{m.sizes[0], bl.sizes[i], m.sizes[2]};
-      results.push_back(b.call("aten::zeros", {sizes, m.dtype, std::nullopt, m.device}));
+      results.push_back(b.call(ops::zeros, {sizes, m.dtype, std::nullopt, m.device}));
     }
   }
-  if (!contracted) return b.call("aten::cat", {results, bl.dim});
+  if (!contracted) return b.call(ops::cat, {results, bl.dim});
   Value* sum = results.at(0);
-  for (size_t i = 1; i < results.size(); ++i) sum = b.call("aten::add.Tensor", {sum, results[i]});
+  for (size_t i = 1; i < results.size(); ++i) sum = b.call(ops::add_Tensor, {sum, results[i]});
   return sum;
 }
 
@@ -119,7 +120,7 @@ bool zero_blocks(Graph& g) {
   Builder b(g);
   InsertionGuard at(g);
   for (Node* n : g.nodes()) {
-    if (n->op() != "aten::bmm") continue;
+    if (!n->is(ops::bmm)) continue;
     for (size_t side : {size_t(1), size_t(0)}) {
       at.move_to(n);
       std::vector<Node*> made;

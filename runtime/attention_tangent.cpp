@@ -4,6 +4,7 @@
 // it runs on CPU and CUDA alike, and the bmms it calls are ordinary kernels that the profiler,
 // KernelWatch and FlopCounterMode see inside it.
 #include "runtime/attention_tangent.h"
+#include "ir/op.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>

@@ -64,9 +64,6 @@
 
 namespace jvpc::runtime {
 
-/// The operator's name in graphs.
-inline constexpr const char* kAttentionTangentOp = "jvpc::attention_tangent";
-inline constexpr const char* kAttentionTangentBatchedOp = "jvpc::attention_tangent.batched";
 /// Block sizes linearize uses unless told otherwise.
 inline constexpr int64_t kAttentionBlockQ = 256;
 inline constexpr int64_t kAttentionBlockK = 512;

@@ -1,5 +1,6 @@
 // The Executable's plan: slots, steps, in-place forms and releases, from a Graph and its liveness.
 #include "runtime/plan.h"
+#include "ir/op.h"
 
 #include "ir/loadable_ops.h"
 #include "ir/op_contracts.h"
@@ -20,10 +21,10 @@ namespace {
 // the result then reuses that operand's buffer instead of allocating (baddbmm would otherwise
 // copy its `self` into a fresh output first).
 bool has_safe_inplace_form(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {"aten::baddbmm",    "aten::addmm",      "aten::add.Tensor",
-                                                      "aten::sub.Tensor", "aten::mul.Tensor", "aten::div.Tensor",
-                                                      "aten::mul.Scalar", "aten::div.Scalar", "aten::add.Scalar",
-                                                      "aten::sub.Scalar", "aten::addcmul",    "aten::exp"};
+  static const std::unordered_set<std::string> ops = {ops::baddbmm,    ops::addmm,      ops::add_Tensor,
+                                                      ops::sub_Tensor, ops::mul_Tensor, ops::div_Tensor,
+                                                      ops::mul_Scalar, ops::div_Scalar, ops::add_Scalar,
+                                                      ops::sub_Scalar, ops::addcmul,    ops::exp};
   return ops.count(op) > 0;
 }
 

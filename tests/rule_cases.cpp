@@ -446,7 +446,7 @@ std::vector<RuleCase> cases() {
       {"aten::bernoulli.p", {{3, 4}}, seeded([](auto& x) { return x[0] * at::bernoulli(x[0], 0.3); }), nullptr, false, 0},
       {"aten::bernoulli.Tensor", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().bernoulli_(x[0].sigmoid()); })},
       {"aten::uniform", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().uniform_(-1, 1); })},
-      {"aten::normal.functional", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().normal_(); })},
+      {"aten::normal_functional", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().normal_(); })},
       {"aten::exponential", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().exponential_(); })},
       {"aten::geometric", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().geometric_(0.5); })},
       {"aten::log_normal", {{3, 4}}, seeded([](auto& x) { return x[0] * x[0].clone().log_normal_(); })},

@@ -48,8 +48,8 @@ TEST_P(AttentionForm, OLFormEqualsPFormAndForwardAdInFloat64) {
   p.residual_budget = kNoMemoryLimit;
   Linearized a = linearize(ex.fn(), ex.inputs, ol);
   Linearized b = linearize(ex.fn(), ex.inputs, p);
-  EXPECT_EQ(count_op(*a.tangent_graph, runtime::kAttentionTangentOp), 1);
-  EXPECT_EQ(count_op(*b.tangent_graph, runtime::kAttentionTangentOp), 0);
+  EXPECT_EQ(count_op(*a.tangent_graph, ops::jvpc_attention_tangent), 1);
+  EXPECT_EQ(count_op(*b.tangent_graph, ops::jvpc_attention_tangent), 0);
   ASSERT_EQ(a.report.attention.size(), 1u);
   EXPECT_TRUE(a.report.attention[0].o_l_form);
   EXPECT_FALSE(b.report.attention[0].o_l_form);
@@ -118,7 +118,7 @@ TEST(AttentionFormChoice, TheAttentionThatFreesMostBytesPerExtraFlopMovesFirst) 
   EXPECT_TRUE(t.report.attention[0].o_l_form);
   EXPECT_FALSE(t.report.attention[1].o_l_form);
   EXPECT_LT(t.report.attention[0].counted_bytes, all_p_bytes - (big.p.bytes() - big.o_l.bytes()) / 2);
-  EXPECT_EQ(count_op(*t.tangent_graph, runtime::kAttentionTangentOp), 1);
+  EXPECT_EQ(count_op(*t.tangent_graph, ops::jvpc_attention_tangent), 1);
   EXPECT_NE(t.report.attention[0].reason.find("frees the most bytes per extra FLOP"), std::string::npos);
   // The whole count fits: both hold P, as with no limit.
   LinearizeOptions roomy;
@@ -131,7 +131,7 @@ TEST(AttentionFormChoice, TheAttentionThatFreesMostBytesPerExtraFlopMovesFirst) 
   LinearizeOptions zero;
   zero.residual_budget = 0;
   Linearized z = linearize(two_attentions(), two_inputs(), zero);
-  EXPECT_EQ(count_op(*z.tangent_graph, runtime::kAttentionTangentOp), 2);
+  EXPECT_EQ(count_op(*z.tangent_graph, ops::jvpc_attention_tangent), 2);
 }
 
 // The count is the cost model's prediction of the tangent graph the pipeline makes: after the
@@ -266,7 +266,7 @@ TEST(CheckReference, CentralDifferencesThroughTheFusedKernelAgreeWithTheOLForm) 
     LinearizeOptions ol;
     ol.residual_budget = 0;
     Linearized a = linearize(ex.fn(), ex.inputs, ol);
-    ASSERT_EQ(count_op(*a.tangent_graph, runtime::kAttentionTangentOp), 1);
+    ASSERT_EQ(count_op(*a.tangent_graph, ops::jvpc_attention_tangent), 1);
     at::manual_seed(7);
     std::vector<at::Tensor> primals, tangents;
     std::vector<std::optional<at::Tensor>> full;

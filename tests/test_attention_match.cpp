@@ -83,8 +83,8 @@ std::vector<at::Tensor> check_forms(const TensorFn& fn, const std::vector<TraceI
   if (!reference) reference = fn;
   Linearized ol = linearize(fn, in, with_budget(0));
   Linearized p = linearize(fn, in, with_budget(kNoMemoryLimit));
-  EXPECT_EQ(count_op(*ol.tangent_graph, runtime::kAttentionTangentOp), attentions) << to_text(*ol.tangent_graph);
-  EXPECT_EQ(count_op(*p.tangent_graph, runtime::kAttentionTangentOp), 0);
+  EXPECT_EQ(count_op(*ol.tangent_graph, ops::jvpc_attention_tangent), attentions) << to_text(*ol.tangent_graph);
+  EXPECT_EQ(count_op(*p.tangent_graph, ops::jvpc_attention_tangent), 0);
   EXPECT_EQ(ol.report.attention.size(), static_cast<size_t>(attentions));
   for (const AttentionChoice& c : ol.report.attention) EXPECT_TRUE(c.o_l_form) << c.node;
   EXPECT_EQ(ol.tangent_names(), p.tangent_names());
@@ -324,7 +324,7 @@ TEST(HandWritten, GroupedQueryAttentionByRepeatInterleave) {
       qkv(2), with_budget(0));
   for (const Node* n : ol.tangent_graph->nodes()) {
     EXPECT_NE(n->op(), "aten::clone");
-    if (n->op() == runtime::kAttentionTangentOp) {
+    if (n->op() == ops::jvpc_attention_tangent) {
       EXPECT_EQ(n->input(1)->meta().sizes[1], 2);
     }
   }
@@ -349,7 +349,7 @@ void check_reduced_softmax(const TensorFn& fn) {
   for (TraceInput& i : in) i.value = i.value.to(at::kBFloat16);
   Linearized ol = linearize(fn, in, with_budget(0));
   Linearized p = linearize(fn, in, with_budget(kNoMemoryLimit));
-  EXPECT_EQ(count_op(*ol.tangent_graph, runtime::kAttentionTangentOp), 1);
+  EXPECT_EQ(count_op(*ol.tangent_graph, ops::jvpc_attention_tangent), 1);
   Tangents t = random_tangents(ol, in);
   std::vector<at::Tensor> got = ol.jvp(t.ordered), want = p.jvp(t.ordered);
   EXPECT_LT(compare(got, want).rel_error, 2e-2);
@@ -468,7 +468,7 @@ TEST(Einsum, GroupedQueryHeads) {
   Linearized ol = linearize(fn, qkv(2), with_budget(0));
   for (const Node* n : ol.tangent_graph->nodes()) {
     EXPECT_NE(n->op(), "aten::clone");
-    if (n->op() == runtime::kAttentionTangentOp) {
+    if (n->op() == ops::jvpc_attention_tangent) {
       EXPECT_EQ(n->input(1)->meta().sizes, (std::vector<int64_t>{2, 2, 600, 16}));
     }
   }
@@ -505,7 +505,7 @@ TEST(Einsum, NearMissesAreNotMatched) {
   for (size_t i = 0; i < fns.size(); ++i) {
     Linearized before = linearize(fns[i], in, off);
     Linearized ol = linearize(fns[i], in, with_budget(0));
-    EXPECT_EQ(count_op(*ol.tangent_graph, runtime::kAttentionTangentOp), 0) << i;
+    EXPECT_EQ(count_op(*ol.tangent_graph, ops::jvpc_attention_tangent), 0) << i;
     EXPECT_TRUE(ol.report.attention.empty()) << i;
     EXPECT_EQ(canonical(*before.tangent_graph), canonical(*ol.tangent_graph)) << i;
     Tangents t = random_tangents(ol, in);
@@ -583,7 +583,7 @@ TEST(AttentionMatch, TwoAttentionsAreChosenApart) {
   Linearized tight = linearize(fn, in, with_budget(total - 1));
   EXPECT_TRUE(tight.report.attention[0].o_l_form);
   EXPECT_FALSE(tight.report.attention[1].o_l_form);
-  EXPECT_EQ(count_op(*tight.tangent_graph, runtime::kAttentionTangentOp), 1);
+  EXPECT_EQ(count_op(*tight.tangent_graph, ops::jvpc_attention_tangent), 1);
   Tangents t = random_tangents(tight, in);
   EXPECT_LT(compare(tight.jvp(t.ordered), p.jvp(t.ordered)).rel_error, 1e-10);
 }

@@ -68,7 +68,7 @@ TEST(Batch, ExamplesEqualKSingleCallsInFloat64) {
       examples::Instance ex = test::make_example(cfg, {"--dtype", "float64"});
       Linearized lin = linearize(ex.fn(), ex.inputs, o);
       if (o.residual_budget) {
-        ASSERT_TRUE(has_op(*lin.tangent_graph, runtime::kAttentionTangentOp)) << where;
+        ASSERT_TRUE(has_op(*lin.tangent_graph, ops::jvpc_attention_tangent)) << where;
       }
       for (int64_t K : {1, 3}) {
         test::BatchCheck r = test::batched_vs_single(lin, K);
@@ -76,7 +76,7 @@ TEST(Batch, ExamplesEqualKSingleCallsInFloat64) {
         EXPECT_TRUE(r.unrolled.empty()) << where << ": " << r.unrolled.front();
       }
       if (o.residual_budget) {
-        EXPECT_TRUE(has_op(lin.batched(3).fn->graph(), runtime::kAttentionTangentBatchedOp)) << where;
+        EXPECT_TRUE(has_op(lin.batched(3).fn->graph(), ops::jvpc_attention_tangent_batched)) << where;
       }
     }
 }
@@ -125,7 +125,7 @@ TEST(Batch, MatmulFlopsOfTheKernelsThatRanAreTheCostModelsBatchedFigure) {
         // The score recompute (2·B·H·Lq·Lk·D) once instead of K times.
         const Node* att = nullptr;
         for (const Node* n : lin.tangent_graph->nodes())
-          if (n->op() == runtime::kAttentionTangentOp) att = n;
+          if (n->op() == ops::jvpc_attention_tangent) att = n;
         ASSERT_NE(att, nullptr);
         AttentionTangentShape a = attention_tangent_shape(*att);
         int64_t recompute = 2 * a.B * a.H * attention_tangent_score_elements(a) * a.D;

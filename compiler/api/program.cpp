@@ -2,6 +2,7 @@
 // (passes/fold.cpp); the runtime half, ProgramExecutable (runtime/program.h), runs it at new
 // points. See program.h.
 #include "compiler/api/program.h"
+#include "ir/op.h"
 
 #include "ir/cost/kernel_watch.h"
 #include "ir/ops.h"
@@ -19,19 +20,19 @@ namespace {
 // run, which other inputs would not give.
 void reject_data_dependent_shapes(const Graph& g) {
   static const std::unordered_set<std::string> ops = {
-      "aten::nonzero",
-      "aten::masked_select",
-      "aten::_unique",
-      "aten::_unique2",
-      "aten::unique_dim",
-      "aten::unique_consecutive",
-      "aten::bincount",
-      "aten::repeat_interleave.Tensor",
-      "aten::unique_dim_consecutive",
+      ops::nonzero,
+      ops::masked_select,
+      ops::_unique,
+      ops::_unique2,
+      ops::unique_dim,
+      ops::unique_consecutive,
+      ops::bincount,
+      ops::repeat_interleave_Tensor,
+      ops::unique_dim_consecutive,
   };
   for (const Node* n : g.nodes())
-    if (ops.count(n->op()) || (n->op() == "aten::index.Tensor" && value_dependent_shape(*n, 0)))
-      throw Error(n->op() + (n->op() == "aten::index.Tensor" ? " with a boolean mask (x[x > 0])" : "") +
+    if (ops.count(n->op()) || (n->is(ops::index_Tensor) && value_dependent_shape(*n, 0)))
+      throw Error(n->op() + (n->is(ops::index_Tensor) ? " with a boolean mask (x[x > 0])" : "") +
                   " gives an output whose shape depends on the input values; a program's shapes are fixed when it "
                   "is compiled: linearize at each point instead");
 }

@@ -1,4 +1,5 @@
 #include "compiler/api/reference.h"
+#include "ir/op.h"
 
 #include "ir/builder.h"
 #include "ir/io/limits.h"
@@ -52,8 +53,8 @@ Value* with_layout(Builder& b, Value* x, const TensorMeta& want) {
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return want.strides[a] > want.strides[b]; });
   std::vector<int64_t> inverse(order.size());
   for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
-  Value* dense = b.call("aten::clone", {b.call("aten::permute", {x, order}), c10::MemoryFormat::Contiguous});
-  return b.call("aten::permute", {dense, inverse});
+  Value* dense = b.call(ops::clone, {b.call(ops::permute, {x, order}), c10::MemoryFormat::Contiguous});
+  return b.call(ops::permute, {dense, inverse});
 }
 
 }  // namespace
@@ -78,7 +79,7 @@ std::unique_ptr<Graph> with_math_attention(const Graph& src) {
     Value *q = n->tensor_arg(0), *k = n->tensor_arg(1), *v = n->tensor_arg(2);
     const Arg* causal = find("is_causal");
     bool is_causal = causal && causal->value.isBool() && causal->value.toBool();
-    if (is_causal && n->op() == "aten::_scaled_dot_product_flash_attention" && q->meta().sizes[2] != k->meta().sizes[2])
+    if (is_causal && n->is(ops::_scaled_dot_product_flash_attention) && q->meta().sizes[2] != k->meta().sizes[2])
       throw Error(n->op() +
                   ": causal attention with different query and key lengths is aligned to the bottom right, "
                   "the math path to the top left");
@@ -91,7 +92,7 @@ std::unique_ptr<Graph> with_math_attention(const Graph& src) {
     bool gqa = q->meta().sizes[1] != k->meta().sizes[1];
     InsertionGuard at(*g, n);
     Value* out =
-        b.emit("aten::_scaled_dot_product_attention_math", {q, k, v, m, 0.0, is_causal, std::nullopt, sc, gqa})[0];
+        b.emit(ops::_scaled_dot_product_attention_math, {q, k, v, m, 0.0, is_causal, std::nullopt, sc, gqa})[0];
     n->output(0)->replace_all_uses_with(with_layout(b, out, n->output(0)->meta()));
     at.move_to(nullptr);
     g->erase(n);

@@ -1,5 +1,6 @@
 // jvpc trace | show | run | cost
 #include "compiler/cli/cli.h"
+#include "ir/op.h"
 
 #include "ir/cost/cost_model.h"
 #include "ir/io/files.h"
@@ -59,7 +60,7 @@ std::vector<Titled> graphs_in(const std::string& path, const LoadOptions& option
 nlohmann::json attention_json(const Graph& g) {
   nlohmann::json attention = nlohmann::json::array();
   for (const Node* n : g.nodes()) {
-    if (n->op() != "jvpc::attention_tangent") continue;
+    if (!n->is(ops::jvpc_attention_tangent)) continue;
     AttentionTangentShape a = attention_tangent_shape(*n);
     NodeCost nc = node_cost(*n);
     attention.push_back({{"node", describe(n)},

@@ -1,6 +1,7 @@
 // The tracer's functionalization: in-place ops by their functional forms, view links, writes
 // through to bases, staleness (functionalize.h).
 #include "compiler/trace/functionalize.h"
+#include "ir/op.h"
 
 #include "ir/builder.h"
 
@@ -10,16 +11,16 @@ namespace jvpc {
 namespace {
 
 bool updates_running_stats(const std::string& op) {
-  return op == "aten::native_batch_norm" || op == "aten::cudnn_batch_norm" || op == "aten::miopen_batch_norm";
+  return op == ops::native_batch_norm || op == ops::cudnn_batch_norm || op == ops::miopen_batch_norm;
 }
 
 // Views that jvpc can take again from a base, and write back into it.
 bool invertible_view(const OpInfo& op) {
   static const std::unordered_set<const OpInfo*> ops = [] {
     std::unordered_set<const OpInfo*> s;
-    for (const char* name :
-         {"aten::slice.Tensor", "aten::select.int", "aten::diagonal", "aten::alias", "aten::transpose.int", "aten::t",
-          "aten::permute", "aten::unsqueeze", "aten::squeeze.dim", "aten::view"})
+    for (Op name :
+         {ops::slice_Tensor, ops::select_int, ops::diagonal, ops::alias, ops::transpose_int, ops::t,
+          ops::permute, ops::unsqueeze, ops::squeeze_dim, ops::view})
       s.insert(&op_info(name));
     return s;
   }();
@@ -38,10 +39,11 @@ const OpInfo& functional_form(const OpInfo& info) {
     throw Error(info.name + " mutates an argument in a way jvpc cannot record");
   // In-place ops whose functional form has another overload name.
   static const std::unordered_map<std::string, std::string> renamed = {
-      {"aten::bernoulli_.float", "aten::bernoulli.p"},
-      {"aten::transpose_", "aten::transpose.int"},
-      {"aten::pow_.Scalar", "aten::pow.Tensor_Scalar"},  // pow.Scalar is (Scalar self, Tensor exponent)
-      {"aten::pow_.Tensor", "aten::pow.Tensor_Tensor"},
+      {ops::bernoulli__float, ops::bernoulli_p},
+      {ops::transpose_, ops::transpose_int},
+      {ops::pow__Scalar, ops::pow_Tensor_Scalar},  // pow.Scalar is (Scalar self, Tensor exponent)
+      {ops::pow__Tensor, ops::pow_Tensor_Tensor},
+      {ops::normal_, ops::normal_functional},
   };
   auto [name, overload] = split_op_name(info.name);
   if (name.empty() || name.back() != '_') throw Error(info.name + " mutates its input and has no functional form");
@@ -70,7 +72,7 @@ RecordedCall Functionalizer::recorded_form(const OpInfo& info, std::vector<c10::
   if (info.mutates) {
     if (!c.args.at(0).isTensor())
       throw Error(info.name + " writes in place to a list of tensors; jvpc records in-place ops on one tensor");
-    if (info.name.rfind("aten::resize_", 0) == 0 || info.name.rfind("aten::set_", 0) == 0)
+    if (info.name.rfind(ops::resize_, 0) == 0 || info.name.rfind(ops::set_, 0) == 0)
       throw Error(info.name + " changes a tensor's storage; jvpc cannot record it (make a new tensor instead)");
     c.op = &functional_form(info);
     if (c.op->is_view) {
@@ -92,18 +94,18 @@ RecordedCall Functionalizer::recorded_form(const OpInfo& info, std::vector<c10::
       // batch norm's running statistics. Reading it afterwards is an error (value_for).
       if (!s_.value_of.count(c.written.unsafeGetTensorImpl())) c.captured_write = true;
     }
-  } else if (info.name == "aten::_reshape_alias" || info.name == "aten::_unsafe_view") {
-    c.op = &op_info("aten::view");
+  } else if (info.name == ops::_reshape_alias || info.name == ops::_unsafe_view) {
+    c.op = &op_info(ops::view);
     c.arg_index = {0, 1};
   } else if (updates_running_stats(info.name) && c.args.at(5).isBool() && c.args[5].toBool() &&
              c.args[3].isTensor() && c.args[3].toTensor().defined() &&
              s_.state_storages.count(TraceState::storage_of(c.args[3].toTensor()))) {
     // Running statistics that are state: their update is recorded, by the functional form of
     // the same kernel (it clones them, then updates the clones in place: the same arithmetic).
-    if (info.name != "aten::native_batch_norm")
+    if (info.name != ops::native_batch_norm)
       throw Error(info.name + " updates the running statistics of a module whose buffers are a compiled program's "
                   "state, which jvpc records for aten::native_batch_norm only: compile on the CPU, or use linearize");
-    c.op = &op_info("aten::_native_batch_norm_legit_functional");
+    c.op = &op_info(ops::_native_batch_norm_legit_functional);
     c.running_stats = {c.args[3].toTensor(), c.args[4].toTensor()};
     c.stats_as_results = true;
   } else if (updates_running_stats(info.name) && c.args.at(5).isBool() && c.args[5].toBool()) {
@@ -179,9 +181,9 @@ void Functionalizer::track_views(const RecordedCall& c, Node* n, const std::vect
 /// chunk[0].sigmoid_()).
 void Functionalizer::link_parts(const RecordedCall& c, const std::vector<at::Tensor>& results) {
   const std::string& op = c.op->name;
-  bool unbind = op == "aten::unbind.int";
-  if (!unbind && op != "aten::split.Tensor" && op != "aten::unsafe_split.Tensor" && op != "aten::split_with_sizes" &&
-      op != "aten::unsafe_split_with_sizes")
+  bool unbind = op == ops::unbind_int;
+  if (!unbind && op != ops::split_Tensor && op != ops::unsafe_split_Tensor && op != ops::split_with_sizes &&
+      op != ops::unsafe_split_with_sizes)
     return;
   const at::Tensor& base = c.args.at(0).toTensor();
   int64_t dim = c10::maybe_wrap_dim(c.args.at(unbind ? 1 : 2).toInt(), base.dim());
@@ -190,13 +192,13 @@ void Functionalizer::link_parts(const RecordedCall& c, const std::vector<at::Ten
     const c10::TensorImpl* part = results[i].unsafeGetTensorImpl();
     if (unbind) {
       view_links_[part] = ViewLink{
-          base, nullptr, "aten::select.int", {Arg::tensor(0), Arg::of_int(dim), Arg::of_int(static_cast<int64_t>(i))}};
+          base, nullptr, ops::select_int, {Arg::tensor(0), Arg::of_int(dim), Arg::of_int(static_cast<int64_t>(i))}};
     } else {
       int64_t end = start + results[i].size(dim);
       view_links_[part] =
           ViewLink{base,
                    nullptr,
-                   "aten::slice.Tensor",
+                   ops::slice_Tensor,
                    {Arg::tensor(0), Arg::of_int(dim), Arg::of_int(start), Arg::of_int(end), Arg::of_int(1)}};
       start = end;
     }
@@ -232,29 +234,29 @@ void Functionalizer::write_through(const at::Tensor& view) {
   auto arg = [&](size_t i) { return BArg::of_arg(link_args.at(i), nullptr); };
   const auto& base_sizes = base->meta().sizes;
   Value* updated = nullptr;
-  if (op == "aten::slice.Tensor") {
-    updated = b.call("aten::slice_scatter", {base, src, arg(1), arg(2), arg(3), arg(4)});
-  } else if (op == "aten::select.int") {
-    updated = b.call("aten::select_scatter", {base, src, arg(1), arg(2)});
-  } else if (op == "aten::diagonal") {
-    updated = b.call("aten::diagonal_scatter", {base, src, arg(1), arg(2), arg(3)});
-  } else if (op == "aten::alias") {
+  if (op == ops::slice_Tensor) {
+    updated = b.call(ops::slice_scatter, {base, src, arg(1), arg(2), arg(3), arg(4)});
+  } else if (op == ops::select_int) {
+    updated = b.call(ops::select_scatter, {base, src, arg(1), arg(2)});
+  } else if (op == ops::diagonal) {
+    updated = b.call(ops::diagonal_scatter, {base, src, arg(1), arg(2), arg(3)});
+  } else if (op == ops::alias) {
     updated = src;
-  } else if (op == "aten::transpose.int" || op == "aten::t") {
+  } else if (op == ops::transpose_int || op == ops::t) {
     std::vector<BArg> args = {src};
     for (size_t i = 1; i < link_args.size(); ++i) args.push_back(arg(i));
     updated = b.call(op, std::move(args));
-  } else if (op == "aten::permute") {
+  } else if (op == ops::permute) {
     std::vector<int64_t> perm = link_args.at(1).value.toIntVector(), inverse(perm.size());
     for (size_t i = 0; i < perm.size(); ++i)
       inverse[static_cast<size_t>(c10::maybe_wrap_dim(perm[i], static_cast<int64_t>(perm.size())))] =
           static_cast<int64_t>(i);
-    updated = b.call("aten::permute", {src, inverse});
-  } else if (op == "aten::unsqueeze") {
-    updated = b.call("aten::squeeze.dim", {src, arg(1)});
+    updated = b.call(ops::permute, {src, inverse});
+  } else if (op == ops::unsqueeze) {
+    updated = b.call(ops::squeeze_dim, {src, arg(1)});
   } else {  // view, squeeze.dim: back to the base's shape
-    if (!src->meta().is_contiguous()) src = b.call("aten::clone", {src, c10::MemoryFormat::Contiguous});
-    updated = b.call("aten::view", {src, base_sizes});
+    if (!src->meta().is_contiguous()) src = b.call(ops::clone, {src, c10::MemoryFormat::Contiguous});
+    updated = b.call(ops::view, {src, base_sizes});
   }
   s_.derived(updated, {base, written});
   stale_.erase(updated);

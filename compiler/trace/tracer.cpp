@@ -1,4 +1,5 @@
 #include "compiler/trace/tracer.h"
+#include "ir/op.h"
 
 #include "ir/cost/kernel_watch.h"
 #include "ir/builder.h"
@@ -175,7 +176,7 @@ class Recorder {
     c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);  // shape inference runs kernels on Meta
     for (size_t i = 0; i < results.size(); ++i) {
       if (!differentiable_dtype(n->output(i)->meta().dtype)) continue;
-      Value* d = Builder(s_.g).call("aten::detach", {n->output(i)});
+      Value* d = Builder(s_.g).call(ops::detach, {n->output(i)});
       s_.derived(d, {n->output(i)});
       s_.bind(results[i], d);
     }
@@ -303,7 +304,7 @@ class Recorder {
 
  private:
   static bool reads_scalar_data(const std::string& op) {
-    return op == "aten::_local_scalar_dense" || op == "aten::equal" || op == "aten::allclose";
+    return op == ops::_local_scalar_dense || op == ops::equal || op == ops::allclose;
   }
 
   // Ops whose first argument is used for its metadata only, or overwritten (whole or in part:
@@ -413,11 +414,11 @@ void traced_call(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
     return;
   }
   check_context(info, ks, *stack);
-  if (info.name == "aten::max_pool1d") {
+  if (info.name == ops::max_pool1d) {
     // Its CPU decomposition computes outside the dispatcher; the same op with indices does not
     // (it decomposes to max_pool2d_with_indices), and its values are the same.
     static const c10::OperatorHandle with_indices =
-        c10::Dispatcher::singleton().findSchemaOrThrow("aten::max_pool1d_with_indices", "");
+        op_info(ops::max_pool1d_with_indices).handle;
     with_indices.callBoxed(stack);
     stack->pop_back();  // the indices
     return;
@@ -431,7 +432,7 @@ void traced_call(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
     op.redispatchBoxed(ks.remove(kTraceKey), stack);
     return;
   }
-  if (info.name == "aten::_shape_as_tensor") {
+  if (info.name == ops::_shape_as_tensor) {
     // Its value depends on metadata alone (it copies the sizes in by pointer): run untraced, its
     // result is captured as a constant where it is read.
     c10::impl::ExcludeDispatchKeyGuard untraced(kTraceKey);

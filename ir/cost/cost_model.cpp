@@ -1,4 +1,5 @@
 #include "ir/cost/cost_model.h"
+#include "ir/op.h"
 
 #include "ir/cost/scaled_work.h"
 
@@ -48,7 +49,7 @@ int64_t distinct_bytes(const TensorMeta& m) {
 int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<int64_t>>& s,
                          const std::vector<int64_t>& out, bool transposed) {
   auto dim = [&](size_t t, size_t d) { return s.at(t).at(d); };
-  if (op == "aten::convolution") {
+  if (op == ops::convolution) {
     // 2 · batch · w[0] · w[1] · prod(kernel) · prod(spatial), the spatial sizes of the output
     // (of the input, transposed); w[1] is the input channels per group. Bias is not counted.
     const auto &x = s.at(0), &w = s.at(1);
@@ -59,10 +60,10 @@ int64_t matmul_flops_for(const std::string& op, const std::vector<std::vector<in
     f.insert(f.end(), space.begin() + 2, space.end());
     return product(f);
   }
-  if (op == "aten::mm") return product({2, dim(0, 0), dim(0, 1), dim(1, 1)});
-  if (op == "aten::addmm") return product({2, dim(1, 0), dim(1, 1), dim(2, 1)});
-  if (op == "aten::bmm") return product({2, dim(0, 0), dim(0, 1), dim(0, 2), dim(1, 2)});
-  if (op == "aten::baddbmm") return product({2, dim(1, 0), dim(1, 1), dim(1, 2), dim(2, 2)});
+  if (op == ops::mm) return product({2, dim(0, 0), dim(0, 1), dim(1, 1)});
+  if (op == ops::addmm) return product({2, dim(1, 0), dim(1, 1), dim(2, 1)});
+  if (op == ops::bmm) return product({2, dim(0, 0), dim(0, 1), dim(0, 2), dim(1, 2)});
+  if (op == ops::baddbmm) return product({2, dim(1, 0), dim(1, 1), dim(1, 2), dim(2, 2)});
   if (is_fused_attention(op)) {
     // q [b,h,s_q,d], k [b,h_k,s_k,d], v [b,h_k,s_k,d_v]; counted with q's heads.
     const auto &q = s.at(0), &k = s.at(1), &v = s.at(2);
@@ -116,7 +117,7 @@ AttentionTangentShape attention_tangent_shape(const Node& n) {
   a.Hkv = k.sizes[1], a.Lk = k.sizes[2], a.Dv = v.sizes[3];
   a.dq = tensor(5), a.dk = tensor(6), a.dv = tensor(7), a.mask = tensor(8), a.dmask = tensor(9);
   a.causal = n.arg(10).value.toBool();
-  if (n.op() == "jvpc::attention_tangent.batched") {  // the tangents and the result have K in front
+  if (n.is(ops::jvpc_attention_tangent_batched)) {  // the tangents and the result have K in front
     const auto& o = n.output(0)->meta().sizes;
     if (o.size() != 5) throw std::out_of_range("attention_tangent shapes");
     a.K = o[0];
@@ -157,130 +158,130 @@ struct Rule {
 const std::unordered_map<std::string, Rule>& rules() {
   static const std::unordered_map<std::string, Rule> r = [] {
     std::unordered_map<std::string, Rule> m;
-    for (const char* op : {"aten::clone",
-                           "aten::_to_copy",
-                           "aten::copy",
-                           "aten::contiguous",
-                           "aten::cat",
-                           "aten::stack",
-                           "aten::index_select",
-                           "aten::repeat",
-                           "aten::repeat_interleave.self_int",
-                           "aten::index.Tensor",
-                           "aten::tril",
-                           "aten::triu",
-                           "aten::fill.Scalar",
-                           "aten::zero",
-                           "aten::masked_fill.Scalar",
-                           "aten::flip",
-                           "aten::roll",
-                           "aten::gather",
-                           "aten::constant_pad_nd",
-                           "aten::scatter.src",
-                           "aten::scatter.value"})
+    for (Op op : {ops::clone,
+                           ops::_to_copy,
+                           ops::copy,
+                           ops::contiguous,
+                           ops::cat,
+                           ops::stack,
+                           ops::index_select,
+                           ops::repeat,
+                           ops::repeat_interleave_self_int,
+                           ops::index_Tensor,
+                           ops::tril,
+                           ops::triu,
+                           ops::fill_Scalar,
+                           ops::zero,
+                           ops::masked_fill_Scalar,
+                           ops::flip,
+                           ops::roll,
+                           ops::gather,
+                           ops::constant_pad_nd,
+                           ops::scatter_src,
+                           ops::scatter_value})
       m[op] = {Kind::Copy, 0, 0};
-    for (const char* op :
-         {"aten::ones", "aten::zeros", "aten::empty.memory_format", "aten::full", "aten::scalar_tensor",
-          "aten::empty_strided", "aten::arange", "aten::arange.start", "aten::ones_like", "aten::zeros_like",
-          "aten::empty_like", "aten::full_like", "aten::rand", "aten::randn"})
+    for (Op op :
+         {ops::ones, ops::zeros, ops::empty_memory_format, ops::full, ops::scalar_tensor,
+          ops::empty_strided, ops::arange, ops::arange_start, ops::ones_like, ops::zeros_like,
+          ops::empty_like, ops::full_like, ops::rand, ops::randn})
       m[op] = {Kind::Copy, 0, 0};
-    for (const char* op : {"aten::exp",
-                           "aten::log",
-                           "aten::tanh",
-                           "aten::sigmoid",
-                           "aten::erf",
-                           "aten::sqrt",
-                           "aten::rsqrt",
-                           "aten::sin",
-                           "aten::cos",
-                           "aten::log1p",
-                           "aten::expm1",
-                           "aten::reciprocal",
-                           "aten::sinh",
-                           "aten::cosh",
-                           "aten::atan",
-                           "aten::log2",
-                           "aten::log10",
-                           "aten::pow.Tensor_Scalar",
-                           "aten::pow.Tensor_Tensor",
-                           "aten::pow.Scalar"})
+    for (Op op : {ops::exp,
+                           ops::log,
+                           ops::tanh,
+                           ops::sigmoid,
+                           ops::erf,
+                           ops::sqrt,
+                           ops::rsqrt,
+                           ops::sin,
+                           ops::cos,
+                           ops::log1p,
+                           ops::expm1,
+                           ops::reciprocal,
+                           ops::sinh,
+                           ops::cosh,
+                           ops::atan,
+                           ops::log2,
+                           ops::log10,
+                           ops::pow_Tensor_Scalar,
+                           ops::pow_Tensor_Tensor,
+                           ops::pow_Scalar})
       m[op] = {Kind::Elementwise, 0, 1};
     // Elementwise arithmetic, selection and comparisons: 1 FLOP per output element.
-    for (const char* op : {"aten::add.Tensor",
-                           "aten::add.Scalar",
-                           "aten::sub.Tensor",
-                           "aten::sub.Scalar",
-                           "aten::rsub.Tensor",
-                           "aten::rsub.Scalar",
-                           "aten::mul.Tensor",
-                           "aten::mul.Scalar",
-                           "aten::div.Tensor",
-                           "aten::div.Scalar",
-                           "aten::div.Tensor_mode",
-                           "aten::neg",
-                           "aten::abs",
-                           "aten::sign",
-                           "aten::sgn",
-                           "aten::relu",
-                           "aten::threshold",
-                           "aten::clamp",
-                           "aten::clamp.Tensor",
-                           "aten::clamp_min",
-                           "aten::clamp_min.Tensor",
-                           "aten::clamp_max",
-                           "aten::clamp_max.Tensor",
-                           "aten::maximum",
-                           "aten::minimum",
-                           "aten::where.self",
-                           "aten::where.ScalarSelf",
-                           "aten::where.ScalarOther",
-                           "aten::where.Scalar",
-                           "aten::masked_fill.Tensor",
-                           "aten::logical_not",
-                           "aten::logical_and",
-                           "aten::logical_or",
-                           "aten::bitwise_not",
-                           "aten::bitwise_and.Tensor",
-                           "aten::bitwise_or.Tensor",
-                           "aten::floor",
-                           "aten::ceil",
-                           "aten::round",
-                           "aten::trunc",
-                           "aten::frac",
-                           "aten::hardtanh",
-                           "aten::leaky_relu",
-                           "aten::remainder.Tensor",
-                           "aten::remainder.Scalar",
-                           "aten::fmod.Tensor",
-                           "aten::fmod.Scalar",
-                           "aten::nan_to_num",
-                           "aten::square"})
+    for (Op op : {ops::add_Tensor,
+                           ops::add_Scalar,
+                           ops::sub_Tensor,
+                           ops::sub_Scalar,
+                           ops::rsub_Tensor,
+                           ops::rsub_Scalar,
+                           ops::mul_Tensor,
+                           ops::mul_Scalar,
+                           ops::div_Tensor,
+                           ops::div_Scalar,
+                           ops::div_Tensor_mode,
+                           ops::neg,
+                           ops::abs,
+                           ops::sign,
+                           ops::sgn,
+                           ops::relu,
+                           ops::threshold,
+                           ops::clamp,
+                           ops::clamp_Tensor,
+                           ops::clamp_min,
+                           ops::clamp_min_Tensor,
+                           ops::clamp_max,
+                           ops::clamp_max_Tensor,
+                           ops::maximum,
+                           ops::minimum,
+                           ops::where_self,
+                           ops::where_ScalarSelf,
+                           ops::where_ScalarOther,
+                           ops::where_Scalar,
+                           ops::masked_fill_Tensor,
+                           ops::logical_not,
+                           ops::logical_and,
+                           ops::logical_or,
+                           ops::bitwise_not,
+                           ops::bitwise_and_Tensor,
+                           ops::bitwise_or_Tensor,
+                           ops::floor,
+                           ops::ceil,
+                           ops::round,
+                           ops::trunc,
+                           ops::frac,
+                           ops::hardtanh,
+                           ops::leaky_relu,
+                           ops::remainder_Tensor,
+                           ops::remainder_Scalar,
+                           ops::fmod_Tensor,
+                           ops::fmod_Scalar,
+                           ops::nan_to_num,
+                           ops::square})
       m[op] = {Kind::Elementwise, 1, 0};
     for (const std::string& op : comparison_ops()) m[op] = {Kind::Elementwise, 1, 0};
-    for (const char* op : {"aten::addcmul", "aten::addcdiv", "aten::lerp.Scalar", "aten::lerp.Tensor"})
+    for (Op op : {ops::addcmul, ops::addcdiv, ops::lerp_Scalar, ops::lerp_Tensor})
       m[op] = {Kind::Elementwise, 2, 0};
-    m["aten::gelu"] = {Kind::Elementwise, 4, 1};           // x·½(1+erf(x/√2))
-    m["aten::gelu_backward"] = {Kind::Elementwise, 8, 2};  // ½(1+erf) + x·φ(x), times grad
-    m["aten::silu"] = {Kind::Elementwise, 2, 1};
-    for (const char* op :
-         {"aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::amax", "aten::amin", "aten::max",
-          "aten::min", "aten::var.correction", "aten::std.correction", "aten::norm.Scalar", "aten::linalg_vector_norm",
-          "aten::prod", "aten::prod.dim_int", "aten::cumsum", "aten::cumprod"})
+    m[ops::gelu] = {Kind::Elementwise, 4, 1};           // x·½(1+erf(x/√2))
+    m[ops::gelu_backward] = {Kind::Elementwise, 8, 2};  // ½(1+erf) + x·φ(x), times grad
+    m[ops::silu] = {Kind::Elementwise, 2, 1};
+    for (Op op :
+         {ops::sum, ops::sum_dim_IntList, ops::mean, ops::mean_dim, ops::amax, ops::amin, ops::max,
+          ops::min, ops::var_correction, ops::std_correction, ops::norm_Scalar, ops::linalg_vector_norm,
+          ops::prod, ops::prod_dim_int, ops::cumsum, ops::cumprod})
       m[op] = {Kind::Reduction, 1, 0};
-    for (const char* op : {"aten::logsumexp", "aten::logcumsumexp"})
+    for (Op op : {ops::logsumexp, ops::logcumsumexp})
       m[op] = {Kind::Reduction, 3, 1};  // max, subtract, sum; exp
-    for (const char* op : {"aten::_softmax", "aten::_safe_softmax", "aten::_log_softmax"})
+    for (Op op : {ops::_softmax, ops::_safe_softmax, ops::_log_softmax})
       m[op] = {Kind::Reduction, 4, 1};                            // max, subtract, sum, divide; exp
-    m["aten::_softmax_backward_data"] = {Kind::Reduction, 4, 0};  // y·(g − Σ g·y)
-    for (const char* op : {"aten::native_layer_norm", "aten::native_group_norm", "aten::native_batch_norm",
-                           "aten::_native_batch_norm_legit_functional"})
+    m[ops::_softmax_backward_data] = {Kind::Reduction, 4, 0};  // y·(g − Σ g·y)
+    for (Op op : {ops::native_layer_norm, ops::native_group_norm, ops::native_batch_norm,
+                           ops::_native_batch_norm_legit_functional})
       m[op] = {Kind::Normalization, 8, 0};
     // Matrix-vector and dot products: FlopCounterMode has no rule for them, so they count as
     // reductions of their first operand, 2 per multiply-add as for the matmuls.
-    m["aten::mv"] = m["aten::dot"] = {Kind::Reduction, 2, 0};
+    m[ops::mv] = m[ops::dot] = {Kind::Reduction, 2, 0};
     // Solves with a factored matrix: one substitution (triangular), two (LU, Cholesky).
-    m["aten::linalg_solve_triangular"] = {Kind::Solve, 1, 0};
-    m["aten::linalg_lu_solve"] = m["aten::cholesky_solve"] = {Kind::Solve, 2, 0};
+    m[ops::linalg_solve_triangular] = {Kind::Solve, 1, 0};
+    m[ops::linalg_lu_solve] = m[ops::cholesky_solve] = {Kind::Solve, 2, 0};
     return m;
   }();
   return r;
@@ -310,7 +311,7 @@ NodeCost cost_of(const Node& n) {
   }
   int64_t in_elems = n.inputs().empty() ? 0 : n.input(0)->meta().numel();
   int64_t mm = -1;
-  if (n.op() == "jvpc::attention_tangent" || n.op() == "jvpc::attention_tangent.batched") {
+  if (n.is(ops::jvpc_attention_tangent) || n.is(ops::jvpc_attention_tangent_batched)) {
     try {
       AttentionTangentShape a = attention_tangent_shape(n);
       c.matmul_flops = attention_tangent_matmul_flops(a);
@@ -327,19 +328,19 @@ NodeCost cost_of(const Node& n) {
     return c;
   }
   try {
-    bool transposed = n.op() == "aten::convolution" && n.arg(6).value.toBool();
+    bool transposed = n.is(ops::convolution) && n.arg(6).value.toBool();
     if (matmul) mm = matmul_flops_for(n.op(), shapes, n.output(0)->meta().sizes, transposed);
   } catch (const std::out_of_range&) {
     throw Error("node " + n.op() + ": operand shapes do not fit the matmul formula");
   }
   if (mm >= 0) {
     c.matmul_flops = mm;
-    if (n.op() == "aten::_scaled_dot_product_flash_attention_for_cpu")
+    if (n.is(ops::_scaled_dot_product_flash_attention_for_cpu))
       c.note = "the CPU flash kernel, counted as its two bmms over the query heads (as torch 2.15's FlopCounterMode "
                "counts it; 2.11's has no rule for it)";
-    else if (n.op().rfind("aten::_scaled_dot_product_", 0) == 0 && shapes.at(0).at(1) != shapes.at(1).at(1))
+    else if (n.handle().has(kFusedAttention) && shapes.at(0).at(1) != shapes.at(1).at(1))
       c.note = "FlopCounterMode has no rule for grouped-query attention; counted as two bmms over the query heads";
-    if (n.op() == "aten::addmm" || n.op() == "aten::baddbmm") c.other_flops = out_elems;  // the addition
+    if (n.is(ops::addmm) || n.is(ops::baddbmm)) c.other_flops = out_elems;  // the addition
     return c;
   }
   if (std::optional<int64_t> work = scaled_work_flops(n)) {  // windows, factorizations, sorts, ...
@@ -361,7 +362,7 @@ NodeCost cost_of(const Node& n) {
       c.transcendentals = product({r.trans, in_elems});
       break;
     case Kind::Solve: {  // the matrix: operand 0, except cholesky_solve(B, L)
-      const Value* matrix = n.op() == "aten::cholesky_solve" ? n.input(1) : n.input(0);
+      const Value* matrix = n.is(ops::cholesky_solve) ? n.input(1) : n.input(0);
       c.other_flops = product({r.other, matrix->meta().sizes.back(), out_elems});
       break;
     }

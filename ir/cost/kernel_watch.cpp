@@ -1,4 +1,5 @@
 #include "ir/cost/kernel_watch.h"
+#include "ir/op.h"
 
 #include "ir/cost/cost_model.h"
 #include "ir/ops.h"
@@ -51,7 +52,7 @@ int64_t flops_or_zero(const std::string& op, const std::vector<std::vector<int64
 int64_t kernel_matmul_flops(const std::string& op, c10::ArrayRef<c10::IValue> args, const c10::IValue* first_result) {
   std::string functional = counted_op_name(op);
   if (!is_matmul(functional)) return 0;
-  if (functional != "aten::convolution") return flops_or_zero(functional, operand_shapes(args));
+  if (functional != ops::convolution) return flops_or_zero(functional, operand_shapes(args));
   if (!first_result || !first_result->isTensor()) return 0;
   return flops_or_zero(functional, operand_shapes(args), first_result->toTensor().sizes().vec(),
                        transposed_convolution(args));
@@ -107,7 +108,7 @@ struct KernelWatchAccess {
       auto entered = std::make_unique<Entered>();
       if (!info->matmul) return entered;  // no FLOPs to count: no shapes to take
       std::string functional = counted_op_name(info->name);
-      if (functional == "aten::convolution") {
+      if (functional == ops::convolution) {
         entered->conv = functional;
         entered->shapes = operand_shapes(fn.inputs());
         entered->transposed = transposed_convolution(fn.inputs());

@@ -16,11 +16,11 @@ std::vector<Value*> attention_tangent(Ctx& c) {
   std::vector<BArg> args = c.args();
   for (size_t a : {5, 6, 7, 9})
     if (c.n.arg(a).kind == ArgKind::Tensor && !c.batched(a)) args[a] = c.broadcast(c.x(a));
-  return c.b.emit(runtime::kAttentionTangentBatchedOp, std::move(args));
+  return c.b.emit(ops::jvpc_attention_tangent_batched, std::move(args));
 }
 
 }  // namespace
 
-void register_attention(Registry& r) { r.add(runtime::kAttentionTangentOp, attention_tangent); }
+void register_attention(Registry& r) { r.add(ops::jvpc_attention_tangent, attention_tangent); }
 
 }  // namespace jvpc::batch_rules

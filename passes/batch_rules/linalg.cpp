@@ -10,6 +10,7 @@
 // factorization fold K into the columns (or rows) of their right-hand side.
 // Matrix functions (matrix_exp) act on the last two dims, K leading.
 #include "passes/batch_rules/rules.h"
+#include "ir/op.h"
 
 #include <ATen/TensorUtils.h>
 
@@ -57,11 +58,11 @@ Value* fold_as(Ctx& c, Value* v, bool rows, bool k_first, bool copy) {
     // copy moves whole contiguous rows instead of gathering every element across the transpose.
     const auto& st = m.strides;
     if (st[static_cast<size_t>(R - 1)] == 1 && st[static_cast<size_t>(R)] != 1 && r > 1) {
-      Value* t = c.call("aten::transpose.int", {v, R - 1, R});
-      return c.call("aten::transpose.int", {fold_as(c, t, !rows, k_first, true), int64_t{-2}, int64_t{-1}});
+      Value* t = c.call(ops::transpose_int, {v, R - 1, R});
+      return c.call(ops::transpose_int, {fold_as(c, t, !rows, k_first, true), int64_t{-2}, int64_t{-1}});
     }
   }
-  return reshape(c.b, c.call("aten::permute", {v, perm}), sizes);
+  return reshape(c.b, c.call(ops::permute, {v, perm}), sizes);
 }
 
 // v folded into rows or columns in the order that is a view of its layout where one is (a
@@ -90,20 +91,20 @@ Value* unfold(Ctx& c, Value* res, bool rows, bool k_first) {
     sizes.insert(sizes.end(), {r, c.K, cols / c.K}), k_at = nb + 1;
   else
     sizes.insert(sizes.end(), {r, cols / c.K, c.K}), k_at = nb + 2;
-  Value* v = c.call("aten::view", {res, sizes});
+  Value* v = c.call(ops::view, {res, sizes});
   perm.push_back(k_at);
   for (int64_t d = 0; d < nb + 3; ++d)
     if (d != k_at) perm.push_back(d);
-  return c.call("aten::permute", {v, perm});
+  return c.call(ops::permute, {v, perm});
 }
 
 // a·b by `op` (aten::mm or aten::bmm), either or both batched.
-Value* product(Ctx& c, const char* op, Value* a, bool ba, Value* b, bool bb) {
+Value* product(Ctx& c, Op op, Value* a, bool ba, Value* b, bool bb) {
   if (ba && bb) {  // two tangents: one product over K times the matrices
-    if (std::string(op) == "aten::mm") return c.call("aten::bmm", {a, b});
+    if (std::string(op) == ops::mm) return c.call(ops::bmm, {a, b});
     const auto &sa = a->meta().sizes, &sb = b->meta().sizes;
-    Value* p = c.call("aten::bmm", {c.fold_into_first(a), c.fold_into_first(b)});
-    return c.call("aten::view", {p, std::vector<int64_t>{c.K, sa[1], sa[2], sb[3]}});
+    Value* p = c.call(ops::bmm, {c.fold_into_first(a), c.fold_into_first(b)});
+    return c.call(ops::view, {p, std::vector<int64_t>{c.K, sa[1], sa[2], sb[3]}});
   }
   if (ba) {
     Folded f = fold(c, a, true);
@@ -115,7 +116,7 @@ Value* product(Ctx& c, const char* op, Value* a, bool ba, Value* b, bool bb) {
 
 // mm / bmm (a, b).
 std::vector<Value*> matmul(Ctx& c) {
-  return {product(c, c.n.op().c_str(), c.x(0), c.batched(0), c.x(1), c.batched(1))};
+  return {product(c, c.n.handle(), c.x(0), c.batched(0), c.x(1), c.batched(1))};
 }
 
 // addmm / baddbmm (self, a, b, beta, alpha) = beta·self + alpha·a·b. With a batched self of the
@@ -124,7 +125,7 @@ std::vector<Value*> matmul(Ctx& c) {
 // allows: the first product's result, folded the other way, usually is), the batched factor
 // folded in the same order, so the sum accumulates in the product's kernel. Otherwise the
 // product batched as above, then the scaled sum (an unbatched self broadcasts).
-Rule add_product(const char* op) {
+Rule add_product(Op op) {
   return [op](Ctx& c) -> std::vector<Value*> {
     double beta = c.c(3).isDouble() ? c.c(3).toDouble() : static_cast<double>(c.c(3).toInt());
     double alpha = c.c(4).isDouble() ? c.c(4).toDouble() : static_cast<double>(c.c(4).toInt());
@@ -155,11 +156,11 @@ Rule add_product(const char* op) {
       return {unfold(c, c.emit(std::move(args)).at(0), rows, k_first)};
     }
     Value* p = ba || bb ? product(c, op, c.x(1), ba, c.x(2), bb) : c.broadcast(c.call(op, {c.x(1), c.x(2)}));
-    if (alpha != 1.0) p = c.call("aten::mul.Scalar", {p, alpha});
+    if (alpha != 1.0) p = c.call(ops::mul_Scalar, {p, alpha});
     if (beta == 0.0) return {p};
     int64_t rank = static_cast<int64_t>(want.size());
     Value* self = c.batched(0) ? c.pad_to(c.x(0), rank) : c.x(0);
-    return {c.call("aten::add.Tensor", {p, self, beta})};
+    return {c.call(ops::add_Tensor, {p, self, beta})};
   };
 }
 
@@ -167,22 +168,22 @@ Rule add_product(const char* op) {
 std::vector<Value*> mv(Ctx& c) {
   Value *a = c.x(0), *v = c.x(1);
   if (c.batched(0) && c.batched(1))
-    return {c.call("aten::squeeze.dim",
-                   {c.call("aten::bmm", {a, c.call("aten::unsqueeze", {v, int64_t(-1)})}), int64_t(-1)})};
+    return {c.call(ops::squeeze_dim,
+                   {c.call(ops::bmm, {a, c.call(ops::unsqueeze, {v, int64_t(-1)})}), int64_t(-1)})};
   if (c.batched(1))  // [K,k]·aᵀ: one mm
-    return {c.call("aten::mm", {v, c.call("aten::t", {a})})};
+    return {c.call(ops::mm, {v, c.call(ops::t, {a})})};
   const auto& s = a->meta().sizes;
-  Value* r = c.call("aten::mv", {reshape(c.b, a, {c.K * s[1], s[2]}), v});
-  return {c.call("aten::view", {r, std::vector<int64_t>{c.K, s[1]}})};
+  Value* r = c.call(ops::mv, {reshape(c.b, a, {c.K * s[1], s[2]}), v});
+  return {c.call(ops::view, {r, std::vector<int64_t>{c.K, s[1]}})};
 }
 
 // dot(a [n], b [n]).
 std::vector<Value*> dot(Ctx& c) {
   if (c.batched(0) && c.batched(1))
-    return {c.call("aten::sum.dim_IntList", {c.call("aten::mul.Tensor", {c.x(0), c.x(1)}), std::vector<int64_t>{1}})};
+    return {c.call(ops::sum_dim_IntList, {c.call(ops::mul_Tensor, {c.x(0), c.x(1)}), std::vector<int64_t>{1}})};
   Value* t = c.batched(0) ? c.x(0) : c.x(1);
   Value* x = c.batched(0) ? c.x(1) : c.x(0);
-  return {c.call("aten::mv", {t, x})};
+  return {c.call(ops::mv, {t, x})};
 }
 
 // convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups): a
@@ -194,7 +195,7 @@ std::vector<Value*> convolution(Ctx& c) {
   std::vector<int64_t> out = c.n.output(0)->meta().sizes;
   if (c.batched(0)) {
     args[0] = c.fold_into_first(c.x(0));
-    Value* r = c.call("aten::convolution", std::move(args));
+    Value* r = c.call(ops::convolution, std::move(args));
     out.insert(out.begin(), c.K);
     return {reshape(c.b, r, out)};
   }
@@ -219,15 +220,15 @@ std::vector<Value*> convolution(Ctx& c) {
   split.insert(split.end(), spatial.begin(), spatial.end());
   folded.insert(folded.end(), spatial.begin(), spatial.end());
   for (int64_t d = 4; d < rank + 2; ++d) perm.push_back(d);
-  Value* wk = c.call("aten::permute", {reshape(c.b, w, split), perm});
+  Value* wk = c.call(ops::permute, {reshape(c.b, w, split), perm});
   args[1] = reshape(c.b, wk, folded);
-  Value* r = c.call("aten::convolution", std::move(args));  // [N, g·K·O/g, ...]
+  Value* r = c.call(ops::convolution, std::move(args));  // [N, g·K·O/g, ...]
   int64_t per = out[1] / g;
   std::vector<int64_t> parts = {out[0], g, c.K, per};
   parts.insert(parts.end(), out.begin() + 2, out.end());
   std::vector<int64_t> back = {2, 0, 1, 3};
   for (int64_t d = 4; d < static_cast<int64_t>(parts.size()); ++d) back.push_back(d);
-  Value* v = c.call("aten::permute", {c.call("aten::view", {r, parts}), back});
+  Value* v = c.call(ops::permute, {c.call(ops::view, {r, parts}), back});
   out.insert(out.begin(), c.K);
   return {reshape(c.b, v, out)};
 }
@@ -252,10 +253,10 @@ Rule solve(size_t matrix, size_t rhs, std::function<bool(const Ctx&)> left) {
 // vdot(a, b) = Σ conj(a)·b: dot's rule with a conjugated (a no-op on real operands).
 std::vector<Value*> vdot(Ctx& c) {
   Value* a = c.x(0);
-  if (c10::isComplexType(a->meta().dtype)) a = c.call("aten::conj_physical", {a});
+  if (c10::isComplexType(a->meta().dtype)) a = c.call(ops::conj_physical, {a});
   if (c.batched(0) && c.batched(1))
-    return {c.call("aten::sum.dim_IntList", {c.call("aten::mul.Tensor", {a, c.x(1)}), std::vector<int64_t>{1}})};
-  return {c.batched(0) ? c.call("aten::mv", {a, c.x(1)}) : c.call("aten::mv", {c.x(1), a})};
+    return {c.call(ops::sum_dim_IntList, {c.call(ops::mul_Tensor, {a, c.x(1)}), std::vector<int64_t>{1}})};
+  return {c.batched(0) ? c.call(ops::mv, {a, c.x(1)}) : c.call(ops::mv, {c.x(1), a})};
 }
 
 // _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim) (bilinear's kernel): each operand
@@ -265,33 +266,33 @@ std::vector<Value*> vdot(Ctx& c) {
 std::vector<Value*> trilinear(Ctx& c) {
   Value* prod = nullptr;
   for (size_t i = 0; i < 3; ++i) {
-    Value* x = c.batched(i) ? c.x(i) : c.call("aten::unsqueeze", {c.x(i), int64_t(0)});
+    Value* x = c.batched(i) ? c.x(i) : c.call(ops::unsqueeze, {c.x(i), int64_t(0)});
     std::vector<int64_t> expand = c.c(3 + i).toIntVector();
     std::sort(expand.begin(), expand.end());
-    for (int64_t d : expand) x = c.call("aten::unsqueeze", {x, d + 1});
-    prod = prod ? c.call("aten::mul.Tensor", {prod, x}) : x;
+    for (int64_t d : expand) x = c.call(ops::unsqueeze, {x, d + 1});
+    prod = prod ? c.call(ops::mul_Tensor, {prod, x}) : x;
   }
   std::vector<int64_t> sum = c.c(6).toIntVector();
-  if (sum.empty()) return {c.call("aten::clone", {prod, c10::MemoryFormat::Contiguous})};
+  if (sum.empty()) return {c.call(ops::clone, {prod, c10::MemoryFormat::Contiguous})};
   for (int64_t& d : sum) d += 1;
-  return {c.call("aten::sum.dim_IntList", {prod, sum})};
+  return {c.call(ops::sum_dim_IntList, {prod, sum})};
 }
 
 void register_linalg(Registry& r) {
-  r.add("aten::_trilinear", trilinear);
-  r.add("aten::vdot", vdot);
-  r.add("aten::mm", matmul);
-  r.add("aten::bmm", matmul);
-  r.add("aten::addmm", add_product("aten::mm"));
-  r.add("aten::baddbmm", add_product("aten::bmm"));
-  r.add("aten::mv", mv);
-  r.add("aten::dot", dot);
-  r.add("aten::convolution", convolution);
-  r.add("aten::linalg_solve_triangular", solve(0, 1, [](const Ctx& c) { return c.c(3).toBool(); }));
-  r.add("aten::linalg_lu_solve", solve(0, 2, [](const Ctx& c) { return c.c(3).toBool(); }));
-  r.add("aten::cholesky_solve", solve(1, 0, [](const Ctx&) { return true; }));
+  r.add(ops::_trilinear, trilinear);
+  r.add(ops::vdot, vdot);
+  r.add(ops::mm, matmul);
+  r.add(ops::bmm, matmul);
+  r.add(ops::addmm, add_product(ops::mm));
+  r.add(ops::baddbmm, add_product(ops::bmm));
+  r.add(ops::mv, mv);
+  r.add(ops::dot, dot);
+  r.add(ops::convolution, convolution);
+  r.add(ops::linalg_solve_triangular, solve(0, 1, [](const Ctx& c) { return c.c(3).toBool(); }));
+  r.add(ops::linalg_lu_solve, solve(0, 2, [](const Ctx& c) { return c.c(3).toBool(); }));
+  r.add(ops::cholesky_solve, solve(1, 0, [](const Ctx&) { return true; }));
   // Matrix functions batch over leading dims.
-  r.add("aten::linalg_matrix_exp", same_op());
+  r.add(ops::linalg_matrix_exp, same_op());
 }
 
 }  // namespace jvpc::batch_rules

@@ -1,5 +1,6 @@
 // The batching rule table and the rule makers shared by the family files.
 #include "passes/batch_rules/rules.h"
+#include "ir/op.h"
 
 #include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
@@ -69,7 +70,7 @@ Value* Ctx::fold_into_first(Value* v) {
 Value* Ctx::broadcast(Value* v) {
   std::vector<int64_t> sizes = v->meta().sizes;
   sizes.insert(sizes.begin(), K);
-  return call("aten::expand", {v, sizes});
+  return call(ops::expand, {v, sizes});
 }
 
 int64_t Ctx::dim(int64_t d, int64_t rank) { return c10::maybe_wrap_dim(d, std::max<int64_t>(rank, 1)) + 1; }

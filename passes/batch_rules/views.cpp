@@ -1,6 +1,7 @@
 // Batching rules of views and data movement: the same op with its dims shifted past K, its
 // sizes given K in front, or (pooling, resampling, padding) K folded into the batch dim.
 #include "passes/batch_rules/rules.h"
+#include "ir/op.h"
 
 #include <ATen/ExpandUtils.h>
 
@@ -21,18 +22,18 @@ std::vector<Value*> view(Ctx& c) { return {reshape(c.b, c.x(0), k_and(c, c.n.out
 std::vector<Value*> expand(Ctx& c) {
   std::vector<int64_t> sizes = c.n.output(0)->meta().sizes;
   Value* x = c.pad_to(c.x(0), static_cast<int64_t>(sizes.size()));
-  return {c.call("aten::expand", {x, k_and(c, sizes)})};
+  return {c.call(ops::expand, {x, k_and(c, sizes)})};
 }
 
 std::vector<Value*> permute(Ctx& c) {
   std::vector<int64_t> dims = {0};
   for (int64_t d : c.c(1).toIntVector()) dims.push_back(Ctx::dim(d, c.rank(0)));
-  return {c.call("aten::permute", {c.x(0), dims})};
+  return {c.call(ops::permute, {c.x(0), dims})};
 }
 
 std::vector<Value*> t(Ctx& c) {
-  if (c.rank(0) < 2) return {c.call("aten::alias", {c.x(0)})};
-  return {c.call("aten::transpose.int", {c.x(0), int64_t(1), int64_t(2)})};
+  if (c.rank(0) < 2) return {c.call(ops::alias, {c.x(0)})};
+  return {c.call(ops::transpose_int, {c.x(0), int64_t(1), int64_t(2)})};
 }
 
 // squeeze(x): the logical size-1 dims only, never K.
@@ -41,8 +42,8 @@ std::vector<Value*> squeeze(Ctx& c) {
   const auto& s = c.n.input(0)->meta().sizes;
   for (size_t d = 0; d < s.size(); ++d)
     if (s[d] == 1) dims.push_back(static_cast<int64_t>(d) + 1);
-  if (dims.empty()) return {c.call("aten::alias", {c.x(0)})};
-  return {c.call("aten::squeeze.dims", {c.x(0), dims})};
+  if (dims.empty()) return {c.call(ops::alias, {c.x(0)})};
+  return {c.call(ops::squeeze_dims, {c.x(0), dims})};
 }
 
 // repeat(x, repeats): x padded to the repeats' rank, K repeated once.
@@ -50,7 +51,7 @@ std::vector<Value*> repeat(Ctx& c) {
   std::vector<int64_t> reps = c.c(1).toIntVector();
   Value* x = c.pad_to(c.x(0), static_cast<int64_t>(reps.size()));
   reps.insert(reps.begin(), 1);
-  return {c.call("aten::repeat", {x, reps})};
+  return {c.call(ops::repeat, {x, reps})};
 }
 
 // Whether the present entries of an optional index list are adjacent (then a leading None keeps
@@ -103,7 +104,7 @@ std::vector<Value*> index_put(Ctx& c) {
   for (int o : a.operands) idx.push_back(o < 0 ? nullptr : c.operand(static_cast<size_t>(o)));
   Value* self = c.batched(0) ? c.x(0) : c.broadcast(c.x(0));
   Value* values = c.batched(2) ? c.pad_to(c.x(2), indexed_rank) : c.x(2);
-  return {c.call("aten::index_put", {self, idx, values, c.c(3).toBool()})};
+  return {c.call(ops::index_put, {self, idx, values, c.c(3).toBool()})};
 }
 
 // masked_select(x, mask) with x of the broadcast shape: the K tangents' selections, one after
@@ -117,7 +118,7 @@ std::vector<Value*> masked_select(Ctx& c) {
   for (size_t i = 0; i < c.n.inputs().size(); ++i) inputs.push_back(c.operand(i));
   TensorMeta flat = TensorMeta::contiguous({c.K * m.sizes.at(0)}, m.dtype, m.device);
   Value* r = c.b.graph().create(c.n.op(), c.n.args(), inputs, {flat}, c.n.return_counts())->output(0);
-  return {c.call("aten::view", {r, k_and(c, m.sizes)})};
+  return {c.call(ops::view, {r, k_and(c, m.sizes)})};
 }
 
 // masked_scatter(x, mask, source): the i-th true position takes source's i-th element, for each
@@ -126,17 +127,17 @@ std::vector<Value*> masked_select(Ctx& c) {
 std::vector<Value*> masked_scatter(Ctx& c) {
   if (c.batched(1)) return {};
   const TensorMeta& out = c.n.output(0)->meta();
-  Value* mask = c.call("aten::expand", {c.x(1), out.sizes});
+  Value* mask = c.call(ops::expand, {c.x(1), out.sizes});
   Value* flat = reshape(c.b, mask, {-1});
-  Value* rank = c.call("aten::sub.Scalar", {c.call("aten::cumsum", {flat, int64_t(0), c10::kLong}), int64_t(1)});
-  rank = c.call("aten::clamp_min", {rank, int64_t(0)});
+  Value* rank = c.call(ops::sub_Scalar, {c.call(ops::cumsum, {flat, int64_t(0), c10::kLong}), int64_t(1)});
+  rank = c.call(ops::clamp_min, {rank, int64_t(0)});
   Value* src = c.batched(2) ? c.x(2) : c.broadcast(c.x(2));
   src = reshape(c.b, src, {c.K, -1});
   if (src->meta().sizes[1] == 0) return {};
-  Value* picked = c.call("aten::index_select", {src, int64_t(1), rank});
-  picked = c.call("aten::view", {picked, k_and(c, out.sizes)});
+  Value* picked = c.call(ops::index_select, {src, int64_t(1), rank});
+  picked = c.call(ops::view, {picked, k_and(c, out.sizes)});
   Value* self = c.batched(0) ? c.pad_to(c.x(0), static_cast<int64_t>(out.sizes.size())) : c.x(0);
-  return {c.call("aten::where.self", {mask, picked, self})};
+  return {c.call(ops::where_self, {mask, picked, self})};
 }
 
 // index_fill.int_Tensor(x, dim, index, value) with a batched 0-d value: x filled with 0 there,
@@ -145,14 +146,14 @@ std::vector<Value*> index_fill_tensor(Ctx& c) {
   if (c.batched(2)) return {};
   int64_t rank = c.rank(0), dim = Ctx::dim(c.c(1).toInt(), rank);
   Value* self = c.batched(0) ? c.x(0) : c.broadcast(c.x(0));
-  if (!c.batched(3)) return {c.call("aten::index_fill.int_Tensor", {self, dim, c.x(2), c.x(3)})};
+  if (!c.batched(3)) return {c.call(ops::index_fill_int_Tensor, {self, dim, c.x(2), c.x(3)})};
   const TensorMeta& m = c.n.output(0)->meta();
-  Value* zeroed = c.call("aten::index_fill.int_Scalar", {self, dim, c.x(2), 0.0});
-  Value* zeros = c.call("aten::zeros", {m.sizes, m.dtype, std::nullopt, m.device});
-  Value* where = c.call("aten::index_fill.int_Scalar", {zeros, c.c(1).toInt(), c.x(2), 1.0});
+  Value* zeroed = c.call(ops::index_fill_int_Scalar, {self, dim, c.x(2), 0.0});
+  Value* zeros = c.call(ops::zeros, {m.sizes, m.dtype, std::nullopt, m.device});
+  Value* where = c.call(ops::index_fill_int_Scalar, {zeros, c.c(1).toInt(), c.x(2), 1.0});
   Value* value = c.pad_to(c.x(3), rank);
-  if (value->meta().dtype != m.dtype) value = c.call("aten::_to_copy", {value, m.dtype});
-  return {c.call("aten::add.Tensor", {zeroed, c.call("aten::mul.Tensor", {where, value})})};
+  if (value->meta().dtype != m.dtype) value = c.call(ops::_to_copy, {value, m.dtype});
+  return {c.call(ops::add_Tensor, {zeroed, c.call(ops::mul_Tensor, {where, value})})};
 }
 
 // roll(x, shifts, dims): dims shifted past K; no dims rolls the flattened tensor.
@@ -160,7 +161,7 @@ std::vector<Value*> roll(Ctx& c) {
   std::vector<int64_t> dims = c.c(2).toIntVector();
   if (!dims.empty()) return with_dims({2})(c);
   Value* flat = reshape(c.b, c.x(0), {c.K, -1});
-  Value* r = c.call("aten::roll", {flat, c.c(1).toIntVector(), std::vector<int64_t>{1}});
+  Value* r = c.call(ops::roll, {flat, c.c(1).toIntVector(), std::vector<int64_t>{1}});
   return {reshape(c.b, r, k_and(c, c.n.output(0)->meta().sizes))};
 }
 
@@ -177,10 +178,10 @@ std::vector<Value*> as_strided(Ctx& c) {
   }
   if (last >= in.numel()) return {};
   Value* x = c.x(0);
-  if (!x->meta().is_contiguous()) x = c.call("aten::clone", {x, c10::MemoryFormat::Contiguous});
+  if (!x->meta().is_contiguous()) x = c.call(ops::clone, {x, c10::MemoryFormat::Contiguous});
   size.insert(size.begin(), c.K);
   stride.insert(stride.begin(), in.numel());
-  return {c.call("aten::as_strided", {x, size, stride, offset})};
+  return {c.call(ops::as_strided, {x, size, stride, offset})};
 }
 
 // grid_sampler_{2,3}d(x, grid, ...) with x batched: K joins the channels (each sampled at the
@@ -193,11 +194,11 @@ std::vector<Value*> grid_sampler(Ctx& c) {
   std::vector<int64_t> folded = {xs[1], c.K * xs[2]};
   folded.insert(folded.end(), xs.begin() + 3, xs.end());
   std::vector<BArg> args = c.args();
-  args[0] = reshape(c.b, c.call("aten::permute", {c.x(0), perm}), folded);
+  args[0] = reshape(c.b, c.call(ops::permute, {c.x(0), perm}), folded);
   Value* r = c.emit(std::move(args)).at(0);  // [N, K·C, out...]
   std::vector<int64_t> out = c.n.output(0)->meta().sizes, parts = {out[0], c.K};
   parts.insert(parts.end(), out.begin() + 1, out.end());
-  return {c.call("aten::permute", {c.call("aten::view", {r, parts}), perm})};
+  return {c.call(ops::permute, {c.call(ops::view, {r, parts}), perm})};
 }
 
 // affine_grid_generator(theta [N, r, c], size, align_corners): K joins N.
@@ -222,36 +223,36 @@ std::vector<Value*> embedding_bag(Ctx& c) {
   std::vector<BArg> args = c.args();
   if (!weights) {
     const auto& ws = c.x(0)->meta().sizes;  // [K, V, D]
-    args[0] = reshape(c.b, c.call("aten::permute", {c.x(0), std::vector<int64_t>{1, 0, 2}}), {ws[1], c.K * ws[2]});
+    args[0] = reshape(c.b, c.call(ops::permute, {c.x(0), std::vector<int64_t>{1, 0, 2}}), {ws[1], c.K * ws[2]});
   } else {
     // Each tangent's weighted rows, [K, n, D] (the rows gathered once), as the table of one sum
     // over bags whose indices are 0..n−1: [n, K·D].
     Value* idx = c.x(1);
     if (idx->meta().sizes.size() != 1) return {};
     int64_t n = idx->meta().sizes[0];
-    Value* rows = c.call("aten::index_select", {c.x(0), int64_t(0), idx});
+    Value* rows = c.call(ops::index_select, {c.x(0), int64_t(0), idx});
     Value* w = c.x(6);
     if (c.n.args().size() > 8 && c.c(8).isInt() && c.c(8).toInt() >= 0) {  // padding_idx rows add nothing
-      Value* keep = c.call("aten::ne.Scalar", {idx, c.c(8).toInt()});
-      w = c.call("aten::mul.Tensor", {w, c.call("aten::_to_copy", {keep, w->meta().dtype})});
+      Value* keep = c.call(ops::ne_Scalar, {idx, c.c(8).toInt()});
+      w = c.call(ops::mul_Tensor, {w, c.call(ops::_to_copy, {keep, w->meta().dtype})});
     }
-    Value* weighted = c.call("aten::mul.Tensor", {rows, c.call("aten::unsqueeze", {w, int64_t(-1)})});
+    Value* weighted = c.call(ops::mul_Tensor, {rows, c.call(ops::unsqueeze, {w, int64_t(-1)})});
     const auto& ws = weighted->meta().sizes;  // [K, n, D]
-    args[0] = reshape(c.b, c.call("aten::permute", {weighted, std::vector<int64_t>{1, 0, 2}}), {n, c.K * ws[2]});
-    args[1] = c.call("aten::arange", {n, c10::kLong, std::nullopt, idx->meta().device});
+    args[0] = reshape(c.b, c.call(ops::permute, {weighted, std::vector<int64_t>{1, 0, 2}}), {n, c.K * ws[2]});
+    args[1] = c.call(ops::arange, {n, c10::kLong, std::nullopt, idx->meta().device});
     args[6] = BArg(std::nullopt);
     if (c.n.args().size() > 8) args[8] = BArg(int64_t(-1));
   }
   std::vector<Value*> outs = c.emit(std::move(args));
   const auto& o = c.n.output(0)->meta().sizes;  // [B, D]
-  Value* bags = c.call("aten::permute", {c.call("aten::view", {outs[0], std::vector<int64_t>{o[0], c.K, o[1]}}),
+  Value* bags = c.call(ops::permute, {c.call(ops::view, {outs[0], std::vector<int64_t>{o[0], c.K, o[1]}}),
                                          std::vector<int64_t>{1, 0, 2}});
   std::vector<Value*> result = {bags};
   for (size_t i = 1; i < outs.size(); ++i) {
     const TensorMeta& m = c.n.output(i)->meta();
     Value* v = outs[i]->meta().sizes == m.sizes && outs[i]->meta().dtype == m.dtype
                    ? outs[i]
-                   : c.call("aten::zeros", {m.sizes, m.dtype, std::nullopt, m.device});
+                   : c.call(ops::zeros, {m.sizes, m.dtype, std::nullopt, m.device});
     result.push_back(c.broadcast(v));
   }
   return result;
@@ -287,10 +288,10 @@ std::vector<Value*> block_diag(Ctx& c) {
   int64_t at = 0;
   for (Value* v : blocks) {
     int64_t w = v->meta().sizes[2];
-    padded.push_back(c.call("aten::constant_pad_nd", {v, std::vector<int64_t>{at, cols - at - w}, 0.0}));
+    padded.push_back(c.call(ops::constant_pad_nd, {v, std::vector<int64_t>{at, cols - at - w}, 0.0}));
     at += w;
   }
-  return {c.call("aten::cat", {padded, int64_t(1)})};
+  return {c.call(ops::cat, {padded, int64_t(1)})};
 }
 
 // max_pool{2,3}d_with_indices_backward(g, self, ..., indices), linear in g [K, ..., spatial]: each
@@ -314,10 +315,10 @@ Rule max_pool_backward(int64_t spatial) {
     idx_shape.push_back(out_plane);
     out_shape.push_back(in_plane);
     Value* src = reshape(c.b, c.x(0), src_shape);
-    Value* idx = c.call("aten::unsqueeze", {reshape(c.b, c.x(7), idx_shape), int64_t(0)});
-    idx = c.call("aten::expand", {idx, src_shape});
-    Value* zeros = c.call("aten::zeros", {out_shape, c.x(0)->meta().dtype, std::nullopt, c.x(0)->meta().device});
-    Value* out = c.call("aten::scatter_add", {zeros, int64_t(-1), idx, src});
+    Value* idx = c.call(ops::unsqueeze, {reshape(c.b, c.x(7), idx_shape), int64_t(0)});
+    idx = c.call(ops::expand, {idx, src_shape});
+    Value* zeros = c.call(ops::zeros, {out_shape, c.x(0)->meta().dtype, std::nullopt, c.x(0)->meta().device});
+    Value* out = c.call(ops::scatter_add, {zeros, int64_t(-1), idx, src});
     std::vector<int64_t> full = {c.K};
     full.insert(full.end(), in.sizes.begin(), in.sizes.end());
     return {reshape(c.b, out, full)};
@@ -327,106 +328,106 @@ Rule max_pool_backward(int64_t spatial) {
 // embedding(weight, indices, ...): the rows of each tangent, by index_select along dim 1.
 std::vector<Value*> embedding(Ctx& c) {
   if (!c.batched(0) || c.batched(1)) return {};
-  Value* flat = c.call("aten::reshape", {c.x(1), std::vector<int64_t>{-1}});
-  Value* rows = c.call("aten::index_select", {c.x(0), int64_t(1), flat});
+  Value* flat = c.call(ops::reshape, {c.x(1), std::vector<int64_t>{-1}});
+  Value* rows = c.call(ops::index_select, {c.x(0), int64_t(1), flat});
   return {reshape(c.b, rows, k_and(c, c.n.output(0)->meta().sizes))};
 }
 
 // trace(x): the sum of each tangent's diagonal.
 std::vector<Value*> trace(Ctx& c) {
-  Value* d = c.call("aten::diagonal", {c.x(0), int64_t(0), int64_t(1), int64_t(2)});
-  return {c.call("aten::sum.dim_IntList", {d, std::vector<int64_t>{1}})};
+  Value* d = c.call(ops::diagonal, {c.x(0), int64_t(0), int64_t(1), int64_t(2)});
+  return {c.call(ops::sum_dim_IntList, {d, std::vector<int64_t>{1}})};
 }
 
 }  // namespace
 
 void register_views(Registry& r) {
-  for (const char* op : {"aten::view", "aten::_unsafe_view", "aten::reshape"}) r.add(op, view);
-  r.add("aten::expand", expand);
-  r.add("aten::expand_copy", expand);
-  r.add("aten::permute", permute);
-  r.add("aten::permute_copy", permute);
-  r.add("aten::t", t);
-  r.add("aten::squeeze", squeeze);
-  r.add("aten::repeat", repeat);
-  r.add("aten::index.Tensor", index);
-  r.add("aten::index_put", index_put);
-  r.add("aten::masked_select", masked_select);
-  r.add("aten::masked_scatter", masked_scatter);
-  r.add("aten::index_fill.int_Tensor", index_fill_tensor);
-  r.add("aten::roll", roll);
-  r.add("aten::as_strided", as_strided);
-  r.add("aten::grid_sampler_2d", grid_sampler);
-  r.add("aten::grid_sampler_3d", grid_sampler);
-  r.add("aten::cudnn_grid_sampler", grid_sampler);
-  r.add("aten::affine_grid_generator", affine_grid);
-  r.add("aten::_embedding_bag", embedding_bag);
-  r.add("aten::_embedding_bag_forward_only", embedding_bag);
-  for (const char* op : {"aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c"}) r.add(op, fft);
-  r.add("aten::embedding", embedding);
-  r.add("aten::trace", trace);
+  for (Op op : {ops::view, ops::_unsafe_view, ops::reshape}) r.add(op, view);
+  r.add(ops::expand, expand);
+  r.add(ops::expand_copy, expand);
+  r.add(ops::permute, permute);
+  r.add(ops::permute_copy, permute);
+  r.add(ops::t, t);
+  r.add(ops::squeeze, squeeze);
+  r.add(ops::repeat, repeat);
+  r.add(ops::index_Tensor, index);
+  r.add(ops::index_put, index_put);
+  r.add(ops::masked_select, masked_select);
+  r.add(ops::masked_scatter, masked_scatter);
+  r.add(ops::index_fill_int_Tensor, index_fill_tensor);
+  r.add(ops::roll, roll);
+  r.add(ops::as_strided, as_strided);
+  r.add(ops::grid_sampler_2d, grid_sampler);
+  r.add(ops::grid_sampler_3d, grid_sampler);
+  r.add(ops::cudnn_grid_sampler, grid_sampler);
+  r.add(ops::affine_grid_generator, affine_grid);
+  r.add(ops::_embedding_bag, embedding_bag);
+  r.add(ops::_embedding_bag_forward_only, embedding_bag);
+  for (Op op : {ops::_fft_r2c, ops::_fft_c2r, ops::_fft_c2c}) r.add(op, fft);
+  r.add(ops::embedding, embedding);
+  r.add(ops::trace, trace);
   // (on the last dims, any leading ones batch)
-  for (const char* op : {"aten::alias", "aten::constant_pad_nd", "aten::pixel_shuffle", "aten::pixel_unshuffle",
-                         "aten::tril", "aten::triu"})
+  for (Op op : {ops::alias, ops::constant_pad_nd, ops::pixel_shuffle, ops::pixel_unshuffle,
+                         ops::tril, ops::triu})
     r.add(op, same_op());
   // (self, dim, ...)
-  for (const char* op : {"aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor",
-                         "aten::narrow", "aten::narrow_copy", "aten::unfold", "aten::unbind.int", "aten::flip",
-                         "aten::select_copy.int", "aten::slice_copy.Tensor", "aten::cat"})
+  for (Op op : {ops::squeeze_dim, ops::squeeze_dims, ops::select_int, ops::slice_Tensor,
+                         ops::narrow, ops::narrow_copy, ops::unfold, ops::unbind_int, ops::flip,
+                         ops::select_copy_int, ops::slice_copy_Tensor, ops::cat})
     r.add(op, with_dims({1}));
-  r.add("aten::transpose.int", with_dims({1, 2}));
-  r.add("aten::transpose_copy.int", with_dims({1, 2}));
-  for (const char* op :
-       {"aten::split.Tensor", "aten::split_with_sizes", "aten::unsafe_split.Tensor", "aten::unsafe_split_with_sizes"})
+  r.add(ops::transpose_int, with_dims({1, 2}));
+  r.add(ops::transpose_copy_int, with_dims({1, 2}));
+  for (Op op :
+       {ops::split_Tensor, ops::split_with_sizes, ops::unsafe_split_Tensor, ops::unsafe_split_with_sizes})
     r.add(op, with_dims({2}));
-  for (const char* op : {"aten::diagonal", "aten::diagonal_copy"}) r.add(op, with_dims({2, 3}));
-  r.add("aten::unsqueeze", with_dims({1}, {}, 1));
-  r.add("aten::stack", with_dims({1}, {}, 1));
-  r.add("aten::diag_embed", with_dims({2, 3}, {}, 1));
+  for (Op op : {ops::diagonal, ops::diagonal_copy}) r.add(op, with_dims({2, 3}));
+  r.add(ops::unsqueeze, with_dims({1}, {}, 1));
+  r.add(ops::stack, with_dims({1}, {}, 1));
+  r.add(ops::diag_embed, with_dims({2, 3}, {}, 1));
   // (self, dim, index, ...): a 1-d index stays as it is; gather's and scatter's, of self's rank, broadcast.
-  r.add("aten::block_diag", block_diag);
-  r.add("aten::max_pool2d_with_indices_backward", max_pool_backward(2));
-  r.add("aten::max_pool3d_with_indices_backward", max_pool_backward(3));
+  r.add(ops::block_diag, block_diag);
+  r.add(ops::max_pool2d_with_indices_backward, max_pool_backward(2));
+  r.add(ops::max_pool3d_with_indices_backward, max_pool_backward(3));
   // index_select of a 0-d tensor (its one index is 0) is the tensor itself
-  r.add("aten::index_select", [dims = with_dims({1}, {2})](Ctx& c) -> std::vector<Value*> {
-    if (c.rank(0) == 0) return {c.call("aten::clone", {c.x(0), c10::MemoryFormat::Contiguous})};
+  r.add(ops::index_select, [dims = with_dims({1}, {2})](Ctx& c) -> std::vector<Value*> {
+    if (c.rank(0) == 0) return {c.call(ops::clone, {c.x(0), c10::MemoryFormat::Contiguous})};
     return dims(c);
   });
-  for (const char* op : {"aten::index_add", "aten::index_copy"}) r.add(op, with_dims({1}, {2}));
+  for (Op op : {ops::index_add, ops::index_copy}) r.add(op, with_dims({1}, {2}));
   // a 0-d value tensor stays as it is too (a batched one: unrolled)
-  r.add("aten::index_fill.int_Scalar", with_dims({1}, {2}));
-  for (const char* op :
-       {"aten::gather", "aten::scatter_add", "aten::scatter.src", "aten::scatter.value", "aten::scatter_reduce.two"})
+  r.add(ops::index_fill_int_Scalar, with_dims({1}, {2}));
+  for (Op op :
+       {ops::gather, ops::scatter_add, ops::scatter_src, ops::scatter_value, ops::scatter_reduce_two})
     r.add(op, with_dims({1}));
-  r.add("aten::slice_scatter", with_dims({2}));
-  r.add("aten::select_scatter", with_dims({2}));
-  r.add("aten::diagonal_scatter", with_dims({3, 4}));
+  r.add(ops::slice_scatter, with_dims({2}));
+  r.add(ops::select_scatter, with_dims({2}));
+  r.add(ops::diagonal_scatter, with_dims({3, 4}));
   // Pooling by averages, resampling and padding: each sample by itself, so K joins the batch dim.
-  for (const char* op : {"aten::avg_pool2d",
-                         "aten::avg_pool3d",
-                         "aten::_adaptive_avg_pool2d",
-                         "aten::_adaptive_avg_pool3d",
-                         "aten::upsample_nearest1d",
-                         "aten::upsample_nearest2d",
-                         "aten::upsample_nearest3d",
-                         "aten::_upsample_nearest_exact1d",
-                         "aten::_upsample_nearest_exact2d",
-                         "aten::_upsample_nearest_exact3d",
-                         "aten::upsample_linear1d",
-                         "aten::upsample_bilinear2d",
-                         "aten::upsample_bicubic2d",
-                         "aten::upsample_trilinear3d",
-                         "aten::_upsample_bilinear2d_aa",
-                         "aten::_upsample_bicubic2d_aa",
-                         "aten::reflection_pad1d",
-                         "aten::reflection_pad2d",
-                         "aten::reflection_pad3d",
-                         "aten::replication_pad1d",
-                         "aten::replication_pad2d",
-                         "aten::replication_pad3d",
-                         "aten::channel_shuffle",
-                         "aten::im2col",
-                         "aten::col2im"})
+  for (Op op : {ops::avg_pool2d,
+                         ops::avg_pool3d,
+                         ops::_adaptive_avg_pool2d,
+                         ops::_adaptive_avg_pool3d,
+                         ops::upsample_nearest1d,
+                         ops::upsample_nearest2d,
+                         ops::upsample_nearest3d,
+                         ops::_upsample_nearest_exact1d,
+                         ops::_upsample_nearest_exact2d,
+                         ops::_upsample_nearest_exact3d,
+                         ops::upsample_linear1d,
+                         ops::upsample_bilinear2d,
+                         ops::upsample_bicubic2d,
+                         ops::upsample_trilinear3d,
+                         ops::_upsample_bilinear2d_aa,
+                         ops::_upsample_bicubic2d_aa,
+                         ops::reflection_pad1d,
+                         ops::reflection_pad2d,
+                         ops::reflection_pad3d,
+                         ops::replication_pad1d,
+                         ops::replication_pad2d,
+                         ops::replication_pad3d,
+                         ops::channel_shuffle,
+                         ops::im2col,
+                         ops::col2im})
     r.add(op, fold_first());
 }
 

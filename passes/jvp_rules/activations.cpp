@@ -2,6 +2,7 @@
 // gives f'(x) as a primal expression, which fold computes once, so each tangent costs one
 // multiplication per call and the rule states no derivative by hand.
 #include "passes/jvp_rules/rules.h"
+#include "ir/op.h"
 
 #include <c10/core/WrapDimMinimal.h>
 
@@ -9,10 +10,10 @@ namespace jvpc::jvp_rules {
 
 namespace {
 
-Value* ones(Ctx& c) { return c.call("aten::ones_like", {c.x(0)}); }
+Value* ones(Ctx& c) { return c.call(ops::ones_like, {c.x(0)}); }
 
 /// f'(x) = backward(ones, x, <the primal node's arguments 1..>).
-Rule via_backward(const char* backward) {
+Rule via_backward(Op backward) {
   return unary([backward](Ctx& c) {
     std::vector<BArg> args = {ones(c), c.x(0)};
     for (size_t i = 1; i < c.n.args().size(); ++i) args.push_back(c.a(i));
@@ -23,7 +24,7 @@ Rule via_backward(const char* backward) {
 /// backward(t, x, <arguments 1..>) itself, per call: for the piecewise-linear activations whose
 /// backward kernel selects the tangent (or 0) rather than multiplying it, so that an infinite or
 /// NaN tangent where the derivative is 0 gives 0, as in LibTorch.
-Rule selecting_backward(const char* backward) {
+Rule selecting_backward(Op backward) {
   return [backward](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     std::vector<BArg> args = {c.t(0), c.x(0)};
@@ -37,52 +38,52 @@ Rule selecting_backward(const char* backward) {
 void register_activations(Registry& r) {
   // relu and threshold pass the tangent where not x <= threshold (NaN passes), as
   // threshold_backward does.
-  r.add("aten::relu", masked([](Ctx& c) {
-          return c.call("aten::bitwise_not", {c.call("aten::le.Scalar", {c.x(0), 0})});
+  r.add(ops::relu, masked([](Ctx& c) {
+          return c.call(ops::bitwise_not, {c.call(ops::le_Scalar, {c.x(0), 0})});
         }));
-  r.add("aten::gelu", via_backward("aten::gelu_backward"));
-  r.add("aten::silu", via_backward("aten::silu_backward"));
-  r.add("aten::mish", via_backward("aten::mish_backward"));
-  r.add("aten::hardswish", via_backward("aten::hardswish_backward"));
-  r.add("aten::hardsigmoid", selecting_backward("aten::hardsigmoid_backward"));
-  r.add("aten::hardtanh", selecting_backward("aten::hardtanh_backward"));
-  r.add("aten::softplus", via_backward("aten::softplus_backward"));
-  r.add("aten::logit", via_backward("aten::logit_backward"));
-  r.add("aten::softshrink", selecting_backward("aten::softshrink_backward"));
-  r.add("aten::hardshrink", selecting_backward("aten::hardshrink_backward"));
-  r.add("aten::threshold", masked([](Ctx& c) {
-          return c.call("aten::bitwise_not", {c.call("aten::le.Scalar", {c.x(0), c.a(1)})});
+  r.add(ops::gelu, via_backward(ops::gelu_backward));
+  r.add(ops::silu, via_backward(ops::silu_backward));
+  r.add(ops::mish, via_backward(ops::mish_backward));
+  r.add(ops::hardswish, via_backward(ops::hardswish_backward));
+  r.add(ops::hardsigmoid, selecting_backward(ops::hardsigmoid_backward));
+  r.add(ops::hardtanh, selecting_backward(ops::hardtanh_backward));
+  r.add(ops::softplus, via_backward(ops::softplus_backward));
+  r.add(ops::logit, via_backward(ops::logit_backward));
+  r.add(ops::softshrink, selecting_backward(ops::softshrink_backward));
+  r.add(ops::hardshrink, selecting_backward(ops::hardshrink_backward));
+  r.add(ops::threshold, masked([](Ctx& c) {
+          return c.call(ops::bitwise_not, {c.call(ops::le_Scalar, {c.x(0), c.a(1)})});
         }));
-  r.add("aten::celu", unary([](Ctx& c) {  // celu(x, a) = elu(x, alpha a, scale 1, input scale 1/a)
-          return c.call("aten::elu_backward", {ones(c), c.a(1), 1.0, 1.0 / scalar(c.c(1)), false, c.x(0)});
+  r.add(ops::celu, unary([](Ctx& c) {  // celu(x, a) = elu(x, alpha a, scale 1, input scale 1/a)
+          return c.call(ops::elu_backward, {ones(c), c.a(1), 1.0, 1.0 / scalar(c.c(1)), false, c.x(0)});
         }));
   // prelu: x where x > 0, else w·x: d = tx·(1 or w) + tw·(0 or x)
-  r.add("aten::_prelu_kernel", [](Ctx& c) -> std::vector<Value*> {
-    Value* positive = c.call("aten::gt.Scalar", {c.x(0), 0});
-    Value* a = c.t(0) ? c.mul(c.t(0), c.call("aten::where.ScalarSelf", {positive, 1.0, c.x(1)})) : nullptr;
-    Value* b = c.t(1) ? c.mul(c.t(1), c.call("aten::where.ScalarSelf", {positive, 0.0, c.x(0)})) : nullptr;
+  r.add(ops::_prelu_kernel, [](Ctx& c) -> std::vector<Value*> {
+    Value* positive = c.call(ops::gt_Scalar, {c.x(0), 0});
+    Value* a = c.t(0) ? c.mul(c.t(0), c.call(ops::where_ScalarSelf, {positive, 1.0, c.x(1)})) : nullptr;
+    Value* b = c.t(1) ? c.mul(c.t(1), c.call(ops::where_ScalarSelf, {positive, 0.0, c.x(0)})) : nullptr;
     return {c.add(a, b)};
   });
   // glu(x, dim) = a·σ(b) for the halves a, b of x along dim: d = ta·σ(b) + tb·a·σ(b)(1 − σ(b))
-  r.add("aten::glu", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::glu, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     int64_t dim = c10::maybe_wrap_dim(c.c(1).toInt(), static_cast<int64_t>(c.x(0)->meta().sizes.size()));
     int64_t h = c.x(0)->meta().sizes.at(static_cast<size_t>(dim)) / 2;
-    auto half = [&](Value* v, int64_t i) { return c.call("aten::slice.Tensor", {v, dim, i * h, (i + 1) * h}); };
-    Value* s = c.call("aten::sigmoid", {half(c.x(0), 1)});
-    Value* ds = c.call("aten::mul.Tensor",
-                       {half(c.x(0), 0), c.call("aten::mul.Tensor", {s, c.call("aten::rsub.Scalar", {s, 1})})});
+    auto half = [&](Value* v, int64_t i) { return c.call(ops::slice_Tensor, {v, dim, i * h, (i + 1) * h}); };
+    Value* s = c.call(ops::sigmoid, {half(c.x(0), 1)});
+    Value* ds = c.call(ops::mul_Tensor,
+                       {half(c.x(0), 0), c.call(ops::mul_Tensor, {s, c.call(ops::rsub_Scalar, {s, 1})})});
     return {c.add(c.mul(half(c.t(0), 0), s), c.mul(half(c.t(0), 1), ds))};
   });
-  r.add("aten::leaky_relu", unary([](Ctx& c) {
-          return c.call("aten::leaky_relu_backward", {ones(c), c.x(0), c.a(1), false});
+  r.add(ops::leaky_relu, unary([](Ctx& c) {
+          return c.call(ops::leaky_relu_backward, {ones(c), c.x(0), c.a(1), false});
         }));
-  r.add("aten::elu", unary([](Ctx& c) {
-          return c.call("aten::elu_backward", {ones(c), c.a(1), c.a(2), c.a(3), false, c.x(0)});
+  r.add(ops::elu, unary([](Ctx& c) {
+          return c.call(ops::elu_backward, {ones(c), c.a(1), c.a(2), c.a(3), false, c.x(0)});
         }));
   // log_sigmoid_forward returns the output and a buffer its backward reads; the buffer has no tangent.
-  r.add("aten::log_sigmoid_forward", unary([](Ctx& c) {
-          return c.call("aten::log_sigmoid_backward", {ones(c), c.x(0), c.out(1)});
+  r.add(ops::log_sigmoid_forward, unary([](Ctx& c) {
+          return c.call(ops::log_sigmoid_backward, {ones(c), c.x(0), c.out(1)});
         }));
 }
 

@@ -13,6 +13,7 @@
 // (B·H·Lq·Lk) and saves the recomputed q·kᵀ. The math backend never reaches this file: it is
 // traced as bmm, softmax and views, whose own rules give the P form.
 #include "passes/jvp_rules/rules.h"
+#include "ir/op.h"
 
 #include "runtime/attention_tangent.h"
 
@@ -53,13 +54,13 @@ Rule fused_attention(Layout at) {
                   " is aligned to the bottom right in this kernel; no JVP rule covers it");
     Value* lse = c.out(1);
     if (lse->meta().numel() != B * H * Sq) {  // padded (efficient attention): keep the first Sq
-      lse = c.call("aten::slice.Tensor", {lse, 2, 0, Sq, 1});
-      lse = c.call("aten::clone", {lse, c10::MemoryFormat::Contiguous});
+      lse = c.call(ops::slice_Tensor, {lse, 2, 0, Sq, 1});
+      lse = c.call(ops::clone, {lse, c10::MemoryFormat::Contiguous});
     }
     std::vector<int64_t> lse3 = {B, H, Sq};  // cuDNN's is [B, H, Sq, 1], flash's [B, H, Sq]
     lse = reshape(c.b, lse, lse3);
     auto opt = [](Value* t) { return t ? BArg(t) : BArg(std::nullopt); };
-    return {c.call(runtime::kAttentionTangentOp, {q, k, v, c.out(0), lse, opt(tq), opt(tk), opt(tv),
+    return {c.call(ops::jvpc_attention_tangent, {q, k, v, c.out(0), lse, opt(tq), opt(tk), opt(tv),
                                                   has_mask ? BArg(c.x(at.mask)) : BArg(std::nullopt), opt(tm), causal,
                                                   scale, runtime::kAttentionBlockQ, runtime::kAttentionBlockK})};
   };
@@ -68,10 +69,10 @@ Rule fused_attention(Layout at) {
 }  // namespace
 
 void register_attention(Registry& r) {
-  r.add("aten::_scaled_dot_product_flash_attention_for_cpu", fused_attention({5, 4, 6}));
-  r.add("aten::_scaled_dot_product_flash_attention", fused_attention({kNone, 4, 6, true}));
-  r.add("aten::_scaled_dot_product_efficient_attention", fused_attention({3, 6, 7}));
-  r.add("aten::_scaled_dot_product_cudnn_attention", fused_attention({3, 6, 8}));
+  r.add(ops::_scaled_dot_product_flash_attention_for_cpu, fused_attention({5, 4, 6}));
+  r.add(ops::_scaled_dot_product_flash_attention, fused_attention({kNone, 4, 6, true}));
+  r.add(ops::_scaled_dot_product_efficient_attention, fused_attention({3, 6, 7}));
+  r.add(ops::_scaled_dot_product_cudnn_attention, fused_attention({3, 6, 8}));
 }
 
 }  // namespace jvpc::jvp_rules

@@ -12,6 +12,7 @@
 //     d|z| = Re(conj(z)·dz) / |z|,   d angle(z) = Im(conj(z)·dz) / |z|²   (0 where z = 0)
 // both as sums over the (re, im) pairs of view_as_real(dz) with a real factor fold computes.
 #include "passes/jvp_rules/rules.h"
+#include "ir/op.h"
 
 namespace jvpc::jvp_rules {
 
@@ -20,81 +21,81 @@ namespace {
 /// Σ over the last dim of view_as_real(t) ⊙ f: ⟨t, f⟩ per element, for a real factor f [..., 2].
 Value* pair_dot(Ctx& c, Value* t, Value* f) {
   if (!t) return nullptr;
-  return c.call("aten::sum.dim_IntList", {c.mul(c.call("aten::view_as_real", {t}), f), std::vector<int64_t>{-1}});
+  return c.call(ops::sum_dim_IntList, {c.mul(c.call(ops::view_as_real, {t}), f), std::vector<int64_t>{-1}});
 }
 
 /// (re, im) of z over |z|^power, 0 where z = 0, as a real [..., 2] factor.
 Value* pairs_over_abs(Ctx& c, Value* z, double power) {
-  Value* r = c.call("aten::abs", {z});
-  Value* inv = c.call("aten::reciprocal", {power == 1.0 ? r : c.call("aten::mul.Tensor", {r, r})});
-  inv = c.call("aten::masked_fill.Scalar", {inv, c.call("aten::eq.Scalar", {r, 0}), 0.0});
-  return c.call("aten::mul.Tensor", {c.call("aten::view_as_real", {c.call("aten::resolve_conj", {z})}),
-                                     c.call("aten::unsqueeze", {inv, -1})});
+  Value* r = c.call(ops::abs, {z});
+  Value* inv = c.call(ops::reciprocal, {power == 1.0 ? r : c.call(ops::mul_Tensor, {r, r})});
+  inv = c.call(ops::masked_fill_Scalar, {inv, c.call(ops::eq_Scalar, {r, 0}), 0.0});
+  return c.call(ops::mul_Tensor, {c.call(ops::view_as_real, {c.call(ops::resolve_conj, {z})}),
+                                     c.call(ops::unsqueeze, {inv, -1})});
 }
 
 }  // namespace
 
 void register_complex(Registry& r) {
   // FFTs: linear (over ℝ, for c2r, which reads a Hermitian half-spectrum).
-  for (const char* op : {"aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c"}) r.add(op, linear_in(0));
-  r.add("aten::view_as_real", linear_in(0));
-  r.add("aten::view_as_complex", [](Ctx& c) -> std::vector<Value*> {  // needs (re, im) pairs side by side
+  for (Op op : {ops::_fft_r2c, ops::_fft_c2r, ops::_fft_c2c}) r.add(op, linear_in(0));
+  r.add(ops::view_as_real, linear_in(0));
+  r.add(ops::view_as_complex, [](Ctx& c) -> std::vector<Value*> {  // needs (re, im) pairs side by side
     Value* t = c.t(0);
     if (!t) return {};
-    if (!t->meta().is_contiguous()) t = c.call("aten::clone", {t, c10::MemoryFormat::Contiguous});
-    return {c.call("aten::view_as_complex", {t})};
+    if (!t->meta().is_contiguous()) t = c.call(ops::clone, {t, c10::MemoryFormat::Contiguous});
+    return {c.call(ops::view_as_complex, {t})};
   });
   // conj, and the negation the imaginary part of a conjugate gets: views that set the conjugate
   // or negative bit. Tangents take them as copies, so that no tangent carries a bit
   // (view_as_real refuses the conjugate one).
-  for (const char* op : {"aten::_conj", "aten::_conj_physical"})
+  for (Op op : {ops::_conj, ops::_conj_physical})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
       if (!c.t(0)) return {};
-      return {c.call("aten::_conj_physical", {c.t(0)})};
+      return {c.call(ops::_conj_physical, {c.t(0)})};
     });
-  r.add("aten::_neg_view", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::_neg_view, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
-    return {c.call("aten::neg", {c.t(0)})};
+    return {c.call(ops::neg, {c.t(0)})};
   });
-  r.add("aten::angle", [](Ctx& c) -> std::vector<Value*> {  // Im(conj(z)·dz)/|z|²; 0 for real x
+  r.add(ops::angle, [](Ctx& c) -> std::vector<Value*> {  // Im(conj(z)·dz)/|z|²; 0 for real x
     if (!c.t(0) || !c10::isComplexType(c.x(0)->meta().dtype)) return {};
     Value* pairs = pairs_over_abs(c, c.x(0), 2.0);  // (re, im) → (−im, re): Im(conj(z)·dz) = re·dim − im·dre
     Value* rotated = c.call(
-        "aten::cat",
-        {std::vector<Value*>{c.call("aten::neg", {narrow(c, pairs, -1, 1, 1)}), narrow(c, pairs, -1, 0, 1)}, -1});
+        ops::cat,
+        {std::vector<Value*>{c.call(ops::neg, {narrow(c, pairs, -1, 1, 1)}), narrow(c, pairs, -1, 0, 1)}, -1});
     return {pair_dot(c, c.t(0), rotated)};
   });
 
   // Which rules hold for complex tensors (see the banner).
-  for (const char* op :
+  for (Op op :
        {// linear
-        "aten::view", "aten::expand", "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze",
-        "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor",
-        "aten::split.Tensor", "aten::split_with_sizes", "aten::unsafe_split.Tensor", "aten::unsafe_split_with_sizes",
-        "aten::unbind.int", "aten::alias", "aten::diagonal_copy", "aten::expand_copy", "aten::permute_copy",
-        "aten::transpose_copy.int", "aten::select_copy.int", "aten::slice_copy.Tensor", "aten::diagonal",
-        "aten::unfold", "aten::index_select", "aten::gather", "aten::repeat", "aten::flip", "aten::roll",
-        "aten::index.Tensor", "aten::cat", "aten::stack", "aten::constant_pad_nd", "aten::clone", "aten::_to_copy",
-        "aten::tril", "aten::triu", "aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim",
-        "aten::cumsum", "aten::neg", "aten::mul.Scalar", "aten::div.Scalar", "aten::add.Scalar", "aten::sub.Scalar",
-        "aten::rsub.Scalar", "aten::add.Tensor", "aten::sub.Tensor", "aten::rsub.Tensor", "aten::where.self",
-        "aten::masked_fill.Scalar", "aten::slice_scatter", "aten::select_scatter", "aten::index_put",
-        "aten::scatter_add", "aten::index_add", "aten::scatter.src", "aten::copy", "aten::detach", "aten::zeros_like",
-        "aten::ones_like", "aten::empty_like", "aten::full_like", "aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c",
-        "aten::view_as_real", "aten::view_as_complex", "aten::_conj", "aten::_conj_physical", "aten::_neg_view",
+        ops::view, ops::expand, ops::transpose_int, ops::t, ops::permute, ops::unsqueeze,
+        ops::squeeze, ops::squeeze_dim, ops::squeeze_dims, ops::select_int, ops::slice_Tensor,
+        ops::split_Tensor, ops::split_with_sizes, ops::unsafe_split_Tensor, ops::unsafe_split_with_sizes,
+        ops::unbind_int, ops::alias, ops::diagonal_copy, ops::expand_copy, ops::permute_copy,
+        ops::transpose_copy_int, ops::select_copy_int, ops::slice_copy_Tensor, ops::diagonal,
+        ops::unfold, ops::index_select, ops::gather, ops::repeat, ops::flip, ops::roll,
+        ops::index_Tensor, ops::cat, ops::stack, ops::constant_pad_nd, ops::clone, ops::_to_copy,
+        ops::tril, ops::triu, ops::sum, ops::sum_dim_IntList, ops::mean, ops::mean_dim,
+        ops::cumsum, ops::neg, ops::mul_Scalar, ops::div_Scalar, ops::add_Scalar, ops::sub_Scalar,
+        ops::rsub_Scalar, ops::add_Tensor, ops::sub_Tensor, ops::rsub_Tensor, ops::where_self,
+        ops::masked_fill_Scalar, ops::slice_scatter, ops::select_scatter, ops::index_put,
+        ops::scatter_add, ops::index_add, ops::scatter_src, ops::copy, ops::detach, ops::zeros_like,
+        ops::ones_like, ops::empty_like, ops::full_like, ops::_fft_r2c, ops::_fft_c2r, ops::_fft_c2c,
+        ops::view_as_real, ops::view_as_complex, ops::_conj, ops::_conj_physical, ops::_neg_view,
         // bilinear
-        "aten::mul.Tensor", "aten::mm", "aten::bmm", "aten::dot", "aten::mv", "aten::addmm", "aten::baddbmm",
+        ops::mul_Tensor, ops::mm, ops::bmm, ops::dot, ops::mv, ops::addmm, ops::baddbmm,
         // holomorphic
-        "aten::div.Tensor", "aten::exp", "aten::log", "aten::reciprocal", "aten::sqrt", "aten::rsqrt", "aten::sin",
-        "aten::cos", "aten::tanh", "aten::sinh", "aten::cosh", "aten::sigmoid", "aten::pow.Tensor_Scalar",
+        ops::div_Tensor, ops::exp, ops::log, ops::reciprocal, ops::sqrt, ops::rsqrt, ops::sin,
+        ops::cos, ops::tanh, ops::sinh, ops::cosh, ops::sigmoid, ops::pow_Tensor_Scalar,
         // the complex-aware rules: real results of complex operands
-        "aten::abs", "aten::angle"})
+        ops::abs, ops::angle})
     r.allow_complex(op);
 }
 
 /// abs's rule, for real x (t·sgn(x)) and complex z (Re(conj(z)·dz)/|z|).
 Value* abs_tangent(Ctx& c) {
-  if (!c10::isComplexType(c.x(0)->meta().dtype)) return c.mul(c.t(0), c.call("aten::sgn", {c.x(0)}));
+  if (!c10::isComplexType(c.x(0)->meta().dtype)) return c.mul(c.t(0), c.call(ops::sgn, {c.x(0)}));
   return pair_dot(c, c.t(0), pairs_over_abs(c, c.x(0), 1.0));
 }
 

@@ -2,6 +2,7 @@
 // d(x·y) = dx·y + x·dy, and a zero tangent drops its term, so a product with one differentiated
 // operand costs one matmul.
 #include "passes/jvp_rules/rules.h"
+#include "ir/op.h"
 
 namespace jvpc::jvp_rules {
 
@@ -9,7 +10,7 @@ namespace {
 
 using Product = std::function<Value*(Ctx&, Value*, Value*)>;
 
-Product op(const char* name) {
+Product op(Op name) {
   return [name](Ctx& c, Value* a, Value* b) { return c.call(name, {a, b}); };
 }
 
@@ -34,24 +35,24 @@ Rule add_product(Product product) {
 Value* euclidean_distance_tangent(Ctx& c) {
   Value *x = c.x(0), *y = c.x(1), *tx = c.t(0), *ty = c.t(1);
   auto rows_dot = [&](Value* a, Value* t) {  // Σ_k a_ik t_ik
-    return c.call("aten::sum.dim_IntList", {c.mul(t, a), std::vector<int64_t>{-1}});
+    return c.call(ops::sum_dim_IntList, {c.mul(t, a), std::vector<int64_t>{-1}});
   };
-  auto column = [&](Value* r) { return c.call("aten::unsqueeze", {r, -1}); };
-  auto row = [&](Value* r) { return c.call("aten::unsqueeze", {r, -2}); };
+  auto column = [&](Value* r) { return c.call(ops::unsqueeze, {r, -1}); };
+  auto row = [&](Value* r) { return c.call(ops::unsqueeze, {r, -2}); };
   Value* num = nullptr;
   if (x == y && tx == ty && tx) {  // distances within one set: x·dxᵀ is the transpose of dx·xᵀ
     Value* m = matmul(c, tx, mT(c, x));
     Value* r = rows_dot(x, tx);
-    num = c.call("aten::sub.Tensor",
-                 {c.call("aten::add.Tensor", {column(r), row(r)}), c.call("aten::add.Tensor", {m, mT(c, m)})});
+    num = c.call(ops::sub_Tensor,
+                 {c.call(ops::add_Tensor, {column(r), row(r)}), c.call(ops::add_Tensor, {m, mT(c, m)})});
   } else {
-    if (tx) num = c.call("aten::sub.Tensor", {column(rows_dot(x, tx)), matmul(c, tx, mT(c, y))});
-    if (ty) num = c.add(num, c.call("aten::sub.Tensor", {row(rows_dot(y, ty)), matmul(c, x, mT(c, ty))}));
+    if (tx) num = c.call(ops::sub_Tensor, {column(rows_dot(x, tx)), matmul(c, tx, mT(c, y))});
+    if (ty) num = c.add(num, c.call(ops::sub_Tensor, {row(rows_dot(y, ty)), matmul(c, x, mT(c, ty))}));
   }
   if (!num) return nullptr;
   Value* d = c.out();
   Value* inv =
-      c.call("aten::masked_fill.Scalar", {c.call("aten::reciprocal", {d}), c.call("aten::eq.Scalar", {d, 0}), 0.0});
+      c.call(ops::masked_fill_Scalar, {c.call(ops::reciprocal, {d}), c.call(ops::eq_Scalar, {d, 0}), 0.0});
   return c.mul(num, inv);
 }
 
@@ -62,15 +63,15 @@ std::vector<Value*> cdist(Ctx& c) {
   if (p == 2.0) return {euclidean_distance_tangent(c)};
   if (!c.t(0) && !c.t(1)) return {};
   auto pairs = [&](Value* a, Value* b) {  // a_i − b_j for all pairs: [.., P, R, M]
-    return c.call("aten::sub.Tensor", {c.call("aten::unsqueeze", {a, -2}), c.call("aten::unsqueeze", {b, -3})});
+    return c.call(ops::sub_Tensor, {c.call(ops::unsqueeze, {a, -2}), c.call(ops::unsqueeze, {b, -3})});
   };
   Value* t;
   if (c.t(0) && c.t(1)) {
     t = pairs(c.t(0), c.t(1));
   } else if (c.t(0)) {
-    t = c.call("aten::unsqueeze", {c.t(0), -2});
+    t = c.call(ops::unsqueeze, {c.t(0), -2});
   } else {
-    t = c.call("aten::neg", {c.call("aten::unsqueeze", {c.t(1), -3})});
+    t = c.call(ops::neg, {c.call(ops::unsqueeze, {c.t(1), -3})});
   }
   Value* diff = pairs(c.x(0), c.x(1));
   int64_t last = static_cast<int64_t>(diff->meta().sizes.size()) - 1;
@@ -86,7 +87,7 @@ std::vector<Value*> convolution(Ctx& c) {
     args[0] = x;
     args[1] = w;
     args[2] = std::nullopt;
-    return c.call("aten::convolution", std::move(args));
+    return c.call(ops::convolution, std::move(args));
   };
   Value* t = c.add(c.t(0) ? conv(c.t(0), c.x(1)) : nullptr, c.t(1) ? conv(c.x(0), c.t(1)) : nullptr);
   if (Value* tb = c.n.arg(2).kind == ArgKind::Tensor ? c.t(2) : nullptr)
@@ -97,32 +98,32 @@ std::vector<Value*> convolution(Ctx& c) {
 }  // namespace
 
 void register_linalg(Registry& r) {
-  r.add("aten::mm", bilinear());
-  r.add("aten::bmm", bilinear());
-  r.add("aten::dot", bilinear());
-  r.add("aten::vdot", bilinear());
+  r.add(ops::mm, bilinear());
+  r.add(ops::bmm, bilinear());
+  r.add(ops::dot, bilinear());
+  r.add(ops::vdot, bilinear());
   // _trilinear (bilinear's kernel) is linear in each of its three operands: the op with each
   // tangent in its operand's place, summed.
-  r.add("aten::_trilinear", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::_trilinear, [](Ctx& c) -> std::vector<Value*> {
     Value* out = nullptr;
     for (size_t i = 0; i < 3; ++i)
       if (c.t(i)) out = c.add(out, c.reapply(i, c.t(i)).at(0));
     return {out};
   });  // Σ conj(x)·y: conjugate-linear in x, so bilinear in the tangents
-  r.add("aten::mv", bilinear());
-  r.add("aten::linalg_cross", bilinear());
-  r.add("aten::addmm", add_product(op("aten::mm")));
-  r.add("aten::baddbmm", add_product(op("aten::bmm")));
-  r.add("aten::addmv", add_product(op("aten::mv")));
-  r.add("aten::addbmm", add_product([](Ctx& c, Value* a, Value* b) {  // Σ over the batch of a_i·b_i
-          return c.call("aten::sum.dim_IntList", {c.call("aten::bmm", {a, b}), std::vector<int64_t>{0}});
+  r.add(ops::mv, bilinear());
+  r.add(ops::linalg_cross, bilinear());
+  r.add(ops::addmm, add_product(op(ops::mm)));
+  r.add(ops::baddbmm, add_product(op(ops::bmm)));
+  r.add(ops::addmv, add_product(op(ops::mv)));
+  r.add(ops::addbmm, add_product([](Ctx& c, Value* a, Value* b) {  // Σ over the batch of a_i·b_i
+          return c.call(ops::sum_dim_IntList, {c.call(ops::bmm, {a, b}), std::vector<int64_t>{0}});
         }));
-  r.add("aten::addr", add_product([](Ctx& c, Value* a, Value* b) {  // the outer product a·bᵀ
-          return c.call("aten::mul.Tensor", {c.call("aten::unsqueeze", {a, 1}), c.call("aten::unsqueeze", {b, 0})});
+  r.add(ops::addr, add_product([](Ctx& c, Value* a, Value* b) {  // the outer product a·bᵀ
+          return c.call(ops::mul_Tensor, {c.call(ops::unsqueeze, {a, 1}), c.call(ops::unsqueeze, {b, 0})});
         }));
-  r.add("aten::_cdist_forward", cdist);
-  r.add("aten::_euclidean_dist", [](Ctx& c) -> std::vector<Value*> { return {euclidean_distance_tangent(c)}; });
-  r.add("aten::convolution", convolution);
+  r.add(ops::_cdist_forward, cdist);
+  r.add(ops::_euclidean_dist, [](Ctx& c) -> std::vector<Value*> { return {euclidean_distance_tangent(c)}; });
+  r.add(ops::convolution, convolution);
 }
 
 }  // namespace jvpc::jvp_rules

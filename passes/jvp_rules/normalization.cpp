@@ -14,6 +14,7 @@
 // half-precision input (CUDA) make the tangent's arithmetic float32; the JVP pass casts each
 // tangent to its primal's dtype at the end.
 #include "passes/jvp_rules/rules.h"
+#include "ir/op.h"
 
 namespace jvpc::jvp_rules {
 
@@ -22,8 +23,8 @@ namespace {
 Value* softmax_jvp(Ctx& c, int64_t dim) {
   Value* t = c.t(0);
   c10::ScalarType dt = c.out()->meta().dtype;
-  if (t->meta().dtype != dt) t = c.call("aten::_to_copy", {t, dt});
-  return c.call("aten::_softmax_backward_data", {t, c.out(), dim, dt});
+  if (t->meta().dtype != dt) t = c.call(ops::_to_copy, {t, dt});
+  return c.call(ops::_softmax_backward_data, {t, c.out(), dim, dt});
 }
 
 /// Tangents of a normalization x̂ = (x − μ)·rstd over `dims` (keepdim shapes).
@@ -38,12 +39,12 @@ Normalized normalized(Ctx& c, Value* t, Value* xhat, Value* rstd, const std::vec
   std::pair<Value*, Value*> means;
   Value* t_xhat = normalized_tangent(c, t, xhat, rstd, dims, &means);
   auto [m1, m2] = means;
-  return {t_xhat, m1, c.mul(c.call("aten::neg", {m2}), c.call("aten::mul.Tensor", {rstd, rstd}))};
+  return {t_xhat, m1, c.mul(c.call(ops::neg, {m2}), c.call(ops::mul_Tensor, {rstd, rstd}))};
 }
 
 /// The node's optional weight argument, followed by its bias: 2 and 3 for layer norm (whose
 /// normalized_shape comes first), 1 and 2 for group and batch norm.
-size_t weight_arg(const Ctx& c) { return c.n.op() == "aten::native_layer_norm" ? 2 : 1; }
+size_t weight_arg(const Ctx& c) { return c.n.is(ops::native_layer_norm) ? 2 : 1; }
 
 bool has_affine(const Ctx& c) {
   size_t w = weight_arg(c);
@@ -66,7 +67,7 @@ Value* affine(Ctx& c, Value* t_xhat, Value* xhat, const std::function<Value*(Val
 Value* normalized_input(Ctx& c, Value* x, Value* mean, Value* rstd) {
   if (!has_affine(c) && c.out()->meta().same_signature(x->meta()) && c.out()->meta().dtype == mean->meta().dtype)
     return c.out();
-  return c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, mean}), rstd});
+  return c.call(ops::mul_Tensor, {c.call(ops::sub_Tensor, {x, mean}), rstd});
 }
 
 /// Broadcasts per-channel vectors against an input of `rank` (group and batch norm).
@@ -78,30 +79,30 @@ std::function<Value*(Value*)> channels(Ctx& c, size_t rank) {
 
 Value* normalized_tangent(Ctx& c, Value* t, Value* xhat, Value* rstd, const std::vector<int64_t>& dims,
                           std::pair<Value*, Value*>* means) {
-  Value* m1 = c.call("aten::mean.dim", {t, dims, true});
-  Value* m2 = c.call("aten::mean.dim", {c.mul(t, xhat), dims, true});
+  Value* m1 = c.call(ops::mean_dim, {t, dims, true});
+  Value* m2 = c.call(ops::mean_dim, {c.mul(t, xhat), dims, true});
   if (means) *means = {m1, m2};
-  Value* centred = c.call("aten::sub.Tensor", {c.call("aten::sub.Tensor", {t, m1}), c.mul(m2, xhat)});
+  Value* centred = c.call(ops::sub_Tensor, {c.call(ops::sub_Tensor, {t, m1}), c.mul(m2, xhat)});
   return c.mul(centred, rstd);
 }
 
 void register_normalization(Registry& r) {
-  for (const char* op : {"aten::_safe_softmax", "aten::_softmax"})
+  for (Op op : {ops::_safe_softmax, ops::_softmax})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
       if (!c.t(0)) return {};
       return {softmax_jvp(c, c.c(1).toInt())};
     });
   // d(log_softmax) = t − Σ t · exp(out)
-  r.add("aten::_log_softmax", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::_log_softmax, [](Ctx& c) -> std::vector<Value*> {
     Value* t = c.t(0);
     if (!t) return {};
     int64_t dim = c.c(1).toInt();
-    Value* p = c.call("aten::exp", {c.out()});
-    Value* s = c.call("aten::sum.dim_IntList", {c.mul(t, p), std::vector<int64_t>{dim}, true});
-    return {c.call("aten::sub.Tensor", {t, s})};
+    Value* p = c.call(ops::exp, {c.out()});
+    Value* s = c.call(ops::sum_dim_IntList, {c.mul(t, p), std::vector<int64_t>{dim}, true});
+    return {c.call(ops::sub_Tensor, {t, s})};
   });
 
-  r.add("aten::native_layer_norm", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::native_layer_norm, [](Ctx& c) -> std::vector<Value*> {
     Value* x = c.x(0);
     int64_t rank = static_cast<int64_t>(x->meta().sizes.size());
     int64_t k = static_cast<int64_t>(c.c(1).toIntVector().size());
@@ -114,16 +115,16 @@ void register_normalization(Registry& r) {
   });
 
   // Group norm: layer norm of each group, [N, G, C/G·HxW], with per-channel w and b.
-  r.add("aten::native_group_norm", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::native_group_norm, [](Ctx& c) -> std::vector<Value*> {
     Value* x = c.x(0);
     const std::vector<int64_t>& sizes = x->meta().sizes;
     int64_t n = c.c(3).toInt(), g = c.c(6).toInt();
     std::vector<int64_t> grouped = {n, g, -1}, stats = {n, g};
-    Value* mean = c.call("aten::unsqueeze", {c.out(1), -1});
-    Value* rstd = c.call("aten::unsqueeze", {c.out(2), -1});
+    Value* mean = c.call(ops::unsqueeze, {c.out(1), -1});
+    Value* rstd = c.call(ops::unsqueeze, {c.out(2), -1});
     Value* xhat = !has_affine(c) && c.out()->meta().is_contiguous() && c.out()->meta().dtype == mean->meta().dtype
                       ? reshape(c.b, c.out(), grouped)  // the output itself, viewed by group (as normalized_input)
-                      : c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {reshape(c.b, x, grouped), mean}), rstd});
+                      : c.call(ops::mul_Tensor, {c.call(ops::sub_Tensor, {reshape(c.b, x, grouped), mean}), rstd});
     Normalized nd = normalized(c, c.t(0) ? reshape(c.b, c.t(0), grouped) : nullptr, xhat, rstd, {2});
     Value* t_xhat = nd.t_xhat ? reshape(c.b, nd.t_xhat, sizes) : nullptr;
     Value* out = affine(c, t_xhat, reshape(c.b, xhat, sizes), channels(c, sizes.size()));
@@ -136,7 +137,7 @@ void register_normalization(Registry& r) {
   // outputs, plus a workspace.
   // _native_batch_norm_legit_functional: the same, with the running statistics' new values as
   // two more outputs (a compiled program's state), which have no tangent.
-  for (const char* op : {"aten::native_batch_norm", "aten::cudnn_batch_norm", "aten::_native_batch_norm_legit_functional"})
+  for (Op op : {ops::native_batch_norm, ops::cudnn_batch_norm, ops::_native_batch_norm_legit_functional})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
       Value* x = c.x(0);
       size_t rank = x->meta().sizes.size();
@@ -157,15 +158,15 @@ void register_normalization(Registry& r) {
       if (c.t(3) || c.t(4))
         throw Error("running_mean and running_var are not differentiable (differentiate the input, weight and bias)");
       double eps = c.c(7).toDouble();
-      Value* rstd = c.call("aten::rsqrt", {c.call("aten::add.Scalar", {channel(c.x(4)), eps})});
-      Value* xhat = c.call("aten::mul.Tensor", {c.call("aten::sub.Tensor", {x, channel(c.x(3))}), rstd});
+      Value* rstd = c.call(ops::rsqrt, {c.call(ops::add_Scalar, {channel(c.x(4)), eps})});
+      Value* xhat = c.call(ops::mul_Tensor, {c.call(ops::sub_Tensor, {x, channel(c.x(3))}), rstd});
       Value* t_xhat = c.mul(c.t(0), rstd);
       return {affine(c, t_xhat, xhat, channel)};
     });
 
   // RMS norm: y = x·rstd·w, rstd = (mean(x², dims) + eps)^(-1/2), so
   // d(rstd) = -rstd³ · mean(x·dx, dims) and dy = (dx·rstd + x·d(rstd))·w + x·rstd·dw.
-  r.add("aten::_fused_rms_norm", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::_fused_rms_norm, [](Ctx& c) -> std::vector<Value*> {
     Value* x = c.x(0);
     bool has_w = c.n.arg(2).kind == ArgKind::Tensor;
     Value* tw = has_w ? c.t(2) : nullptr;
@@ -176,15 +177,15 @@ void register_normalization(Registry& r) {
     std::vector<int64_t> dims;
     for (int64_t d = rank - k; d < rank; ++d) dims.push_back(d);
     Value* rstd = c.out(1);
-    if (rstd->meta().dtype != x->meta().dtype) rstd = c.call("aten::_to_copy", {rstd, x->meta().dtype});
+    if (rstd->meta().dtype != x->meta().dtype) rstd = c.call(ops::_to_copy, {rstd, x->meta().dtype});
     Value *tout = nullptr, *trstd = nullptr;
     if (tx) {
-      Value* cube = c.call("aten::neg", {c.call("aten::mul.Tensor", {rstd, c.call("aten::mul.Tensor", {rstd, rstd})})});
-      trstd = c.mul(c.call("aten::mean.dim", {c.mul(tx, x), dims, true}), cube);
+      Value* cube = c.call(ops::neg, {c.call(ops::mul_Tensor, {rstd, c.call(ops::mul_Tensor, {rstd, rstd})})});
+      trstd = c.mul(c.call(ops::mean_dim, {c.mul(tx, x), dims, true}), cube);
       tout = c.add(c.mul(tx, rstd), c.mul(trstd, x));
       if (has_w) tout = c.mul(tout, c.x(2));
     }
-    if (tw) tout = c.add(tout, c.mul(tw, c.call("aten::mul.Tensor", {x, rstd})));
+    if (tw) tout = c.add(tout, c.mul(tw, c.call(ops::mul_Tensor, {x, rstd})));
     return {tout, trstd};
   });
 }

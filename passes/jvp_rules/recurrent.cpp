@@ -10,6 +10,7 @@
 // computed again from them, as primal expressions: fold evaluates them once, and a call costs
 // one matmul and a few elementwise ops per step.
 #include "passes/jvp_rules/rules.h"
+#include "ir/op.h"
 
 namespace jvpc::jvp_rules {
 
@@ -26,36 +27,36 @@ std::vector<Value*> lstm_layer(Ctx& c) {
   if (w_ih->meta().sizes.at(0) != 4 * H) throw Error("only the LSTM layer has a rule");
   int64_t T = x->meta().sizes.at(0);
   auto step_time = [&](int64_t s) { return reverse ? T - 1 - s : s; };
-  auto at_time = [&](Value* v, int64_t t) { return c.call("aten::select.int", {v, 0, t}); };
+  auto at_time = [&](Value* v, int64_t t) { return c.call(ops::select_int, {v, 0, t}); };
 
   // Primal (folded): the states before each time step, the gates, and the cell states.
-  Value* h_first = c.call("aten::unsqueeze", {h0, 0});
+  Value* h_first = c.call(ops::unsqueeze, {h0, 0});
   Value* h_prev = T == 1    ? h_first
-                  : reverse ? c.call("aten::cat", {std::vector<Value*>{narrow(c, out, 0, 1, T - 1), h_first}, 0})
-                            : c.call("aten::cat", {std::vector<Value*>{h_first, narrow(c, out, 0, 0, T - 1)}, 0});
-  Value* G = c.call("aten::add.Tensor", {matmul(c, x, mT(c, w_ih)), matmul(c, h_prev, mT(c, w_hh))});
-  if (biases) G = c.call("aten::add.Tensor", {G, c.call("aten::add.Tensor", {c.x(3), c.x(4)})});
-  Value* i = c.call("aten::sigmoid", {narrow(c, G, -1, 0, H)});
-  Value* f = c.call("aten::sigmoid", {narrow(c, G, -1, H, H)});
-  Value* g = c.call("aten::tanh", {narrow(c, G, -1, 2 * H, H)});
-  Value* o = c.call("aten::sigmoid", {narrow(c, G, -1, 3 * H, H)});
+                  : reverse ? c.call(ops::cat, {std::vector<Value*>{narrow(c, out, 0, 1, T - 1), h_first}, 0})
+                            : c.call(ops::cat, {std::vector<Value*>{h_first, narrow(c, out, 0, 0, T - 1)}, 0});
+  Value* G = c.call(ops::add_Tensor, {matmul(c, x, mT(c, w_ih)), matmul(c, h_prev, mT(c, w_hh))});
+  if (biases) G = c.call(ops::add_Tensor, {G, c.call(ops::add_Tensor, {c.x(3), c.x(4)})});
+  Value* i = c.call(ops::sigmoid, {narrow(c, G, -1, 0, H)});
+  Value* f = c.call(ops::sigmoid, {narrow(c, G, -1, H, H)});
+  Value* g = c.call(ops::tanh, {narrow(c, G, -1, 2 * H, H)});
+  Value* o = c.call(ops::sigmoid, {narrow(c, G, -1, 3 * H, H)});
   std::vector<Value*> cells(static_cast<size_t>(T)), cell_prev(static_cast<size_t>(T));
   Value* cell = c0;
   for (int64_t s = 0; s < T; ++s) {
     int64_t t = step_time(s);
     cell_prev[static_cast<size_t>(t)] = cell;
-    cell = c.call("aten::add.Tensor", {c.call("aten::mul.Tensor", {at_time(f, t), cell}),
-                                       c.call("aten::mul.Tensor", {at_time(i, t), at_time(g, t)})});
+    cell = c.call(ops::add_Tensor, {c.call(ops::mul_Tensor, {at_time(f, t), cell}),
+                                       c.call(ops::mul_Tensor, {at_time(i, t), at_time(g, t)})});
     cells[static_cast<size_t>(t)] = cell;
   }
-  Value* C = c.call("aten::stack", {cells, 0});
-  Value* tanh_c = c.call("aten::tanh", {C});
-  auto one_minus = [&](Value* v) { return c.call("aten::rsub.Scalar", {v, 1}); };
-  auto times = [&](Value* a, Value* b) { return c.call("aten::mul.Tensor", {a, b}); };
+  Value* C = c.call(ops::stack, {cells, 0});
+  Value* tanh_c = c.call(ops::tanh, {C});
+  auto one_minus = [&](Value* v) { return c.call(ops::rsub_Scalar, {v, 1}); };
+  auto times = [&](Value* a, Value* b) { return c.call(ops::mul_Tensor, {a, b}); };
   // dG ⊙ D gives (di·g, df·c_{t−1}, dg·i, do·tanh(c_t)) side by side
   Value* D =
-      c.call("aten::cat", {std::vector<Value*>{times(times(i, one_minus(i)), g),
-                                               times(times(f, one_minus(f)), c.call("aten::stack", {cell_prev, 0})),
+      c.call(ops::cat, {std::vector<Value*>{times(times(i, one_minus(i)), g),
+                                               times(times(f, one_minus(f)), c.call(ops::stack, {cell_prev, 0})),
                                                times(one_minus(times(g, g)), i), times(times(o, one_minus(o)), tanh_c)},
                            -1});
   Value* o_dtanh = times(o, one_minus(times(tanh_c, tanh_c)));
@@ -72,23 +73,23 @@ std::vector<Value*> lstm_layer(Ctx& c) {
     int64_t t = step_time(s);
     Value* dG_t = c.add(c.add(dG ? at_time(dG, t) : nullptr, dh ? matmul(c, dh, mT(c, w_hh)) : nullptr), db);
     if (dG_t && dG_t->meta().sizes != at_time(D, t)->meta().sizes)
-      dG_t = c.call("aten::expand", {dG_t, at_time(D, t)->meta().sizes});
+      dG_t = c.call(ops::expand, {dG_t, at_time(D, t)->meta().sizes});
     Value* parts = c.mul(dG_t, at_time(D, t));
     Value* dc_new = c.mul(dc, at_time(f, t));
     if (parts)
       dc_new =
-          c.add(dc_new, c.call("aten::add.Tensor",
-                               {c.call("aten::add.Tensor", {narrow(c, parts, -1, 0, H), narrow(c, parts, -1, H, H)}),
+          c.add(dc_new, c.call(ops::add_Tensor,
+                               {c.call(ops::add_Tensor, {narrow(c, parts, -1, 0, H), narrow(c, parts, -1, H, H)}),
                                 narrow(c, parts, -1, 2 * H, H)}));
     dh = c.add(parts ? narrow(c, parts, -1, 3 * H, H) : nullptr, c.mul(dc_new, at_time(o_dtanh, t)));
     dc = dc_new;
     dout[static_cast<size_t>(t)] = dh ? dh : c.zeros_like(h0);
   }
-  return {c.call("aten::stack", {dout, 0}), dh, dc};
+  return {c.call(ops::stack, {dout, 0}), dh, dc};
 }
 
 }  // namespace
 
-void register_recurrent(Registry& r) { r.add("aten::mkldnn_rnn_layer", lstm_layer); }
+void register_recurrent(Registry& r) { r.add(ops::mkldnn_rnn_layer, lstm_layer); }
 
 }  // namespace jvpc::jvp_rules

@@ -4,6 +4,7 @@
 // computes once (a softmax for logsumexp, the centred input for var and std), so each costs
 // one multiplication and one sum per call.
 #include "passes/jvp_rules/rules.h"
+#include "ir/op.h"
 
 #include <cmath>
 
@@ -13,7 +14,7 @@ namespace {
 
 /// Σ t·factor over `dims`, keeping them or not.
 Value* weighted_sum(Ctx& c, Value* t, Value* factor, const std::vector<int64_t>& dims, bool keepdim) {
-  return c.call("aten::sum.dim_IntList", {c.mul(t, factor), dims, keepdim});
+  return c.call(ops::sum_dim_IntList, {c.mul(t, factor), dims, keepdim});
 }
 Value* weighted_sum(Ctx& c, Value* factor, const std::vector<int64_t>& dims, bool keepdim) {
   return weighted_sum(c, c.t(0), factor, dims, keepdim);
@@ -28,34 +29,34 @@ int64_t count(const Value* x, const std::vector<int64_t>& dims) {
 /// x − mean(x) over dims, scaled by 1/(N − correction): d(var) = 2·Σ t·that.
 Value* centred(Ctx& c, const std::vector<int64_t>& dims) {
   double n = static_cast<double>(count(c.x(0), dims)) - scalar(c.c(2), 1.0);
-  Value* xc = c.call("aten::sub.Tensor", {c.x(0), c.call("aten::mean.dim", {c.x(0), dims, true})});
-  return c.call("aten::mul.Scalar", {xc, 1.0 / n});
+  Value* xc = c.call(ops::sub_Tensor, {c.x(0), c.call(ops::mean_dim, {c.x(0), dims, true})});
+  return c.call(ops::mul_Scalar, {xc, 1.0 / n});
 }
 
 /// Products of all other elements along `dim` (exclusive prefix times exclusive suffix
 /// products), exact where x has zeros, unlike out / x.
 Value* others_product(Ctx& c, Value* x, int64_t dim) {
   int64_t n = x->meta().sizes.at(static_cast<size_t>(dim));
-  Value* one = c.call("aten::ones_like", {c.call("aten::slice.Tensor", {x, dim, 0, 1})});
+  Value* one = c.call(ops::ones_like, {c.call(ops::slice_Tensor, {x, dim, 0, 1})});
   auto exclusive = [&](Value* v) {
-    Value* cp = c.call("aten::cumprod", {v, dim});
-    return c.call("aten::cat", {std::vector<Value*>{one, c.call("aten::slice.Tensor", {cp, dim, 0, n - 1})}, dim});
+    Value* cp = c.call(ops::cumprod, {v, dim});
+    return c.call(ops::cat, {std::vector<Value*>{one, c.call(ops::slice_Tensor, {cp, dim, 0, n - 1})}, dim});
   };
-  Value* suffix = c.call("aten::flip",
-                         {exclusive(c.call("aten::flip", {x, std::vector<int64_t>{dim}})), std::vector<int64_t>{dim}});
-  return c.call("aten::mul.Tensor", {exclusive(x), suffix});
+  Value* suffix = c.call(ops::flip,
+                         {exclusive(c.call(ops::flip, {x, std::vector<int64_t>{dim}})), std::vector<int64_t>{dim}});
+  return c.call(ops::mul_Tensor, {exclusive(x), suffix});
 }
 
 /// A loss's elementwise tangent, reduced as the loss: 0 none, 1 mean, 2 sum.
 Value* reduce(Ctx& c, Value* v, int64_t reduction) {
   if (!v || reduction == 0) return v;
-  return c.call(reduction == 1 ? "aten::mean" : "aten::sum", {v});
+  return c.call(reduction == 1 ? ops::mean : ops::sum, {v});
 }
 
 /// l(x, y) with ∂l/∂y = −∂l/∂x = −derivative(c), reduced by argument 2.
 Rule pointwise_loss(std::function<Value*(Ctx&)> derivative) {
   return [derivative](Ctx& c) -> std::vector<Value*> {
-    Value* dt = c.t(0) && c.t(1) ? c.call("aten::sub.Tensor", {c.t(0), c.t(1)})
+    Value* dt = c.t(0) && c.t(1) ? c.call(ops::sub_Tensor, {c.t(0), c.t(1)})
                 : c.t(0)         ? c.t(0)
                                  : c.scale(c.t(1), -1.0);
     return {reduce(c, c.mul(dt, derivative(c)), c.c(2).toInt())};
@@ -67,185 +68,185 @@ Rule pointwise_loss(std::function<Value*(Ctx&)> derivative) {
 Value* norm_tangent(Ctx& c, Value* x, Value* t, double p, const std::vector<int64_t>& dims, bool keepdim) {
   if (!t || p == 0.0) return nullptr;
   c10::ScalarType dt = c.out()->meta().dtype;
-  if (x->meta().dtype != dt) x = c.call("aten::_to_copy", {x, dt});
+  if (x->meta().dtype != dt) x = c.call(ops::_to_copy, {x, dt});
   Value* norm = keep_dims(c, c.out(), x, dims);
-  Value* sgn = c.call("aten::sgn", {x});
+  Value* sgn = c.call(ops::sgn, {x});
   Value* f;
   if (std::isinf(p)) {
-    f = c.call("aten::mul.Tensor",
-               {sgn, tie_shares(c, c.call("aten::eq.Tensor", {c.call("aten::abs", {x}), norm}), dims)});
+    f = c.call(ops::mul_Tensor,
+               {sgn, tie_shares(c, c.call(ops::eq_Tensor, {c.call(ops::abs, {x}), norm}), dims)});
   } else if (p == 1.0) {
     f = sgn;
   } else {
-    Value* ratio = c.call("aten::div.Tensor", {c.call("aten::abs", {x}), norm});
-    f = c.call("aten::mul.Tensor", {sgn, p == 2.0 ? ratio : c.call("aten::pow.Tensor_Scalar", {ratio, p - 1.0})});
-    f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {norm, 0}), 0.0});
-    if (p < 1.0) f = c.call("aten::masked_fill.Scalar", {f, c.call("aten::eq.Scalar", {x, 0}), 0.0});
+    Value* ratio = c.call(ops::div_Tensor, {c.call(ops::abs, {x}), norm});
+    f = c.call(ops::mul_Tensor, {sgn, p == 2.0 ? ratio : c.call(ops::pow_Tensor_Scalar, {ratio, p - 1.0})});
+    f = c.call(ops::masked_fill_Scalar, {f, c.call(ops::eq_Scalar, {norm, 0}), 0.0});
+    if (p < 1.0) f = c.call(ops::masked_fill_Scalar, {f, c.call(ops::eq_Scalar, {x, 0}), 0.0});
   }
   return weighted_sum(c, t, f, dims, keepdim);
 }
 
 void register_reductions(Registry& r) {
-  for (const char* op : {"aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::cumsum"})
+  for (Op op : {ops::sum, ops::sum_dim_IntList, ops::mean, ops::mean_dim, ops::cumsum})
     r.add(op, linear_in(0));
-  r.add("aten::nansum", [](Ctx& c) -> std::vector<Value*> {  // the sum of the tangent where x is a number
+  r.add(ops::nansum, [](Ctx& c) -> std::vector<Value*> {  // the sum of the tangent where x is a number
     if (!c.t(0)) return {};
-    Value* nan = c.call("aten::ne.Tensor", {c.x(0), c.x(0)});  // (isnan has no kernel of its own)
+    Value* nan = c.call(ops::ne_Tensor, {c.x(0), c.x(0)});  // (isnan has no kernel of its own)
     // a plain sum: a NaN tangent where x is a number stays NaN, as in forward AD
-    return {c.call("aten::sum.dim_IntList",
-                   {c.call("aten::masked_fill.Scalar", {c.t(0), nan, 0.0}), c.a(1), c.a(2), c.a(3)})};
+    return {c.call(ops::sum_dim_IntList,
+                   {c.call(ops::masked_fill_Scalar, {c.t(0), nan, 0.0}), c.a(1), c.a(2), c.a(3)})};
   });
-  for (const char* op : {"aten::nll_loss_forward", "aten::nll_loss2d_forward"})
+  for (Op op : {ops::nll_loss_forward, ops::nll_loss2d_forward})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
       if (!c.t(0)) return {};
       return {c.reapply(0, c.t(0))[0], nullptr};
     });
 
   // d(logsumexp) = Σ t·softmax(x)
-  r.add("aten::logsumexp", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::logsumexp, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     auto dims = reduced_dims(c.x(0), c.c(1));
-    Value* p = c.call("aten::exp", {c.call("aten::sub.Tensor", {c.x(0), keep_dims(c, c.out(), c.x(0), dims)})});
+    Value* p = c.call(ops::exp, {c.call(ops::sub_Tensor, {c.x(0), keep_dims(c, c.out(), c.x(0), dims)})});
     return {weighted_sum(c, p, dims, c.c(2).toBool())};
   });
   // cumprod: before the first zero z of a row, y_i·Σ_{j≤i} t_j/x_j (y is 0 from z on, where the
   // terms j ≥ z vanish); from z on, t_z·Π_{k<z} x_k·Π_{z<k≤i} x_k. Exact at zeros, like prod.
-  r.add("aten::cumprod", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::cumprod, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     if (c.x(0)->meta().sizes.empty()) return {c.t(0)};
     int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);
     c10::ScalarType dt = c.out()->meta().dtype;
-    Value* x = c.x(0)->meta().dtype == dt ? c.x(0) : c.call("aten::_to_copy", {c.x(0), dt});
-    auto ones_where = [&](Value* mask) { return c.call("aten::masked_fill.Scalar", {x, mask, 1.0}); };
-    Value* zero = c.call("aten::eq.Scalar", {x, 0});
-    Value* ratio = c.call("aten::cumsum", {c.mul(c.t(0), c.call("aten::reciprocal", {ones_where(zero)})), dim});
+    Value* x = c.x(0)->meta().dtype == dt ? c.x(0) : c.call(ops::_to_copy, {c.x(0), dt});
+    auto ones_where = [&](Value* mask) { return c.call(ops::masked_fill_Scalar, {x, mask, 1.0}); };
+    Value* zero = c.call(ops::eq_Scalar, {x, 0});
+    Value* ratio = c.call(ops::cumsum, {c.mul(c.t(0), c.call(ops::reciprocal, {ones_where(zero)})), dim});
     Value* no_zero = c.mul(ratio, c.out());
-    Value* seen = c.call("aten::cumsum", {zero, dim});  // zeros up to i
-    Value* first = c.call("aten::bitwise_and.Tensor", {zero, c.call("aten::eq.Scalar", {seen, 1})});
-    Value* before_first = c.call("aten::eq.Scalar", {seen, 0});
+    Value* seen = c.call(ops::cumsum, {zero, dim});  // zeros up to i
+    Value* first = c.call(ops::bitwise_and_Tensor, {zero, c.call(ops::eq_Scalar, {seen, 1})});
+    Value* before_first = c.call(ops::eq_Scalar, {seen, 0});
     Value* before =
-        c.call("aten::prod.dim_int", {ones_where(c.call("aten::gt.Scalar", {seen, 0})), dim, true});  // Π_{k<z} x_k
+        c.call(ops::prod_dim_int, {ones_where(c.call(ops::gt_Scalar, {seen, 0})), dim, true});  // Π_{k<z} x_k
     Value* after = c.call(
-        "aten::cumprod", {ones_where(c.call("aten::bitwise_or.Tensor", {before_first, first})), dim});  // Π_{z<k≤i} x_k
-    Value* f = c.call("aten::masked_fill.Scalar", {c.call("aten::mul.Tensor", {before, after}), before_first, 0.0});
-    Value* tz = weighted_sum(c, c.call("aten::_to_copy", {first, dt}), {dim}, true);
+        ops::cumprod, {ones_where(c.call(ops::bitwise_or_Tensor, {before_first, first})), dim});  // Π_{z<k≤i} x_k
+    Value* f = c.call(ops::masked_fill_Scalar, {c.call(ops::mul_Tensor, {before, after}), before_first, 0.0});
+    Value* tz = weighted_sum(c, c.call(ops::_to_copy, {first, dt}), {dim}, true);
     return {c.add(no_zero, c.mul(tz, f))};
   });
   // d logcumsumexp(x)_i = Σ_{j≤i} t_j·exp(x_j − y_i) = cumsum(t·e)_i / cumsum(e)_i with
   // e = exp(x − max x) along the dim, as LibTorch's forward AD computes it; 0 where cumsum(e)
   // is 0 (a prefix of −inf, or of values so far below the row's max that exp underflows), as
   // LibTorch's is.
-  r.add("aten::logcumsumexp", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::logcumsumexp, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     if (c.x(0)->meta().sizes.empty()) return {c.t(0)};
     int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);
     Value* e =
-        c.call("aten::exp",
-               {c.call("aten::sub.Tensor", {c.x(0), c.call("aten::amax", {c.x(0), std::vector<int64_t>{dim}, true})})});
-    Value* sums = c.call("aten::cumsum", {e, dim});
-    Value* f = c.call("aten::masked_fill.Scalar",
-                      {c.call("aten::reciprocal", {sums}), c.call("aten::eq.Scalar", {sums, 0}), 0.0});
-    return {c.mul(c.call("aten::cumsum", {c.mul(c.t(0), e), dim}), f)};
+        c.call(ops::exp,
+               {c.call(ops::sub_Tensor, {c.x(0), c.call(ops::amax, {c.x(0), std::vector<int64_t>{dim}, true})})});
+    Value* sums = c.call(ops::cumsum, {e, dim});
+    Value* f = c.call(ops::masked_fill_Scalar,
+                      {c.call(ops::reciprocal, {sums}), c.call(ops::eq_Scalar, {sums, 0}), 0.0});
+    return {c.mul(c.call(ops::cumsum, {c.mul(c.t(0), e), dim}), f)};
   });
   // var and std, and var_mean and std_mean, which also return the mean (linear).
-  for (const char* op :
-       {"aten::var.correction", "aten::std.correction", "aten::var_mean.correction", "aten::std_mean.correction"})
+  for (Op op :
+       {ops::var_correction, ops::std_correction, ops::var_mean_correction, ops::std_mean_correction})
     r.add(op, [std = std::string(op).find("std") != std::string::npos](Ctx& c) -> std::vector<Value*> {
       if (!c.t(0)) return {};
       auto dims = reduced_dims(c.x(0), c.c(1));
       bool keepdim = c.c(3).toBool();
-      Value* f = c.call("aten::mul.Scalar", {centred(c, dims), 2.0});
+      Value* f = c.call(ops::mul_Scalar, {centred(c, dims), 2.0});
       if (std) {  // d(std) = d(var) / (2 std), 0 where std is 0
-        Value* s = c.call("aten::mul.Scalar", {keep_dims(c, c.out(), c.x(0), dims), 2.0});
-        f = c.call("aten::masked_fill.Scalar",
-                   {c.call("aten::div.Tensor", {f, s}), c.call("aten::eq.Scalar", {s, 0}), 0.0});
+        Value* s = c.call(ops::mul_Scalar, {keep_dims(c, c.out(), c.x(0), dims), 2.0});
+        f = c.call(ops::masked_fill_Scalar,
+                   {c.call(ops::div_Tensor, {f, s}), c.call(ops::eq_Scalar, {s, 0}), 0.0});
       }
       std::vector<Value*> out = {weighted_sum(c, f, dims, keepdim)};
-      if (c.n.outputs().size() == 2) out.push_back(c.call("aten::mean.dim", {c.t(0), dims, keepdim}));
+      if (c.n.outputs().size() == 2) out.push_back(c.call(ops::mean_dim, {c.t(0), dims, keepdim}));
       return out;
     });
   // norm(x, p, dim, keepdim) takes linalg_vector_norm's first four arguments; norm(x, p) is
   // over all elements.
-  for (const char* op : {"aten::linalg_vector_norm", "aten::norm.ScalarOpt_dim"})
+  for (Op op : {ops::linalg_vector_norm, ops::norm_ScalarOpt_dim})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
       return {norm_tangent(c, c.x(0), c.t(0), scalar(c.c(1), 2.0), reduced_dims(c.x(0), c.c(2)), c.c(3).toBool())};
     });
   // dist(x, y, p) = ‖x − y‖_p over all elements of the broadcast difference: norm's rule on it.
-  r.add("aten::dist", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::dist, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0) && !c.t(1)) return {};
-    Value* d = c.call("aten::sub.Tensor", {c.x(0), c.x(1)});
-    Value* t = c.t(0) && c.t(1) ? c.call("aten::sub.Tensor", {c.t(0), c.t(1)})
+    Value* d = c.call(ops::sub_Tensor, {c.x(0), c.x(1)});
+    Value* t = c.t(0) && c.t(1) ? c.call(ops::sub_Tensor, {c.t(0), c.t(1)})
                : c.t(0)         ? c.t(0)
                                 : c.scale(c.t(1), -1.0);
-    if (t->meta().sizes != d->meta().sizes) t = c.call("aten::expand", {t, d->meta().sizes});
+    if (t->meta().sizes != d->meta().sizes) t = c.call(ops::expand, {t, d->meta().sizes});
     return {norm_tangent(c, d, t, scalar(c.c(2), 2.0), reduced_dims(d, c10::IValue()), false)};
   });
-  r.add("aten::norm.Scalar", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::norm_Scalar, [](Ctx& c) -> std::vector<Value*> {
     return {norm_tangent(c, c.x(0), c.t(0), scalar(c.c(1), 2.0), reduced_dims(c.x(0), c10::IValue()), false)};
   });
-  r.add("aten::prod.dim_int", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::prod_dim_int, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);
     if (c.x(0)->meta().sizes.empty()) return {c.t(0)};
     return {weighted_sum(c, others_product(c, c.x(0), dim), {dim}, c.c(2).toBool())};
   });
-  r.add("aten::prod", [](Ctx& c) -> std::vector<Value*> {  // over all elements, flattened
+  r.add(ops::prod, [](Ctx& c) -> std::vector<Value*> {  // over all elements, flattened
     if (!c.t(0)) return {};
-    Value* flat = c.call("aten::view",
-                         {c.call("aten::clone", {c.x(0), c10::MemoryFormat::Contiguous}), std::vector<int64_t>{-1}});
-    Value* f = c.call("aten::view", {others_product(c, flat, 0), c.x(0)->meta().sizes});
-    return {c.call("aten::sum", {c.mul(c.t(0), f)})};
+    Value* flat = c.call(ops::view,
+                         {c.call(ops::clone, {c.x(0), c10::MemoryFormat::Contiguous}), std::vector<int64_t>{-1}});
+    Value* f = c.call(ops::view, {others_product(c, flat, 0), c.x(0)->meta().sizes});
+    return {c.call(ops::sum, {c.mul(c.t(0), f)})};
   });
   // Pointwise losses l(x, y), reduced: d = reduce(tx·∂l/∂x + ty·∂l/∂y); for these ∂l/∂y = −∂l/∂x.
-  r.add("aten::mse_loss", pointwise_loss([](Ctx& c) {  // 2(x − y)
-          return c.call("aten::mul.Scalar", {c.call("aten::sub.Tensor", {c.x(0), c.x(1)}), 2.0});
+  r.add(ops::mse_loss, pointwise_loss([](Ctx& c) {  // 2(x − y)
+          return c.call(ops::mul_Scalar, {c.call(ops::sub_Tensor, {c.x(0), c.x(1)}), 2.0});
         }));
-  for (const char* op : {"aten::smooth_l1_loss", "aten::huber_loss"})
+  for (Op op : {ops::smooth_l1_loss, ops::huber_loss})
     r.add(op, pointwise_loss([op = std::string(op)](Ctx& c) {  // the loss's backward kernel, unreduced
-            return c.call(op + "_backward", {c.call("aten::ones_like", {c.x(0)}), c.x(0), c.x(1), 0, c.a(3)});
+            return c.call(op + "_backward", {c.call(ops::ones_like, {c.x(0)}), c.x(0), c.x(1), 0, c.a(3)});
           }));
   // binary_cross_entropy(p, y, w, reduction) = −w·(y·log p + (1 − y)·log(1 − p)), logs clamped at −100:
   // ∂/∂p from its backward kernel, ∂/∂y = w·(log(1 − p) − log p).
-  r.add("aten::binary_cross_entropy", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::binary_cross_entropy, [](Ctx& c) -> std::vector<Value*> {
     if (c.n.arg(2).kind == ArgKind::Tensor && c.t(2)) throw Error("no tangent through the weight");
     Value* a = nullptr;
     if (c.t(0))
-      a = c.mul(c.t(0), c.call("aten::binary_cross_entropy_backward",
-                               {c.call("aten::ones_like", {c.x(0)}), c.x(0), c.x(1), c.a(2), 0}));
+      a = c.mul(c.t(0), c.call(ops::binary_cross_entropy_backward,
+                               {c.call(ops::ones_like, {c.x(0)}), c.x(0), c.x(1), c.a(2), 0}));
     Value* b = nullptr;
     if (c.t(1)) {
-      auto clamped_log = [&](Value* v) { return c.call("aten::clamp_min", {c.call("aten::log", {v}), -100.0}); };
+      auto clamped_log = [&](Value* v) { return c.call(ops::clamp_min, {c.call(ops::log, {v}), -100.0}); };
       Value* f =
-          c.call("aten::sub.Tensor", {clamped_log(c.call("aten::rsub.Scalar", {c.x(0), 1})), clamped_log(c.x(0))});
-      if (c.n.arg(2).kind == ArgKind::Tensor) f = c.call("aten::mul.Tensor", {f, c.x(2)});
+          c.call(ops::sub_Tensor, {clamped_log(c.call(ops::rsub_Scalar, {c.x(0), 1})), clamped_log(c.x(0))});
+      if (c.n.arg(2).kind == ArgKind::Tensor) f = c.call(ops::mul_Tensor, {f, c.x(2)});
       b = c.mul(c.t(1), f);
     }
     return {reduce(c, c.add(a, b), c.c(3).toInt())};
   });
   // with logits x, weight w and positive weight q: ∂/∂x = w·(σ(x)·(1 − y + q·y) − q·y),
   // ∂/∂y = w·(log σ(−x) − q·log σ(x)); without q, w·(σ(x) − y) and −w·x.
-  r.add("aten::binary_cross_entropy_with_logits", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::binary_cross_entropy_with_logits, [](Ctx& c) -> std::vector<Value*> {
     bool has_w = c.n.arg(2).kind == ArgKind::Tensor, has_q = c.n.arg(3).kind == ArgKind::Tensor;
     if ((has_w && c.t(2)) || (has_q && c.t(3))) throw Error("no tangent through weight or pos_weight");
     Value *x = c.x(0), *y = c.x(1);
-    Value* sig = c.call("aten::sigmoid", {x});
+    Value* sig = c.call(ops::sigmoid, {x});
     Value *fx, *fy;
     if (has_q) {
-      Value* qy = c.call("aten::mul.Tensor", {c.x(3), y});
+      Value* qy = c.call(ops::mul_Tensor, {c.x(3), y});
       fx = c.call(
-          "aten::sub.Tensor",
-          {c.call("aten::mul.Tensor", {sig, c.call("aten::add.Tensor", {c.call("aten::rsub.Scalar", {y, 1}), qy})}),
+          ops::sub_Tensor,
+          {c.call(ops::mul_Tensor, {sig, c.call(ops::add_Tensor, {c.call(ops::rsub_Scalar, {y, 1}), qy})}),
            qy});
-      Value* log_sig = c.call("aten::neg", {c.call("aten::softplus", {c.call("aten::neg", {x})})});  // log σ(x)
-      Value* log_sig_neg = c.call("aten::neg", {c.call("aten::softplus", {x})});                     // log σ(−x)
-      fy = c.call("aten::sub.Tensor", {log_sig_neg, c.call("aten::mul.Tensor", {c.x(3), log_sig})});
+      Value* log_sig = c.call(ops::neg, {c.call(ops::softplus, {c.call(ops::neg, {x})})});  // log σ(x)
+      Value* log_sig_neg = c.call(ops::neg, {c.call(ops::softplus, {x})});                     // log σ(−x)
+      fy = c.call(ops::sub_Tensor, {log_sig_neg, c.call(ops::mul_Tensor, {c.x(3), log_sig})});
     } else {
-      fx = c.call("aten::sub.Tensor", {sig, y});
-      fy = c.call("aten::neg", {x});
+      fx = c.call(ops::sub_Tensor, {sig, y});
+      fy = c.call(ops::neg, {x});
     }
     if (has_w) {
-      fx = c.call("aten::mul.Tensor", {fx, c.x(2)});
-      fy = c.call("aten::mul.Tensor", {fy, c.x(2)});
+      fx = c.call(ops::mul_Tensor, {fx, c.x(2)});
+      fy = c.call(ops::mul_Tensor, {fy, c.x(2)});
     }
     return {reduce(c, c.add(c.mul(c.t(0), fx), c.mul(c.t(1), fy)), c.c(4).toInt())};
   });

@@ -1,5 +1,6 @@
 // The rule table and the rule makers shared by the family files.
 #include "passes/jvp_rules/rules.h"
+#include "ir/op.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/InferSize.h>
@@ -21,22 +22,22 @@ Value* Ctx::t(size_t arg) const {
 Value* Ctx::add(Value* a, Value* b_) {
   if (!a) return b_;
   if (!b_) return a;
-  return call("aten::add.Tensor", {a, b_});
+  return call(ops::add_Tensor, {a, b_});
 }
 
 Value* Ctx::scale(Value* a, double s) {
   if (!a || s == 1.0) return a;
-  return call("aten::mul.Scalar", {a, s});
+  return call(ops::mul_Scalar, {a, s});
 }
 
 Value* Ctx::mul(Value* t_, Value* factor) {
   if (!t_) return nullptr;
-  return call("aten::mul.Tensor", {t_, factor});
+  return call(ops::mul_Tensor, {t_, factor});
 }
 
 Value* Ctx::zeros_like(const Value* v) {
   const TensorMeta& m = v->meta();
-  return call("aten::zeros", {m.sizes, m.dtype, std::nullopt, m.device});
+  return call(ops::zeros, {m.sizes, m.dtype, std::nullopt, m.device});
 }
 
 std::vector<Value*> Ctx::reapply(const std::vector<std::pair<size_t, Value*>>& replaced) {
@@ -57,8 +58,8 @@ bool complex_valued(const std::vector<Value*>& vs) {
 Value* conform(Builder& b, Value* t, const Value* out) {
   if (c10::isComplexType(t->meta().dtype) && !c10::isComplexType(out->meta().dtype))
     throw Error("a complex tangent for the real output %" + std::to_string(out->id()));
-  if (t->meta().sizes != out->meta().sizes) t = b.call("aten::expand", {t, out->meta().sizes});
-  if (t->meta().dtype != out->meta().dtype) t = b.call("aten::_to_copy", {t, out->meta().dtype});
+  if (t->meta().sizes != out->meta().sizes) t = b.call(ops::expand, {t, out->meta().sizes});
+  if (t->meta().dtype != out->meta().dtype) t = b.call(ops::_to_copy, {t, out->meta().dtype});
   return t;
 }
 
@@ -211,31 +212,31 @@ std::vector<int64_t> reduced_dims(const Value* x, const c10::IValue& dims) {
 
 Value* keep_dims(Ctx& c, Value* r, const Value* x, const std::vector<int64_t>& dims) {
   if (r->meta().sizes.size() == x->meta().sizes.size()) return r;
-  for (int64_t d : dims) r = c.call("aten::unsqueeze", {r, d});
+  for (int64_t d : dims) r = c.call(ops::unsqueeze, {r, d});
   return r;
 }
 
 Value* matmul(Ctx& c, Value* a, Value* b) {
   const auto &sa = a->meta().sizes, &sb = b->meta().sizes;
-  if (sa.size() == 2 && sb.size() == 2) return c.call("aten::mm", {a, b});
+  if (sa.size() == 2 && sb.size() == 2) return c.call(ops::mm, {a, b});
   std::vector<int64_t> batch =
       at::infer_size(c10::IntArrayRef(sa).slice(0, sa.size() - 2), c10::IntArrayRef(sb).slice(0, sb.size() - 2));
   int64_t n = c10::multiply_integers(batch);
   auto flat = [&](Value* v, int64_t rows, int64_t cols) {
     std::vector<int64_t> full = batch;
     full.insert(full.end(), {rows, cols});
-    return reshape(c.b, c.call("aten::expand", {v, full}), {n, rows, cols});
+    return reshape(c.b, c.call(ops::expand, {v, full}), {n, rows, cols});
   };
   int64_t p = sa.end()[-2], k = sa.back(), r = sb.back();
   std::vector<int64_t> out = batch;
   out.insert(out.end(), {p, r});
-  return c.call("aten::view", {c.call("aten::bmm", {flat(a, p, k), flat(b, k, r)}), out});
+  return c.call(ops::view, {c.call(ops::bmm, {flat(a, p, k), flat(b, k, r)}), out});
 }
 
-Value* mT(Ctx& c, Value* v) { return c.call("aten::transpose.int", {v, -2, -1}); }
+Value* mT(Ctx& c, Value* v) { return c.call(ops::transpose_int, {v, -2, -1}); }
 
 Value* narrow(Ctx& c, Value* v, int64_t dim, int64_t start, int64_t length) {
-  return c.call("aten::narrow", {v, dim, start, length});
+  return c.call(ops::narrow, {v, dim, start, length});
 }
 
 Value* per_channel(Ctx& c, Value* v, size_t rank) {
@@ -245,8 +246,8 @@ Value* per_channel(Ctx& c, Value* v, size_t rank) {
 }
 
 Value* tie_shares(Ctx& c, Value* hits, const std::vector<int64_t>& dims) {
-  Value* h = c.call("aten::_to_copy", {hits, c.out()->meta().dtype});
-  return c.call("aten::div.Tensor", {h, c.call("aten::sum.dim_IntList", {h, dims, true})});
+  Value* h = c.call(ops::_to_copy, {hits, c.out()->meta().dtype});
+  return c.call(ops::div_Tensor, {h, c.call(ops::sum_dim_IntList, {h, dims, true})});
 }
 
 double scalar(const c10::IValue& v, double if_none) {
@@ -261,7 +262,7 @@ Rule zero() {
 Rule masked(std::function<Value*(Ctx&)> mask) {
   return [mask](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
-    return {c.call("aten::where.ScalarOther", {mask(c), c.t(0), 0.0})};
+    return {c.call(ops::where_ScalarOther, {mask(c), c.t(0), 0.0})};
   };
 }
 

@@ -27,6 +27,7 @@
 // A see the tangent of that triangle only: triangular solves the triangle itself, cholesky and
 // eigh the symmetric matrix it stands for.
 #include "passes/jvp_rules/rules.h"
+#include "ir/op.h"
 
 #include <algorithm>
 #include <limits>
@@ -37,23 +38,23 @@ namespace {
 
 /// A vector right-hand side [.., n] as a matrix: a column [.., n, 1] (left) or a row [.., 1, n].
 Value* as_matrix(Ctx& c, Value* v, bool vector, bool left) {
-  return vector && v ? c.call("aten::unsqueeze", {v, left ? -1 : -2}) : v;
+  return vector && v ? c.call(ops::unsqueeze, {v, left ? -1 : -2}) : v;
 }
 Value* as_vector(Ctx& c, Value* v, bool vector, bool left) {
-  return vector && v ? c.call("aten::squeeze.dim", {v, left ? -1 : -2}) : v;
+  return vector && v ? c.call(ops::squeeze_dim, {v, left ? -1 : -2}) : v;
 }
 
 /// dB − dA·X (left) or dB − X·dA (right), either tangent possibly zero; −X is primal (folded).
 Value* residual_rhs(Ctx& c, Value* tA, Value* tB, Value* X, bool left) {
   if (!tA) return tB;
-  Value* neg_x = c.call("aten::neg", {X});
+  Value* neg_x = c.call(ops::neg, {X});
   return c.add(tB, left ? matmul(c, tA, neg_x) : matmul(c, neg_x, tA));
 }
 
 /// The tangent of A as the op reads it: one triangle (strictly, for a unit diagonal).
 Value* triangle(Ctx& c, Value* tA, bool upper, bool unit = false) {
   if (!tA) return nullptr;
-  return upper ? c.call("aten::triu", {tA, unit ? 1 : 0}) : c.call("aten::tril", {tA, unit ? -1 : 0});
+  return upper ? c.call(ops::triu, {tA, unit ? 1 : 0}) : c.call(ops::tril, {tA, unit ? -1 : 0});
 }
 
 /// The tangent of A = L·Lᵀ (upper: Uᵀ·U) from argument `arg`'s triangle L, the one the op
@@ -63,7 +64,7 @@ Value* gram_tangent(Ctx& c, size_t arg, bool upper) {
   if (!dL) return nullptr;
   Value* L = triangle(c, c.x(arg), upper);  // primal: folded
   Value* half = upper ? matmul(c, mT(c, dL), L) : matmul(c, dL, mT(c, L));
-  return c.call("aten::add.Tensor", {half, mT(c, half)});
+  return c.call(ops::add_Tensor, {half, mT(c, half)});
 }
 
 /// A symmetric matrix from the triangle `uplo` names ('L' or 'U'): what eigh decomposes.
@@ -82,8 +83,8 @@ bool factored_transpose(const Value* a) { return on_meta(a->meta()).is_contiguou
 Value* inverse_transposed(Ctx& c, Value* lu, Value* pivots) {
   const TensorMeta& m = lu->meta();
   Value* eye =
-      c.call("aten::expand", {c.call("aten::eye", {m.sizes.back(), m.dtype, std::nullopt, m.device}), m.sizes});
-  return c.call("aten::linalg_lu_solve", {lu, pivots, eye, true, /*adjoint=*/!factored_transpose(c.x(0))});
+      c.call(ops::expand, {c.call(ops::eye, {m.sizes.back(), m.dtype, std::nullopt, m.device}), m.sizes});
+  return c.call(ops::linalg_lu_solve, {lu, pivots, eye, true, /*adjoint=*/!factored_transpose(c.x(0))});
 }
 
 /// The cofactor matrix of A, det(A)·A⁻ᵀ, from its LU factorization: zero pivots are replaced
@@ -92,41 +93,41 @@ Value* inverse_transposed(Ctx& c, Value* lu, Value* pivots) {
 Value* cofactors(Ctx& c, Value* lu, Value* pivots) {
   const TensorMeta& m = lu->meta();
   double eps = m.dtype == c10::kDouble ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
-  Value* diagonal = c.call("aten::diagonal", {lu, 0, -2, -1});
-  diagonal = c.call("aten::masked_fill.Scalar", {diagonal, c.call("aten::eq.Scalar", {diagonal, 0}), eps});
-  Value* perturbed = c.call("aten::diagonal_scatter", {lu, diagonal, 0, -2, -1});
+  Value* diagonal = c.call(ops::diagonal, {lu, 0, -2, -1});
+  diagonal = c.call(ops::masked_fill_Scalar, {diagonal, c.call(ops::eq_Scalar, {diagonal, 0}), eps});
+  Value* perturbed = c.call(ops::diagonal_scatter, {lu, diagonal, 0, -2, -1});
   // det = Π diag(U) · (−1)^(rows swapped); pivots are 1-based row numbers
   int64_t n = m.sizes.back();
-  Value* rows = c.call("aten::arange.start", {1, n + 1, pivots->meta().dtype, std::nullopt, m.device});
-  Value* swapped = c.call("aten::ne.Tensor", {pivots, rows});
+  Value* rows = c.call(ops::arange_start, {1, n + 1, pivots->meta().dtype, std::nullopt, m.device});
+  Value* swapped = c.call(ops::ne_Tensor, {pivots, rows});
   Value* sign =
-      c.call("aten::rsub.Scalar", {c.call("aten::mul.Scalar", {c.call("aten::_to_copy", {swapped, m.dtype}), 2}), 1});
-  Value* det = c.call("aten::mul.Tensor", {c.call("aten::prod.dim_int", {diagonal, -1, true}),
-                                           c.call("aten::prod.dim_int", {sign, -1, true})});
-  return c.call("aten::mul.Tensor", {inverse_transposed(c, perturbed, pivots), c.call("aten::unsqueeze", {det, -1})});
+      c.call(ops::rsub_Scalar, {c.call(ops::mul_Scalar, {c.call(ops::_to_copy, {swapped, m.dtype}), 2}), 1});
+  Value* det = c.call(ops::mul_Tensor, {c.call(ops::prod_dim_int, {diagonal, -1, true}),
+                                           c.call(ops::prod_dim_int, {sign, -1, true})});
+  return c.call(ops::mul_Tensor, {inverse_transposed(c, perturbed, pivots), c.call(ops::unsqueeze, {det, -1})});
 }
 
 /// The matrix of 1/(w_k − w_j) at [j, k] off the diagonal, 0 on it (eigh's and svd's gaps).
 Value* inverse_gaps(Ctx& c, Value* w) {
   Value* E =
-      c.call("aten::reciprocal",
-             {c.call("aten::sub.Tensor", {c.call("aten::unsqueeze", {w, -2}), c.call("aten::unsqueeze", {w, -1})})});
-  Value* eye = c.call("aten::eye", {w->meta().sizes.back(), c10::kBool, std::nullopt, w->meta().device});
-  return c.call("aten::masked_fill.Scalar", {E, eye, 0.0});
+      c.call(ops::reciprocal,
+             {c.call(ops::sub_Tensor, {c.call(ops::unsqueeze, {w, -2}), c.call(ops::unsqueeze, {w, -1})})});
+  Value* eye = c.call(ops::eye, {w->meta().sizes.back(), c10::kBool, std::nullopt, w->meta().device});
+  return c.call(ops::masked_fill_Scalar, {E, eye, 0.0});
 }
 
-Value* diagonal(Ctx& c, Value* v) { return c.call("aten::diagonal", {v, 0, -2, -1}); }
-Value* sub(Ctx& c, Value* a, Value* b) { return c.call("aten::sub.Tensor", {a, b}); }
-Value* product(Ctx& c, Value* a, Value* b) { return c.call("aten::mul.Tensor", {a, b}); }
+Value* diagonal(Ctx& c, Value* v) { return c.call(ops::diagonal, {v, 0, -2, -1}); }
+Value* sub(Ctx& c, Value* a, Value* b) { return c.call(ops::sub_Tensor, {a, b}); }
+Value* product(Ctx& c, Value* a, Value* b) { return c.call(ops::mul_Tensor, {a, b}); }
 /// I − a·b for primal a [.., m, k] and b [.., k, m] (a projection's complement).
 Value* complement(Ctx& c, Value* a, Value* b) {
   const TensorMeta& m = a->meta();
-  return sub(c, c.call("aten::eye", {m.sizes.end()[-2], m.dtype, std::nullopt, m.device}), matmul(c, a, b));
+  return sub(c, c.call(ops::eye, {m.sizes.end()[-2], m.dtype, std::nullopt, m.device}), matmul(c, a, b));
 }
 
 /// Σ over the last two dims of t ⊙ f.
 Value* frobenius(Ctx& c, Value* t, Value* f) {
-  return c.call("aten::sum.dim_IntList", {c.mul(t, f), std::vector<int64_t>{-2, -1}});
+  return c.call(ops::sum_dim_IntList, {c.mul(t, f), std::vector<int64_t>{-2, -1}});
 }
 
 // _linalg_solve_ex(A, B, left, check_errors) -> (X, LU, pivots, info)
@@ -136,7 +137,7 @@ std::vector<Value*> solve(Ctx& c) {
   bool vector = c.out()->meta().sizes.size() + 1 == c.x(0)->meta().sizes.size();
   Value* X = as_matrix(c, c.out(0), vector, left);
   Value* rhs = residual_rhs(c, c.t(0), as_matrix(c, c.t(1), vector, left), X, left);
-  Value* dX = c.call("aten::linalg_lu_solve", {c.out(1), c.out(2), rhs, left, false});
+  Value* dX = c.call(ops::linalg_lu_solve, {c.out(1), c.out(2), rhs, left, false});
   return {as_vector(c, dX, vector, left)};
 }
 
@@ -155,11 +156,11 @@ std::vector<Value*> cholesky(Ctx& c) {
   bool upper = c.c(1).toBool();
   Value* L = upper ? mT(c, c.out()) : c.out();
   Value* dA = symmetric_from(c, c.t(0), upper ? "U" : "L");
-  Value* s = c.call("aten::linalg_solve_triangular", {L, dA, false, true, false});
-  s = c.call("aten::linalg_solve_triangular", {mT(c, L), s, true, false, false});
+  Value* s = c.call(ops::linalg_solve_triangular, {L, dA, false, true, false});
+  s = c.call(ops::linalg_solve_triangular, {mT(c, L), s, true, false, false});
   Value* half_diagonal = c.call(
-      "aten::diag_embed", {c.call("aten::mul.Scalar", {c.call("aten::diagonal", {s, 0, -2, -1}), 0.5}), 0, -2, -1});
-  Value* dL = matmul(c, L, c.call("aten::sub.Tensor", {c.call("aten::tril", {s, 0}), half_diagonal}));
+      ops::diag_embed, {c.call(ops::mul_Scalar, {c.call(ops::diagonal, {s, 0, -2, -1}), 0.5}), 0, -2, -1});
+  Value* dL = matmul(c, L, c.call(ops::sub_Tensor, {c.call(ops::tril, {s, 0}), half_diagonal}));
   return {upper ? mT(c, dL) : dL};
 }
 
@@ -175,15 +176,15 @@ std::vector<Value*> cholesky_solve(Ctx& c) {
 Value* diag_of_product(Ctx& c, Value* X, Value* dA, Value* Y) {
   const std::vector<int64_t>& sizes = dA->meta().sizes;
   if (sizes.back() > sizes.end()[-2])
-    return c.call("aten::sum.dim_IntList", {c.mul(matmul(c, mT(c, X), dA), mT(c, Y)), std::vector<int64_t>{-1}});
-  return c.call("aten::sum.dim_IntList", {c.mul(matmul(c, dA, Y), X), std::vector<int64_t>{-2}});
+    return c.call(ops::sum_dim_IntList, {c.mul(matmul(c, mT(c, X), dA), mT(c, Y)), std::vector<int64_t>{-1}});
+  return c.call(ops::sum_dim_IntList, {c.mul(matmul(c, dA, Y), X), std::vector<int64_t>{-2}});
 }
 
 // _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors)
 std::vector<Value*> eigh(Ctx& c) {
   if (!c.t(0)) return {};
   bool vectors = c.c(2).toBool();
-  Value *w = c.out(0), *V = vectors ? c.out(1) : c.b.emit("aten::_linalg_eigh", {c.x(0), c.a(1), true}).at(1);
+  Value *w = c.out(0), *V = vectors ? c.out(1) : c.b.emit(ops::_linalg_eigh, {c.x(0), c.a(1), true}).at(1);
   Value* dA = symmetric_from(c, c.t(0), c.c(1).toStringRef());
   if (!vectors) return {diag_of_product(c, V, dA, V)};
   Value* M = matmul(c, mT(c, V), matmul(c, dA, V));
@@ -202,38 +203,38 @@ std::vector<Value*> svd(Ctx& c) {
   int64_t m = sizes.end()[-2], n = sizes.back(), k = std::min(m, n);
   Value *U = c.out(0), *S = c.out(1), *Vh = c.out(2);
   if (!vectors) {  // svdvals: the vectors from the op run again (folded)
-    std::vector<Value*> usv = c.b.emit("aten::_linalg_svd", {c.x(0), false, true, c.a(3)});
+    std::vector<Value*> usv = c.b.emit(ops::_linalg_svd, {c.x(0), false, true, c.a(3)});
     return {nullptr, diag_of_product(c, usv[0], c.t(0), mT(c, usv[2]))};
   }
   if (full) U = narrow(c, U, -1, 0, k), Vh = narrow(c, Vh, -2, 0, k);
   Value *dA = c.t(0), *V = mT(c, Vh), *Ut = mT(c, U);
-  Value* inv_s = c.call("aten::reciprocal", {S});
+  Value* inv_s = c.call(ops::reciprocal, {S});
   // dA·V (m ≥ n) or Uᵀ·dA (m < n): the smaller, and the one the part outside the span needs
   Value* half = m >= n ? matmul(c, dA, V) : matmul(c, Ut, dA);
   Value* dP = m >= n ? matmul(c, Ut, half) : matmul(c, half, V);
-  Value* G = product(c, inverse_gaps(c, product(c, S, S)), c.call("aten::unsqueeze", {S, -2}));
+  Value* G = product(c, inverse_gaps(c, product(c, S, S)), c.call(ops::unsqueeze, {S, -2}));
   Value* GdP = c.mul(dP, G);
   Value* GtdP = c.mul(dP, mT(c, G));
   Value* dU_core = sub(c, GdP, mT(c, GdP));
   Value* dVh_core = sub(c, GtdP, mT(c, GtdP));
   Value *dU, *dVh;
   if (m > n) {  // dU = dA·V·S⁻¹ + U·(core − dP·S⁻¹)
-    Value* scaled = c.call("aten::unsqueeze", {inv_s, -2});
+    Value* scaled = c.call(ops::unsqueeze, {inv_s, -2});
     dU = c.add(c.mul(half, scaled), matmul(c, U, sub(c, dU_core, c.mul(dP, scaled))));
     if (full) {  // U₂, a basis of the rest: dU₂ = −U₁·(dU₁ᵀ·U₂), which keeps [U₁ U₂] orthogonal and
                  // gives the projector U₂U₂ᵀ its tangent −d(U₁U₁ᵀ) (LibTorch's forward AD gives 0)
-      Value* dU2 = c.call("aten::neg", {matmul(c, U, matmul(c, mT(c, dU), narrow(c, c.out(0), -1, k, m - k)))});
-      dU = c.call("aten::cat", {std::vector<Value*>{dU, dU2}, -1});
+      Value* dU2 = c.call(ops::neg, {matmul(c, U, matmul(c, mT(c, dU), narrow(c, c.out(0), -1, k, m - k)))});
+      dU = c.call(ops::cat, {std::vector<Value*>{dU, dU2}, -1});
     }
   } else {
     dU = matmul(c, U, dU_core);
   }
   if (m < n) {  // dVᵀ = S⁻¹·Uᵀ·dA + (core − S⁻¹·dP)·Vᵀ
-    Value* scaled = c.call("aten::unsqueeze", {inv_s, -1});
+    Value* scaled = c.call(ops::unsqueeze, {inv_s, -1});
     dVh = c.add(c.mul(half, scaled), matmul(c, sub(c, dVh_core, c.mul(dP, scaled)), Vh));
     if (full) {  // the rows of Vᵀ past k likewise: dVᵀ₂ = −(Vᵀ₂·dVᵀ₁ᵀ)·Vᵀ₁
-      Value* dVh2 = c.call("aten::neg", {matmul(c, matmul(c, narrow(c, c.out(2), -2, k, n - k), mT(c, dVh)), Vh)});
-      dVh = c.call("aten::cat", {std::vector<Value*>{dVh, dVh2}, -2});
+      Value* dVh2 = c.call(ops::neg, {matmul(c, matmul(c, narrow(c, c.out(2), -2, k, n - k), mT(c, dVh)), Vh)});
+      dVh = c.call(ops::cat, {std::vector<Value*>{dVh, dVh2}, -2});
     }
   } else {
     dVh = matmul(c, dVh_core, Vh);
@@ -250,12 +251,12 @@ std::vector<Value*> qr(Ctx& c) {
   if (mode == "complete" && m > n)
     throw Error("Q of a complete QR of a matrix with more rows than columns has no tangent (use mode='reduced')");
   Value *Q = c.out(0), *R = c.out(1), *dA = c.t(0);
-  if (mode == "r") Q = c.b.emit("aten::linalg_qr", {c.x(0), std::string("reduced")}).at(0);  // folded
+  if (mode == "r") Q = c.b.emit(ops::linalg_qr, {c.x(0), std::string("reduced")}).at(0);  // folded
   if (m >= n) {
     // M = Qᵀ·dA·R⁻¹ = Qᵀ·dQ + dR·R⁻¹, skew plus upper triangular: dR·R⁻¹ = triu(M) + triu(Mᵀ, 1)
-    Value* dA_Rinv = c.call("aten::linalg_solve_triangular", {R, dA, true, false, false});
+    Value* dA_Rinv = c.call(ops::linalg_solve_triangular, {R, dA, true, false, false});
     Value* M = matmul(c, mT(c, Q), dA_Rinv);
-    Value* dR_Rinv = c.call("aten::add.Tensor", {c.call("aten::triu", {M, 0}), c.call("aten::triu", {mT(c, M), 1})});
+    Value* dR_Rinv = c.call(ops::add_Tensor, {c.call(ops::triu, {M, 0}), c.call(ops::triu, {mT(c, M), 1})});
     Value* dQ = sub(c, dA_Rinv, matmul(c, Q, dR_Rinv));
     return {mode == "r" ? nullptr : dQ, matmul(c, dR_Rinv, R)};
   }
@@ -263,8 +264,8 @@ std::vector<Value*> qr(Ctx& c) {
   // first m columns), and dR = Qᵀ·dA − Qᵀ·dQ·R
   Value* QtdA = matmul(c, mT(c, Q), dA);
   Value* X =
-      c.call("aten::linalg_solve_triangular", {narrow(c, R, -1, 0, m), narrow(c, QtdA, -1, 0, m), true, false, false});
-  Value* lower = c.call("aten::tril", {X, -1});
+      c.call(ops::linalg_solve_triangular, {narrow(c, R, -1, 0, m), narrow(c, QtdA, -1, 0, m), true, false, false});
+  Value* lower = c.call(ops::tril, {X, -1});
   Value* QtdQ = sub(c, lower, mT(c, lower));
   return {mode == "r" ? nullptr : matmul(c, Q, QtdQ), sub(c, QtdA, matmul(c, QtdQ, R))};
 }
@@ -277,21 +278,21 @@ std::pair<Value*, Value*> lu_tangents(Ctx& c, Value* P, Value* L, Value* U, Valu
   int64_t m = sizes.end()[-2], n = sizes.back(), k = std::min(m, n);
   Value* PtdA = P->meta().numel() == 0 ? dA : matmul(c, mT(c, P), dA);  // no pivoting (CUDA): P is empty
   Value *L1 = m > k ? narrow(c, L, -2, 0, k) : L, *U1 = n > k ? narrow(c, U, -1, 0, k) : U;
-  Value* X = c.call("aten::linalg_solve_triangular", {L1, m > k ? narrow(c, PtdA, -2, 0, k) : PtdA, false, true, true});
+  Value* X = c.call(ops::linalg_solve_triangular, {L1, m > k ? narrow(c, PtdA, -2, 0, k) : PtdA, false, true, true});
   if (n > k) X = narrow(c, X, -1, 0, k);
-  X = c.call("aten::linalg_solve_triangular", {U1, X, true, false, false});
-  Value* dL1 = matmul(c, L1, c.call("aten::tril", {X, -1}));
-  Value* dU1 = matmul(c, c.call("aten::triu", {X, 0}), U1);
+  X = c.call(ops::linalg_solve_triangular, {U1, X, true, false, false});
+  Value* dL1 = matmul(c, L1, c.call(ops::tril, {X, -1}));
+  Value* dU1 = matmul(c, c.call(ops::triu, {X, 0}), U1);
   Value *dL = dL1, *dU = dU1;
   if (m > k) {  // dL₂ = (Pᵀ·dA)₂·U⁻¹ − L₂·dU·U⁻¹
     Value* rest = sub(c, narrow(c, PtdA, -2, k, m - k), matmul(c, narrow(c, L, -2, k, m - k), dU1));
     dL =
-        c.call("aten::cat",
-               {std::vector<Value*>{dL1, c.call("aten::linalg_solve_triangular", {U1, rest, true, false, false})}, -2});
+        c.call(ops::cat,
+               {std::vector<Value*>{dL1, c.call(ops::linalg_solve_triangular, {U1, rest, true, false, false})}, -2});
   } else if (n > k) {  // dU₂ = L⁻¹·((Pᵀ·dA)₂ − dL·U₂)
     Value* rest = sub(c, narrow(c, PtdA, -1, k, n - k), matmul(c, dL1, narrow(c, U, -1, k, n - k)));
-    dU = c.call("aten::cat",
-                {std::vector<Value*>{dU1, c.call("aten::linalg_solve_triangular", {L1, rest, false, true, true})}, -1});
+    dU = c.call(ops::cat,
+                {std::vector<Value*>{dU1, c.call(ops::linalg_solve_triangular, {L1, rest, false, true, true})}, -1});
   }
   return {dL, dU};
 }
@@ -302,9 +303,9 @@ std::pair<Value*, Value*> lu_tangents(Ctx& c, Value* P, Value* L, Value* U, Valu
 /// projections the complements are (not A's own, which keep the dropped directions).
 Value* pinv_tangent(Ctx& c, Value* P, Value* dA, Value* B) {
   auto times_b = [&](Value* f) { return B ? matmul(c, f, B) : f; };
-  Value* A = c.call("aten::linalg_pinv.atol_rtol_tensor", {P, std::nullopt, std::nullopt, false});  // folded
+  Value* A = c.call(ops::linalg_pinv_atol_rtol_tensor, {P, std::nullopt, std::nullopt, false});  // folded
   Value *Pt = mT(c, P), *dAt = mT(c, dA);
-  Value* t1 = matmul(c, c.call("aten::neg", {P}), matmul(c, dA, times_b(P)));
+  Value* t1 = matmul(c, c.call(ops::neg, {P}), matmul(c, dA, times_b(P)));
   Value* t2 = matmul(c, matmul(c, P, Pt), matmul(c, dAt, times_b(complement(c, A, P))));
   Value* t3 = matmul(c, complement(c, P, A), matmul(c, dAt, times_b(matmul(c, Pt, P))));
   return c.add(c.add(t1, t2), t3);
@@ -318,11 +319,11 @@ std::vector<Value*> lu_solve(Ctx& c) {
   if (!c.t(0)) return {dX};
   if (!c.c(3).toBool() || c.c(4).toBool()) throw Error("no tangent through LU for left=false or adjoint=true");
   Value *LU = c.x(0), *X = c.out(), *dLU = c.t(0);
-  Value* UX = matmul(c, c.call("aten::triu", {LU, 0}), X);  // folded
+  Value* UX = matmul(c, c.call(ops::triu, {LU, 0}), X);  // folded
   Value* a =
-      c.call("aten::linalg_solve_triangular", {LU, matmul(c, c.call("aten::tril", {dLU, -1}), UX), false, true, true});
-  Value* b = c.call("aten::add.Tensor", {a, matmul(c, c.call("aten::triu", {dLU, 0}), X)});
-  Value* dX_LU = c.call("aten::neg", {c.call("aten::linalg_solve_triangular", {LU, b, true, true, false})});
+      c.call(ops::linalg_solve_triangular, {LU, matmul(c, c.call(ops::tril, {dLU, -1}), UX), false, true, true});
+  Value* b = c.call(ops::add_Tensor, {a, matmul(c, c.call(ops::triu, {dLU, 0}), X)});
+  Value* dX_LU = c.call(ops::neg, {c.call(ops::linalg_solve_triangular, {LU, b, true, true, false})});
   return {c.add(dX, dX_LU)};
 }
 
@@ -337,19 +338,19 @@ std::vector<Value*> lstsq(Ctx& c) {
   // pinv's too, eps·max(m, n)); folded
   BArg rtol = std::nullopt;
   if (!c.c(2).isNone())
-    rtol = c.call("aten::scalar_tensor", {c.c(2).toDouble(), c10::toRealValueType(A->meta().dtype), std::nullopt,
+    rtol = c.call(ops::scalar_tensor, {c.c(2).toDouble(), c10::toRealValueType(A->meta().dtype), std::nullopt,
                                           A->meta().device, std::nullopt});
-  Value* P = c.call("aten::linalg_pinv.atol_rtol_tensor", {A, std::nullopt, rtol, false});
+  Value* P = c.call(ops::linalg_pinv_atol_rtol_tensor, {A, std::nullopt, rtol, false});
   Value* dX = c.add(dA ? pinv_tangent(c, P, dA, B) : nullptr, dB ? matmul(c, P, dB) : nullptr);
   std::vector<Value*> out = {as_vector(c, dX, vector, true), nullptr, nullptr, nullptr};
   if (c.out(1)->meta().numel() > 0) {  // Σ‖A·X − B‖² per column: 2·Σ r ⊙ (dA·X − dB), as r ⟂ A's columns
     Value* X = as_matrix(c, c.out(0), vector, true);
-    Value* r = c.call("aten::mul.Scalar", {sub(c, matmul(c, A, X), B), 2});
-    Value* dr = c.add(dA ? matmul(c, dA, X) : nullptr, dB ? c.call("aten::neg", {dB}) : nullptr);
-    out[1] = c.call("aten::sum.dim_IntList", {c.mul(dr, r), std::vector<int64_t>{-2}});
+    Value* r = c.call(ops::mul_Scalar, {sub(c, matmul(c, A, X), B), 2});
+    Value* dr = c.add(dA ? matmul(c, dA, X) : nullptr, dB ? c.call(ops::neg, {dB}) : nullptr);
+    out[1] = c.call(ops::sum_dim_IntList, {c.mul(dr, r), std::vector<int64_t>{-2}});
   }
   if (c.out(3)->meta().numel() > 0 && dA) {  // A's singular values
-    std::vector<Value*> usv = c.b.emit("aten::_linalg_svd", {A, false, true, std::nullopt});
+    std::vector<Value*> usv = c.b.emit(ops::_linalg_svd, {A, false, true, std::nullopt});
     out[3] = diag_of_product(c, usv[0], dA, mT(c, usv[2]));
   }
   return out;
@@ -358,72 +359,72 @@ std::vector<Value*> lstsq(Ctx& c) {
 }  // namespace
 
 void register_solvers(Registry& r) {
-  r.add("aten::_linalg_solve_ex", solve);
-  r.add("aten::linalg_solve_triangular", solve_triangular);
-  r.add("aten::linalg_inv_ex", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::_linalg_solve_ex, solve);
+  r.add(ops::linalg_solve_triangular, solve_triangular);
+  r.add(ops::linalg_inv_ex, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     Value* inv = c.out();
-    return {matmul(c, matmul(c, c.call("aten::neg", {inv}), c.t(0)), inv)};
+    return {matmul(c, matmul(c, c.call(ops::neg, {inv}), c.t(0)), inv)};
   });
-  r.add("aten::_linalg_det", [](Ctx& c) -> std::vector<Value*> {  // -> (det, LU, pivots)
+  r.add(ops::_linalg_det, [](Ctx& c) -> std::vector<Value*> {  // -> (det, LU, pivots)
     if (!c.t(0)) return {};
     return {frobenius(c, c.t(0), cofactors(c, c.out(1), c.out(2)))};
   });
-  r.add("aten::_linalg_slogdet", [](Ctx& c) -> std::vector<Value*> {  // -> (sign, logabsdet, LU, pivots)
+  r.add(ops::_linalg_slogdet, [](Ctx& c) -> std::vector<Value*> {  // -> (sign, logabsdet, LU, pivots)
     if (!c.t(0)) return {};
     return {nullptr, frobenius(c, c.t(0), inverse_transposed(c, c.out(2), c.out(3)))};
   });
-  r.add("aten::linalg_cholesky_ex", cholesky);
-  r.add("aten::cholesky", cholesky);  // the legacy form: (A, upper) -> L
-  r.add("aten::cholesky_solve", cholesky_solve);
-  r.add("aten::_linalg_eigh", eigh);
-  r.add("aten::_linalg_svd", svd);
-  r.add("aten::linalg_qr", qr);
-  r.add("aten::linalg_lu_factor_ex", [](Ctx& c) -> std::vector<Value*> {  // -> (LU, pivots, info)
+  r.add(ops::linalg_cholesky_ex, cholesky);
+  r.add(ops::cholesky, cholesky);  // the legacy form: (A, upper) -> L
+  r.add(ops::cholesky_solve, cholesky_solve);
+  r.add(ops::_linalg_eigh, eigh);
+  r.add(ops::_linalg_svd, svd);
+  r.add(ops::linalg_qr, qr);
+  r.add(ops::linalg_lu_factor_ex, [](Ctx& c) -> std::vector<Value*> {  // -> (LU, pivots, info)
     if (!c.t(0)) return {};
-    std::vector<Value*> plu = c.b.emit("aten::lu_unpack", {c.out(0), c.out(1), true, true});  // folded
+    std::vector<Value*> plu = c.b.emit(ops::lu_unpack, {c.out(0), c.out(1), true, true});  // folded
     auto [dL, dU] = lu_tangents(c, plu[0], plu[1], plu[2], c.t(0));
     // packed as LU is: dL is strictly lower (L's diagonal is 1), dU upper; the smaller padded
     const std::vector<int64_t>& sizes = c.out(0)->meta().sizes;
     int64_t m = sizes.end()[-2], n = sizes.back(), k = std::min(m, n);
-    if (m > k) dU = c.call("aten::cat", {std::vector<Value*>{dU, c.zeros_like(narrow(c, c.out(0), -2, k, m - k))}, -2});
-    if (n > k) dL = c.call("aten::cat", {std::vector<Value*>{dL, c.zeros_like(narrow(c, c.out(0), -1, k, n - k))}, -1});
-    return {c.call("aten::add.Tensor", {dL, dU})};
+    if (m > k) dU = c.call(ops::cat, {std::vector<Value*>{dU, c.zeros_like(narrow(c, c.out(0), -2, k, m - k))}, -2});
+    if (n > k) dL = c.call(ops::cat, {std::vector<Value*>{dL, c.zeros_like(narrow(c, c.out(0), -1, k, n - k))}, -1});
+    return {c.call(ops::add_Tensor, {dL, dU})};
   });
-  r.add("aten::linalg_lu_solve", lu_solve);
-  r.add("aten::lu_unpack", [](Ctx& c) -> std::vector<Value*> {  // (LU, pivots, data, pivots) -> (P, L, U): linear in LU
+  r.add(ops::linalg_lu_solve, lu_solve);
+  r.add(ops::lu_unpack, [](Ctx& c) -> std::vector<Value*> {  // (LU, pivots, data, pivots) -> (P, L, U): linear in LU
     if (!c.t(0) || !c.c(2).toBool()) return {};
     const std::vector<int64_t>& sizes = c.x(0)->meta().sizes;
     int64_t k = std::min(sizes.end()[-2], sizes.back());
-    return {nullptr, c.call("aten::tril", {narrow(c, c.t(0), -1, 0, k), -1}),
-            c.call("aten::triu", {narrow(c, c.t(0), -2, 0, k), 0})};
+    return {nullptr, c.call(ops::tril, {narrow(c, c.t(0), -1, 0, k), -1}),
+            c.call(ops::triu, {narrow(c, c.t(0), -2, 0, k), 0})};
   });
-  r.add("aten::linalg_lu", [](Ctx& c) -> std::vector<Value*> {  // (A, pivot) -> (P, L, U)
+  r.add(ops::linalg_lu, [](Ctx& c) -> std::vector<Value*> {  // (A, pivot) -> (P, L, U)
     if (!c.t(0)) return {};
     auto [dL, dU] = lu_tangents(c, c.out(0), c.out(1), c.out(2), c.t(0));
     return {nullptr, dL, dU};
   });
-  r.add("aten::linalg_pinv.atol_rtol_tensor", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::linalg_pinv_atol_rtol_tensor, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     // hermitian: the op reads A's lower triangle (as eigh does), so its tangent is the symmetric
     // matrix that triangle stands for (LibTorch's forward AD takes the whole tangent)
     Value* dA = c.c(3).toBool() ? symmetric_from(c, c.t(0), "L") : c.t(0);
     return {pinv_tangent(c, c.out(), dA, nullptr)};
   });
-  r.add("aten::linalg_lstsq", lstsq);
-  r.add("aten::cholesky_inverse", [](Ctx& c) -> std::vector<Value*> {  // (L, upper) -> (L·Lᵀ)⁻¹ (upper: (Uᵀ·U)⁻¹)
+  r.add(ops::linalg_lstsq, lstsq);
+  r.add(ops::cholesky_inverse, [](Ctx& c) -> std::vector<Value*> {  // (L, upper) -> (L·Lᵀ)⁻¹ (upper: (Uᵀ·U)⁻¹)
     if (!c.t(0)) return {};
     Value* inv = c.out();
-    return {matmul(c, matmul(c, c.call("aten::neg", {inv}), gram_tangent(c, 0, c.c(1).toBool())), inv)};
+    return {matmul(c, matmul(c, c.call(ops::neg, {inv}), gram_tangent(c, 0, c.c(1).toBool())), inv)};
   });
-  r.add("aten::linalg_matrix_exp", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::linalg_matrix_exp, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     Value* A = c.x(0);
     int64_t n = A->meta().sizes.back();
-    Value* top = c.call("aten::cat", {std::vector<Value*>{A, c.t(0)}, -1});
-    Value* bottom = c.call("aten::cat", {std::vector<Value*>{c.zeros_like(A), A}, -1});
-    Value* e = c.call("aten::linalg_matrix_exp", {c.call("aten::cat", {std::vector<Value*>{top, bottom}, -2})});
-    return {c.call("aten::slice.Tensor", {c.call("aten::slice.Tensor", {e, -2, 0, n}), -1, n, 2 * n})};
+    Value* top = c.call(ops::cat, {std::vector<Value*>{A, c.t(0)}, -1});
+    Value* bottom = c.call(ops::cat, {std::vector<Value*>{c.zeros_like(A), A}, -1});
+    Value* e = c.call(ops::linalg_matrix_exp, {c.call(ops::cat, {std::vector<Value*>{top, bottom}, -2})});
+    return {c.call(ops::slice_Tensor, {c.call(ops::slice_Tensor, {e, -2, 0, n}), -1, n, 2 * n})};
   });
 }
 

@@ -5,6 +5,7 @@
 // (a tangent input is contiguous, a primal may be a transposed weight); `view` then copies the
 // tangent first, visibly, rather than fail at run time.
 #include "passes/jvp_rules/rules.h"
+#include "ir/op.h"
 
 namespace jvpc::jvp_rules {
 
@@ -42,18 +43,18 @@ std::vector<Value*> scatter_reduce(Ctx& c) {
       src = narrow(c, src, static_cast<int64_t>(d), 0, is[d]);
       if (t_src) t_src = narrow(c, t_src, static_cast<int64_t>(d), 0, is[d]);
     }
-  auto as_float = [&](Value* mask) { return c.call("aten::_to_copy", {mask, out->meta().dtype}); };
-  Value* h_self = as_float(c.call("aten::eq.Tensor", {self, out}));
+  auto as_float = [&](Value* mask) { return c.call(ops::_to_copy, {mask, out->meta().dtype}); };
+  Value* h_self = as_float(c.call(ops::eq_Tensor, {self, out}));
   if (!c.c(5).toBool()) {
-    Value* scattered = c.call("aten::scatter.value", {c.call("aten::zeros_like", {h_self}), c.a(1), index, 1.0});
-    h_self = c.call("aten::mul.Tensor", {h_self, c.call("aten::rsub.Scalar", {scattered, 1})});
+    Value* scattered = c.call(ops::scatter_value, {c.call(ops::zeros_like, {h_self}), c.a(1), index, 1.0});
+    h_self = c.call(ops::mul_Tensor, {h_self, c.call(ops::rsub_Scalar, {scattered, 1})});
   }
-  Value* h_src = as_float(c.call("aten::eq.Tensor", {src, c.call("aten::gather", {out, c.a(1), index})}));
-  Value* count = c.call("aten::scatter_add", {h_self, c.a(1), index, h_src});
-  Value* self_share = c.call("aten::div.Tensor", {h_self, count});
-  Value* src_share = c.call("aten::div.Tensor", {h_src, c.call("aten::gather", {count, c.a(1), index})});
+  Value* h_src = as_float(c.call(ops::eq_Tensor, {src, c.call(ops::gather, {out, c.a(1), index})}));
+  Value* count = c.call(ops::scatter_add, {h_self, c.a(1), index, h_src});
+  Value* self_share = c.call(ops::div_Tensor, {h_self, count});
+  Value* src_share = c.call(ops::div_Tensor, {h_src, c.call(ops::gather, {count, c.a(1), index})});
   Value* from_src = nullptr;
-  if (t_src) from_src = c.call("aten::scatter_add", {c.zeros_like(out), c.a(1), index, c.mul(t_src, src_share)});
+  if (t_src) from_src = c.call(ops::scatter_add, {c.zeros_like(out), c.a(1), index, c.mul(t_src, src_share)});
   return {c.add(c.mul(c.t(0), self_share), from_src)};
 }
 
@@ -66,7 +67,7 @@ std::vector<Value*> scatter_reduce(Ctx& c) {
 // aligned corners) is the same function: its partials come from grid_sampler_2d_backward.
 std::vector<Value*> grid_sampler(Ctx& c) {
   Value* t = c.t(0) ? c.reapply(0, c.t(0)).at(0) : nullptr;
-  bool cudnn = c.n.op() == "aten::cudnn_grid_sampler";
+  bool cudnn = c.n.is(ops::cudnn_grid_sampler);
   if (!c.t(1) || (!cudnn && c.c(2).toInt() == 1)) return {t};
   const auto &xs = c.x(0)->meta().sizes, &gs = c.x(1)->meta().sizes;  // [N, C, in...], [N, out..., k]
   int64_t n = xs[0], ch = xs[1];
@@ -77,18 +78,18 @@ std::vector<Value*> grid_sampler(Ctx& c) {
   std::vector<int64_t> grid_flat = per_channel;
   grid_flat.erase(grid_flat.begin());
   grid_flat[0] = n * ch;
-  Value* grid = reshape(c.b, c.call("aten::expand", {c.call("aten::unsqueeze", {c.x(1), 1}), per_channel}), grid_flat);
+  Value* grid = reshape(c.b, c.call(ops::expand, {c.call(ops::unsqueeze, {c.x(1), 1}), per_channel}), grid_flat);
   const TensorMeta& m = c.out()->meta();
-  Value* g = c.call("aten::ones", {ones, m.dtype, std::nullopt, m.device});
+  Value* g = c.call(ops::ones, {ones, m.dtype, std::nullopt, m.device});
   std::vector<BArg> how = {0, 0, true};  // cuDNN's: bilinear, zeros, align_corners
   if (!cudnn) how = {c.a(2), c.a(3), c.a(4)};
   Value* partials =
-      c.b.emit(cudnn ? std::string("aten::grid_sampler_2d_backward") : c.n.op() + "_backward",
+      c.b.emit(cudnn ? std::string(ops::grid_sampler_2d_backward) : c.n.op() + "_backward",
                {g, reshape(c.b, c.x(0), x_flat), grid, how[0], how[1], how[2], c10::List<bool>({true, true})})
           .at(1);
-  Value* f = c.call("aten::view", {partials, per_channel});
-  Value* tg = c.call("aten::unsqueeze", {c.t(1), 1});
-  return {c.add(t, c.call("aten::sum.dim_IntList", {c.mul(tg, f), std::vector<int64_t>{-1}}))};
+  Value* f = c.call(ops::view, {partials, per_channel});
+  Value* tg = c.call(ops::unsqueeze, {c.t(1), 1});
+  return {c.add(t, c.call(ops::sum_dim_IntList, {c.mul(tg, f), std::vector<int64_t>{-1}}))};
 }
 
 // _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
@@ -102,43 +103,43 @@ std::vector<Value*> embedding_bag(Ctx& c) {
     return {c.add(w, psw)};
   }
   if (!c.t(0)) return {};
-  Value* rows = c.call("aten::clamp_min", {c.out(3), 0});
-  Value* picked = c.call("aten::gather", {c.t(0), 0, rows});
-  Value* empty = c.call("aten::unsqueeze", {c.call("aten::eq.Scalar", {c.out(2), 0}), 1});
-  return {c.call("aten::masked_fill.Scalar", {picked, empty, 0.0})};
+  Value* rows = c.call(ops::clamp_min, {c.out(3), 0});
+  Value* picked = c.call(ops::gather, {c.t(0), 0, rows});
+  Value* empty = c.call(ops::unsqueeze, {c.call(ops::eq_Scalar, {c.out(2), 0}), 1});
+  return {c.call(ops::masked_fill_Scalar, {picked, empty, 0.0})};
 }
 
 }  // namespace
 
 void register_views(Registry& r) {
-  for (const char* op :
-       {"aten::expand", "aten::transpose.int", "aten::t", "aten::permute", "aten::unsqueeze", "aten::squeeze",
-        "aten::squeeze.dim", "aten::squeeze.dims", "aten::select.int", "aten::slice.Tensor", "aten::split.Tensor",
-        "aten::split_with_sizes", "aten::unsafe_split.Tensor", "aten::unsafe_split_with_sizes", "aten::unbind.int",
-        "aten::alias", "aten::diagonal", "aten::unfold", "aten::index_select", "aten::gather", "aten::repeat",
-        "aten::flip", "aten::roll", "aten::index.Tensor", "aten::embedding",
+  for (Op op :
+       {ops::expand, ops::transpose_int, ops::t, ops::permute, ops::unsqueeze, ops::squeeze,
+        ops::squeeze_dim, ops::squeeze_dims, ops::select_int, ops::slice_Tensor, ops::split_Tensor,
+        ops::split_with_sizes, ops::unsafe_split_Tensor, ops::unsafe_split_with_sizes, ops::unbind_int,
+        ops::alias, ops::diagonal, ops::unfold, ops::index_select, ops::gather, ops::repeat,
+        ops::flip, ops::roll, ops::index_Tensor, ops::embedding,
         // the copying forms of views (diag() is diagonal_copy)
-        "aten::diagonal_copy", "aten::expand_copy", "aten::permute_copy", "aten::transpose_copy.int",
-        "aten::select_copy.int", "aten::slice_copy.Tensor", "aten::alias_copy"})
+        ops::diagonal_copy, ops::expand_copy, ops::permute_copy, ops::transpose_copy_int,
+        ops::select_copy_int, ops::slice_copy_Tensor, ops::alias_copy})
     r.add(op, linear_in(0));
   // Pooling by averages, resampling and padding by reflection or replication: linear too.
-  for (const char* op :
-       {"aten::avg_pool2d", "aten::avg_pool3d", "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d",
-        "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
-        "aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d",
-        "aten::upsample_linear1d", "aten::upsample_bilinear2d", "aten::upsample_bicubic2d",
-        "aten::upsample_trilinear3d", "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
-        "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", "aten::pixel_shuffle",
-        "aten::pixel_unshuffle", "aten::channel_shuffle", "aten::trace", "aten::_upsample_bilinear2d_aa",
-        "aten::_upsample_bicubic2d_aa", "aten::im2col", "aten::col2im", "aten::narrow_copy", "aten::masked_select",
-        "aten::diag_embed", "aten::affine_grid_generator",
+  for (Op op :
+       {ops::avg_pool2d, ops::avg_pool3d, ops::_adaptive_avg_pool2d, ops::_adaptive_avg_pool3d,
+        ops::upsample_nearest1d, ops::upsample_nearest2d, ops::upsample_nearest3d,
+        ops::_upsample_nearest_exact1d, ops::_upsample_nearest_exact2d, ops::_upsample_nearest_exact3d,
+        ops::upsample_linear1d, ops::upsample_bilinear2d, ops::upsample_bicubic2d,
+        ops::upsample_trilinear3d, ops::reflection_pad1d, ops::reflection_pad2d, ops::reflection_pad3d,
+        ops::replication_pad1d, ops::replication_pad2d, ops::replication_pad3d, ops::pixel_shuffle,
+        ops::pixel_unshuffle, ops::channel_shuffle, ops::trace, ops::_upsample_bilinear2d_aa,
+        ops::_upsample_bicubic2d_aa, ops::im2col, ops::col2im, ops::narrow_copy, ops::masked_select,
+        ops::diag_embed, ops::affine_grid_generator,
         // max pooling's backward: linear in grad_output; self enters only through the indices
-        "aten::max_pool2d_with_indices_backward", "aten::max_pool3d_with_indices_backward"})
+        ops::max_pool2d_with_indices_backward, ops::max_pool3d_with_indices_backward})
     r.add(op, linear_in(0));
   // Max pooling picks elements: the tangent at the indices it returns, which index each
   // channel's flattened spatial dims (the last 2 or 3).
-  for (auto [op, space] : {std::pair{"aten::max_pool2d_with_indices", 2}, std::pair{"aten::max_pool3d_with_indices", 3},
-                           std::pair{"aten::adaptive_max_pool2d", 2}, std::pair{"aten::adaptive_max_pool3d", 3}})
+  for (auto [op, space] : {std::pair{ops::max_pool2d_with_indices, 2}, std::pair{ops::max_pool3d_with_indices, 3},
+                           std::pair{ops::adaptive_max_pool2d, 2}, std::pair{ops::adaptive_max_pool3d, 3}})
     r.add(op, [space = static_cast<size_t>(space)](Ctx& c) -> std::vector<Value*> {
       if (!c.t(0)) return {};
       auto flat = [&](Value* v) {
@@ -146,45 +147,45 @@ void register_views(Registry& r) {
         sizes.push_back(-1);
         return reshape(c.b, v, sizes);
       };
-      Value* picked = c.call("aten::gather", {flat(c.t(0)), -1, flat(c.out(1))});
+      Value* picked = c.call(ops::gather, {flat(c.t(0)), -1, flat(c.out(1))});
       return {reshape(c.b, picked, c.out()->meta().sizes), nullptr};
     });
-  r.add("aten::cat", linear_in_list(0));
-  r.add("aten::stack", linear_in_list(0));
-  r.add("aten::block_diag", linear_in_list(0));
-  r.add("aten::constant_pad_nd", [](Ctx& c) -> std::vector<Value*> {  // the padding is constant: tangent 0
+  r.add(ops::cat, linear_in_list(0));
+  r.add(ops::stack, linear_in_list(0));
+  r.add(ops::block_diag, linear_in_list(0));
+  r.add(ops::constant_pad_nd, [](Ctx& c) -> std::vector<Value*> {  // the padding is constant: tangent 0
     if (!c.t(0)) return {};
-    return {c.call("aten::constant_pad_nd", {c.t(0), c.a(1), 0.0})};
+    return {c.call(ops::constant_pad_nd, {c.t(0), c.a(1), 0.0})};
   });
   // Scatters and writes into views (functionalized by the tracer) are linear in (self, source)
   // jointly.
-  r.add("aten::scatter_add", linear_in_self_and(3, adds));
-  r.add("aten::index_add", linear_in_self_and(3, adds));
-  r.add("aten::scatter.src", linear_in_self_and(3));
-  r.add("aten::index_copy", linear_in_self_and(3));
-  r.add("aten::slice_scatter", linear_in_self_and(1));
-  r.add("aten::select_scatter", linear_in_self_and(1));
-  r.add("aten::diagonal_scatter", linear_in_self_and(1));
-  r.add("aten::masked_scatter", linear_in_self_and(2));
-  r.add("aten::index_put", linear_in_self_and(2, [](const Ctx& c) { return c.c(3).toBool(); }));  // accumulate
-  r.add("aten::scatter_reduce.two", scatter_reduce);
-  r.add("aten::index_fill.int_Scalar", [](Ctx& c) -> std::vector<Value*> {  // the filled value is constant
+  r.add(ops::scatter_add, linear_in_self_and(3, adds));
+  r.add(ops::index_add, linear_in_self_and(3, adds));
+  r.add(ops::scatter_src, linear_in_self_and(3));
+  r.add(ops::index_copy, linear_in_self_and(3));
+  r.add(ops::slice_scatter, linear_in_self_and(1));
+  r.add(ops::select_scatter, linear_in_self_and(1));
+  r.add(ops::diagonal_scatter, linear_in_self_and(1));
+  r.add(ops::masked_scatter, linear_in_self_and(2));
+  r.add(ops::index_put, linear_in_self_and(2, [](const Ctx& c) { return c.c(3).toBool(); }));  // accumulate
+  r.add(ops::scatter_reduce_two, scatter_reduce);
+  r.add(ops::index_fill_int_Scalar, [](Ctx& c) -> std::vector<Value*> {  // the filled value is constant
     if (!c.t(0)) return {};
-    return {c.call("aten::index_fill.int_Scalar", {c.t(0), c.a(1), c.x(2), 0.0})};
+    return {c.call(ops::index_fill_int_Scalar, {c.t(0), c.a(1), c.x(2), 0.0})};
   });
-  r.add("aten::index_fill.int_Tensor", [](Ctx& c) -> std::vector<Value*> {  // value: a 0-dim tensor
-    if (!c.t(3)) return {c.t(0) ? c.call("aten::index_fill.int_Scalar", {c.t(0), c.a(1), c.x(2), 0.0}) : nullptr};
-    return {c.call("aten::index_fill.int_Tensor", {c.t(0) ? c.t(0) : c.zeros_like(c.x(0)), c.a(1), c.x(2), c.t(3)})};
+  r.add(ops::index_fill_int_Tensor, [](Ctx& c) -> std::vector<Value*> {  // value: a 0-dim tensor
+    if (!c.t(3)) return {c.t(0) ? c.call(ops::index_fill_int_Scalar, {c.t(0), c.a(1), c.x(2), 0.0}) : nullptr};
+    return {c.call(ops::index_fill_int_Tensor, {c.t(0) ? c.t(0) : c.zeros_like(c.x(0)), c.a(1), c.x(2), c.t(3)})};
   });
-  r.add("aten::scatter.value", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::scatter_value, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
-    return {c.call("aten::scatter.value", {c.t(0), c.a(1), c.x(2), 0.0})};
+    return {c.call(ops::scatter_value, {c.t(0), c.a(1), c.x(2), 0.0})};
   });
   // as_strided reads storage, which a tangent shares only when laid out as its primal. A
   // restride that keeps every element where it was (same sizes, strides changed only on dims of
   // size 1, the same offset: adaptive_avg_pool2d of a channels-last input makes one) is the
   // identity; any other as_strided of a tangent differently laid out is refused.
-  r.add("aten::as_strided", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::as_strided, [](Ctx& c) -> std::vector<Value*> {
     Value* t = c.t(0);
     if (!t) return {};
     const TensorMeta &in = c.x(0)->meta(), &out = c.out()->meta();
@@ -197,12 +198,12 @@ void register_views(Registry& r) {
           "as_strided of a tangent laid out unlike its primal (or at an explicit storage offset) is not supported");
     return c.reapply(0, t);
   });
-  r.add("aten::grid_sampler_2d", grid_sampler);
-  r.add("aten::grid_sampler_3d", grid_sampler);
-  r.add("aten::cudnn_grid_sampler", grid_sampler);
-  r.add("aten::_embedding_bag", embedding_bag);
-  r.add("aten::_embedding_bag_forward_only", embedding_bag);
-  r.add("aten::view", [](Ctx& c) -> std::vector<Value*> {
+  r.add(ops::grid_sampler_2d, grid_sampler);
+  r.add(ops::grid_sampler_3d, grid_sampler);
+  r.add(ops::cudnn_grid_sampler, grid_sampler);
+  r.add(ops::_embedding_bag, embedding_bag);
+  r.add(ops::_embedding_bag_forward_only, embedding_bag);
+  r.add(ops::view, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     return {reshape(c.b, c.t(0), c.c(1).toIntVector())};
   });

@@ -13,6 +13,7 @@
 // allocated before it (the CUDA caching allocator's statistics on a GPU; on a CPU, the running
 // sum of the profiler's memory events, as the Python side does).
 #include "compiler/api/linearize.h"
+#include "ir/op.h"
 #include "compiler/api/program.h"
 #include "compiler/api/reference.h"
 #include "ir/cost/kernel_watch.h"
@@ -325,8 +326,8 @@ int main(int argc, char** argv) {
     // the floor a fused kernel could approach.
     std::vector<std::pair<at::Tensor, at::Tensor>> products;
     for (const jvpc::Node* n : lin.tangent_graph->nodes()) {
-      size_t a = n->op() == "aten::bmm" || n->op() == "aten::mm" ? 0 : 1;
-      if (n->op() != "aten::bmm" && n->op() != "aten::mm" && n->op() != "aten::baddbmm" && n->op() != "aten::addmm")
+      size_t a = n->is(jvpc::ops::bmm) || n->is(jvpc::ops::mm) ? 0 : 1;
+      if (!n->is(jvpc::ops::bmm) && !n->is(jvpc::ops::mm) && !n->is(jvpc::ops::baddbmm) && !n->is(jvpc::ops::addmm))
         continue;
       auto operand = [&](size_t i) {
         const auto& m = n->tensor_arg(i)->meta();
