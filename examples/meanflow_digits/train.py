@@ -4,7 +4,7 @@ minutes on a CPU, and digits to look at.
 
 The data are scikit-learn's 1,797 digits (8x8, ten classes; they ship inside the package, so
 nothing is downloaded). The model is a small class-conditional DiT (2x2 patches, adaLN-Zero
-blocks) that predicts MeanFlow's average velocity u(z, r, t | class). Each step draws a batch,
+blocks; dit.py) that predicts MeanFlow's average velocity u(z, r, t | class). Each step draws a batch,
 times t and r <= t and noise e, and forms z = (1 - t) x + t e and v = e - x; the JVP of u along
 (v_cfg, 0, 1), with v_cfg the velocity with classifier-free guidance mixed in, gives du/dt, and
 the loss is || u - stopgrad(v_cfg - (t - r) du/dt) ||², each sample's weighted by the inverse of
@@ -34,15 +34,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import sys
 import time
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from dit import DigitsDiT  # the model, beside this file
 
 CLASSES = 10
 NULL = CLASSES  # the label of "no class": dropped labels, unguided predictions
@@ -64,65 +63,6 @@ def patches(x):  # [B, 1, 8, 8] -> [B, 16, 4]: 2x2 patches as tokens
 
 def images(tokens):  # [B, 16, 4] -> [B, 1, 8, 8]
     return tokens.reshape(-1, 4, 4, 2, 2).permute(0, 1, 3, 2, 4).reshape(-1, 1, 8, 8)
-
-
-# --- the model -------------------------------------------------------------------------------
-
-def timestep_embedding(s, dim):
-    half = dim // 2
-    freqs = torch.exp(-math.log(1000.0) * torch.arange(half, dtype=s.dtype) / half)
-    a = s[:, None] * 1000.0 * freqs[None]
-    return torch.cat([a.cos(), a.sin()], dim=-1)
-
-
-class Block(nn.Module):
-    """A DiT block: attention and an MLP, each modulated by the conditioning (adaLN-Zero)."""
-
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads = heads
-        self.ada = nn.Linear(d, 6 * d)
-        nn.init.zeros_(self.ada.weight)
-        nn.init.zeros_(self.ada.bias)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x, c):
-        B, L, D = x.shape
-        s1, b1, g1, s2, b2, g2 = self.ada(F.silu(c)).unsqueeze(1).chunk(6, dim=-1)
-        h = F.layer_norm(x, (D,)) * (1 + s1) + b1
-        q, k, v = self.qkv(h).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
-        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, L, D)
-        x = x + g1 * self.proj(a)
-        h = F.layer_norm(x, (D,)) * (1 + s2) + b2
-        return x + g2 * self.fc2(F.gelu(self.fc1(h), approximate="tanh"))
-
-
-class DiT(nn.Module):
-    """u(z, r, t | y): z [B, 16, 4] tokens, r and t [B] times, y [B] labels (NULL: none)."""
-
-    def __init__(self, d=64, depth=3, heads=4):
-        super().__init__()
-        self.d = d
-        self.inp = nn.Linear(4, d)
-        self.pos = nn.Parameter(torch.randn(1, 16, d) * 0.02)
-        self.label = nn.Embedding(CLASSES + 1, d)
-        self.time = nn.Sequential(nn.Linear(2 * d, d), nn.SiLU(), nn.Linear(d, d))
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(depth))
-        self.out_ada = nn.Linear(d, 2 * d)
-        self.out = nn.Linear(d, 4)
-        for m in (self.out_ada, self.out):
-            nn.init.zeros_(m.weight)
-            nn.init.zeros_(m.bias)
-
-    def forward(self, z, r, t, y):
-        c = self.time(torch.cat([timestep_embedding(t, self.d), timestep_embedding(t - r, self.d)], -1))
-        c = c + self.label(y)
-        x = self.inp(z) + self.pos
-        for b in self.blocks:
-            x = b(x, c)
-        shift, scale = self.out_ada(F.silu(c)).unsqueeze(1).chunk(2, dim=-1)
-        return self.out(F.layer_norm(x, (self.d,)) * (1 + scale) + shift)
 
 
 # --- the JVP, three ways ---------------------------------------------------------------------
@@ -186,7 +126,7 @@ def train(kind, args, data, seed):
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     x_all, y_all = data
-    model = DiT(args.width, args.depth, args.heads)
+    model = DigitsDiT(args.width, args.depth, args.heads, CLASSES)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
     B = args.batch

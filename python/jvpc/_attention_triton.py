@@ -42,7 +42,10 @@ import triton
 import triton.language as tl
 
 from . import _C  # noqa: F401  (defines the jvpc operators)
-from . import _tangent_grad_attention
+
+# The devices (lower case) whose attention runs in these kernels: those register() was given.
+# _tangent_grad_attention reads it, for its O(L) route's fused attention.
+DEVICES: set[str] = set()
 
 _MAX_HEAD = 256
 
@@ -536,4 +539,4 @@ def register(dispatch_key: str = "CUDA") -> None:
         _library = torch.library.Library("jvpc", "IMPL")
     _library.impl("attention_tangent", attention_tangent, dispatch_key)
     _library.impl("attention_tangent_backward", attention_tangent_backward, dispatch_key)
-    _tangent_grad_attention.TRITON_DEVICES.add(dispatch_key.lower())
+    DEVICES.add(dispatch_key.lower())

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils import _pytree as pytree
@@ -29,16 +29,28 @@ from torch.utils import _pytree as pytree
 from ._C import Error
 from ._tangent_grad import rng_count, rng_states
 
-if TYPE_CHECKING:
-    from ._program import Program
+
+class ProgramLike(Protocol):
+    """What the operators use of a jvpc.Program (jvpc/_program.py, which imports this module)."""
+
+    _handle: str
+    _graphs: list
+
+    def _jvp_flat(self, tensors: list[torch.Tensor], tangents: list[torch.Tensor]) -> tuple[list, list]: ...
+
+    def _out_metas(self, tensors: list[torch.Tensor]) -> list: ...
+
+    def _jvp_vjp(self, tensors: list[torch.Tensor], tangents: list[torch.Tensor], rng: list[torch.Tensor],
+                 grads: list[torch.Tensor | None]) -> list: ...
+
 
 # The programs an operator call can name, by handle (ops take tensors, scalars and strings).
-_programs: "weakref.WeakValueDictionary[str, Program]" = weakref.WeakValueDictionary()
+_programs: "weakref.WeakValueDictionary[str, ProgramLike]" = weakref.WeakValueDictionary()
 _numbers = itertools.count()
 _CPU_RNG_BYTES = torch.random.get_rng_state().numel()
 
 
-def register(prog: "Program") -> str:
+def register(prog: ProgramLike) -> str:
     """The handle an operator call names prog by, made when the program is (a string: Dynamo bakes
     it into the graph, where an int that differs between two compiles would become symbolic)."""
     h = f"program-{next(_numbers)}"  # never reused: a freed program's id may be
@@ -46,7 +58,7 @@ def register(prog: "Program") -> str:
     return h
 
 
-def _program(h: str) -> "Program":
+def _program(h: str) -> ProgramLike:
     prog = _programs.get(h)
     if prog is None:
         raise Error("jvpc.Program.jvp under torch.compile: the program was freed; keep it alive while the "
@@ -122,7 +134,7 @@ def _backward(ctx, grads):
 program_jvp.register_autograd(_backward, setup_context=_setup_context)
 
 
-def call(prog: "Program", primals: tuple, tangents: tuple) -> tuple[Any, Any]:
+def call(prog: ProgramLike, primals: tuple, tangents: tuple) -> tuple[Any, Any]:
     """prog.jvp(primals, tangents) as torch.compile traces it: one jvpc::program_jvp call."""
     g = prog._graphs[0]
     weights = g.weights.read_by_attribute() if g.weights is not None else []

@@ -8,7 +8,7 @@ block; so the vjp of the jvp holds no Lq x Lk tensor: torch.func differentiates 
 `_Tangent` and the forward through `_Attention`'s backward.
 
 The fused kernel with a logsumexp is the CPU flash kernel on the CPU (float32, float64, bfloat16,
-float16; head sizes of q, k and v equal), and on a device in TRITON_DEVICES (CUDA, where Triton is
+float16; head sizes of q, k and v equal), and on a device in triton_devices() (CUDA, where Triton is
 there) _attention_triton's kernels, which also take a head size of v unlike q's (up to 256); there
 jvpc::attention_tangent and its backward run in those kernels too. Everything else takes SDPA's
 math path, as without this mode: dropout, other devices, 3-d or 5-d inputs, is_causal together
@@ -21,6 +21,7 @@ O(L) route.
 from __future__ import annotations
 
 import inspect
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -31,8 +32,15 @@ from . import _C  # registers the jvpc operators
 # The block sizes linearize uses.
 BLOCK_Q, BLOCK_K = _C.ATTENTION_BLOCK_Q, _C.ATTENTION_BLOCK_K
 _aten = torch.ops.aten
-# Devices whose attention runs in _attention_triton's kernels (its register() adds them).
-TRITON_DEVICES: set[str] = set()
+
+
+def triton_devices() -> set[str]:
+    """The devices whose attention runs in _attention_triton's kernels (its register() names them):
+    none while that module, which needs Triton, has not been imported."""
+    kernels = sys.modules.get(f"{__package__}._attention_triton")
+    return kernels.DEVICES if kernels is not None else set()
+
+
 _SDPA = inspect.signature(lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                           enable_gqa=False: None)
 
@@ -42,7 +50,7 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(q, k, v, mask, causal, scale):
-        if q.device.type in TRITON_DEVICES:
+        if q.device.type in triton_devices():
             from . import _attention_triton
             return _attention_triton.forward(q, k, v, mask, causal=causal, scale=scale, want_dout=False)[:2]
         return _aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
@@ -59,7 +67,7 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_out, _g_lse):
         q, k, v, mask, out, lse = ctx.saved_tensors
-        if q.device.type in TRITON_DEVICES:
+        if q.device.type in triton_devices():
             from . import _attention_triton
             g = _attention_triton.backward(q, k, v, out, lse, mask=mask, causal=ctx.causal, scale=ctx.scale,
                                            grad_out=g_out, wanted=(True, True, True, False, False, False))[:3]
@@ -108,12 +116,12 @@ def _o_l_call(args, kwargs):
     causal, scale = a.get("is_causal", False), a.get("scale")
     if a.get("dropout_p", 0.0) != 0.0 or not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         return None
-    device = q.device.type
+    device, triton = q.device.type, triton_devices()
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or not (device == k.device.type == v.device.type) \
-            or device not in TRITON_DEVICES | {"cpu"}:
+            or device not in triton | {"cpu"}:
         return None
     heads_fit = q.shape[-1] == k.shape[-1] == v.shape[-1] or (
-        device in TRITON_DEVICES and q.shape[-1] == k.shape[-1] and max(q.shape[-1], v.shape[-1]) <= 256)
+        device in triton and q.shape[-1] == k.shape[-1] and max(q.shape[-1], v.shape[-1]) <= 256)
     if q.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16) or k.dtype != q.dtype \
             or v.dtype != q.dtype or not heads_fit:
         return None

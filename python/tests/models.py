@@ -1,4 +1,6 @@
-"""The CLI's examples (examples/*.cpp) in Python, at small sizes: SDPA variants, MLP, block."""
+"""The CLI's examples (examples/*.cpp) in Python: SDPA variants, MLP, block. The tests take them
+at small sizes (the *_case functions); the PyTorch side of the benchmark
+(scripts/bench/torch_reference.py) takes attention, block_fn and block_inputs at its own."""
 
 import math
 
@@ -68,29 +70,47 @@ def mlp_case(dtype, bsz=2, seq=8, d=16, seed=0):
     return f, f, (x, w1, b1, w2, b2)
 
 
-def block_case(dtype, bsz=2, seq=8, d=32, head_dim=8, causal=False, seed=0):
-    gen = torch.Generator().manual_seed(seed)
+def attention(q, k, v, causal):
+    """examples/sdpa.cpp's function. The math backend: the fused kernels have no forward-AD formula."""
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def block_fn(bsz, seq, d, head_dim, causal):
+    """examples/block.cpp's function: a pre-norm transformer block, f(x, ln1_w, ln1_b, w_qkv, b_qkv,
+    w_o, b_o, ln2_w, ln2_b, w1, b1, w2, b2), x [bsz, seq, d], d // head_dim heads."""
     heads = d // head_dim
-    sd, sh = 1 / math.sqrt(d), 1 / math.sqrt(4 * d)
-    p = [randn(gen, bsz, seq, d, dtype=dtype),
-         randn(gen, d, dtype=dtype, scale=0.1) + 1, randn(gen, d, dtype=dtype, scale=0.1),
-         randn(gen, 3 * d, d, dtype=dtype, scale=sd), randn(gen, 3 * d, dtype=dtype, scale=0.1),
-         randn(gen, d, d, dtype=dtype, scale=sd), randn(gen, d, dtype=dtype, scale=0.1),
-         randn(gen, d, dtype=dtype, scale=0.1) + 1, randn(gen, d, dtype=dtype, scale=0.1),
-         randn(gen, 4 * d, d, dtype=dtype, scale=sd), randn(gen, 4 * d, dtype=dtype, scale=0.1),
-         randn(gen, d, 4 * d, dtype=dtype, scale=sh), randn(gen, d, dtype=dtype, scale=0.1)]
 
     def f(x, ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w1, b1, w2, b2):
-        with sdpa_kernel(SDPBackend.MATH):
-            a = F.layer_norm(x, (d,), ln1_w, ln1_b)
-            qkv = F.linear(a, w_qkv, b_qkv).view(bsz, seq, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
-            q, k, v = qkv.unbind(0)
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            o = o.transpose(1, 2).reshape(bsz, seq, d)
-            h = x + F.linear(o, w_o, b_o)
-            m = F.layer_norm(h, (d,), ln2_w, ln2_b)
-            return h + F.linear(F.gelu(F.linear(m, w1, b1)), w2, b2)
+        a = F.layer_norm(x, [d], ln1_w, ln1_b)
+        qkv = F.linear(a, w_qkv, b_qkv).view(bsz, seq, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        o = attention(q, k, v, causal).transpose(1, 2).reshape(bsz, seq, d)
+        h = x + F.linear(o, w_o, b_o)
+        m = F.layer_norm(h, [d], ln2_w, ln2_b)
+        m = F.linear(F.gelu(F.linear(m, w1, b1)), w2, b2)
+        return h + m
 
+    return f
+
+
+def block_inputs(bsz, seq, d):
+    """block_fn's inputs as (shape, scale, offset), in the order and with the scales of
+    examples/block.cpp: weights 1/sqrt(fan_in), biases 0.1, layer-norm weights 1 + 0.1 * randn."""
+    sd, sh = 1 / math.sqrt(d), 1 / math.sqrt(4 * d)
+    return [((bsz, seq, d), 1.0, 0.0), ((d,), 0.1, 1.0), ((d,), 0.1, 0.0), ((3 * d, d), sd, 0.0),
+            ((3 * d,), 0.1, 0.0), ((d, d), sd, 0.0), ((d,), 0.1, 0.0), ((d,), 0.1, 1.0),
+            ((d,), 0.1, 0.0), ((4 * d, d), sd, 0.0), ((4 * d,), 0.1, 0.0), ((d, 4 * d), sh, 0.0),
+            ((d,), 0.1, 0.0)]
+
+
+def block_case(dtype, bsz=2, seq=8, d=32, head_dim=8, causal=False, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    p = []
+    for shape, scale, offset in block_inputs(bsz, seq, d):
+        x = randn(gen, *shape, dtype=dtype, scale=scale)
+        p.append(x + offset if offset else x)  # the offset added in dtype
+    f = block_fn(bsz, seq, d, head_dim, causal)
     return f, f, tuple(p)
 
 

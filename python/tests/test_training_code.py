@@ -12,6 +12,8 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import jvpc
+from dit import DiT
+from objectives import CHANNELS, OBJECTIVES, batches
 
 
 def x64(*shape):
@@ -252,18 +254,13 @@ def test_the_same_tensor_as_several_primals():
 
 @pytest.mark.parametrize("objective", ["meanflow", "scm"])
 def test_a_training_step_under_bf16_autocast_as_torch_funcs(objective):
-    # scripts/bench/train_step.py's objectives on its DiT, the step under autocast to bfloat16 as
-    # mixed-precision training runs it: the losses and the weights' gradients agree with
-    # torch.func.jvp's under the same autocast, to bfloat16's tolerance.
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench"))
-    import train_step as ts
-
+    # The training-step benchmark's objectives (objectives.py) on its DiT, the step under autocast
+    # to bfloat16 as mixed-precision training runs it: the losses and the weights' gradients agree
+    # with torch.func.jvp's under the same autocast, to bfloat16's tolerance.
     torch.manual_seed(0)
-    net = ts.DiT(ts.CHANNELS, 32, 2, 2)
-    batch = next(ts.batches(1, 2, 16, seed=3))
-    make, loss_of = ts.OBJECTIVES[objective]
+    net = DiT(CHANNELS, 32, 2, 2)
+    batch = next(batches(1, 2, 16, seed=3))
+    make, loss_of = OBJECTIVES[objective]
     primals, tangents, aux = make(*batch)
     losses, grads = [], []
     for side in ("jvpc", "torch"):

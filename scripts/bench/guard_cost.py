@@ -20,7 +20,7 @@ import warnings
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# The networks (dit.py, model_zoo.py) are the tests' fixtures, in python/tests.
+# The networks (model_zoo.py) are the tests' fixtures, in python/tests.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "tests"))
 import model_zoo  # noqa: E402
 

@@ -17,7 +17,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# The networks (dit.py, model_zoo.py) are the tests' fixtures, in python/tests.
+# The networks (model_zoo.py) are the tests' fixtures, in python/tests.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "tests"))
 import jvpc  # noqa: E402
 from model_zoo import MODELS, build  # noqa: E402

@@ -40,7 +40,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# The networks (dit.py, model_zoo.py) are the tests' fixtures, in python/tests.
+# The networks (model_zoo.py) are the tests' fixtures, in python/tests.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "tests"))
 from model_zoo import MODELS, build, partial, tangents_for  # noqa: E402
 from torch_reference import interleaved_medians, matmul_flops, peak_bytes  # noqa: E402

@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import gc
 import json
-import math
 import os
 import signal
 import statistics
@@ -26,13 +25,15 @@ import time
 import warnings
 
 import torch
-import torch.nn.functional as F
 from torch.autograd import forward_ad as fwAD
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
 import jvpc  # only its list of matmul ops: this side runs PyTorch alone
+
+# The functions are the tests' (python/tests/models.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "tests"))
+import models  # noqa: E402
 
 # torch.fx's constant folding (inside linearize) warns on every call about a get_attr it inserts.
 warnings.filterwarnings("ignore", message="Attempted to insert a get_attr Node")
@@ -45,43 +46,21 @@ SEED, TANGENT_SEED = 0, 1  # SEED is the default --seed of jvpc's examples
 
 
 # ----------------------------------------------------------------------------------------------
-# The functions and their inputs (the math of examples/sdpa.cpp and examples/block.cpp)
-
-
-def attention(q, k, v, causal):
-    # The math backend: the fused kernels have no forward-AD formula.
-    with sdpa_kernel(SDPBackend.MATH):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+# The functions and their inputs (the math of examples/sdpa.cpp and examples/block.cpp, in
+# python/tests/models.py)
 
 
 def make_sdpa(args, heads):
     def f(q, k, v):
-        return attention(q, k, v, args.causal)
+        return models.attention(q, k, v, args.causal)
 
     shape = (args.bsz, heads, args.seq_len, args.head_dim)
     return f, [shape, shape, shape], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]
 
 
 def make_block(args, heads):
-    b, s, d, hd = args.bsz, args.seq_len, args.model_dim, args.head_dim
-
-    def f(x, ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w1, b1, w2, b2):
-        a = F.layer_norm(x, [d], ln1_w, ln1_b)
-        qkv = F.linear(a, w_qkv, b_qkv).view(b, s, 3, heads, hd).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)
-        o = attention(q, k, v, args.causal).transpose(1, 2).reshape(b, s, d)
-        h = x + F.linear(o, w_o, b_o)
-        m = F.layer_norm(h, [d], ln2_w, ln2_b)
-        m = F.linear(F.gelu(F.linear(m, w1, b1)), w2, b2)
-        return h + m
-
-    sd, sh = 1 / math.sqrt(d), 1 / math.sqrt(4 * d)
-    # (shape, scale, offset) per input, in the order and with the scales of examples/block.cpp:
-    # weights 1/sqrt(fan_in), biases 0.1, layer-norm weights 1 + 0.1 * randn.
-    spec = [((b, s, d), 1.0, 0.0), ((d,), 0.1, 1.0), ((d,), 0.1, 0.0), ((3 * d, d), sd, 0.0),
-            ((3 * d,), 0.1, 0.0), ((d, d), sd, 0.0), ((d,), 0.1, 0.0), ((d,), 0.1, 1.0),
-            ((d,), 0.1, 0.0), ((4 * d, d), sd, 0.0), ((4 * d,), 0.1, 0.0), ((d, 4 * d), sh, 0.0),
-            ((d,), 0.1, 0.0)]
+    f = models.block_fn(args.bsz, args.seq_len, args.model_dim, args.head_dim, args.causal)
+    spec = models.block_inputs(args.bsz, args.seq_len, args.model_dim)
     return f, [p[0] for p in spec], [p[1] for p in spec], [p[2] for p in spec]
 
 

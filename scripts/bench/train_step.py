@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """A training step with a JVP inside, jvpc beside PyTorch, in one process.
 
-For each size of a small DiT (python/tests/dit.py) and each objective (MeanFlow: the JVP along
-(v, 0, 1), the loss through u; sCM in TrigFlow form: the JVP along (dx_t/dt, 1, 1), the loss
-through F), the sides below train their own copy of the same network (same initial weights, AdamW,
-the same batches):
+For each size of a small DiT (examples/meanflow_digits/dit.py) and each objective
+(python/tests/objectives.py; MeanFlow: the JVP along (v, 0, 1), the loss through u; sCM in
+TrigFlow form: the JVP along (dx_t/dt, 1, 1), the loss through F), the sides below train their
+own copy of the same network (same initial weights, AdamW, the same batches):
 
   jvpc          jvpc.compile(net, ...) once; per step prog.jvp((z, r, t), tangents), which is
                 prog(z, r, t) (the step's one forward, which autograd records) and its jvp_fn(...),
@@ -47,7 +47,6 @@ import argparse
 import contextlib
 import copy
 import json
-import math
 import os
 import statistics
 import sys
@@ -59,9 +58,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# The networks (dit.py, model_zoo.py) are the tests' fixtures, in python/tests.
+# The network is the MeanFlow example's (examples/meanflow_digits/dit.py); the objectives are the
+# tests' (python/tests/objectives.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "meanflow_digits"))
 from dit import DiT  # noqa: E402
+from objectives import CHANNELS, OBJECTIVES, batches  # noqa: E402
 
 import jvpc  # noqa: E402
 
@@ -73,49 +75,6 @@ SIZES = {
     "medium": (128, 4, 4, 4, 256, False),
     "long": (64, 2, 4, 1, 2048, True),
 }
-CHANNELS = 4
-
-
-def batches(n, B, L, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(n):
-        x0 = torch.randn(B, L, CHANNELS, generator=g)
-        e = torch.randn(B, L, CHANNELS, generator=g)
-        t = torch.rand(B, generator=g) * 0.98 + 0.01
-        r = t * torch.rand(B, generator=g)
-        yield x0, e, r, t
-
-
-# Each objective: (primals, tangents) of the JVP from a batch, and the loss from (out, dout).
-def meanflow(x0, e, r, t):
-    z = (1 - t)[:, None, None] * x0 + t[:, None, None] * e
-    v = e - x0
-    return (z, r, t), (v, torch.zeros_like(r), torch.ones_like(t)), v
-
-
-def meanflow_loss(u, dudt, v, r, t):
-    u_tgt = v - (t - r)[:, None, None] * dudt
-    return ((u - u_tgt.detach()) ** 2).mean()
-
-
-def scm(x0, e, r, t):
-    ang = t * (math.pi / 2)
-    c, s = ang.cos()[:, None, None], ang.sin()[:, None, None]
-    x_t = c * x0 + s * e
-    dxdt = c * e - s * x0
-    return (x_t, t, t.clone()), (dxdt, torch.ones_like(t), torch.ones_like(t)), (x_t, dxdt)  # r = t: no jump
-
-
-def scm_loss(F, dFdt, aux, r, t):
-    x_t, dxdt = aux
-    ang = t * (math.pi / 2)
-    c, s = ang.cos()[:, None, None], ang.sin()[:, None, None]
-    g = -c * c * (F - dxdt) - c * s * (x_t + dFdt)
-    g = g / (g.norm(dim=(1, 2), keepdim=True) + 0.1)
-    return ((F - (F + g).detach()) ** 2).mean()
-
-
-OBJECTIVES = {"meanflow": (meanflow, meanflow_loss), "scm": (scm, scm_loss)}
 
 
 AUTOCAST = {"none": None, "bf16": torch.bfloat16}
