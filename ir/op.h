@@ -19,10 +19,11 @@ enum OpProperty : uint32_t {
   kFusedAttention = 1u << 2,           ///< a fused SDPA kernel (flash, efficient, cuDNN, CPU flash)
   kAllocatesUninitialized = 1u << 3,   ///< an allocation with no contents yet (empty and its kin)
   kReadsOnlyMetadataOfSelf = 1u << 4,  ///< takes its first operand's metadata, never its contents
-  kViewScatter = 1u << 5,              ///< scatters into a view of its first operand (does not read it there)
+  kViewScatter = 1u << 5,              ///< scatters into a view of its first operand, unread there
   kFillsSelfAtRandom = 1u << 6,        ///< overwrites its first operand with random values
-  kUnmarkedView = 1u << 7,
-  kNotInEveryRelease = 1u << 8,        ///< not registered in every torch release jvpc supports             ///< a return may be an input or a view of it, unmarked in its schema
+  kUnmarkedView = 1u << 7,             ///< a return may be an input or its view; the schema does not say
+  kSampleWise = 1u << 8,               ///< pooling by averages, resampling, padding: each sample by itself
+  kNotInEveryRelease = 1u << 9,        ///< not registered in every torch release jvpc supports
 };
 
 class Op {

@@ -1,5 +1,6 @@
 // The safety contracts of the loadable ops (op_contracts.h): one row per family of ops.
 #include "ir/op_contracts.h"
+#include "ir/checked_math.h"
 #include "ir/op.h"
 
 #include "ir/ops.h"
@@ -113,45 +114,41 @@ const std::unordered_map<std::string, OpContract>& contracts() {
     };
     // Elementwise ops, comparisons and reductions built on TensorIterator: no index arguments,
     // and they read broadcast (stride-0) operands in place.
-    each({ops::abs, ops::acos, ops::acosh, ops::add_Scalar, ops::add_Tensor, ops::addcdiv,
-          ops::addcmul, ops::angle, ops::asin, ops::asinh, ops::atan, ops::atan2, ops::atanh,
-          ops::bitwise_and_Tensor, ops::bitwise_not, ops::bitwise_or_Tensor, ops::ceil, ops::celu, ops::clamp,
-          ops::clamp_Tensor, ops::clamp_max, ops::clamp_max_Tensor, ops::clamp_min,
-          ops::clamp_min_Tensor, ops::copysign_Scalar, ops::copysign_Tensor, ops::cos, ops::cosh,
-          ops::deg2rad, ops::digamma, ops::div_Scalar, ops::div_Tensor, ops::div_Tensor_mode,
-          ops::elu, ops::elu_backward, ops::eq_Scalar, ops::eq_Tensor, ops::erf, ops::erfc,
-          ops::erfinv, ops::exp, ops::exp2, ops::expm1, ops::floor, ops::fmax, ops::fmin,
-          ops::fmod_Scalar, ops::fmod_Tensor, ops::frac, ops::frexp_Tensor, ops::ge_Scalar,
-          ops::ge_Tensor, ops::gelu, ops::gelu_backward, ops::glu, ops::gt_Scalar, ops::gt_Tensor,
-          ops::hardshrink, ops::hardshrink_backward, ops::hardsigmoid, ops::hardsigmoid_backward,
-          ops::hardswish, ops::hardswish_backward, ops::hardtanh, ops::hardtanh_backward,
-          ops::huber_loss_backward, ops::hypot, ops::i0, ops::ldexp_Tensor, ops::le_Scalar,
-          ops::le_Tensor, ops::leaky_relu, ops::leaky_relu_backward, ops::lerp_Scalar, ops::lerp_Tensor,
-          ops::lgamma, ops::log, ops::log10, ops::log1p, ops::log2, ops::log_sigmoid_backward,
-          ops::log_sigmoid_forward, ops::logaddexp, ops::logaddexp2, ops::logit, ops::logit_backward,
-          ops::lt_Scalar, ops::lt_Tensor, ops::masked_fill_Scalar, ops::masked_fill_Tensor, ops::maximum,
-          ops::minimum, ops::mish, ops::mish_backward, ops::mul_Scalar, ops::mul_Tensor,
-          ops::nan_to_num, ops::ne_Scalar, ops::ne_Tensor, ops::neg, ops::polygamma, ops::pow_Scalar,
-          ops::pow_Tensor_Scalar, ops::pow_Tensor_Tensor, ops::_prelu_kernel, ops::rad2deg,
-          ops::reciprocal, ops::relu, ops::remainder_Scalar, ops::remainder_Scalar_Tensor,
-          ops::remainder_Tensor, ops::round, ops::rsqrt, ops::rsub_Scalar, ops::rsub_Tensor, ops::sgn,
-          ops::sigmoid, ops::sign, ops::silu, ops::silu_backward, ops::sin, ops::sinh,
+    each({ops::abs, ops::acos, ops::acosh, ops::add_Scalar, ops::add_Tensor, ops::addcdiv, ops::addcmul, ops::angle,
+          ops::asin, ops::asinh, ops::atan, ops::atan2, ops::atanh, ops::bitwise_and_Tensor, ops::bitwise_not,
+          ops::bitwise_or_Tensor, ops::ceil, ops::celu, ops::clamp, ops::clamp_Tensor, ops::clamp_max,
+          ops::clamp_max_Tensor, ops::clamp_min, ops::clamp_min_Tensor, ops::copysign_Scalar, ops::copysign_Tensor,
+          ops::cos, ops::cosh, ops::deg2rad, ops::digamma, ops::div_Scalar, ops::div_Tensor, ops::div_Tensor_mode,
+          ops::elu, ops::elu_backward, ops::eq_Scalar, ops::eq_Tensor, ops::erf, ops::erfc, ops::erfinv, ops::exp,
+          ops::exp2, ops::expm1, ops::floor, ops::fmax, ops::fmin, ops::fmod_Scalar, ops::fmod_Tensor, ops::frac,
+          ops::frexp_Tensor, ops::ge_Scalar, ops::ge_Tensor, ops::gelu, ops::gelu_backward, ops::glu, ops::gt_Scalar,
+          ops::gt_Tensor, ops::hardshrink, ops::hardshrink_backward, ops::hardsigmoid, ops::hardsigmoid_backward,
+          ops::hardswish, ops::hardswish_backward, ops::hardtanh, ops::hardtanh_backward, ops::huber_loss_backward,
+          ops::hypot, ops::i0, ops::ldexp_Tensor, ops::le_Scalar, ops::le_Tensor, ops::leaky_relu,
+          ops::leaky_relu_backward, ops::lerp_Scalar, ops::lerp_Tensor, ops::lgamma, ops::log, ops::log10, ops::log1p,
+          ops::log2, ops::log_sigmoid_backward, ops::log_sigmoid_forward, ops::logaddexp, ops::logaddexp2, ops::logit,
+          ops::logit_backward, ops::lt_Scalar, ops::lt_Tensor, ops::masked_fill_Scalar, ops::masked_fill_Tensor,
+          ops::maximum, ops::minimum, ops::mish, ops::mish_backward, ops::mul_Scalar, ops::mul_Tensor, ops::nan_to_num,
+          ops::ne_Scalar, ops::ne_Tensor, ops::neg, ops::polygamma, ops::pow_Scalar, ops::pow_Tensor_Scalar,
+          ops::pow_Tensor_Tensor, ops::_prelu_kernel, ops::rad2deg, ops::reciprocal, ops::relu, ops::remainder_Scalar,
+          ops::remainder_Scalar_Tensor, ops::remainder_Tensor, ops::round, ops::rsqrt, ops::rsub_Scalar,
+          ops::rsub_Tensor, ops::sgn, ops::sigmoid, ops::sign, ops::silu, ops::silu_backward, ops::sin, ops::sinh,
           ops::smooth_l1_loss_backward, ops::softplus, ops::softplus_backward, ops::softshrink,
-          ops::softshrink_backward, ops::special_i1, ops::special_log_ndtr, ops::special_ndtri,
-          ops::special_xlog1py, ops::special_xlog1py_other_scalar, ops::special_xlog1py_self_scalar,
-          ops::sqrt, ops::sub_Scalar, ops::sub_Tensor, ops::tan, ops::tanh, ops::threshold,
-          ops::trunc, ops::where_ScalarOther, ops::where_ScalarSelf, ops::where_self, ops::xlogy_Tensor,
+          ops::softshrink_backward, ops::special_i1, ops::special_log_ndtr, ops::special_ndtri, ops::special_xlog1py,
+          ops::special_xlog1py_other_scalar, ops::special_xlog1py_self_scalar, ops::sqrt, ops::sub_Scalar,
+          ops::sub_Tensor, ops::tan, ops::tanh, ops::threshold, ops::trunc, ops::where_ScalarOther,
+          ops::where_ScalarSelf, ops::where_self, ops::xlogy_Tensor,
           // reductions
-          ops::amax, ops::amin, ops::max, ops::max_dim, ops::mean, ops::mean_dim, ops::min,
-          ops::min_dim, ops::nansum, ops::norm_Scalar, ops::norm_ScalarOpt_dim, ops::linalg_vector_norm,
-          ops::prod, ops::prod_dim_int, ops::std_correction, ops::std_mean_correction, ops::sum,
-          ops::sum_dim_IntList, ops::var_correction, ops::var_mean_correction},
+          ops::amax, ops::amin, ops::max, ops::max_dim, ops::mean, ops::mean_dim, ops::min, ops::min_dim, ops::nansum,
+          ops::norm_Scalar, ops::norm_ScalarOpt_dim, ops::linalg_vector_norm, ops::prod, ops::prod_dim_int,
+          ops::std_correction, ops::std_mean_correction, ops::sum, ops::sum_dim_IntList, ops::var_correction,
+          ops::var_mean_correction},
          {});
     // Random ops: elementwise draws into a tensor shaped as their first operand (TensorIterator),
     // whose parameters (probabilities, ranges) LibTorch checks; dropout is one draw and a product.
-    each({ops::bernoulli, ops::bernoulli_p, ops::bernoulli_Tensor, ops::cauchy, ops::exponential,
-          ops::geometric, ops::log_normal, ops::native_dropout, ops::normal_functional, ops::rand_like,
-          ops::randn_like, ops::random, ops::random_from, ops::random_to, ops::uniform},
+    each({ops::bernoulli, ops::bernoulli_p, ops::bernoulli_Tensor, ops::cauchy, ops::exponential, ops::geometric,
+          ops::log_normal, ops::native_dropout, ops::normal_functional, ops::rand_like, ops::randn_like, ops::random,
+          ops::random_from, ops::random_to, ops::uniform},
          {});
     // Factories and copies: their results are sized by their arguments and counted as outputs.
     // Uninitialized allocations are zeroed by the runtime (runtime/executable.h).
@@ -198,13 +195,10 @@ const std::unordered_map<std::string, OpContract>& contracts() {
          {});
     // Storage-relative: as_strided's offset is into the storage; copy and the scatters into
     // views clone self's whole storage.
-    each({ops::as_strided, ops::copy, ops::diagonal_scatter, ops::select_scatter, ops::slice_scatter},
-         {{}, true});
+    each({ops::as_strided, ops::copy, ops::diagonal_scatter, ops::select_scatter, ops::slice_scatter}, {{}, true});
     // Kernels that make their operands contiguous (matmuls, linear algebra, FFT, convolution,
     // pooling, resampling, normalization, softmax, padding, sorting, scans, shuffles, attention).
-    each({ops::_adaptive_avg_pool2d,
-          ops::_adaptive_avg_pool3d,
-          ops::_fft_c2c,
+    each({ops::_fft_c2c,
           ops::_fft_c2r,
           ops::_fft_r2c,
           ops::_fused_rms_norm,
@@ -221,11 +215,6 @@ const std::unordered_map<std::string, OpContract>& contracts() {
           ops::_scaled_dot_product_flash_attention_for_cpu,
           ops::_softmax,
           ops::_softmax_backward_data,
-          ops::_upsample_bicubic2d_aa,
-          ops::_upsample_bilinear2d_aa,
-          ops::_upsample_nearest_exact1d,
-          ops::_upsample_nearest_exact2d,
-          ops::_upsample_nearest_exact3d,
           ops::adaptive_max_pool2d,
           ops::adaptive_max_pool3d,
           ops::addbmm,
@@ -233,15 +222,11 @@ const std::unordered_map<std::string, OpContract>& contracts() {
           ops::addmv,
           ops::addr,
           ops::affine_grid_generator,
-          ops::avg_pool2d,
-          ops::avg_pool3d,
           ops::baddbmm,
           ops::bmm,
-          ops::channel_shuffle,
           ops::cholesky,
           ops::cholesky_inverse,
           ops::cholesky_solve,
-          ops::col2im,
           ops::convolution,
           ops::cudnn_batch_norm,
           ops::cudnn_grid_sampler,
@@ -254,7 +239,6 @@ const std::unordered_map<std::string, OpContract>& contracts() {
           ops::grid_sampler_2d_backward,
           ops::grid_sampler_3d,
           ops::grid_sampler_3d_backward,
-          ops::im2col,
           ops::linalg_cholesky_ex,
           ops::linalg_cross,
           ops::linalg_inv_ex,
@@ -278,32 +262,20 @@ const std::unordered_map<std::string, OpContract>& contracts() {
           ops::native_layer_norm,
           ops::pixel_shuffle,
           ops::pixel_unshuffle,
-          ops::reflection_pad1d,
-          ops::reflection_pad2d,
-          ops::reflection_pad3d,
-          ops::replication_pad1d,
-          ops::replication_pad2d,
-          ops::replication_pad3d,
           ops::trace,
           ops::tril,
           ops::triu,
-          ops::upsample_bicubic2d,
-          ops::upsample_bilinear2d,
-          ops::upsample_linear1d,
-          ops::upsample_nearest1d,
-          ops::upsample_nearest2d,
-          ops::upsample_nearest3d,
-          ops::upsample_trilinear3d,
           ops::vdot,
           ops::jvpc_attention_tangent,
           ops::jvpc_attention_tangent_batched},
          {{}, false, W::DenseOperands});
+    for (Op op : Op::all())  // pooling by averages, resampling and padding
+      if (op.has(kSampleWise)) each({op}, {{}, false, W::DenseOperands});
     // Elementwise terms as large as the broadcast operands before a reduction, or a copy of the
     // input to sort or select in.
-    each({ops::_cdist_forward, ops::_euclidean_dist, ops::binary_cross_entropy,
-          ops::binary_cross_entropy_backward, ops::binary_cross_entropy_with_logits, ops::dist,
-          ops::huber_loss, ops::kthvalue, ops::logsumexp, ops::median, ops::median_dim, ops::mode,
-          ops::mse_loss, ops::nanmedian, ops::nanmedian_dim, ops::smooth_l1_loss, ops::sort,
+    each({ops::_cdist_forward, ops::_euclidean_dist, ops::binary_cross_entropy, ops::binary_cross_entropy_backward,
+          ops::binary_cross_entropy_with_logits, ops::dist, ops::huber_loss, ops::kthvalue, ops::logsumexp, ops::median,
+          ops::median_dim, ops::mode, ops::mse_loss, ops::nanmedian, ops::nanmedian_dim, ops::smooth_l1_loss, ops::sort,
           ops::sort_stable, ops::topk},
          {{}, false, W::BroadcastTerms});
     t.emplace(ops::mvlgamma, OpContract{{}, false, W::Mvlgamma});
@@ -319,8 +291,8 @@ const std::unordered_map<std::string, OpContract>& contracts() {
     auto indexed = [&](std::initializer_list<Op> ops, std::vector<IndexArg> args) {
       for (Op op : ops) t.emplace(op, OpContract{args, false, W::DenseOperands});
     };
-    indexed({ops::gather, ops::scatter_src, ops::scatter_value, ops::scatter_add,
-             ops::scatter_reduce_two, ops::index_select, ops::index_add, ops::index_copy},
+    indexed({ops::gather, ops::scatter_src, ops::scatter_value, ops::scatter_add, ops::scatter_reduce_two,
+             ops::index_select, ops::index_add, ops::index_copy},
             {{"index", "self", IndexRange::Dim, "dim"}});
     indexed({ops::index_fill_int_Scalar, ops::index_fill_int_Tensor},
             {{"index", "self", IndexRange::Dim, "dim", /*wraps=*/true}});
@@ -328,17 +300,15 @@ const std::unordered_map<std::string, OpContract>& contracts() {
     indexed({ops::embedding}, {{"indices", "weight", IndexRange::Dim}});
     indexed({ops::_embedding_bag, ops::_embedding_bag_forward_only},
             {{"indices", "weight", IndexRange::Dim}, {"offsets", "indices", IndexRange::Offsets}});
-    for (Op op : {ops::_embedding_bag, ops::_embedding_bag_forward_only})
-      t[op].arguments = embedding_bag_arguments;
+    for (Op op : {ops::_embedding_bag, ops::_embedding_bag_forward_only}) t[op].arguments = embedding_bag_arguments;
     indexed({ops::max_pool2d_with_indices_backward}, {{"indices", "self", IndexRange::Plane, nullptr, false, 2}});
     indexed({ops::max_pool3d_with_indices_backward}, {{"indices", "self", IndexRange::Plane, nullptr, false, 3}});
     indexed({ops::lu_unpack}, {{"LU_pivots", "LU_data", IndexRange::Pivots}});
     indexed({ops::linalg_lu_solve}, {{"pivots", "LU", IndexRange::Pivots}});
     indexed({ops::nll_loss_forward, ops::nll_loss2d_forward}, {{"target", "self", IndexRange::Classes}});
     // Arguments, for ops whose row is above (t.at: a typo is an exception, not a new row).
-    for (Op op : {ops::avg_pool2d, ops::avg_pool3d, ops::max_pool2d_with_indices,
-                           ops::max_pool3d_with_indices, ops::max_pool2d_with_indices_backward,
-                           ops::max_pool3d_with_indices_backward})
+    for (Op op : {ops::avg_pool2d, ops::avg_pool3d, ops::max_pool2d_with_indices, ops::max_pool3d_with_indices,
+                  ops::max_pool2d_with_indices_backward, ops::max_pool3d_with_indices_backward})
       t.at(op).arguments = window_ints;
     t.at(ops::random_from).arguments = random_from;
     return t;
@@ -489,8 +459,8 @@ void check_index_arguments(c10::function_ref<std::string()> where, const Node& n
         if (!readable_indices(*idx)) continue;
         auto e = extremes(idx->masked_fill(*idx == ignore, 0));
         if (e && (e->first < 0 || e->second >= classes))
-          throw Error(where() + ": argument '" + a.index + "' holds a class out of range [0, " + std::to_string(classes) +
-                      ") that is not its ignore_index");
+          throw Error(where() + ": argument '" + a.index + "' holds a class out of range [0, " +
+                      std::to_string(classes) + ") that is not its ignore_index");
         break;
       }
       case IndexRange::IndexList:
@@ -502,11 +472,8 @@ void check_index_arguments(c10::function_ref<std::string()> where, const Node& n
 int64_t workspace_bytes(const Node& n) {
   const OpContract* c = op_contract(n.op());
   if (!c || c->workspace == Workspace::None) return 0;
-  auto add = [](int64_t a, int64_t b) { return a > kMaxBytes - b ? kMaxBytes : a + b; };
-  auto mul = [](int64_t a, int64_t b) {
-    int64_t r = 0;
-    return __builtin_mul_overflow(a, b, &r) ? kMaxBytes : r;
-  };
+  auto add = checked::add_saturating;  // kMaxBytes where it overflows
+  auto mul = checked::mul_saturating;
   int64_t bytes = 0;
   // Operands a kernel makes dense: those with gaps, repeats (stride 0) or overlap.
   for (const Value* v : n.inputs()) {

@@ -246,7 +246,7 @@ std::vector<Value*> embedding_bag(Ctx& c) {
   std::vector<Value*> outs = c.emit(std::move(args));
   const auto& o = c.n.output(0)->meta().sizes;  // [B, D]
   Value* bags = c.call(ops::permute, {c.call(ops::view, {outs[0], std::vector<int64_t>{o[0], c.K, o[1]}}),
-                                         std::vector<int64_t>{1, 0, 2}});
+                                      std::vector<int64_t>{1, 0, 2}});
   std::vector<Value*> result = {bags};
   for (size_t i = 1; i < outs.size(); ++i) {
     const TensorMeta& m = c.n.output(i)->meta();
@@ -367,18 +367,15 @@ void register_views(Registry& r) {
   r.add(ops::embedding, embedding);
   r.add(ops::trace, trace);
   // (on the last dims, any leading ones batch)
-  for (Op op : {ops::alias, ops::constant_pad_nd, ops::pixel_shuffle, ops::pixel_unshuffle,
-                         ops::tril, ops::triu})
+  for (Op op : {ops::alias, ops::constant_pad_nd, ops::pixel_shuffle, ops::pixel_unshuffle, ops::tril, ops::triu})
     r.add(op, same_op());
   // (self, dim, ...)
-  for (Op op : {ops::squeeze_dim, ops::squeeze_dims, ops::select_int, ops::slice_Tensor,
-                         ops::narrow, ops::narrow_copy, ops::unfold, ops::unbind_int, ops::flip,
-                         ops::select_copy_int, ops::slice_copy_Tensor, ops::cat})
+  for (Op op : {ops::squeeze_dim, ops::squeeze_dims, ops::select_int, ops::slice_Tensor, ops::narrow, ops::narrow_copy,
+                ops::unfold, ops::unbind_int, ops::flip, ops::select_copy_int, ops::slice_copy_Tensor, ops::cat})
     r.add(op, with_dims({1}));
   r.add(ops::transpose_int, with_dims({1, 2}));
   r.add(ops::transpose_copy_int, with_dims({1, 2}));
-  for (Op op :
-       {ops::split_Tensor, ops::split_with_sizes, ops::unsafe_split_Tensor, ops::unsafe_split_with_sizes})
+  for (Op op : {ops::split_Tensor, ops::split_with_sizes, ops::unsafe_split_Tensor, ops::unsafe_split_with_sizes})
     r.add(op, with_dims({2}));
   for (Op op : {ops::diagonal, ops::diagonal_copy}) r.add(op, with_dims({2, 3}));
   r.add(ops::unsqueeze, with_dims({1}, {}, 1));
@@ -396,39 +393,14 @@ void register_views(Registry& r) {
   for (Op op : {ops::index_add, ops::index_copy}) r.add(op, with_dims({1}, {2}));
   // a 0-d value tensor stays as it is too (a batched one: unrolled)
   r.add(ops::index_fill_int_Scalar, with_dims({1}, {2}));
-  for (Op op :
-       {ops::gather, ops::scatter_add, ops::scatter_src, ops::scatter_value, ops::scatter_reduce_two})
+  for (Op op : {ops::gather, ops::scatter_add, ops::scatter_src, ops::scatter_value, ops::scatter_reduce_two})
     r.add(op, with_dims({1}));
   r.add(ops::slice_scatter, with_dims({2}));
   r.add(ops::select_scatter, with_dims({2}));
   r.add(ops::diagonal_scatter, with_dims({3, 4}));
   // Pooling by averages, resampling and padding: each sample by itself, so K joins the batch dim.
-  for (Op op : {ops::avg_pool2d,
-                         ops::avg_pool3d,
-                         ops::_adaptive_avg_pool2d,
-                         ops::_adaptive_avg_pool3d,
-                         ops::upsample_nearest1d,
-                         ops::upsample_nearest2d,
-                         ops::upsample_nearest3d,
-                         ops::_upsample_nearest_exact1d,
-                         ops::_upsample_nearest_exact2d,
-                         ops::_upsample_nearest_exact3d,
-                         ops::upsample_linear1d,
-                         ops::upsample_bilinear2d,
-                         ops::upsample_bicubic2d,
-                         ops::upsample_trilinear3d,
-                         ops::_upsample_bilinear2d_aa,
-                         ops::_upsample_bicubic2d_aa,
-                         ops::reflection_pad1d,
-                         ops::reflection_pad2d,
-                         ops::reflection_pad3d,
-                         ops::replication_pad1d,
-                         ops::replication_pad2d,
-                         ops::replication_pad3d,
-                         ops::channel_shuffle,
-                         ops::im2col,
-                         ops::col2im})
-    r.add(op, fold_first());
+  for (Op op : Op::all())
+    if (op.has(kSampleWise)) r.add(op, fold_first());
 }
 
 }  // namespace jvpc::batch_rules
