@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The jvpc command line: every command's --help, the main flows, and bad input (one-line
-# error, exit code 2). Usage: cli_test.sh path/to/jvpc
+# error, exit code 2). Usage: cli_test.sh path/to/jvpc [PART]: PART 1 (the flows), 2 (bad input,
+# files and paths) or 3 (limits on memory and time) alone, as ctest runs them (cli_1 to cli_3);
+# all three without it.
 set -u
 JVPC=$1
 DIR=$(mktemp -d)
@@ -24,6 +26,29 @@ expect() {
 }
 contains() { if grep -q -- "$2" "$DIR/$1"; then pass "  ...$1 has '$2'"; else fail "  ...$1 lacks '$2'"; fi; }
 
+ONLY=${2:-}
+want() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
+
+# The files the parts share: a graph that maps a file (aten::from_file), zeroes it and adds the
+# input, and (for parts 2 and 3, which part 1 would otherwise have made them for) the traced sdpa
+# graph and its tangent graph.
+printf '0123456789abcdef' >"$DIR/victim"
+u8='"meta": {"sizes": [16], "strides": [1], "dtype": "Byte", "device": "cpu"}'
+cat >"$DIR/from_file.json" <<EOF
+{"format": "jvpc-graph", "schema_version": 1,
+ "inputs": [{"name": "x", "id": 0, "role": "primal", "differentiable": false, $u8}],
+ "nodes": [{"op": "aten::from_file", "args": [{"str": "$DIR/victim"}, {"bool": true}, {"int": 16}, {"scalar_type": "Byte"},
+                                              {"none": null}, {"none": null}, {"none": null}], "outputs": [{"id": 1, $u8}]},
+           {"op": "aten::mul.Scalar", "args": [{"tensor": 1}, {"int": 0}], "outputs": [{"id": 2, $u8}]},
+           {"op": "aten::add.Tensor", "args": [{"tensor": 2}, {"tensor": 0}, {"int": 1}], "outputs": [{"id": 3, $u8}]}],
+ "outputs": [{"name": "y", "id": 3}]}
+EOF
+if [ -n "$ONLY" ] && [ "$ONLY" != 1 ]; then
+  "$JVPC" trace sdpa --device cpu -o "$DIR/sdpa.json" >/dev/null &&
+    "$JVPC" linearize sdpa --device cpu -o "$DIR/tangent.json" >/dev/null || fail "the shared files"
+fi
+
+if want 1; then
 expect 0 "jvpc --help" -- "$JVPC" --help; contains out "sdpa: at::scaled_dot_product_attention"
 torch_re=${JVPC_TORCH_VERSION:-[0-9.]*}  # the release built against (ctest sets it)
 expect 0 "jvpc --version" -- "$JVPC" --version; contains out "^jvpc [0-9.]* (LibTorch ${torch_re//./\\.}, graph schema 1, CUDA"
@@ -40,17 +65,6 @@ expect 0 "rules --loadable" -- "$JVPC" rules --loadable; contains out "^aten::_s
 
 # A graph that maps a file (aten::from_file), zeroes it and adds the input: refused by name; as
 # trusted it runs, and the runtime still never writes through the mapping.
-printf '0123456789abcdef' >"$DIR/victim"
-u8='"meta": {"sizes": [16], "strides": [1], "dtype": "Byte", "device": "cpu"}'
-cat >"$DIR/from_file.json" <<EOF
-{"format": "jvpc-graph", "schema_version": 1,
- "inputs": [{"name": "x", "id": 0, "role": "primal", "differentiable": false, $u8}],
- "nodes": [{"op": "aten::from_file", "args": [{"str": "$DIR/victim"}, {"bool": true}, {"int": 16}, {"scalar_type": "Byte"},
-                                              {"none": null}, {"none": null}, {"none": null}], "outputs": [{"id": 1, $u8}]},
-           {"op": "aten::mul.Scalar", "args": [{"tensor": 1}, {"int": 0}], "outputs": [{"id": 2, $u8}]},
-           {"op": "aten::add.Tensor", "args": [{"tensor": 2}, {"tensor": 0}, {"int": 1}], "outputs": [{"id": 3, $u8}]}],
- "outputs": [{"name": "y", "id": 3}]}
-EOF
 expect 2 "a graph that reads a file" -- "$JVPC" run "$DIR/from_file.json"; contains err "aten::from_file is not on the list of ops graph files may use"
 expect 2 "... and linearize of it" -- "$JVPC" linearize "$DIR/from_file.json"; contains err "aten::from_file is not on the list"
 expect 0 "... run as --trusted" -- "$JVPC" run --trusted "$DIR/from_file.json"
@@ -185,6 +199,9 @@ expect 0 "linearize block" -- "$JVPC" linearize block --device cpu --seq-len 16 
 expect 0 "linearize block in float16" -- "$JVPC" linearize block --device cpu --seq-len 16 --dtype float16
 contains out "math backend, in float32"  # half-precision examples are checked against a float32 reference
 
+fi
+
+if want 2; then
 # Bad input: one line, exit 2.
 printf '{"schema_version": 1, "nodes": [' >"$DIR/truncated.json"
 printf '{"schema_version": 7, "inputs": [], "nodes": [], "outputs": []}' >"$DIR/version.json"
@@ -325,6 +342,9 @@ else fail "  ...the folder changed: $(diff -r "$F/lim.before" "$F/lim" | head -3
 expect 2 "control characters in a file name" -- "$JVPC" show "$F/a"$'\e[31m\n'"b.json"; contains err 'a\\x1b\[31m\\x0ab.json'
 expect 2 "control characters in -o" -- "$JVPC" trace sdpa -o "$F/no"$'\e'"/x.json"; contains err 'no\\x1b'
 
+fi
+
+if want 3; then
 # Limits on memory and time: graph files of a few hundred bytes that ask for terabytes, or for
 # hours of work, are refused before anything is allocated or run.
 python3 - "$DIR" <<'PY'
@@ -523,5 +543,7 @@ contains err "primal 'q': expected shape \[1,5,128,64\] but got \[1,5,64,64\]"
 expect 2 "jvp of a graph file" -- "$JVPC" jvp "$DIR/sdpa.json"; contains err "format is not \"jvpc-program\""
 expect 2 "a program given to run" -- "$JVPC" run "$DIR/prog.json"; contains err "is a compiled program, not a graph"
 expect 2 "compile of a graph that reads a file" -- "$JVPC" compile "$DIR/from_file.json"; contains err "aten::from_file is not on the list"
+
+fi
 
 [ "$fails" = 0 ] && echo "all CLI checks passed" || { echo "$fails CLI checks failed"; exit 1; }

@@ -66,6 +66,12 @@ LoadOptions load_options(std::optional<c10::Device> device, const LimitFlags& li
 void add_target_option(CLI::App* cmd, std::string& target, bool required = true);
 void add_device_option(CLI::App* cmd, std::string& device);
 void add_tolerance_option(CLI::App* cmd, std::optional<double>& tolerance);
+/// -o,--output FILE: what the command writes there (a file name checked before any work).
+void add_output_option(CLI::App* cmd, std::string& out, const std::string& help);
+/// --inputs FILE: a safetensors file with tensors by name.
+void add_inputs_option(CLI::App* cmd, std::string& inputs, const std::string& help);
+/// --seed N (0 to 2^32 - 1, default 0): what it seeds.
+void add_seed_option(CLI::App* cmd, uint64_t& seed, const std::string& help);
 /// Adds --max-memory to a command that loads or runs a graph.
 void add_max_memory(CLI::App* cmd, LimitFlags& flags);
 /// Adds --max-flops to a command that runs a graph.

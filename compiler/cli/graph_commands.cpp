@@ -127,10 +127,9 @@ void add_trace(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("trace", "Trace an example into a jvpc graph (kernel level, as the dispatcher runs it)");
   cmd->add_option("example", o->example, "example to trace: sdpa, mlp or block")->required();
-  cmd->add_option("-o,--output", o->out,
-                  "write the graph as JSON (x.json: constants in x.safetensors, the example's input values in "
-                  "x.inputs.safetensors)")
-      ->check(flags::kFileName);
+  add_output_option(cmd, o->out,
+                    "write the graph as JSON (x.json: constants in x.safetensors, the example's input values in "
+                    "x.inputs.safetensors)");
   cmd->add_option("--format", o->format, "without -o: print the graph as text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -161,7 +160,8 @@ void add_show(CLI::App& app) {
     LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("show", "Print a graph file, or a program's two graphs, as text, JSON or Graphviz dot");
+  auto* cmd =
+      app.add_subcommand("show", "Print a graph file, or a program's two graphs, as text, JSON or Graphviz dot");
   cmd->add_option("graph", o->file, "graph JSON file, or a program (jvpc compile -o)")->required();
   cmd->add_option("--format", o->format, "text, json or dot (render dot with: dot -Tpng)")
       ->check(CLI::IsMember({"text", "json", "dot"}))
@@ -200,8 +200,8 @@ void add_run(CLI::App& app) {
   cmd->add_option("graph", o->file, "graph JSON file")->required();
   cmd->add_option("--device", o->device, "cpu or cuda (moves the graph and its constants there)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str()->check(flags::kSeed);
-  cmd->add_option("--inputs", o->inputs, "safetensors file with a tensor per non-constant input, by name");
+  add_seed_option(cmd, o->seed, "seed of the random inputs");
+  add_inputs_option(cmd, o->inputs, "safetensors file with a tensor per non-constant input, by name");
   cmd->add_flag("--no-cuda-graph", o->no_cuda_graph, "run node by node on CUDA instead of replaying a CUDA graph");
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   add_max_memory(cmd, o->limits);
@@ -237,8 +237,9 @@ void add_cost(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
-      "cost", "FLOPs, bytes and memory of a graph, or of a program's two graphs (matmul FLOPs as FlopCounterMode "
-              "counts them)");
+      "cost",
+      "FLOPs, bytes and memory of a graph, or of a program's two graphs (matmul FLOPs as FlopCounterMode "
+      "counts them)");
   cmd->add_option("graph", o->file, "graph JSON file, or a program (jvpc compile -o)")->required();
   cmd->add_flag("--json", o->json, "print a JSON object");
   cmd->add_flag("--nodes", o->nodes, "also print the cost of every node");
@@ -252,9 +253,9 @@ void add_cost(CLI::App& app) {
     }
     // A program: a row per graph, then each graph's ops (and nodes); --json: {"primal", "tangent"}.
     if (o->json) {
-      std::cout << nlohmann::json{{"primal", cost_json(*graphs[0].graph)}, {"tangent", cost_json(*graphs[1].graph)}}
-                       .dump(1)
-                << "\n";
+      std::cout
+          << nlohmann::json{{"primal", cost_json(*graphs[0].graph)}, {"tangent", cost_json(*graphs[1].graph)}}.dump(1)
+          << "\n";
       return;
     }
     print_cost_rows({{"primal graph", graph_cost(*graphs[0].graph)}, {"tangent graph", graph_cost(*graphs[1].graph)}},

@@ -129,17 +129,17 @@ void print_batched(const BatchedCheck& b) {
                    b.matmul_flops == b.model_flops ? "equal" : "DIFFER from", b.passed ? "PASS" : "FAIL");
 }
 
-void write_report(const std::string& path, const Target& p, const References& refs, const Linearized& lin, const Check& c,
-                  const std::optional<BatchedCheck>& batched) {
+void write_report(const std::string& path, const Target& p, const References& refs, const Linearized& lin,
+                  const Check& c, const std::optional<BatchedCheck>& batched) {
   nlohmann::json rep = report_json(lin);
   rep["config"] = p.description;
   rep["check"] = {{"reference", c.central_differences ? "central_differences" : "forward_ad"},
                   {"reference_reason", c.why},
                   {"forward_ad_bytes_estimate", c.forward_ad_bytes},
                   {"memory_limit", c.memory_limit},
-                  {"reference_dtype", c.central_differences    ? "float64"
-                                      : refs.in_float32       ? "float32"
-                                                               : "as traced"},
+                  {"reference_dtype", c.central_differences ? "float64"
+                                      : refs.in_float32     ? "float32"
+                                                            : "as traced"},
                   {"max_abs_error", c.err.max_abs_error},
                   {"rel_error", c.err.rel_error},
                   {"tolerance", c.tolerance},
@@ -184,18 +184,16 @@ void add_linearize(CLI::App& app) {
                   "table's lines (constants are not included)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  cmd->add_option("-o,--output", o->out, "write the tangent graph as JSON (residuals beside it in .safetensors)")
-      ->check(flags::kFileName);
-  cmd->add_option("--inputs", o->inputs,
-                  "graph file: safetensors file with the primals by name (default: x.inputs.safetensors beside "
-                  "x.json, written by `jvpc trace -o`, else random)");
-  cmd->add_option("--seed", o->seed, "seed of the random tangents (and of random primals, for a graph file)")
-      ->capture_default_str()
-      ->check(flags::kSeed);
+  add_output_option(cmd, o->out, "write the tangent graph as JSON (residuals beside it in .safetensors)");
+  add_inputs_option(cmd, o->inputs,
+                    "graph file: safetensors file with the primals by name (default: x.inputs.safetensors beside "
+                    "x.json, written by `jvpc trace -o`, else random)");
+  add_seed_option(cmd, o->seed, "seed of the random tangents (and of random primals, for a graph file)");
   add_device_option(cmd, o->device);
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
-  cmd->add_flag("--verify-each", o->verify_each,
-                "verify the whole graph after every pass, naming the pass that breaks it (by default the pipeline's input and output)");
+  cmd->add_flag(
+      "--verify-each", o->verify_each,
+      "verify the whole graph after every pass, naming the pass that breaks it (by default the pipeline's input and output)");
   cmd->add_flag("--timing", o->timing,
                 "print each pass's time and its verification's, then each phase's (trace, passes, verification, "
                 "cost table, executable, shape inference, total), after the cost table");
@@ -253,8 +251,8 @@ void add_linearize(CLI::App& app) {
         p.graph ? linearize(std::move(p.graph), primal_values, opts) : linearize(p.example->fn(), p.primals, opts);
 
     check_flops(*lin.tangent_graph, o->limits, "tangent graph");  // before the check runs it
-    Check c = check(refs, primal_names, lin, primal_values, o->seed, o->tolerance, o->check_reference,
-                    o->limits.memory());
+    Check c =
+        check(refs, primal_names, lin, primal_values, o->seed, o->tolerance, o->check_reference, o->limits.memory());
     print_summary(p, refs, lin, c);
     std::optional<BatchedCheck> batched;
     if (o->tangents > 0) {
@@ -279,10 +277,11 @@ void add_linearize(CLI::App& app) {
       fail_check(format("rel_error %.3e against %s is over the tolerance %.1e", c.err.rel_error,
                         c.central_differences ? "central differences" : "LibTorch forward AD", c.tolerance));
     if (batched && !batched->passed)
-      fail_check(format("%lld tangents in one batched call: rel_error %.3e against single calls, tolerance %.1e, "
-                        "FLOPs %s the cost model's",
-                        static_cast<long long>(batched->K), batched->rel_error, batched->tolerance,
-                        batched->matmul_flops == batched->model_flops ? "equal to" : "differ from"));
+      fail_check(
+          format("%lld tangents in one batched call: rel_error %.3e against single calls, tolerance %.1e, "
+                 "FLOPs %s the cost model's",
+                 static_cast<long long>(batched->K), batched->rel_error, batched->tolerance,
+                 batched->matmul_flops == batched->model_flops ? "equal to" : "differ from"));
   });
 }
 

@@ -77,7 +77,8 @@ std::string same_values(const Graph& before, const Graph& after, uint64_t seed, 
       got_f.push_back(got[i]);
       want_f.push_back(want[i]);
     } else if (!got[i].equal(want[i])) {
-      throw Error(where + "--check-values: output " + std::to_string(i) + " differs from the graph's before the passes");
+      throw Error(where + "--check-values: output " + std::to_string(i) +
+                  " differs from the graph's before the passes");
     }
   }
   ErrorStats err = compare(got_f, want_f);
@@ -102,8 +103,7 @@ void add_opt(CLI::App& app) {
       "opt",
       "Run passes of linearize's pipeline (jvpc linearize --list-passes) on a graph in the text form and print the "
       "text form, each pass's changed flag first as a comment");
-  cmd->add_option("file", o->file, "the graph as text (jvpc show --format text writes it), or - for stdin")
-      ->required();
+  cmd->add_option("file", o->file, "the graph as text (jvpc show --format text writes it), or - for stdin")->required();
   cmd->add_option("--passes", o->passes,
                   "comma-separated passes to run in order: names from jvpc linearize --list-passes (a name that "
                   "appears twice there means its first row), or row numbers (15: the second dce)")
@@ -113,14 +113,13 @@ void add_opt(CLI::App& app) {
   cmd->add_option("--residual-budget", o->residual_budget,
                   "attention-form: bytes the attentions' tangents may take (as jvpc linearize's; 0: O(L), inf: P)")
       ->type_name("SIZE");
-  cmd->add_option("--seed", o->seed, "fold: seed of the random primal values it evaluates the graph at")
-      ->capture_default_str()
-      ->check(flags::kSeed);
+  add_seed_option(cmd, o->seed, "fold: seed of the random primal values it evaluates the graph at");
   cmd->add_flag("--check-values", o->check_values,
                 "run the graph before and after the passes on the same random inputs; fail unless the values agree "
                 "(within the dtype's tolerance, as jvpc linearize's check)");
-  cmd->add_flag("--verify-each", o->verify_each,
-                "verify the whole graph after every pass, naming the pass that breaks it (by default the pipeline's input and output)");
+  cmd->add_flag(
+      "--verify-each", o->verify_each,
+      "verify the whole graph after every pass, naming the pass that breaks it (by default the pipeline's input and output)");
   cmd->callback([o, cmd] {
     std::vector<std::string> names = comma_list(o->passes, "--passes", /*distinct=*/false);
     for (const std::string& n : names) linearize_pass(n);  // a bad name fails before any work

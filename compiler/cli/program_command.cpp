@@ -76,14 +76,11 @@ void add_compile(CLI::App& app) {
       "Compile an example or a traced graph into a program (primal graph + tangent graph) that linearizes at any "
       "point by running the primal graph alone; check it at a new point against LibTorch's forward AD; write it");
   add_target_option(cmd, o->target);
-  cmd->add_option("-o,--output", o->out, "write the program as JSON (captured tensors beside it in .safetensors)")
-      ->check(flags::kFileName);
-  cmd->add_option("--inputs", o->inputs,
-                  "graph file: safetensors file with the example primals by name (default: x.inputs.safetensors "
-                  "beside x.json, written by `jvpc trace -o`, else random)");
-  cmd->add_option("--seed", o->seed, "seed of the new point and the tangents of the check")
-      ->capture_default_str()
-      ->check(flags::kSeed);
+  add_output_option(cmd, o->out, "write the program as JSON (captured tensors beside it in .safetensors)");
+  add_inputs_option(cmd, o->inputs,
+                    "graph file: safetensors file with the example primals by name (default: x.inputs.safetensors "
+                    "beside x.json, written by `jvpc trace -o`, else random)");
+  add_seed_option(cmd, o->seed, "seed of the new point and the tangents of the check");
   add_device_option(cmd, o->device);
   add_tolerance_option(cmd, o->tolerance);
   cmd->add_flag("--any-strides", o->loose_strides,
@@ -224,11 +221,8 @@ void add_jvp(CLI::App& app) {
                   "safetensors file with a tensor per primal input, by name (default: random)");
   cmd->add_option("--tangents", o->tangents,
                   "safetensors file with a tensor per tangent input, by name (dq, ...; default: random)");
-  cmd->add_option("-o,--output", o->out, "write the outputs and output tangents, by name, as safetensors")
-      ->check(flags::kFileName);
-  cmd->add_option("--seed", o->seed, "seed of random primals and tangents")
-      ->capture_default_str()
-      ->check(flags::kSeed);
+  add_output_option(cmd, o->out, "write the outputs and output tangents, by name, as safetensors");
+  add_seed_option(cmd, o->seed, "seed of random primals and tangents");
   cmd->add_option("--device", o->device, "cpu or cuda (moves the program there)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);

@@ -43,7 +43,8 @@ Target resolve_target(const TargetFlags& f, std::vector<std::string> example_fla
   std::string inputs = f.inputs;
   if (inputs.empty() && std::filesystem::is_regular_file(traced_inputs_path_for(f.target)))
     inputs = traced_inputs_path_for(f.target);
-  std::vector<at::Tensor> values = inputs.empty() ? random_inputs(*t.graph, f.seed) : inputs_from_file(*t.graph, inputs);
+  std::vector<at::Tensor> values =
+      inputs.empty() ? random_inputs(*t.graph, f.seed) : inputs_from_file(*t.graph, inputs);
   t.description = f.target + (inputs.empty() ? " (random primals, seed " + std::to_string(f.seed) + ")"
                                              : " (primals from " + inputs + ")");
   size_t i = 0;

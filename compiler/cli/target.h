@@ -29,7 +29,7 @@ struct Target {
   std::unique_ptr<Graph> graph;               ///< a graph file's traced graph
   /// The primals, by name, in order: the example's inputs, or the graph's primal inputs.
   std::vector<TraceInput> primals;
-  bool is_graph = false;                      ///< a graph file (`graph` may have been moved out)
+  bool is_graph = false;  ///< a graph file (`graph` may have been moved out)
   std::vector<at::Tensor> primal_values() const;
 };
 

@@ -96,6 +96,18 @@ void add_device_option(CLI::App* cmd, std::string& device) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
 }
 
+void add_output_option(CLI::App* cmd, std::string& out, const std::string& help) {
+  cmd->add_option("-o,--output", out, help)->check(flags::kFileName);
+}
+
+void add_inputs_option(CLI::App* cmd, std::string& inputs, const std::string& help) {
+  cmd->add_option("--inputs", inputs, help);
+}
+
+void add_seed_option(CLI::App* cmd, uint64_t& seed, const std::string& help) {
+  cmd->add_option("--seed", seed, help)->capture_default_str()->check(flags::kSeed);
+}
+
 void add_tolerance_option(CLI::App* cmd, std::optional<double>& tolerance) {
   cmd->add_option("--tolerance", tolerance,
                   "largest rel_error that passes (default by dtype: float64 1e-10, float32 1e-5, float16/bfloat16 "
