@@ -11,6 +11,7 @@
 // The formulas left mirror the CPU kernels' allocations (sizes, dtype, and the layout where
 // practical); the CUDA-only kernels' mirror torch/_meta_registrations.py of 2.11.
 #include "ir/shape_rules.h"
+#include "ir/checked_math.h"
 #include "ir/op.h"
 
 #include "ir/ops.h"
@@ -420,8 +421,10 @@ Metas reflection_pad2d(const Call& c) {
   auto pad = c.ints(1);
   bool batched = x.dim() == 4, valid = batched || x.dim() == 3;
   for (int64_t d = batched ? 1 : 0; valid && d < x.dim(); ++d) valid = x.size(d) != 0;  // an empty batch only
-  TORCH_CHECK(valid, "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero "
-              "dimensions for input, but got: ", x.sizes());
+  TORCH_CHECK(valid,
+              "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero "
+              "dimensions for input, but got: ",
+              x.sizes());
   int64_t dim_h = x.dim() - 2, dim_w = x.dim() - 1, ih = x.size(dim_h), iw = x.size(dim_w);
   TORCH_CHECK(pad[0] < iw && pad[1] < iw,
               "Argument #4: Padding size should be less than the corresponding input dimension, but got: padding (",
@@ -447,9 +450,9 @@ std::array<int64_t, 2> pair(const Call& c, size_t i, const char* name) {
 }
 
 int64_t checked_mul(int64_t a, int64_t b) {
-  int64_t r = 0;
-  TORCH_CHECK(!c10::mul_overflows(a, b, &r), "size overflows int64");
-  return r;
+  std::optional<int64_t> r = checked::mul(a, b);
+  TORCH_CHECK(r.has_value(), "size overflows int64");
+  return *r;
 }
 
 // im2col(self [N?, C, H, W], kernel_size, dilation, padding, stride) -> [N?, C*kH*kW, L].
@@ -914,7 +917,8 @@ Metas convolution(const Call& c) {
     Wide in = x.sizes[d + 2], k = w.sizes[d + 2], s = at_dim(3, d), p = at_dim(4, d), dl = at_dim(5, d);
     if (s < 1 || dl < 1 || p < 0) throw Error("stride and dilation must be positive and padding not negative");
     if (!transposed && dl * (k - 1) + 1 > in + 2 * p) throw Error("the kernel is larger than the padded input");
-    Wide o = transposed ? (in - 1) * s - 2 * p + dl * (k - 1) + at_dim(7, d) + 1 : (in + 2 * p - dl * (k - 1) - 1) / s + 1;
+    Wide o =
+        transposed ? (in - 1) * s - 2 * p + dl * (k - 1) + at_dim(7, d) + 1 : (in + 2 * p - dl * (k - 1) - 1) / s + 1;
     if (o < 1) throw Error("the output would have no elements along spatial dim " + std::to_string(d));
     out.push_back(size(o));
   }
@@ -933,7 +937,8 @@ Metas elementwise_like_self(const Call& c) { return {preserving_layout(c.meta(0)
 // momentum, eps): native_batch_norm's results, then the new running statistics, each laid out as
 // the one given (its clone, updated).
 Metas native_batch_norm_functional(const Call& c) {
-  TORCH_CHECK(c.given(3) && c.given(4), "_native_batch_norm_legit_functional: running_mean and running_var are required");
+  TORCH_CHECK(c.given(3) && c.given(4),
+              "_native_batch_norm_legit_functional: running_mean and running_var are required");
   Metas out = native_batch_norm(c);
   out.push_back(preserving_layout(c.meta(3)));
   out.push_back(preserving_layout(c.meta(4)));

@@ -35,6 +35,7 @@
 // already meets (all_p_bound: every value the graph could hold; the default budget, a device's
 // memory, against a model's graph) keeps P everywhere without counting.
 #include "passes/passes.h"
+#include "ir/checked_math.h"
 #include "ir/op.h"
 
 #include "ir/cost/cost_model.h"
@@ -114,13 +115,12 @@ Value* p_form(Builder& b, const Node& n) {
   }
   s = as4d(s, {B, H, Sq, Sk});
   if (m) {
-    if (m->meta().dtype == c10::kBool)
-      m = call(ops::where_Scalar, {m, 0.0, -std::numeric_limits<double>::infinity()});
+    if (m->meta().dtype == c10::kBool) m = call(ops::where_Scalar, {m, 0.0, -std::numeric_limits<double>::infinity()});
     s = call(ops::add_Tensor, {s, cast(m, acc)});
   }
   if (causal) {
     Value* full = call(ops::full, {std::vector<int64_t>{Sq, Sk}, -std::numeric_limits<double>::infinity(), acc,
-                                      std::nullopt, q->meta().device});
+                                   std::nullopt, q->meta().device});
     s = call(ops::add_Tensor, {s, call(ops::triu, {full, 1})});
   }
   Value* l4 = call(ops::view, {cast(lse, acc), std::vector<int64_t>{B, H, Sq, 1}});
@@ -150,10 +150,7 @@ Value* p_form(Builder& b, const Node& n) {
 }
 
 int64_t mul(std::initializer_list<int64_t> xs) {
-  int64_t r = 1;
-  for (int64_t x : xs)
-    if (__builtin_mul_overflow(r, x, &r)) return std::numeric_limits<int64_t>::max() / 4;
-  return r;
+  return checked::product(xs).value_or(std::numeric_limits<int64_t>::max() / 4);
 }
 
 // What each form of one attention takes.

@@ -1,4 +1,5 @@
 #include "compiler/api/reference.h"
+#include "ir/checked_math.h"
 #include "ir/op.h"
 
 #include "ir/builder.h"
@@ -124,11 +125,8 @@ std::vector<at::Tensor> central_differences_jvp(const TensorFn& fn, const std::v
 int64_t forward_ad_bytes_estimate(int64_t input_bytes, int64_t forward_peak_bytes,
                                   const std::vector<int64_t>& attention_score_elements, int64_t element_bytes) {
   // Saturating: an estimate past 2^63 is no-limit large.
-  auto add = [](int64_t a, int64_t b) { return a > kNoMemoryLimit - b ? kNoMemoryLimit : a + b; };
-  auto mul = [](int64_t a, int64_t b) {
-    int64_t r;
-    return __builtin_mul_overflow(a, b, &r) ? kNoMemoryLimit : r;
-  };
+  auto add = checked::add_saturating;  // kNoMemoryLimit where it overflows
+  auto mul = checked::mul_saturating;
   int64_t total = mul(2, add(input_bytes, forward_peak_bytes));
   for (int64_t scores : attention_score_elements) total = add(total, mul(6, mul(scores, element_bytes)));
   return total;

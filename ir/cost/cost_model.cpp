@@ -1,4 +1,5 @@
 #include "ir/cost/cost_model.h"
+#include "ir/checked_math.h"
 #include "ir/op.h"
 
 #include "ir/cost/scaled_work.h"
@@ -17,16 +18,15 @@ namespace {
 
 // Counts are int64: a graph whose counts pass 2^63 is an error, never a wrapped number.
 int64_t add(int64_t a, int64_t b) {
-  int64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r)) throw Error("cost exceeds 2^63 (sizes too large to count)");
-  return r;
+  std::optional<int64_t> r = checked::add(a, b);
+  if (!r) throw Error("cost exceeds 2^63 (sizes too large to count)");
+  return *r;
 }
 template <typename Ints>
 int64_t product_of(const Ints& xs) {
-  int64_t r = 1;
-  for (int64_t x : xs)
-    if (__builtin_mul_overflow(r, x, &r)) throw Error("cost exceeds 2^63 (sizes too large to count)");
-  return r;
+  std::optional<int64_t> r = checked::product(xs);
+  if (!r) throw Error("cost exceeds 2^63 (sizes too large to count)");
+  return *r;
 }
 int64_t product(std::initializer_list<int64_t> xs) { return product_of(xs); }
 int64_t product(const std::vector<int64_t>& xs) { return product_of(xs); }
@@ -159,122 +159,118 @@ const std::unordered_map<std::string, Rule>& rules() {
   static const std::unordered_map<std::string, Rule> r = [] {
     std::unordered_map<std::string, Rule> m;
     for (Op op : {ops::clone,
-                           ops::_to_copy,
-                           ops::copy,
-                           ops::contiguous,
-                           ops::cat,
-                           ops::stack,
-                           ops::index_select,
-                           ops::repeat,
-                           ops::repeat_interleave_self_int,
-                           ops::index_Tensor,
-                           ops::tril,
-                           ops::triu,
-                           ops::fill_Scalar,
-                           ops::zero,
-                           ops::masked_fill_Scalar,
-                           ops::flip,
-                           ops::roll,
-                           ops::gather,
-                           ops::constant_pad_nd,
-                           ops::scatter_src,
-                           ops::scatter_value})
+                  ops::_to_copy,
+                  ops::copy,
+                  ops::contiguous,
+                  ops::cat,
+                  ops::stack,
+                  ops::index_select,
+                  ops::repeat,
+                  ops::repeat_interleave_self_int,
+                  ops::index_Tensor,
+                  ops::tril,
+                  ops::triu,
+                  ops::fill_Scalar,
+                  ops::zero,
+                  ops::masked_fill_Scalar,
+                  ops::flip,
+                  ops::roll,
+                  ops::gather,
+                  ops::constant_pad_nd,
+                  ops::scatter_src,
+                  ops::scatter_value})
       m[op] = {Kind::Copy, 0, 0};
-    for (Op op :
-         {ops::ones, ops::zeros, ops::empty_memory_format, ops::full, ops::scalar_tensor,
-          ops::empty_strided, ops::arange, ops::arange_start, ops::ones_like, ops::zeros_like,
-          ops::empty_like, ops::full_like, ops::rand, ops::randn})
+    for (Op op : {ops::ones, ops::zeros, ops::empty_memory_format, ops::full, ops::scalar_tensor, ops::empty_strided,
+                  ops::arange, ops::arange_start, ops::ones_like, ops::zeros_like, ops::empty_like, ops::full_like,
+                  ops::rand, ops::randn})
       m[op] = {Kind::Copy, 0, 0};
     for (Op op : {ops::exp,
-                           ops::log,
-                           ops::tanh,
-                           ops::sigmoid,
-                           ops::erf,
-                           ops::sqrt,
-                           ops::rsqrt,
-                           ops::sin,
-                           ops::cos,
-                           ops::log1p,
-                           ops::expm1,
-                           ops::reciprocal,
-                           ops::sinh,
-                           ops::cosh,
-                           ops::atan,
-                           ops::log2,
-                           ops::log10,
-                           ops::pow_Tensor_Scalar,
-                           ops::pow_Tensor_Tensor,
-                           ops::pow_Scalar})
+                  ops::log,
+                  ops::tanh,
+                  ops::sigmoid,
+                  ops::erf,
+                  ops::sqrt,
+                  ops::rsqrt,
+                  ops::sin,
+                  ops::cos,
+                  ops::log1p,
+                  ops::expm1,
+                  ops::reciprocal,
+                  ops::sinh,
+                  ops::cosh,
+                  ops::atan,
+                  ops::log2,
+                  ops::log10,
+                  ops::pow_Tensor_Scalar,
+                  ops::pow_Tensor_Tensor,
+                  ops::pow_Scalar})
       m[op] = {Kind::Elementwise, 0, 1};
     // Elementwise arithmetic, selection and comparisons: 1 FLOP per output element.
     for (Op op : {ops::add_Tensor,
-                           ops::add_Scalar,
-                           ops::sub_Tensor,
-                           ops::sub_Scalar,
-                           ops::rsub_Tensor,
-                           ops::rsub_Scalar,
-                           ops::mul_Tensor,
-                           ops::mul_Scalar,
-                           ops::div_Tensor,
-                           ops::div_Scalar,
-                           ops::div_Tensor_mode,
-                           ops::neg,
-                           ops::abs,
-                           ops::sign,
-                           ops::sgn,
-                           ops::relu,
-                           ops::threshold,
-                           ops::clamp,
-                           ops::clamp_Tensor,
-                           ops::clamp_min,
-                           ops::clamp_min_Tensor,
-                           ops::clamp_max,
-                           ops::clamp_max_Tensor,
-                           ops::maximum,
-                           ops::minimum,
-                           ops::where_self,
-                           ops::where_ScalarSelf,
-                           ops::where_ScalarOther,
-                           ops::where_Scalar,
-                           ops::masked_fill_Tensor,
-                           ops::logical_not,
-                           ops::logical_and,
-                           ops::logical_or,
-                           ops::bitwise_not,
-                           ops::bitwise_and_Tensor,
-                           ops::bitwise_or_Tensor,
-                           ops::floor,
-                           ops::ceil,
-                           ops::round,
-                           ops::trunc,
-                           ops::frac,
-                           ops::hardtanh,
-                           ops::leaky_relu,
-                           ops::remainder_Tensor,
-                           ops::remainder_Scalar,
-                           ops::fmod_Tensor,
-                           ops::fmod_Scalar,
-                           ops::nan_to_num,
-                           ops::square})
+                  ops::add_Scalar,
+                  ops::sub_Tensor,
+                  ops::sub_Scalar,
+                  ops::rsub_Tensor,
+                  ops::rsub_Scalar,
+                  ops::mul_Tensor,
+                  ops::mul_Scalar,
+                  ops::div_Tensor,
+                  ops::div_Scalar,
+                  ops::div_Tensor_mode,
+                  ops::neg,
+                  ops::abs,
+                  ops::sign,
+                  ops::sgn,
+                  ops::relu,
+                  ops::threshold,
+                  ops::clamp,
+                  ops::clamp_Tensor,
+                  ops::clamp_min,
+                  ops::clamp_min_Tensor,
+                  ops::clamp_max,
+                  ops::clamp_max_Tensor,
+                  ops::maximum,
+                  ops::minimum,
+                  ops::where_self,
+                  ops::where_ScalarSelf,
+                  ops::where_ScalarOther,
+                  ops::where_Scalar,
+                  ops::masked_fill_Tensor,
+                  ops::logical_not,
+                  ops::logical_and,
+                  ops::logical_or,
+                  ops::bitwise_not,
+                  ops::bitwise_and_Tensor,
+                  ops::bitwise_or_Tensor,
+                  ops::floor,
+                  ops::ceil,
+                  ops::round,
+                  ops::trunc,
+                  ops::frac,
+                  ops::hardtanh,
+                  ops::leaky_relu,
+                  ops::remainder_Tensor,
+                  ops::remainder_Scalar,
+                  ops::fmod_Tensor,
+                  ops::fmod_Scalar,
+                  ops::nan_to_num,
+                  ops::square})
       m[op] = {Kind::Elementwise, 1, 0};
     for (const std::string& op : comparison_ops()) m[op] = {Kind::Elementwise, 1, 0};
-    for (Op op : {ops::addcmul, ops::addcdiv, ops::lerp_Scalar, ops::lerp_Tensor})
-      m[op] = {Kind::Elementwise, 2, 0};
+    for (Op op : {ops::addcmul, ops::addcdiv, ops::lerp_Scalar, ops::lerp_Tensor}) m[op] = {Kind::Elementwise, 2, 0};
     m[ops::gelu] = {Kind::Elementwise, 4, 1};           // x·½(1+erf(x/√2))
     m[ops::gelu_backward] = {Kind::Elementwise, 8, 2};  // ½(1+erf) + x·φ(x), times grad
     m[ops::silu] = {Kind::Elementwise, 2, 1};
-    for (Op op :
-         {ops::sum, ops::sum_dim_IntList, ops::mean, ops::mean_dim, ops::amax, ops::amin, ops::max,
-          ops::min, ops::var_correction, ops::std_correction, ops::norm_Scalar, ops::linalg_vector_norm,
-          ops::prod, ops::prod_dim_int, ops::cumsum, ops::cumprod})
+    for (Op op : {ops::sum, ops::sum_dim_IntList, ops::mean, ops::mean_dim, ops::amax, ops::amin, ops::max, ops::min,
+                  ops::var_correction, ops::std_correction, ops::norm_Scalar, ops::linalg_vector_norm, ops::prod,
+                  ops::prod_dim_int, ops::cumsum, ops::cumprod})
       m[op] = {Kind::Reduction, 1, 0};
-    for (Op op : {ops::logsumexp, ops::logcumsumexp})
-      m[op] = {Kind::Reduction, 3, 1};  // max, subtract, sum; exp
+    for (Op op : {ops::logsumexp, ops::logcumsumexp}) m[op] = {Kind::Reduction, 3, 1};  // max, subtract, sum; exp
     for (Op op : {ops::_softmax, ops::_safe_softmax, ops::_log_softmax})
-      m[op] = {Kind::Reduction, 4, 1};                            // max, subtract, sum, divide; exp
+      m[op] = {Kind::Reduction, 4, 1};                         // max, subtract, sum, divide; exp
     m[ops::_softmax_backward_data] = {Kind::Reduction, 4, 0};  // y·(g − Σ g·y)
     for (Op op : {ops::native_layer_norm, ops::native_group_norm, ops::native_batch_norm,
-                           ops::_native_batch_norm_legit_functional})
+                  ops::_native_batch_norm_legit_functional})
       m[op] = {Kind::Normalization, 8, 0};
     // Matrix-vector and dot products: FlopCounterMode has no rule for them, so they count as
     // reductions of their first operand, 2 per multiply-add as for the matmuls.
@@ -336,8 +332,9 @@ NodeCost cost_of(const Node& n) {
   if (mm >= 0) {
     c.matmul_flops = mm;
     if (n.is(ops::_scaled_dot_product_flash_attention_for_cpu))
-      c.note = "the CPU flash kernel, counted as its two bmms over the query heads (as torch 2.15's FlopCounterMode "
-               "counts it; 2.11's has no rule for it)";
+      c.note =
+          "the CPU flash kernel, counted as its two bmms over the query heads (as torch 2.15's FlopCounterMode "
+          "counts it; 2.11's has no rule for it)";
     else if (n.handle().has(kFusedAttention) && shapes.at(0).at(1) != shapes.at(1).at(1))
       c.note = "FlopCounterMode has no rule for grouped-query attention; counted as two bmms over the query heads";
     if (n.is(ops::addmm) || n.is(ops::baddbmm)) c.other_flops = out_elems;  // the addition

@@ -5,6 +5,7 @@
 // 1024² input with a 512 window: 2.7e5 outputs, 7e10 additions). Each count here is an upper
 // bound on the kernel's work, by the convention in docs/cost-model.md.
 #include "ir/cost/scaled_work.h"
+#include "ir/checked_math.h"
 #include "ir/op.h"
 
 #include <algorithm>
@@ -16,9 +17,9 @@ namespace jvpc {
 namespace {
 
 int64_t mul(int64_t a, int64_t b) {
-  int64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r)) throw Error("cost exceeds 2^63 (sizes too large to count)");
-  return r;
+  std::optional<int64_t> r = checked::mul(a, b);
+  if (!r) throw Error("cost exceeds 2^63 (sizes too large to count)");
+  return *r;
 }
 int64_t numel_of(const std::vector<int64_t>& s) {
   int64_t n = 1;

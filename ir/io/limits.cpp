@@ -1,6 +1,7 @@
 // Memory limits: the machine's and the cgroup's memory, sizes from flags, and the check that a
 // graph fits.
 #include "ir/io/limits.h"
+#include "ir/checked_math.h"
 
 #include "ir/liveness.h"
 
@@ -24,11 +25,6 @@
 namespace jvpc {
 
 namespace {
-
-int64_t saturating_add(int64_t a, int64_t b) {
-  int64_t r = 0;
-  return __builtin_add_overflow(a, b, &r) ? kNoMemoryLimit : r;
-}
 
 // The first line of a small kernel file; none if it cannot be read.
 std::optional<std::string> first_line(const std::string& path) {
@@ -188,7 +184,9 @@ std::string describe_bytes(int64_t bytes) {
   return buf;
 }
 
-int64_t MemoryNeed::total() const { return saturating_add(saturating_add(constants, inputs), intermediates); }
+int64_t MemoryNeed::total() const {
+  return checked::add_saturating(checked::add_saturating(constants, inputs), intermediates);
+}
 
 namespace {
 
@@ -205,12 +203,12 @@ MemoryNeed inputs_needed(const Graph& g) {
   std::unordered_set<const void*> storages;
   for (const Input& in : g.inputs()) {
     if (in.role != Role::Constant) {
-      need.inputs = saturating_add(need.inputs, declared(in.value));
+      need.inputs = checked::add_saturating(need.inputs, declared(in.value));
     } else if (in.data.defined() && in.data.has_storage()) {
       if (storages.insert(in.data.storage().unsafeGetStorageImpl()).second)
-        need.constants = saturating_add(need.constants, static_cast<int64_t>(in.data.storage().nbytes()));
+        need.constants = checked::add_saturating(need.constants, static_cast<int64_t>(in.data.storage().nbytes()));
     } else {
-      need.constants = saturating_add(need.constants, declared(in.value));
+      need.constants = checked::add_saturating(need.constants, declared(in.value));
     }
   }
   return need;
