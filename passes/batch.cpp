@@ -8,12 +8,13 @@
 // batched. An op without a rule falls back to K unrolled copies of itself, one per tangent
 // (select the k-th slice of each batched operand, apply the op, stack the K results), and is
 // named in the result. Outputs that do not depend on the tangent are broadcast to [K, ...] and
-// copied. The cleanup passes (dce, simplify-views, cse) then run, and the graph is verified:
+// copied. The batched pipeline (batched_passes(), passes/linearize_pipeline.h) then runs, and the graph is verified:
 // it is an ordinary jvpc graph that saves, loads and runs.
 //
 //   graph(%0 : f32[5,64,128] r, %1 : f32[5,128,64] dv):      graph(%0 : f32[5,64,128] r, %1 : f32[K,5,128,64] dv):
 //     %2 = aten::bmm(%0, %1)                        =>           (dv as [5,128,K·64], one bmm by r, viewed back)
 //     return (%2)                                                return (%.. : f32[K,5,64,64])
+#include "passes/linearize_pipeline.h"
 #include "passes/passes.h"
 #include "ir/op.h"
 
@@ -131,10 +132,7 @@ BatchResult batch_tangents(const Graph& g, int64_t K) {
   }
 
   Pipeline cleanup;
-  cleanup.add(make_pass("dce", [](Graph& h) { return dce(h); }))
-      .add(make_pass("simplify-views", [](Graph& h) { return simplify_views(h); }))
-      .add(make_pass("cse", [](Graph& h) { return cse(h); }))
-      .add(make_pass("dce", [](Graph& h) { return dce(h); }));
+  for (const BatchedPass& p : batched_passes()) cleanup.add(make_pass(p.name, p.run));
   cleanup.run(out);
   result.unrolled.assign(unrolled.begin(), unrolled.end());
   return result;

@@ -114,6 +114,16 @@ const LinearizePass& linearize_pass(const std::string& name_or_row) {
               std::to_string(table.size()) + " of `jvpc linearize --list-passes`)");
 }
 
+const std::vector<BatchedPass>& batched_passes() {
+  static const std::vector<BatchedPass> table = {
+      {"dce", "drops what the batch rules left unread", [](Graph& g) { return dce(g); }},
+      {"simplify-views", "views of views the batch rules wrote, merged", [](Graph& g) { return simplify_views(g); }},
+      {"cse", "one value for each repeat of the K-fold rewrites", [](Graph& g) { return cse(g); }},
+      {"dce", "drops what cse left unread", [](Graph& g) { return dce(g); }},
+  };
+  return table;
+}
+
 void print_linearize_passes(std::ostream& os) {
   char line[256];
   std::snprintf(line, sizeof line, "%2s  %-20s %-9s %s\n", "#", "pass", "optional", "why it stands here");
@@ -122,6 +132,14 @@ void print_linearize_passes(std::ostream& os) {
   for (const LinearizePass& p : linearize_passes()) {
     std::snprintf(line, sizeof line, "%2d  %-20s %-9s %s\n", ++i, p.name.c_str(), p.optional ? "yes" : "",
                   p.why.c_str());
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "%2s  %-30s %s\n", "#", "batched pipeline",
+                "after the batch rules, for K tangents in one call (--tangents K)");
+  os << line;
+  i = 0;
+  for (const BatchedPass& p : batched_passes()) {
+    std::snprintf(line, sizeof line, "%2d  %-30s %s\n", ++i, p.name.c_str(), p.why.c_str());
     os << line;
   }
 }

@@ -21,6 +21,11 @@
 // 16  simplify-views       yes       views of residuals fold took in
 // 17  fuse-matmul-add      yes       add(x, bmm(a, b)) -> baddbmm: after fold, so only tangent adds fuse
 // 18  cse                  yes       repeats the rewrites after fold left
+//  #  batched pipeline               after the batch rules, for K tangents in one call (--tangents K)
+//  1  dce                            drops what the batch rules left unread
+//  2  simplify-views                 views of views the batch rules wrote, merged
+//  3  cse                            one value for each repeat of the K-fold rewrites
+//  4  dce                            drops what cse left unread
 //
 // (`jvpc linearize --list-passes` prints this table; the README's diagram is its output, and a
 // test keeps the two the same.)
@@ -73,6 +78,15 @@ struct LinearizePass {
 
 /// The pipeline linearize runs on a traced graph, `jvp` first, in order.
 const std::vector<LinearizePass>& linearize_passes();
+
+/// A pass of the batched pipeline, which tidies a batched tangent graph (batch_tangents(), for
+/// K tangents in one call) after the batch rules have rewritten it.
+struct BatchedPass {
+  std::string name;
+  std::string why;
+  std::function<bool(Graph&)> run;
+};
+const std::vector<BatchedPass>& batched_passes();
 /// The names of the optional passes, in pipeline order, each once.
 std::vector<std::string> optional_linearize_passes();
 /// Adds linearize_passes() to `p`, less the `disabled` ones (each must be optional; otherwise

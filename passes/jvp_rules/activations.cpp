@@ -60,9 +60,11 @@ void register_activations(Registry& r) {
   // prelu: x where x > 0, else w·x: d = tx·(1 or w) + tw·(0 or x)
   r.add(ops::_prelu_kernel, [](Ctx& c) -> std::vector<Value*> {
     Value* positive = c.call(ops::gt_Scalar, {c.x(0), 0});
-    Value* a = c.t(0) ? c.mul(c.t(0), c.call(ops::where_ScalarSelf, {positive, 1.0, c.x(1)})) : nullptr;
-    Value* b = c.t(1) ? c.mul(c.t(1), c.call(ops::where_ScalarSelf, {positive, 0.0, c.x(0)})) : nullptr;
-    return {c.add(a, b)};
+    auto pick = [&](double where_positive, Value* otherwise) {
+      return c.call(ops::where_ScalarSelf, {positive, where_positive, otherwise});
+    };
+    return {c.per_arg({[&](Ctx&, Value* t) { return c.mul(t, pick(1.0, c.x(1))); },
+                       [&](Ctx&, Value* t) { return c.mul(t, pick(0.0, c.x(0))); }})};
   });
   // glu(x, dim) = a·σ(b) for the halves a, b of x along dim: d = ta·σ(b) + tb·a·σ(b)(1 − σ(b))
   r.add(ops::glu, [](Ctx& c) -> std::vector<Value*> {
@@ -70,9 +72,9 @@ void register_activations(Registry& r) {
     int64_t dim = c10::maybe_wrap_dim(c.c(1).toInt(), static_cast<int64_t>(c.x(0)->meta().sizes.size()));
     int64_t h = c.x(0)->meta().sizes.at(static_cast<size_t>(dim)) / 2;
     auto half = [&](Value* v, int64_t i) { return c.call(ops::slice_Tensor, {v, dim, i * h, (i + 1) * h}); };
-    Value* s = c.call(ops::sigmoid, {half(c.x(0), 1)});
-    Value* ds = c.call(ops::mul_Tensor,
-                       {half(c.x(0), 0), c.call(ops::mul_Tensor, {s, c.call(ops::rsub_Scalar, {s, 1})})});
+    Value* s = c.sigmoid(half(c.x(0), 1));
+    Value* a = half(c.x(0), 0);
+    Value* ds = c.mul(a, c.mul(s, c.sub(1, s)));
     return {c.add(c.mul(half(c.t(0), 0), s), c.mul(half(c.t(0), 1), ds))};
   });
   r.add(ops::leaky_relu, unary([](Ctx& c) {

@@ -207,9 +207,8 @@ void register_backward(Registry& r) {
     };
     if (c.t(0)) accumulate(c.reapply(0, c.t(0)), true);
     if (c.t(1) || c.t(2)) {
-      Value* ti = c.t(1) ? c.t(1) : c.zeros_like(c.x(1));
-      Value* tw = c.t(2) ? c.t(2) : c.zeros_like(c.x(2));
-      accumulate(c.reapply({{1, ti}, {2, tw}}), false);
+      Value* ti = c.t_or_zeros(1);
+      accumulate(c.reapply({{1, ti}, {2, c.t_or_zeros(2)}}), false);
     }
     return out;
   });

@@ -89,10 +89,11 @@ std::vector<Value*> convolution(Ctx& c) {
     args[2] = std::nullopt;
     return c.call(ops::convolution, std::move(args));
   };
-  Value* t = c.add(c.t(0) ? conv(c.t(0), c.x(1)) : nullptr, c.t(1) ? conv(c.x(0), c.t(1)) : nullptr);
-  if (Value* tb = c.n.arg(2).kind == ArgKind::Tensor ? c.t(2) : nullptr)
-    t = c.add(t, per_channel(c, tb, c.out()->meta().sizes.size()));
-  return {t};
+  return {c.per_arg({
+      [&](Ctx&, Value* t) { return conv(t, c.x(1)); },                                  // the input
+      [&](Ctx&, Value* t) { return conv(c.x(0), t); },                                  // the weight
+      [&](Ctx&, Value* t) { return per_channel(c, t, c.out()->meta().sizes.size()); },  // the bias
+  })};
 }
 
 }  // namespace
@@ -106,8 +107,7 @@ void register_linalg(Registry& r) {
   // tangent in its operand's place, summed.
   r.add(ops::_trilinear, [](Ctx& c) -> std::vector<Value*> {
     Value* out = nullptr;
-    for (size_t i = 0; i < 3; ++i)
-      if (c.t(i)) out = c.add(out, c.reapply(i, c.t(i)).at(0));
+    for (size_t i = 0; i < 3; ++i) out = c.add(out, c.linear_in(i));
     return {out};
   });  // Σ conj(x)·y: conjugate-linear in x, so bilinear in the tangents
   r.add(ops::mv, bilinear());

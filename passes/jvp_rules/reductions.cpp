@@ -56,10 +56,7 @@ Value* reduce(Ctx& c, Value* v, int64_t reduction) {
 /// l(x, y) with ∂l/∂y = −∂l/∂x = −derivative(c), reduced by argument 2.
 Rule pointwise_loss(std::function<Value*(Ctx&)> derivative) {
   return [derivative](Ctx& c) -> std::vector<Value*> {
-    Value* dt = c.t(0) && c.t(1) ? c.call(ops::sub_Tensor, {c.t(0), c.t(1)})
-                : c.t(0)         ? c.t(0)
-                                 : c.scale(c.t(1), -1.0);
-    return {reduce(c, c.mul(dt, derivative(c)), c.c(2).toInt())};
+    return {reduce(c, c.mul(c.sub(c.t(0), c.t(1)), derivative(c)), c.c(2).toInt())};
   };
 }
 
@@ -174,10 +171,8 @@ void register_reductions(Registry& r) {
   // dist(x, y, p) = ‖x − y‖_p over all elements of the broadcast difference: norm's rule on it.
   r.add(ops::dist, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0) && !c.t(1)) return {};
-    Value* d = c.call(ops::sub_Tensor, {c.x(0), c.x(1)});
-    Value* t = c.t(0) && c.t(1) ? c.call(ops::sub_Tensor, {c.t(0), c.t(1)})
-               : c.t(0)         ? c.t(0)
-                                : c.scale(c.t(1), -1.0);
+    Value* d = c.sub(c.x(0), c.x(1));
+    Value* t = c.sub(c.t(0), c.t(1));
     if (t->meta().sizes != d->meta().sizes) t = c.call(ops::expand, {t, d->meta().sizes});
     return {norm_tangent(c, d, t, scalar(c.c(2), 2.0), reduced_dims(d, c10::IValue()), false)};
   });
@@ -209,19 +204,20 @@ void register_reductions(Registry& r) {
   // ∂/∂p from its backward kernel, ∂/∂y = w·(log(1 − p) − log p).
   r.add(ops::binary_cross_entropy, [](Ctx& c) -> std::vector<Value*> {
     if (c.n.arg(2).kind == ArgKind::Tensor && c.t(2)) throw Error("no tangent through the weight");
-    Value* a = nullptr;
-    if (c.t(0))
-      a = c.mul(c.t(0), c.call(ops::binary_cross_entropy_backward,
-                               {c.call(ops::ones_like, {c.x(0)}), c.x(0), c.x(1), c.a(2), 0}));
-    Value* b = nullptr;
-    if (c.t(1)) {
-      auto clamped_log = [&](Value* v) { return c.call(ops::clamp_min, {c.call(ops::log, {v}), -100.0}); };
-      Value* f =
-          c.call(ops::sub_Tensor, {clamped_log(c.call(ops::rsub_Scalar, {c.x(0), 1})), clamped_log(c.x(0))});
-      if (c.n.arg(2).kind == ArgKind::Tensor) f = c.call(ops::mul_Tensor, {f, c.x(2)});
-      b = c.mul(c.t(1), f);
-    }
-    return {reduce(c, c.add(a, b), c.c(3).toInt())};
+    Value* t = c.per_arg({
+        [](Ctx& c, Value* t) {
+          return c.mul(t, c.call(ops::binary_cross_entropy_backward,
+                                 {c.call(ops::ones_like, {c.x(0)}), c.x(0), c.x(1), c.a(2), 0}));
+        },
+        [](Ctx& c, Value* t) {
+          auto clamped_log = [&](Value* v) { return c.call(ops::clamp_min, {c.call(ops::log, {v}), -100.0}); };
+          Value* log_1mp = clamped_log(c.sub(1, c.x(0)));
+          Value* f = c.sub(log_1mp, clamped_log(c.x(0)));
+          if (c.n.arg(2).kind == ArgKind::Tensor) f = c.mul(f, c.x(2));
+          return c.mul(t, f);
+        },
+    });
+    return {reduce(c, t, c.c(3).toInt())};
   });
   // with logits x, weight w and positive weight q: ∂/∂x = w·(σ(x)·(1 − y + q·y) − q·y),
   // ∂/∂y = w·(log σ(−x) − q·log σ(x)); without q, w·(σ(x) − y) and −w·x.

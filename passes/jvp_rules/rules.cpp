@@ -35,6 +35,26 @@ Value* Ctx::mul(Value* t_, Value* factor) {
   return call(ops::mul_Tensor, {t_, factor});
 }
 
+Value* Ctx::sub(Value* a, Value* b_) {
+  if (!b_) return a;
+  if (!a) return scale(b_, -1.0);
+  return call(ops::sub_Tensor, {a, b_});
+}
+
+Value* Ctx::where(Value* cond, Value* a, Value* b_) {
+  if (!a && !b_) return nullptr;
+  if (a && b_) return call(ops::where_self, {cond, a, b_});
+  if (a) return call(ops::where_ScalarOther, {cond, a, 0.0});
+  return call(ops::where_ScalarSelf, {cond, 0.0, b_});
+}
+
+Value* Ctx::per_arg(const std::vector<Term>& terms) {
+  Value* sum = nullptr;
+  for (size_t i = 0; i < terms.size(); ++i)
+    if (Value* ti = terms[i] ? t(i) : nullptr) sum = add(sum, terms[i](*this, ti));
+  return sum;
+}
+
 Value* Ctx::zeros_like(const Value* v) {
   const TensorMeta& m = v->meta();
   return call(ops::zeros, {m.sizes, m.dtype, std::nullopt, m.device});
@@ -180,11 +200,14 @@ Rule linear_in_list(size_t arg) {
   };
 }
 
+Rule per_arg(std::vector<Term> terms) {
+  return [terms = std::move(terms)](Ctx& c) -> std::vector<Value*> { return {c.per_arg(terms)}; };
+}
+
 Rule bilinear() {
   return [](Ctx& c) -> std::vector<Value*> {
-    Value* left = c.t(0) ? c.reapply(0, c.t(0)).at(0) : nullptr;
-    Value* right = c.t(1) ? c.reapply(1, c.t(1)).at(0) : nullptr;
-    return {c.add(left, right)};
+    Value* left = c.linear_in(0);
+    return {c.add(left, c.linear_in(1))};
   };
 }
 
@@ -262,7 +285,7 @@ Rule zero() {
 Rule masked(std::function<Value*(Ctx&)> mask) {
   return [mask](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
-    return {c.call(ops::where_ScalarOther, {mask(c), c.t(0), 0.0})};
+    return {c.where(mask(c), c.t(0), nullptr)};
   };
 }
 

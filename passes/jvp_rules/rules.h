@@ -10,13 +10,20 @@
 #pragma once
 
 #include "ir/builder.h"
+#include "ir/op.h"
 #include "passes/op_table.h"
 
 #include <functional>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
 namespace jvpc::jvp_rules {
+
+class Ctx;
+/// One argument's term of a tangent (JAX's per-argument jvp rules): given that argument's
+/// non-zero tangent t, the part of the output's tangent linear in t.
+using Term = std::function<Value*(Ctx& c, Value* t)>;
 
 class Ctx {
  public:
@@ -47,6 +54,40 @@ class Ctx {
   Value* scale(Value* a, double s);
   /// t * factor (elementwise, broadcasting); zero stays zero.
   Value* mul(Value* t, Value* factor);
+  /// a − b, where either may be a zero (nullptr): b alone is scaled by −1.
+  Value* sub(Value* a, Value* b);
+  /// t(arg), or a materialized zero shaped like x(arg) where the tangent is zero.
+  Value* t_or_zeros(size_t arg) { return t(arg) ? t(arg) : zeros_like(x(arg)); }
+  /// where(cond, a, b) for tangents a and b, either of which may be a zero (nullptr; both: nullptr).
+  Value* where(Value* cond, Value* a, Value* b);
+  /// Σ terms[i](*this, t(i)) over the arguments i whose tangent is non-zero, in argument order
+  /// (an empty term: argument i has no tangent); nullptr where all are zero.
+  Value* per_arg(const std::vector<Term>& terms);
+  /// The node's op with argument `arg` replaced by its tangent (its first output): the term of
+  /// an argument the op is linear in; nullptr for a zero tangent.
+  Value* linear_in(size_t arg) { return t(arg) ? reapply(arg, t(arg)).at(0) : nullptr; }
+
+  // Formula builders over (non-zero) values; an arithmetic `s` is a Scalar argument.
+  template <class S>
+  using IfScalar = std::enable_if_t<std::is_arithmetic_v<S>, Value*>;
+  template <class S>
+  IfScalar<S> add(Value* x, S s) { return call(ops::add_Scalar, {x, s}); }
+  template <class S>
+  IfScalar<S> sub(Value* x, S s) { return call(ops::sub_Scalar, {x, s}); }
+  /// s − x
+  template <class S>
+  IfScalar<S> sub(S s, Value* x) { return call(ops::rsub_Scalar, {x, s}); }
+  template <class S>
+  IfScalar<S> pow(Value* x, S s) { return call(ops::pow_Tensor_Scalar, {x, s}); }
+  Value* div(Value* a, Value* b) { return call(ops::div_Tensor, {a, b}); }
+  Value* neg(Value* x) { return call(ops::neg, {x}); }
+  /// x·x (mul.Tensor)
+  Value* square(Value* x) { return call(ops::mul_Tensor, {x, x}); }
+  Value* recip(Value* x) { return call(ops::reciprocal, {x}); }
+  Value* exp(Value* x) { return call(ops::exp, {x}); }
+  Value* rsqrt(Value* x) { return call(ops::rsqrt, {x}); }
+  Value* sigmoid(Value* x) { return call(ops::sigmoid, {x}); }
+
   /// A materialized zero tangent shaped like `v`: aten::zeros from metadata alone, so that it
   /// reads no primal value and fold leaves it to be made per call rather than held as a residual.
   Value* zeros_like(const Value* v);
@@ -96,6 +137,8 @@ void differentiate_in_order(Builder& b, const std::vector<Node*>& nodes,
 Rule linear_in(size_t arg);
 /// Linear in every tensor of a tensor-list argument (cat, stack); zeros fill absent tangents.
 Rule linear_in_list(size_t arg);
+/// The tangent as a sum of per-argument terms (Ctx::per_arg): terms[i] for argument i.
+Rule per_arg(std::vector<Term> terms);
 /// Bilinear in arguments 0 and 1: op(t0, x1) + op(x0, t1) (mm, bmm, mul).
 Rule bilinear();
 /// Elementwise in argument 0: t0 * f'(x0), with f'(x0) built by `derivative` from primals.

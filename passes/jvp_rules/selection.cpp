@@ -11,15 +11,6 @@ namespace jvpc::jvp_rules {
 
 namespace {
 
-/// where(cond, a, b) for tangents a and b, either of which may be zero.
-Value* select(Ctx& c, Value* cond, Value* a, Value* b) {
-  if (!a && !b) return nullptr;
-  if (a && b) return c.call(ops::where_self, {cond, a, b});
-  if (a) return c.call(ops::where_ScalarOther, {cond, a, 0.0});
-  return c.call(ops::where_ScalarSelf, {cond, 0.0, b});
-}
-
-
 /// (a + b) / 2 for tangents a and b, either of which may be zero: a tie's share.
 Value* half_sum(Ctx& c, Value* a, Value* b) {
   Value* s = c.add(a, b);
@@ -30,8 +21,8 @@ Value* half_sum(Ctx& c, Value* a, Value* b) {
 /// where x > y, the mean of both at a tie, y's otherwise (below, or x NaN). clamp_max.Tensor
 /// with `above` = lt.Tensor.
 Value* clamp_by(Ctx& c, Value* x, Value* tx, Value* y, Value* ty, Op passes) {
-  Value* tie = select(c, c.call(ops::eq_Tensor, {x, y}), half_sum(c, tx, ty), ty);
-  return select(c, c.call(passes, {x, y}), tx, tie);
+  Value* tie = c.where(c.call(ops::eq_Tensor, {x, y}), half_sum(c, tx, ty), ty);
+  return c.where(c.call(passes, {x, y}), tx, tie);
 }
 
 /// The tangent of values picked out by indices along `dim` (max.dim, sort, topk).
@@ -48,7 +39,7 @@ Value* gather(Ctx& c, int64_t dim, Value* indices, bool keepdim) {
 Value* evenly(Ctx& c, const std::vector<int64_t>& dims, bool keepdim) {
   Value* hits = c.call(ops::eq_Tensor, {c.x(0), keep_dims(c, c.out(), c.x(0), dims)});
   Value* count = c.call(ops::sum_dim_IntList, {c.call(ops::_to_copy, {hits, c.out()->meta().dtype}), dims, keepdim});
-  Value* picked = c.call(ops::sum_dim_IntList, {c.call(ops::where_ScalarOther, {hits, c.t(0), 0.0}), dims, keepdim});
+  Value* picked = c.call(ops::sum_dim_IntList, {c.where(hits, c.t(0), nullptr), dims, keepdim});
   return c.call(ops::div_Tensor, {picked, count});
 }
 
@@ -56,13 +47,14 @@ Value* evenly(Ctx& c, const std::vector<int64_t>& dims, bool keepdim) {
 
 void register_selection(Registry& r) {
   // Tangents follow the selected branch; the condition has none.
-  r.add(ops::where_self, [](Ctx& c) -> std::vector<Value*> { return {select(c, c.x(0), c.t(1), c.t(2))}; });
+  r.add(ops::where_self, [](Ctx& c) -> std::vector<Value*> { return {c.where(c.x(0), c.t(1), c.t(2))}; });
   r.add(ops::masked_fill_Scalar, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
     return {c.call(ops::masked_fill_Scalar, {c.t(0), c.x(1), 0.0})};
   });
   r.add(ops::masked_fill_Tensor, [](Ctx& c) -> std::vector<Value*> {  // value: a 0-dim tensor
-    if (!c.t(2)) return {c.t(0) ? c.call(ops::masked_fill_Scalar, {c.t(0), c.x(1), 0.0}) : nullptr};
+    if (!c.t(2))
+      return {c.per_arg({[](Ctx& c, Value* t) { return c.call(ops::masked_fill_Scalar, {t, c.x(1), 0.0}); }})};
     Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.out());
     return {c.call(ops::masked_fill_Tensor, {self, c.x(1), c.t(2)})};
   });
@@ -91,11 +83,11 @@ void register_selection(Registry& r) {
     auto both = [&](Op a, Value* p, Op b, Value* q) {
       return c.call(ops::bitwise_and_Tensor, {c.call(a, {x, p}), c.call(b, {x, q})});
     };
-    Value* t = select(c, both(ops::eq_Tensor, hi, ops::gt_Tensor, lo), half_sum(c, c.t(0), c.t(2)), c.t(0));
-    t = select(c, both(ops::eq_Tensor, lo, ops::lt_Tensor, hi), half_sum(c, c.t(0), c.t(1)), t);
-    t = select(c, c.call(ops::gt_Tensor, {x, hi}), c.t(2), t);
-    t = select(c, c.call(ops::lt_Tensor, {x, lo}), c.t(1), t);
-    return {select(c, c.call(ops::gt_Tensor, {lo, hi}), c.t(2), t)};
+    Value* t = c.where(both(ops::eq_Tensor, hi, ops::gt_Tensor, lo), half_sum(c, c.t(0), c.t(2)), c.t(0));
+    t = c.where(both(ops::eq_Tensor, lo, ops::lt_Tensor, hi), half_sum(c, c.t(0), c.t(1)), t);
+    t = c.where(c.call(ops::gt_Tensor, {x, hi}), c.t(2), t);
+    t = c.where(c.call(ops::lt_Tensor, {x, lo}), c.t(1), t);
+    return {c.where(c.call(ops::gt_Tensor, {lo, hi}), c.t(2), t)};
   });
   r.add(ops::clamp_min_Tensor, [](Ctx& c) -> std::vector<Value*> {
     return {clamp_by(c, c.x(0), c.t(0), c.x(1), c.t(1), ops::gt_Tensor)};
@@ -117,8 +109,8 @@ void register_selection(Registry& r) {
     r.add(op, [wins = wins](Ctx& c) -> std::vector<Value*> {
       Value* y_nan = c.call(ops::ne_Tensor, {c.x(1), c.x(1)});  // (isnan has no kernel of its own)
       Value* s = c.call(ops::bitwise_or_Tensor, {c.call(wins, {c.x(0), c.x(1)}), y_nan});
-      Value* tie = select(c, c.call(ops::eq_Tensor, {c.x(0), c.x(1)}), half_sum(c, c.t(0), c.t(1)), c.t(1));
-      return {select(c, s, c.t(0), tie)};
+      Value* tie = c.where(c.call(ops::eq_Tensor, {c.x(0), c.x(1)}), half_sum(c, c.t(0), c.t(1)), c.t(1));
+      return {c.where(s, c.t(0), tie)};
     });
 
   // Reductions that pick elements.

@@ -315,7 +315,7 @@ Value* pinv_tangent(Ctx& c, Value* P, Value* dA, Value* B) {
 // (left, not adjoint), dX = −A⁻¹·P·(dL·U + L·dU)·X = −U⁻¹·(L⁻¹·dL·(U·X) + dU·X), with the
 // triangular solves reading LU's triangles as the op does.
 std::vector<Value*> lu_solve(Ctx& c) {
-  Value* dX = c.t(2) ? c.reapply(2, c.t(2)).at(0) : nullptr;
+  Value* dX = c.linear_in(2);
   if (!c.t(0)) return {dX};
   if (!c.c(3).toBool() || c.c(4).toBool()) throw Error("no tangent through LU for left=false or adjoint=true");
   Value *LU = c.x(0), *X = c.out(), *dLU = c.t(0);

@@ -17,9 +17,8 @@ namespace {
 Rule linear_in_self_and(size_t source, bool (*adds)(const Ctx&) = nullptr) {
   return [source, adds](Ctx& c) -> std::vector<Value*> {
     if (!c.t(source) && adds && adds(c)) return {c.t(0)};
-    Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.x(0));
-    Value* src = c.t(source) ? c.t(source) : c.zeros_like(c.x(source));
-    return c.reapply({{0, self}, {source, src}});
+    Value* self = c.t_or_zeros(0);
+    return c.reapply({{0, self}, {source, c.t_or_zeros(source)}});
   };
 }
 
@@ -66,7 +65,7 @@ std::vector<Value*> scatter_reduce(Ctx& c) {
 // cuDNN's grid sampler (what LibTorch picks on CUDA for bilinear sampling, zero padding and
 // aligned corners) is the same function: its partials come from grid_sampler_2d_backward.
 std::vector<Value*> grid_sampler(Ctx& c) {
-  Value* t = c.t(0) ? c.reapply(0, c.t(0)).at(0) : nullptr;
+  Value* t = c.linear_in(0);
   bool cudnn = c.n.is(ops::cudnn_grid_sampler);
   if (!c.t(1) || (!cudnn && c.c(2).toInt() == 1)) return {t};
   const auto &xs = c.x(0)->meta().sizes, &gs = c.x(1)->meta().sizes;  // [N, C, in...], [N, out..., k]
@@ -98,9 +97,8 @@ std::vector<Value*> grid_sampler(Ctx& c) {
 // names (an empty bag is 0).
 std::vector<Value*> embedding_bag(Ctx& c) {
   if (c.c(4).toInt() != 2) {
-    Value* w = c.t(0) ? c.reapply(0, c.t(0)).at(0) : nullptr;
-    Value* psw = c.n.arg(6).kind == ArgKind::Tensor && c.t(6) ? c.reapply(6, c.t(6)).at(0) : nullptr;
-    return {c.add(w, psw)};
+    Value* w = c.linear_in(0);
+    return {c.add(w, c.linear_in(6))};  // per-sample weights: none where not a tensor
   }
   if (!c.t(0)) return {};
   Value* rows = c.call(ops::clamp_min, {c.out(3), 0});
@@ -174,8 +172,11 @@ void register_views(Registry& r) {
     return {c.call(ops::index_fill_int_Scalar, {c.t(0), c.a(1), c.x(2), 0.0})};
   });
   r.add(ops::index_fill_int_Tensor, [](Ctx& c) -> std::vector<Value*> {  // value: a 0-dim tensor
-    if (!c.t(3)) return {c.t(0) ? c.call(ops::index_fill_int_Scalar, {c.t(0), c.a(1), c.x(2), 0.0}) : nullptr};
-    return {c.call(ops::index_fill_int_Tensor, {c.t(0) ? c.t(0) : c.zeros_like(c.x(0)), c.a(1), c.x(2), c.t(3)})};
+    if (!c.t(3))
+      return {c.per_arg({[](Ctx& c, Value* t) {
+        return c.call(ops::index_fill_int_Scalar, {t, c.a(1), c.x(2), 0.0});
+      }})};
+    return {c.call(ops::index_fill_int_Tensor, {c.t_or_zeros(0), c.a(1), c.x(2), c.t(3)})};
   });
   r.add(ops::scatter_value, [](Ctx& c) -> std::vector<Value*> {
     if (!c.t(0)) return {};
