@@ -19,7 +19,8 @@ void add_flags(CLI::App& app, SdpaFlags& f) {
   app.add_option("--head-dim", f.head_dim, "head dimension; heads = model-dim / head-dim")
       ->capture_default_str()
       ->check(flags::kPositive);
-  app.add_option("--kv-seq-len", f.kv_seq_len, "key/value sequence length (default: --seq-len)")->check(flags::kPositive);
+  app.add_option("--kv-seq-len", f.kv_seq_len, "key/value sequence length (default: --seq-len)")
+      ->check(flags::kPositive);
   app.add_option("--kv-heads", f.kv_heads, "key/value heads, for grouped-query attention (default: all heads)")
       ->check(flags::kPositive);
   app.add_flag("--causal", f.causal, "causal attention");

@@ -357,8 +357,7 @@ std::string counted_op_name(const std::string& name) {
 namespace {
 
 std::vector<TensorMeta> infer_outputs_uncached(const OpInfo& info, const std::vector<Arg>& args,
-                                               const std::vector<TensorMeta>& inputs,
-                                               std::vector<int>* return_counts) {
+                                               const std::vector<TensorMeta>& inputs, std::vector<int>* return_counts) {
   const auto& schema = info.schema();
   if (args.size() != schema.arguments().size())
     throw Error(info.name + " takes " + std::to_string(schema.arguments().size()) + " arguments, got " +
@@ -372,10 +371,9 @@ std::vector<TensorMeta> infer_outputs_uncached(const OpInfo& info, const std::ve
   // caller's linearize) must not see its kernels on Meta tensors. Nor may functorch's layers:
   // inside a vmap rule (vmap(jvp_fn) compiling the batched graph on its first call) they would
   // restore the dispatch keys saved when the vmap began, the Python mode's among them.
-  c10::impl::ExcludeDispatchKeyGuard no_python_modes(
-      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
-                           c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
-                           c10::DispatchKey::FuncTorchDynamicLayerBackMode}));
+  c10::impl::ExcludeDispatchKeyGuard no_python_modes(c10::DispatchKeySet(
+      {c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot, c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+       c10::DispatchKey::FuncTorchDynamicLayerBackMode}));
   check_arguments(info.name, args, inputs);  // values no kernel, Meta kernels included, survives (op_contracts.h)
   std::vector<at::Tensor> metas;
   metas.reserve(inputs.size());

@@ -76,7 +76,7 @@ void ShapeChecks::trust(const Graph& g) {
 }
 
 void verify(const Graph& g, const VerifyOptions& options) {
-  const auto name = id_name;  // a loaded graph has its file's ids (Graph::renumber)
+  const auto name = id_name;                 // a loaded graph has its file's ids (Graph::renumber)
   ska::flat_hash_set<const Value*> defined;  // open addressing: no allocation per value
   ska::flat_hash_set<int> ids;
   std::unordered_set<std::string_view> names;  // views of the inputs' own names

@@ -198,8 +198,7 @@ bool is_view_step(const Node* n) {
   const TensorMeta &in = n->input(0)->meta(), &out = n->output(0)->meta();
   if (in.dtype != out.dtype) return false;
   const Op op = n->handle();
-  if (is_reshape_op(op) || op == ops::permute || op == ops::transpose_int || op == ops::clone ||
-      op == ops::alias)
+  if (is_reshape_op(op) || op == ops::permute || op == ops::transpose_int || op == ops::clone || op == ops::alias)
     return true;
   return op == ops::expand && in.sizes == out.sizes;
 }
@@ -382,8 +381,7 @@ bool is_scalar_tensor(const Value* v, double x) {
 // top-left aligned attention, or its complement.
 bool is_causal(const Value* m, int64_t Lq, int64_t Lk, bool lower) {
   const Node* n = producer(m);
-  if (!n || n->op() != (lower ? ops::tril : ops::triu) || n->arg(1).value.toInt() != (lower ? 0 : 1))
-    return false;
+  if (!n || n->op() != (lower ? ops::tril : ops::triu) || n->arg(1).value.toInt() != (lower ? 0 : 1)) return false;
   const Node* ones = producer(n->input(0));
   return ones && ones->is(ops::ones) && m->meta().dtype == c10::kBool &&
          m->meta().sizes == std::vector<int64_t>{Lq, Lk};
@@ -400,8 +398,7 @@ bool reaches_bmm(const Value* v) {
       v = n->input(sc->first);
       continue;
     }
-    if (!is_view_step(n) && op != ops::mul_Scalar && op != ops::div_Scalar && op != ops::_to_copy)
-      return false;
+    if (!is_view_step(n) && op != ops::mul_Scalar && op != ops::div_Scalar && op != ops::_to_copy) return false;
     v = n->input(0);
   }
   return false;
@@ -457,9 +454,8 @@ bool score_chain(Match& m) {
       st.path = sc->first;
     } else if (is_view_step(n)) {
       const auto& in = n->input(0)->meta().sizes;
-      bool keeps_rows =
-          (op == ops::view || op == ops::_unsafe_view || op == ops::reshape || op == ops::clone) &&
-          in.size() >= 3 && in.back() == Lk;
+      bool keeps_rows = (op == ops::view || op == ops::_unsafe_view || op == ops::reshape || op == ops::clone) &&
+                        in.size() >= 3 && in.back() == Lk;
       moved |= !keeps_rows;
     } else if (op == ops::mul_Scalar || op == ops::div_Scalar) {
       std::optional<double> c = n->arg(1).number();
@@ -681,8 +677,7 @@ bool recognize(Node* softmax, const ValueSet& tangent, Match& m) {
   m.v3 = {v3, term_v ? producer(term_v)->input(1) : nullptr};
   if (term_p && term_v) {
     for (const Use& u : term_p->uses())
-      if (u.user->is(ops::add_Tensor) && u.index == 0 && u.user->input(1) == term_v &&
-          u.user->arg(2).is_number(1.0))
+      if (u.user->is(ops::add_Tensor) && u.index == 0 && u.user->input(1) == term_v && u.user->arg(2).is_number(1.0))
         m.dout3 = u.user->output(0);
   } else {
     m.dout3 = term_p ? term_p : term_v;

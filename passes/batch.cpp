@@ -125,8 +125,7 @@ BatchResult batch_tangents(const Graph& g, int64_t K) {
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     Value* v = map.at(g.outputs()[i]);
     if (!batched.at(v)) {  // independent of the tangent: the same result K times
-      v = b.call(ops::clone,
-                 {b.call(ops::expand, {v, with_k(K, v->meta().sizes)}), c10::MemoryFormat::Contiguous});
+      v = b.call(ops::clone, {b.call(ops::expand, {v, with_k(K, v->meta().sizes)}), c10::MemoryFormat::Contiguous});
     }
     out.add_output(v, g.output_names().at(i));
   }

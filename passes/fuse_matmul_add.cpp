@@ -27,14 +27,12 @@ bool fuse_matmul_add(Graph& g) {
       Value* prod = n->input(side);
       Value* other = n->input(1 - side);
       const Node* p = prod->producer();
-      if (!p || (!p->is(ops::bmm) && !p->is(ops::mm)) || prod->uses().size() != 1)
-        continue;  // read by n alone
+      if (!p || (!p->is(ops::bmm) && !p->is(ops::mm)) || prod->uses().size() != 1) continue;  // read by n alone
       const TensorMeta& out = n->output()->meta();
       if (!prod->meta().same_signature(out) || other->meta().dtype != out.dtype || other->meta().device != out.device)
         continue;
       at.move_to(n);
-      Value* fused =
-          b.call(p->is(ops::bmm) ? ops::baddbmm : ops::addmm, {other, p->input(0), p->input(1)});
+      Value* fused = b.call(p->is(ops::bmm) ? ops::baddbmm : ops::addmm, {other, p->input(0), p->input(1)});
       at.move_to(nullptr);
       if (!fused->meta().same_signature(n->output()->meta())) {  // not the sum's shape or dtype: undone
         erase_if_dead(g, fused->producer());

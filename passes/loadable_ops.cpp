@@ -20,8 +20,8 @@ const std::vector<std::string>& emitted_ops() {
       ops::_softmax_backward_data,  // softmax's tangent
       ops::narrow,                  // rules' slices (solvers, scatter_reduce)
       ops::where_ScalarOther,
-      ops::where_ScalarSelf,           // masks' selects: where(mask, t, 0)
-      ops::zeros,                      // materialized zero tangents
+      ops::where_ScalarSelf,                // masks' selects: where(mask, t, 0)
+      ops::zeros,                           // materialized zero tangents
       ops::jvpc_attention_tangent,          // attention's tangent in O(L) memory (runtime/attention_tangent.h)
       ops::jvpc_attention_tangent_batched,  // the same for K tangents (passes/batch.cpp)
       // Derivative factors the rules compute from primal values alone: fold evaluates them, and a

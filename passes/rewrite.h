@@ -22,7 +22,6 @@ void replace_output(Graph& g, Node* n, Value* v);
 /// for that); otherwise erases `v`'s producer, and what only it read, and returns false.
 bool replace_output_if_same_layout(Graph& g, Node* n, Value* v);
 
-
 /// A set of values (open addressing: no allocation per value).
 using ValueSet = ska::flat_hash_set<const Value*>;
 

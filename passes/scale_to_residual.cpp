@@ -36,11 +36,10 @@ namespace {
 // Views that rearrange elements (so commute with scaling), with one tensor operand. Not the
 // views that reinterpret storage (view.dtype, as_strided), nor ops that may alias.
 bool is_simple_view(const Node* n) {
-  static const std::unordered_set<std::string> views = {ops::view,       ops::expand,       ops::transpose_int,
-                                                        ops::t,          ops::permute,      ops::unsqueeze,
-                                                        ops::squeeze,    ops::squeeze_dim,  ops::squeeze_dims,
-                                                        ops::select_int, ops::slice_Tensor, ops::alias,
-                                                        ops::diagonal,   ops::unfold};
+  static const std::unordered_set<std::string> views = {
+      ops::view,     ops::expand,      ops::transpose_int, ops::t,          ops::permute,      ops::unsqueeze,
+      ops::squeeze,  ops::squeeze_dim, ops::squeeze_dims,  ops::select_int, ops::slice_Tensor, ops::alias,
+      ops::diagonal, ops::unfold};
   return n->outputs().size() == 1 && n->inputs().size() == 1 && views.count(n->op()) > 0;
 }
 
@@ -57,8 +56,7 @@ BArg scalar_of(const Node* mul) { return BArg::of_arg(mul->arg(1), mul); }
 // The (product, primal operand) pairs a scaling of the tangent-dependent `v` would move onto:
 // v and every value between it and those products read once, each a product with one primal
 // operand of v's dtype, a sum of such (alpha 1) or a simple view of one. False if any is not.
-bool scaled_operands(const Value* v, const ValueSet& dep,
-                     std::vector<std::pair<Node*, size_t>>& out) {
+bool scaled_operands(const Value* v, const ValueSet& dep, std::vector<std::pair<Node*, size_t>>& out) {
   if (!dep.count(v) || v->uses().size() != 1 || !v->producer()) return false;
   Node* p = v->producer();
   const Op op = p->handle();

@@ -71,8 +71,7 @@ bool read_around_scatter(Graph& g, Node* n) {
   bool slice = n->is(ops::slice_Tensor);
   if ((!slice && !n->is(ops::select_int)) || n->inputs().size() != 1) return false;
   Node* p = n->input(0)->producer();
-  if (!p || p->op() != (slice ? ops::slice_scatter : ops::select_scatter) || p->inputs().size() != 2)
-    return false;
+  if (!p || p->op() != (slice ? ops::slice_scatter : ops::select_scatter) || p->inputs().size() != 2) return false;
   const TensorMeta& m = p->output()->meta();
   int64_t rank = static_cast<int64_t>(m.sizes.size());
   int64_t dim = c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank);

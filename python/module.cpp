@@ -260,14 +260,14 @@ void bind_program(py::module_& m) {
                              [](const Program& p) { return std::const_pointer_cast<Graph>(p.tangent_graph()); })
       .def_property_readonly("primal_cost_json", [](const Program& p) { return cost_json(p.primal_cost()); })
       // A loaded program keeps no compile report: its graphs' costs instead, as `jvpc cost` shows them.
-      .def_property_readonly("report_text",
-                             [](const Program& p) {
-                               if (!p.report().passes.empty()) return report_text(p.report());
-                               std::ostringstream os;
-                               print_cost_rows({{"primal graph", p.primal_cost()}, {"tangent graph", p.report().tangent}},
-                                               os);
-                               return os.str();
-                             })
+      .def_property_readonly(
+          "report_text",
+          [](const Program& p) {
+            if (!p.report().passes.empty()) return report_text(p.report());
+            std::ostringstream os;
+            print_cost_rows({{"primal graph", p.primal_cost()}, {"tangent graph", p.report().tangent}}, os);
+            return os.str();
+          })
       .def(
           "save",
           [](const Program& p, const std::string& path, bool trusted) {
@@ -278,20 +278,20 @@ void bind_program(py::module_& m) {
           py::arg("path"), py::arg("trusted") = false)
       // Per primal input, in order: (name, whether a tangent goes with it, a meta tensor of its
       // sizes, strides and dtype), which is all a loaded program knows of its arguments.
-      .def_property_readonly("primal_inputs",
-                             [](const Program& p) {
-                               py::list out;
-                               for (const Input* in : p.executable().primal_inputs()) {
-                                 bool tangent = false;
-                                 for (const Input& t : p.tangent_graph()->inputs())
-                                   tangent |= t.role == Role::Tangent && t.tangent_of == in->name;
-                                 const TensorMeta& m = in->value->meta();
-                                 out.append(py::make_tuple(
-                                     in->name, tangent,
-                                     at::empty_strided(m.sizes, m.strides, at::dtype(m.dtype).device(at::kMeta))));
-                               }
-                               return out;
-                             })
+      .def_property_readonly(
+          "primal_inputs",
+          [](const Program& p) {
+            py::list out;
+            for (const Input* in : p.executable().primal_inputs()) {
+              bool tangent = false;
+              for (const Input& t : p.tangent_graph()->inputs())
+                tangent |= t.role == Role::Tangent && t.tangent_of == in->name;
+              const TensorMeta& m = in->value->meta();
+              out.append(py::make_tuple(in->name, tangent,
+                                        at::empty_strided(m.sizes, m.strides, at::dtype(m.dtype).device(at::kMeta))));
+            }
+            return out;
+          })
       .def_property_readonly("num_primal_outputs",
                              [](const Program& p) { return p.executable().num_primal_outputs(); });
   m.def(
@@ -348,8 +348,8 @@ PYBIND11_MODULE(_C, m) {
   bind_weight_stamp(m);
 
   py::class_<LinearizeCache, std::shared_ptr<LinearizeCache>>(m, "_LinearizeCache",
-                                                               "linearize's optimized graphs, reused "
-                                                               "(compiler/api/linearize_cache.h)")
+                                                              "linearize's optimized graphs, reused "
+                                                              "(compiler/api/linearize_cache.h)")
       .def(py::init<size_t>(), py::arg("capacity") = 4)
       .def_property_readonly("hits", &LinearizeCache::hits)
       .def_property_readonly("misses", &LinearizeCache::misses)
@@ -363,9 +363,8 @@ PYBIND11_MODULE(_C, m) {
         std::vector<TraceInput> in = trace_inputs(primals, names, differentiable);
         PyCallable call{fn.ptr(), std::nullopt};
         TensorFn f = tensor_fn(call);
-        auto lin = std::make_shared<Linearized>(without_gil(call, [&] {
-          return cache ? cache->linearize(f, in, options) : linearize(f, in, options);
-        }));
+        auto lin = std::make_shared<Linearized>(
+            without_gil(call, [&] { return cache ? cache->linearize(f, in, options) : linearize(f, in, options); }));
         std::vector<at::Tensor> outputs = lin->primal_outputs;
         lin->primal_outputs.clear();  // the caller holds them; the linear map does not
         return py::make_tuple(outputs, lin);

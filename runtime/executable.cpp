@@ -224,7 +224,7 @@ std::vector<at::Tensor> Executable::run_eager(const std::vector<at::Tensor>& inp
   for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(plan.argument_slots[i])] = inputs[i];
   for (size_t i = 0; i < constants_.size(); ++i) slots[static_cast<size_t>(plan.constant_slots[i])] = constants_[i];
   torch::jit::Stack stack;
-  c10::SmallVector<at::Tensor, 4> results;  // each step's, reused
+  c10::SmallVector<at::Tensor, 4> results;      // each step's, reused
   const bool check = !results_checked_.load();  // the first call checks results against the graph
   for (const PlanStep& st : plan.steps) {
     stack = st.stack;

@@ -21,10 +21,9 @@ namespace {
 // the result then reuses that operand's buffer instead of allocating (baddbmm would otherwise
 // copy its `self` into a fresh output first).
 bool has_safe_inplace_form(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {ops::baddbmm,    ops::addmm,      ops::add_Tensor,
-                                                      ops::sub_Tensor, ops::mul_Tensor, ops::div_Tensor,
-                                                      ops::mul_Scalar, ops::div_Scalar, ops::add_Scalar,
-                                                      ops::sub_Scalar, ops::addcmul,    ops::exp};
+  static const std::unordered_set<std::string> ops = {
+      ops::baddbmm,    ops::addmm,      ops::add_Tensor, ops::sub_Tensor, ops::mul_Tensor, ops::div_Tensor,
+      ops::mul_Scalar, ops::div_Scalar, ops::add_Scalar, ops::sub_Scalar, ops::addcmul,    ops::exp};
   return ops.count(op) > 0;
 }
 

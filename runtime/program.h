@@ -71,7 +71,7 @@ class ProgramExecutable {
   size_t num_outputs_ = 0;
   bool exact_strides_ = true;
   std::vector<std::string> state_inputs_;
-  std::vector<size_t> state_argument_;  // per state input: its index among the primals
+  std::vector<size_t> state_argument_;      // per state input: its index among the primals
   std::unique_ptr<Executable> primal_fn_;   // the captured tensors bound as its constants
   std::unique_ptr<Executable> tangent_fn_;  // no residuals bound: each point gets a copy with its own
   std::vector<size_t> residual_output_;     // per tangent-graph constant: its primal-graph output

@@ -30,9 +30,8 @@ at::Tensor eye(const at::Tensor& like) {  // the identity, broadcasting against 
 // aten::cholesky(A, upper=False), through the dispatcher: LibTorch 2.15 has neither the op nor
 // at::cholesky (its case is left out there).
 at::Tensor legacy_cholesky(const at::Tensor& a) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("aten::cholesky", "")
-                       .typed<at::Tensor(const at::Tensor&, bool)>();
+  static auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::cholesky", "").typed<at::Tensor(const at::Tensor&, bool)>();
   return op.call(a, false);
 }
 Fn cdist(double p) {
@@ -873,7 +872,6 @@ std::vector<RuleCase> cases() {
   c.erase(std::remove_if(c.begin(), c.end(), [](const RuleCase& rc) { return !has_op(rc.op); }), c.end());
   return c;
 }
-
 
 const std::vector<ComplexCase>& complex_cases() {
   static const std::vector<ComplexCase> c = {

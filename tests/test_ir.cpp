@@ -145,7 +145,7 @@ TEST(Ir, ErasedValuesAreNotInputs) {
   Value* a = b.call("aten::neg", {x});
   g.add_output(x);
   EXPECT_THROW(g.erase_inputs_if([](const Input&) { return true; }), Error);  // x is returned
-  EXPECT_EQ(g.inputs().size(), 2u);  // none erased
+  EXPECT_EQ(g.inputs().size(), 2u);                                           // none erased
   g.erase(a->producer());
   EXPECT_TRUE(a->erased());
   EXPECT_FALSE(g.is_input(a));

@@ -330,18 +330,27 @@ TEST(OpContracts, ArgumentsNoKernelSurvivesAreRefusedBeforeShapeInference) {
   Value* v = g.add_input("v", test::f32({1, 1, 4, 4, 4}), Role::Primal);
   Builder b(g);
   int64_t huge = int64_t{1} << 40;
-  test::expect_error([&] { b.call("aten::avg_pool2d", {x, std::vector<int64_t>{huge, 2}}); },
-                     "aten::avg_pool2d: window, stride, padding and dilation must fit in 32-bit integers");
+  test::expect_error(
+      [&] {
+        b.call("aten::avg_pool2d", {x, std::vector<int64_t>{huge, 2}});
+      },
+      "aten::avg_pool2d: window, stride, padding and dilation must fit in 32-bit integers");
   test::expect_error(
       [&] {
         b.call("aten::max_pool2d_with_indices",
                {x, std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, huge}, std::vector<int64_t>{0, 0}});
       },
       "aten::max_pool2d_with_indices: window, stride, padding and dilation must fit in 32-bit integers");
-  test::expect_error([&] { b.call("aten::reflection_pad3d", {v, std::vector<int64_t>{1, 1}}); },
-                     "aten::reflection_pad3d: padding size is expected to be 6");
-  test::expect_error([&] { b.call("aten::arange.start_step", {int64_t{0}, int64_t{10}, 0.5, at::kLong}); },
-                     "aten::arange.start_step: step must not be 0 as an integer");
+  test::expect_error(
+      [&] {
+        b.call("aten::reflection_pad3d", {v, std::vector<int64_t>{1, 1}});
+      },
+      "aten::reflection_pad3d: padding size is expected to be 6");
+  test::expect_error(
+      [&] {
+        b.call("aten::arange.start_step", {int64_t{0}, int64_t{10}, 0.5, at::kLong});
+      },
+      "aten::arange.start_step: step must not be 0 as an integer");
   EXPECT_EQ(b.call("aten::avg_pool2d", {x, std::vector<int64_t>{2, 2}})->meta().sizes,
             (std::vector<int64_t>{1, 1, 2, 2}));
 }
@@ -365,7 +374,9 @@ struct MaxPoolBackward {
     return dims == 2 ? std::vector<int64_t>{1, 1, 2, 2} : std::vector<int64_t>{1, 1, 1, 2, 2};
   }
   int64_t plane() const { return dims == 2 ? 16 : 32; }
-  std::string op() const { return dims == 2 ? "aten::max_pool2d_with_indices_backward" : "aten::max_pool3d_with_indices_backward"; }
+  std::string op() const {
+    return dims == 2 ? "aten::max_pool2d_with_indices_backward" : "aten::max_pool3d_with_indices_backward";
+  }
   std::vector<int64_t> window() const { return std::vector<int64_t>(static_cast<size_t>(dims), 2); }
 
   std::unique_ptr<Graph> graph(const std::function<Value*(Builder&, Value*)>& indices) const {
@@ -396,8 +407,7 @@ TEST(OpContracts, MaxPoolBackwardIndicesOutOfRangeAreRefusedBeforeTheKernelWrite
       auto g = reloaded(*m.graph([&](Builder& b, Value*) {
         return b.call("aten::full", {m.grad_sizes(), bad, at::kLong, std::nullopt, c10::Device("cpu")});
       }));
-      test::expect_error([&] { Executable(std::move(g)).run({x, grad, v}); },
-                         m.op() + " -> %4: " + range);
+      test::expect_error([&] { Executable(std::move(g)).run({x, grad, v}); }, m.op() + " -> %4: " + range);
     }
     // Indices computed at run time from an input: checked at each call.
     auto computed = [](Builder& b, Value* v) { return b.call("aten::_to_copy", {v, at::kLong}); };
@@ -439,8 +449,11 @@ TEST(OpContracts, EmbeddingBagOffsetsAndIndicesAreCheckedAndTheErrorShowsNoValue
     }
     test::expect_error([&] { f.run({w, i, offsets(0, 3, 1)}); }, "argument 'offsets' decrease");
     test::expect_error([&] { f.run({w, i, offsets(1, 2, 3)}); }, "argument 'offsets' must start at 0");
-    test::expect_error([&] { f.run({w, at::tensor({1, 2, 3, 10}, at::kLong), offsets(0, 2, 4)}); },
-                       "argument 'indices' holds an index out of range [0, 10)");
+    test::expect_error(
+        [&] {
+          f.run({w, at::tensor({1, 2, 3, 10}, at::kLong), offsets(0, 2, 4)});
+        },
+        "argument 'indices' holds an index out of range [0, 10)");
     at::Tensor y = f.run({w, i, offsets(0, 2, 4)})[0];  // bags [1, 2], [3, 4] and none
     EXPECT_TRUE(at::allclose(y, at::stack({w[1] + w[2], w[3] + w[4], at::zeros({3})})));
   }

@@ -265,9 +265,12 @@ TEST(Program, DataDependentShapesCannotBeCompiled) {
       },
       "aten::nonzero gives an output whose shape depends on the input values");
   TensorFn masked = [](const Tensors& a) { return Tensors{a[0].index({a[0] > 0}).sin()}; };  // x[x > 0]
-  test::expect_error([&] { compile(masked, {{"x", x}}); },
-                     "aten::index.Tensor with a boolean mask (x[x > 0]) gives an output whose shape depends on the input "
-                     "values");
+  test::expect_error(
+      [&] {
+        compile(masked, {{"x", x}});
+      },
+      "aten::index.Tensor with a boolean mask (x[x > 0]) gives an output whose shape depends on the input "
+      "values");
   TensorFn indexed = [](const Tensors& a) { return Tensors{a[0].index({at::tensor({2, 0})}).sin()}; };
   compile(indexed, {{"x", x}});  // integer indices: the shape is the index's
 }
@@ -338,7 +341,9 @@ TEST(Program, StateInputsAreWrittenBackAtEveryPoint) {
     a[3].add_(1);
     return Tensors{at::batch_norm(a[0], {}, {}, a[1], a[2], /*training=*/true, 0.1, 1e-5, false).sin()};
   };
-  auto state = [] { return Tensors{at::zeros({3}, at::kDouble), at::ones({3}, at::kDouble), at::zeros({}, at::kLong)}; };
+  auto state = [] {
+    return Tensors{at::zeros({3}, at::kDouble), at::ones({3}, at::kDouble), at::zeros({}, at::kLong)};
+  };
   Tensors mine = state(), eager = state();
   at::Tensor x = at::randn({5, 3}, at::kDouble);
   std::vector<TraceInput> in = {{"x", x}, {"rm", mine[0]}, {"rv", mine[1]}, {"n", mine[2]}};

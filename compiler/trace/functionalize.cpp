@@ -18,9 +18,8 @@ bool updates_running_stats(const std::string& op) {
 bool invertible_view(const OpInfo& op) {
   static const std::unordered_set<const OpInfo*> ops = [] {
     std::unordered_set<const OpInfo*> s;
-    for (Op name :
-         {ops::slice_Tensor, ops::select_int, ops::diagonal, ops::alias, ops::transpose_int, ops::t,
-          ops::permute, ops::unsqueeze, ops::squeeze_dim, ops::view})
+    for (Op name : {ops::slice_Tensor, ops::select_int, ops::diagonal, ops::alias, ops::transpose_int, ops::t,
+                    ops::permute, ops::unsqueeze, ops::squeeze_dim, ops::view})
       s.insert(&op_info(name));
     return s;
   }();
@@ -39,11 +38,9 @@ const OpInfo& functional_form(const OpInfo& info) {
     throw Error(info.name + " mutates an argument in a way jvpc cannot record");
   // In-place ops whose functional form has another overload name.
   static const std::unordered_map<std::string, std::string> renamed = {
-      {ops::bernoulli__float, ops::bernoulli_p},
-      {ops::transpose_, ops::transpose_int},
+      {ops::bernoulli__float, ops::bernoulli_p},  {ops::transpose_, ops::transpose_int},
       {ops::pow__Scalar, ops::pow_Tensor_Scalar},  // pow.Scalar is (Scalar self, Tensor exponent)
-      {ops::pow__Tensor, ops::pow_Tensor_Tensor},
-      {ops::normal_, ops::normal_functional},
+      {ops::pow__Tensor, ops::pow_Tensor_Tensor}, {ops::normal_, ops::normal_functional},
   };
   auto [name, overload] = split_op_name(info.name);
   if (name.empty() || name.back() != '_') throw Error(info.name + " mutates its input and has no functional form");
@@ -97,13 +94,13 @@ RecordedCall Functionalizer::recorded_form(const OpInfo& info, std::vector<c10::
   } else if (info.name == ops::_reshape_alias || info.name == ops::_unsafe_view) {
     c.op = &op_info(ops::view);
     c.arg_index = {0, 1};
-  } else if (updates_running_stats(info.name) && c.args.at(5).isBool() && c.args[5].toBool() &&
-             c.args[3].isTensor() && c.args[3].toTensor().defined() &&
-             s_.state_storages.count(TraceState::storage_of(c.args[3].toTensor()))) {
+  } else if (updates_running_stats(info.name) && c.args.at(5).isBool() && c.args[5].toBool() && c.args[3].isTensor() &&
+             c.args[3].toTensor().defined() && s_.state_storages.count(TraceState::storage_of(c.args[3].toTensor()))) {
     // Running statistics that are state: their update is recorded, by the functional form of
     // the same kernel (it clones them, then updates the clones in place: the same arithmetic).
     if (info.name != ops::native_batch_norm)
-      throw Error(info.name + " updates the running statistics of a module whose buffers are a compiled program's "
+      throw Error(info.name +
+                  " updates the running statistics of a module whose buffers are a compiled program's "
                   "state, which jvpc records for aten::native_batch_norm only: compile on the CPU, or use linearize");
     c.op = &op_info(ops::_native_batch_norm_legit_functional);
     c.running_stats = {c.args[3].toTensor(), c.args[4].toTensor()};

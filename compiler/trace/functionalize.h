@@ -27,9 +27,9 @@ struct RecordedCall {
   /// as _native_batch_norm_legit_functional, whose last two results are their new values (the
   /// tensors themselves, which the kernel updated), appended to the kernel's results.
   bool stats_as_results = false;
-  at::Tensor written;                     // the tensor an in-place op writes
-  at::Tensor restrided;                   // the tensor an in-place view op (t_, unsqueeze_) restrides
-  bool captured_write = false;            // `written` is a captured tensor: run, not recorded
+  at::Tensor written;           // the tensor an in-place op writes
+  at::Tensor restrided;         // the tensor an in-place view op (t_, unsqueeze_) restrides
+  bool captured_write = false;  // `written` is a captured tensor: run, not recorded
 };
 
 class Functionalizer {

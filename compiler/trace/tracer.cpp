@@ -417,8 +417,7 @@ void traced_call(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::j
   if (info.name == ops::max_pool1d) {
     // Its CPU decomposition computes outside the dispatcher; the same op with indices does not
     // (it decomposes to max_pool2d_with_indices), and its values are the same.
-    static const c10::OperatorHandle with_indices =
-        op_info(ops::max_pool1d_with_indices).handle;
+    static const c10::OperatorHandle with_indices = op_info(ops::max_pool1d_with_indices).handle;
     with_indices.callBoxed(stack);
     stack->pop_back();  // the indices
     return;

@@ -37,8 +37,7 @@ int64_t measured_peak_bytes(const std::function<void()>& fn, c10::Device device)
     void reportMemoryUsage(void*, int64_t bytes, size_t, size_t, c10::Device d) override {
       if (!d.is_cpu()) return;
       int64_t now = current += bytes, seen = peak.load();
-      while (now > seen && !peak.compare_exchange_weak(seen, now)) {
-      }
+      while (now > seen && !peak.compare_exchange_weak(seen, now)) {}
     }
   };
   auto reporter = std::make_shared<Peak>();

@@ -319,8 +319,7 @@ void save(const Graph& g, const std::string& path, const SaveOptions& options) {
 }
 
 void save_program(const Graph& primal, const Graph& tangent, size_t primal_outputs, bool exact_strides,
-                  const std::vector<std::string>& state_inputs, const std::string& path,
-                  const SaveOptions& options) {
+                  const std::vector<std::string>& state_inputs, const std::string& path, const SaveOptions& options) {
   check_savable(primal, path, options);
   check_savable(tangent, path, options);
   for (const Input& in : tangent.inputs())

@@ -33,10 +33,10 @@ std::vector<Value*> masked_fill_tensor(Ctx& c) {
   Value* r = c.call(ops::where_self, {c.x(1), value, self});
   if (r->meta().sizes.front() != c.K || r->meta().sizes.size() != static_cast<size_t>(rank) + 1)
     r = c.call(ops::expand, {r, [&] {
-                                  std::vector<int64_t> s = c.n.output(0)->meta().sizes;
-                                  s.insert(s.begin(), c.K);
-                                  return s;
-                                }()});
+                               std::vector<int64_t> s = c.n.output(0)->meta().sizes;
+                               s.insert(s.begin(), c.K);
+                               return s;
+                             }()});
   return {r};
 }
 

@@ -115,9 +115,7 @@ Value* product(Ctx& c, Op op, Value* a, bool ba, Value* b, bool bb) {
 }
 
 // mm / bmm (a, b).
-std::vector<Value*> matmul(Ctx& c) {
-  return {product(c, c.n.handle(), c.x(0), c.batched(0), c.x(1), c.batched(1))};
-}
+std::vector<Value*> matmul(Ctx& c) { return {product(c, c.n.handle(), c.x(0), c.batched(0), c.x(1), c.batched(1))}; }
 
 // addmm / baddbmm (self, a, b, beta, alpha) = beta·self + alpha·a·b. With a batched self of the
 // result's shape and one batched factor (a tangent's dq·kᵀ + q·dkᵀ, fused by fuse-matmul-add),
@@ -168,8 +166,7 @@ Rule add_product(Op op) {
 std::vector<Value*> mv(Ctx& c) {
   Value *a = c.x(0), *v = c.x(1);
   if (c.batched(0) && c.batched(1))
-    return {c.call(ops::squeeze_dim,
-                   {c.call(ops::bmm, {a, c.call(ops::unsqueeze, {v, int64_t(-1)})}), int64_t(-1)})};
+    return {c.call(ops::squeeze_dim, {c.call(ops::bmm, {a, c.call(ops::unsqueeze, {v, int64_t(-1)})}), int64_t(-1)})};
   if (c.batched(1))  // [K,k]·aᵀ: one mm
     return {c.call(ops::mm, {v, c.call(ops::t, {a})})};
   const auto& s = a->meta().sizes;

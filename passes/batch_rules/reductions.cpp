@@ -56,8 +56,7 @@ std::vector<Value*> nll_loss(Ctx& c) {
 }  // namespace
 
 void register_reductions(Registry& r) {
-  for (Op op : {ops::sum_dim_IntList, ops::mean_dim, ops::nansum, ops::cumsum})
-    r.add(op, with_dims({1}));
+  for (Op op : {ops::sum_dim_IntList, ops::mean_dim, ops::nansum, ops::cumsum}) r.add(op, with_dims({1}));
   r.add(ops::linalg_cross, with_dims({2}));
   r.add(ops::sum, over_all(ops::sum_dim_IntList));
   r.add(ops::mean, over_all(ops::mean_dim));

@@ -90,7 +90,6 @@ Rule with_dims(std::vector<size_t> dim_args, std::vector<size_t> keep = {}, int6
 /// (pooling, resampling, padding: [K·N, C, ...]), and unfolded from the result.
 Rule fold_first();
 
-
 // One registration function per family file.
 void register_elementwise(Registry& r);
 void register_views(Registry& r);

@@ -38,9 +38,7 @@ Rule selecting_backward(Op backward) {
 void register_activations(Registry& r) {
   // relu and threshold pass the tangent where not x <= threshold (NaN passes), as
   // threshold_backward does.
-  r.add(ops::relu, masked([](Ctx& c) {
-          return c.call(ops::bitwise_not, {c.call(ops::le_Scalar, {c.x(0), 0})});
-        }));
+  r.add(ops::relu, masked([](Ctx& c) { return c.call(ops::bitwise_not, {c.call(ops::le_Scalar, {c.x(0), 0})}); }));
   r.add(ops::gelu, via_backward(ops::gelu_backward));
   r.add(ops::silu, via_backward(ops::silu_backward));
   r.add(ops::mish, via_backward(ops::mish_backward));

@@ -40,7 +40,8 @@ Rule fused_attention(Layout at) {
     Value* tm = has_mask && c.x(at.mask)->meta().dtype != c10::kBool ? c.t(at.mask) : nullptr;
     if (!tq && !tk && !tv && !tm) return {};
     if (c.n.impure())  // dropout_p > 0
-      throw Error(c.n.op() + " with dropout draws its mask inside the kernel, where the tangent cannot read it: "
+      throw Error(c.n.op() +
+                  " with dropout draws its mask inside the kernel, where the tangent cannot read it: "
                   "no JVP rule covers it (the math backend's dropout is differentiated)");
     Value *q = c.x(0), *k = c.x(1), *v = c.x(2);
     const auto& qs = q->meta().sizes;
@@ -61,8 +62,8 @@ Rule fused_attention(Layout at) {
     lse = reshape(c.b, lse, lse3);
     auto opt = [](Value* t) { return t ? BArg(t) : BArg(std::nullopt); };
     return {c.call(ops::jvpc_attention_tangent, {q, k, v, c.out(0), lse, opt(tq), opt(tk), opt(tv),
-                                                  has_mask ? BArg(c.x(at.mask)) : BArg(std::nullopt), opt(tm), causal,
-                                                  scale, runtime::kAttentionBlockQ, runtime::kAttentionBlockK})};
+                                                 has_mask ? BArg(c.x(at.mask)) : BArg(std::nullopt), opt(tm), causal,
+                                                 scale, runtime::kAttentionBlockQ, runtime::kAttentionBlockK})};
   };
 }
 

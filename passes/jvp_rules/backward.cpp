@@ -57,19 +57,37 @@ void register_backward(Registry& r) {
   // Linear in the incoming gradient, selecting by the input: the kernel on the tangent.
   // Views', pools' and resamplings' backward kernels are linear in the gradient too (max pooling's
   // and im2col's are in views.cpp).
-  for (Op op :
-       {ops::threshold_backward, ops::hardtanh_backward, ops::leaky_relu_backward,
-        ops::hardsigmoid_backward, ops::embedding_dense_backward, ops::softshrink_backward,
-        ops::hardshrink_backward, ops::select_backward, ops::slice_backward, ops::diagonal_backward,
-        ops::unfold_backward,
-        ops::avg_pool2d_backward, ops::avg_pool3d_backward, ops::_adaptive_avg_pool2d_backward,
-        ops::_adaptive_avg_pool3d_backward, ops::upsample_nearest1d_backward,
-        ops::upsample_nearest2d_backward, ops::upsample_nearest3d_backward, ops::_upsample_nearest_exact1d_backward,
-        ops::_upsample_nearest_exact2d_backward, ops::_upsample_nearest_exact3d_backward,
-        ops::upsample_linear1d_backward, ops::upsample_bilinear2d_backward, ops::upsample_bicubic2d_backward,
-        ops::upsample_trilinear3d_backward, ops::reflection_pad1d_backward, ops::reflection_pad2d_backward,
-        ops::reflection_pad3d_backward, ops::replication_pad1d_backward, ops::replication_pad2d_backward,
-        ops::replication_pad3d_backward})
+  for (Op op : {ops::threshold_backward,
+                ops::hardtanh_backward,
+                ops::leaky_relu_backward,
+                ops::hardsigmoid_backward,
+                ops::embedding_dense_backward,
+                ops::softshrink_backward,
+                ops::hardshrink_backward,
+                ops::select_backward,
+                ops::slice_backward,
+                ops::diagonal_backward,
+                ops::unfold_backward,
+                ops::avg_pool2d_backward,
+                ops::avg_pool3d_backward,
+                ops::_adaptive_avg_pool2d_backward,
+                ops::_adaptive_avg_pool3d_backward,
+                ops::upsample_nearest1d_backward,
+                ops::upsample_nearest2d_backward,
+                ops::upsample_nearest3d_backward,
+                ops::_upsample_nearest_exact1d_backward,
+                ops::_upsample_nearest_exact2d_backward,
+                ops::_upsample_nearest_exact3d_backward,
+                ops::upsample_linear1d_backward,
+                ops::upsample_bilinear2d_backward,
+                ops::upsample_bicubic2d_backward,
+                ops::upsample_trilinear3d_backward,
+                ops::reflection_pad1d_backward,
+                ops::reflection_pad2d_backward,
+                ops::reflection_pad3d_backward,
+                ops::replication_pad1d_backward,
+                ops::replication_pad2d_backward,
+                ops::replication_pad3d_backward})
     r.add(op, linear_in(0));
   r.add(ops::tanh_backward, composite([](Ctx& c) -> std::vector<Value*> {
           Value* y = c.x(1);
@@ -116,7 +134,9 @@ void register_backward(Registry& r) {
           const std::vector<int64_t>& outer = dims.second;
           Value* xhat = mul(c, sub(c, x, c.x(3)), c.x(4));
           Value* gx = normalized_tangent(c, weight ? mul(c, g, weight) : g, xhat, c.x(4), inner);
-          auto over_outer = [&](Value* v) { return outer.empty() ? v : c.call(ops::sum_dim_IntList, {v, outer, false}); };
+          auto over_outer = [&](Value* v) {
+            return outer.empty() ? v : c.call(ops::sum_dim_IntList, {v, outer, false});
+          };
           return {gx, weight ? over_outer(mul(c, g, xhat)) : nullptr, optional(c, 6) ? over_outer(g) : nullptr};
         }));
   // native_batch_norm_backward(g, x, weight, running_mean, running_var, save_mean, save_invstd,
@@ -176,15 +196,15 @@ void register_backward(Registry& r) {
           Value* scores = mul_s(c, matmul(c, q, mT(c, k)), scale);
           int64_t L = qs[qs.size() - 2], S = k->meta().sizes[qs.size() - 2];
           if (c.c(7).toBool()) {
-            Value* ones = c.call(ops::ones, {std::vector<int64_t>{L, S}, c10::ScalarType::Bool, std::nullopt,
-                                                q->meta().device});
-            scores = c.call(ops::masked_fill_Scalar, {scores, c.call(ops::triu, {ones, 1}),
-                                                          -std::numeric_limits<double>::infinity()});
+            Value* ones =
+                c.call(ops::ones, {std::vector<int64_t>{L, S}, c10::ScalarType::Bool, std::nullopt, q->meta().device});
+            scores = c.call(ops::masked_fill_Scalar,
+                            {scores, c.call(ops::triu, {ones, 1}), -std::numeric_limits<double>::infinity()});
           }
           if (mask)
             scores = mask->meta().dtype == c10::ScalarType::Bool
-                         ? c.call(ops::masked_fill_Scalar, {scores, c.call(ops::logical_not, {mask}),
-                                                               -std::numeric_limits<double>::infinity()})
+                         ? c.call(ops::masked_fill_Scalar,
+                                  {scores, c.call(ops::logical_not, {mask}), -std::numeric_limits<double>::infinity()})
                          : add(c, scores, mask);
           Value* p = c.call(ops::_softmax, {scores, -1, false});
           Value* grad_v = matmul(c, mT(c, p), g);

@@ -29,8 +29,8 @@ Value* pairs_over_abs(Ctx& c, Value* z, double power) {
   Value* r = c.call(ops::abs, {z});
   Value* inv = c.call(ops::reciprocal, {power == 1.0 ? r : c.call(ops::mul_Tensor, {r, r})});
   inv = c.call(ops::masked_fill_Scalar, {inv, c.call(ops::eq_Scalar, {r, 0}), 0.0});
-  return c.call(ops::mul_Tensor, {c.call(ops::view_as_real, {c.call(ops::resolve_conj, {z})}),
-                                     c.call(ops::unsqueeze, {inv, -1})});
+  return c.call(ops::mul_Tensor,
+                {c.call(ops::view_as_real, {c.call(ops::resolve_conj, {z})}), c.call(ops::unsqueeze, {inv, -1})});
 }
 
 }  // namespace
@@ -60,34 +60,32 @@ void register_complex(Registry& r) {
   r.add(ops::angle, [](Ctx& c) -> std::vector<Value*> {  // Im(conj(z)·dz)/|z|²; 0 for real x
     if (!c.t(0) || !c10::isComplexType(c.x(0)->meta().dtype)) return {};
     Value* pairs = pairs_over_abs(c, c.x(0), 2.0);  // (re, im) → (−im, re): Im(conj(z)·dz) = re·dim − im·dre
-    Value* rotated = c.call(
-        ops::cat,
-        {std::vector<Value*>{c.call(ops::neg, {narrow(c, pairs, -1, 1, 1)}), narrow(c, pairs, -1, 0, 1)}, -1});
+    Value* rotated =
+        c.call(ops::cat,
+               {std::vector<Value*>{c.call(ops::neg, {narrow(c, pairs, -1, 1, 1)}), narrow(c, pairs, -1, 0, 1)}, -1});
     return {pair_dot(c, c.t(0), rotated)};
   });
 
   // Which rules hold for complex tensors (see the banner).
   for (Op op :
        {// linear
-        ops::view, ops::expand, ops::transpose_int, ops::t, ops::permute, ops::unsqueeze,
-        ops::squeeze, ops::squeeze_dim, ops::squeeze_dims, ops::select_int, ops::slice_Tensor,
-        ops::split_Tensor, ops::split_with_sizes, ops::unsafe_split_Tensor, ops::unsafe_split_with_sizes,
-        ops::unbind_int, ops::alias, ops::diagonal_copy, ops::expand_copy, ops::permute_copy,
-        ops::transpose_copy_int, ops::select_copy_int, ops::slice_copy_Tensor, ops::diagonal,
-        ops::unfold, ops::index_select, ops::gather, ops::repeat, ops::flip, ops::roll,
-        ops::index_Tensor, ops::cat, ops::stack, ops::constant_pad_nd, ops::clone, ops::_to_copy,
-        ops::tril, ops::triu, ops::sum, ops::sum_dim_IntList, ops::mean, ops::mean_dim,
-        ops::cumsum, ops::neg, ops::mul_Scalar, ops::div_Scalar, ops::add_Scalar, ops::sub_Scalar,
-        ops::rsub_Scalar, ops::add_Tensor, ops::sub_Tensor, ops::rsub_Tensor, ops::where_self,
-        ops::masked_fill_Scalar, ops::slice_scatter, ops::select_scatter, ops::index_put,
-        ops::scatter_add, ops::index_add, ops::scatter_src, ops::copy, ops::detach, ops::zeros_like,
-        ops::ones_like, ops::empty_like, ops::full_like, ops::_fft_r2c, ops::_fft_c2r, ops::_fft_c2c,
-        ops::view_as_real, ops::view_as_complex, ops::_conj, ops::_conj_physical, ops::_neg_view,
+        ops::view, ops::expand, ops::transpose_int, ops::t, ops::permute, ops::unsqueeze, ops::squeeze,
+        ops::squeeze_dim, ops::squeeze_dims, ops::select_int, ops::slice_Tensor, ops::split_Tensor,
+        ops::split_with_sizes, ops::unsafe_split_Tensor, ops::unsafe_split_with_sizes, ops::unbind_int, ops::alias,
+        ops::diagonal_copy, ops::expand_copy, ops::permute_copy, ops::transpose_copy_int, ops::select_copy_int,
+        ops::slice_copy_Tensor, ops::diagonal, ops::unfold, ops::index_select, ops::gather, ops::repeat, ops::flip,
+        ops::roll, ops::index_Tensor, ops::cat, ops::stack, ops::constant_pad_nd, ops::clone, ops::_to_copy, ops::tril,
+        ops::triu, ops::sum, ops::sum_dim_IntList, ops::mean, ops::mean_dim, ops::cumsum, ops::neg, ops::mul_Scalar,
+        ops::div_Scalar, ops::add_Scalar, ops::sub_Scalar, ops::rsub_Scalar, ops::add_Tensor, ops::sub_Tensor,
+        ops::rsub_Tensor, ops::where_self, ops::masked_fill_Scalar, ops::slice_scatter, ops::select_scatter,
+        ops::index_put, ops::scatter_add, ops::index_add, ops::scatter_src, ops::copy, ops::detach, ops::zeros_like,
+        ops::ones_like, ops::empty_like, ops::full_like, ops::_fft_r2c, ops::_fft_c2r, ops::_fft_c2c, ops::view_as_real,
+        ops::view_as_complex, ops::_conj, ops::_conj_physical, ops::_neg_view,
         // bilinear
         ops::mul_Tensor, ops::mm, ops::bmm, ops::dot, ops::mv, ops::addmm, ops::baddbmm,
         // holomorphic
-        ops::div_Tensor, ops::exp, ops::log, ops::reciprocal, ops::sqrt, ops::rsqrt, ops::sin,
-        ops::cos, ops::tanh, ops::sinh, ops::cosh, ops::sigmoid, ops::pow_Tensor_Scalar,
+        ops::div_Tensor, ops::exp, ops::log, ops::reciprocal, ops::sqrt, ops::rsqrt, ops::sin, ops::cos, ops::tanh,
+        ops::sinh, ops::cosh, ops::sigmoid, ops::pow_Tensor_Scalar,
         // the complex-aware rules: real results of complex operands
         ops::abs, ops::angle})
     r.allow_complex(op);

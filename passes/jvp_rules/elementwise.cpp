@@ -18,8 +18,7 @@ Rule x_times_log(Op log_op, double pole) {
         Value* undefined = c.call(ops::bitwise_and_Tensor,
                                   {c.call(ops::eq_Scalar, {c.x(0), 0}), c.call(ops::le_Scalar, {c.x(1), pole})});
         Value* log_y = c.call(log_op, {c.x(1)});
-        if (log_y->meta().dtype != c.out()->meta().dtype)
-          log_y = c.call(ops::_to_copy, {log_y, c.out()->meta().dtype});
+        if (log_y->meta().dtype != c.out()->meta().dtype) log_y = c.call(ops::_to_copy, {log_y, c.out()->meta().dtype});
         return c.mul(t, c.where(undefined, nullptr, log_y));
       },
       [pole](Ctx& c, Value* t) { return c.mul(t, c.div(c.x(0), pole == 0.0 ? c.x(1) : c.sub(c.x(1), pole))); },
@@ -62,7 +61,7 @@ void register_elementwise(Registry& r) {
   r.add(ops::sigmoid, unary([](Ctx& c) { return c.mul(c.out(), c.sub(1, c.out())); }));  // out (1 - out)
   r.add(ops::sqrt, unary([](Ctx& c) { return c.scale(c.recip(c.out()), 0.5); }));        // 1 / (2 sqrt(x))
   r.add(ops::rsqrt, unary([](Ctx& c) { return c.scale(c.pow(c.out(), 3), -0.5); }));     // -out^3 / 2
-  r.add(ops::erf, unary([](Ctx& c) {  // 2/sqrt(pi) exp(-x^2)
+  r.add(ops::erf, unary([](Ctx& c) {                                                     // 2/sqrt(pi) exp(-x^2)
           return c.scale(c.exp(c.neg(c.square(c.x(0)))), 2.0 / std::sqrt(M_PI));
         }));
   r.add(ops::erfc, unary([](Ctx& c) {  // −2/sqrt(pi) exp(−x²)
@@ -178,8 +177,7 @@ void register_elementwise(Registry& r) {
     return {c.scale(c.t(0), std::log1p(scalar(c.c(1))))};
   });
   // Piecewise constant: the derivative is 0 almost everywhere.
-  for (Op op : {ops::sign, ops::sgn, ops::floor, ops::ceil, ops::round, ops::trunc})
-    r.add(op, zero());
+  for (Op op : {ops::sign, ops::sgn, ops::floor, ops::ceil, ops::round, ops::trunc}) r.add(op, zero());
   r.add(ops::pow_Tensor_Scalar, [](Ctx& c) -> std::vector<Value*> {
     double p = scalar(c.c(1));
     if (!c.t(0) || p == 0.0) return {};
@@ -242,8 +240,8 @@ void register_elementwise(Registry& r) {
     Value *y = c.x(0), *x = c.x(1);
     Value* x2 = c.square(x);
     Value* r2 = c.add(x2, c.square(y));
-    Value* num = c.per_arg({[&](Ctx&, Value* t) { return c.mul(t, x); },
-                            [&](Ctx&, Value* t) { return c.mul(t, c.neg(y)); }});
+    Value* num =
+        c.per_arg({[&](Ctx&, Value* t) { return c.mul(t, x); }, [&](Ctx&, Value* t) { return c.mul(t, c.neg(y)); }});
     return {c.div(num, r2)};
   });
   // hypot(a, b): (ta·a + tb·b) / out
@@ -260,8 +258,8 @@ void register_elementwise(Registry& r) {
   r.add(ops::triu, linear_in(0));
   r.add(ops::detach, zero());
   // Factories shaped like their argument do not depend on its values.
-  for (Op op : {ops::zeros_like, ops::ones_like, ops::empty_like, ops::full_like,
-                         ops::new_zeros, ops::new_ones, ops::new_empty, ops::new_full})
+  for (Op op : {ops::zeros_like, ops::ones_like, ops::empty_like, ops::full_like, ops::new_zeros, ops::new_ones,
+                ops::new_empty, ops::new_full})
     r.add(op, zero());
   r.add(ops::fill_Scalar, zero());
   r.add(ops::zero, zero());

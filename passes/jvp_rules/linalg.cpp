@@ -43,16 +43,15 @@ Value* euclidean_distance_tangent(Ctx& c) {
   if (x == y && tx == ty && tx) {  // distances within one set: x·dxᵀ is the transpose of dx·xᵀ
     Value* m = matmul(c, tx, mT(c, x));
     Value* r = rows_dot(x, tx);
-    num = c.call(ops::sub_Tensor,
-                 {c.call(ops::add_Tensor, {column(r), row(r)}), c.call(ops::add_Tensor, {m, mT(c, m)})});
+    num =
+        c.call(ops::sub_Tensor, {c.call(ops::add_Tensor, {column(r), row(r)}), c.call(ops::add_Tensor, {m, mT(c, m)})});
   } else {
     if (tx) num = c.call(ops::sub_Tensor, {column(rows_dot(x, tx)), matmul(c, tx, mT(c, y))});
     if (ty) num = c.add(num, c.call(ops::sub_Tensor, {row(rows_dot(y, ty)), matmul(c, x, mT(c, ty))}));
   }
   if (!num) return nullptr;
   Value* d = c.out();
-  Value* inv =
-      c.call(ops::masked_fill_Scalar, {c.call(ops::reciprocal, {d}), c.call(ops::eq_Scalar, {d, 0}), 0.0});
+  Value* inv = c.call(ops::masked_fill_Scalar, {c.call(ops::reciprocal, {d}), c.call(ops::eq_Scalar, {d, 0}), 0.0});
   return c.mul(num, inv);
 }
 

@@ -8,10 +8,9 @@
 namespace jvpc::jvp_rules {
 
 void register_random(Registry& r) {
-  for (Op op :
-       {ops::rand_like, ops::randn_like, ops::bernoulli, ops::bernoulli_p, ops::bernoulli_Tensor,
-        ops::uniform, ops::normal_functional, ops::exponential, ops::geometric, ops::log_normal,
-        ops::cauchy, ops::random, ops::random_from, ops::random_to})
+  for (Op op : {ops::rand_like, ops::randn_like, ops::bernoulli, ops::bernoulli_p, ops::bernoulli_Tensor, ops::uniform,
+                ops::normal_functional, ops::exponential, ops::geometric, ops::log_normal, ops::cauchy, ops::random,
+                ops::random_from, ops::random_to})
     r.add(op, zero());
   // (out, mask) = native_dropout(x, p, train): out = x·mask/(1 − p) in training, x otherwise.
   r.add(ops::native_dropout, [](Ctx& c) -> std::vector<Value*> {

@@ -46,7 +46,7 @@ std::vector<Value*> lstm_layer(Ctx& c) {
     int64_t t = step_time(s);
     cell_prev[static_cast<size_t>(t)] = cell;
     cell = c.call(ops::add_Tensor, {c.call(ops::mul_Tensor, {at_time(f, t), cell}),
-                                       c.call(ops::mul_Tensor, {at_time(i, t), at_time(g, t)})});
+                                    c.call(ops::mul_Tensor, {at_time(i, t), at_time(g, t)})});
     cells[static_cast<size_t>(t)] = cell;
   }
   Value* C = c.call(ops::stack, {cells, 0});
@@ -56,9 +56,9 @@ std::vector<Value*> lstm_layer(Ctx& c) {
   // dG ⊙ D gives (di·g, df·c_{t−1}, dg·i, do·tanh(c_t)) side by side
   Value* D =
       c.call(ops::cat, {std::vector<Value*>{times(times(i, one_minus(i)), g),
-                                               times(times(f, one_minus(f)), c.call(ops::stack, {cell_prev, 0})),
-                                               times(one_minus(times(g, g)), i), times(times(o, one_minus(o)), tanh_c)},
-                           -1});
+                                            times(times(f, one_minus(f)), c.call(ops::stack, {cell_prev, 0})),
+                                            times(one_minus(times(g, g)), i), times(times(o, one_minus(o)), tanh_c)},
+                        -1});
   Value* o_dtanh = times(o, one_minus(times(tanh_c, tanh_c)));
 
   // Tangent: the parts of dG without the recurrence, for all steps at once.
@@ -77,10 +77,9 @@ std::vector<Value*> lstm_layer(Ctx& c) {
     Value* parts = c.mul(dG_t, at_time(D, t));
     Value* dc_new = c.mul(dc, at_time(f, t));
     if (parts)
-      dc_new =
-          c.add(dc_new, c.call(ops::add_Tensor,
-                               {c.call(ops::add_Tensor, {narrow(c, parts, -1, 0, H), narrow(c, parts, -1, H, H)}),
-                                narrow(c, parts, -1, 2 * H, H)}));
+      dc_new = c.add(dc_new, c.call(ops::add_Tensor,
+                                    {c.call(ops::add_Tensor, {narrow(c, parts, -1, 0, H), narrow(c, parts, -1, H, H)}),
+                                     narrow(c, parts, -1, 2 * H, H)}));
     dh = c.add(parts ? narrow(c, parts, -1, 3 * H, H) : nullptr, c.mul(dc_new, at_time(o_dtanh, t)));
     dc = dc_new;
     dout[static_cast<size_t>(t)] = dh ? dh : c.zeros_like(h0);

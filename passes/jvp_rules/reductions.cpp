@@ -42,8 +42,8 @@ Value* others_product(Ctx& c, Value* x, int64_t dim) {
     Value* cp = c.call(ops::cumprod, {v, dim});
     return c.call(ops::cat, {std::vector<Value*>{one, c.call(ops::slice_Tensor, {cp, dim, 0, n - 1})}, dim});
   };
-  Value* suffix = c.call(ops::flip,
-                         {exclusive(c.call(ops::flip, {x, std::vector<int64_t>{dim}})), std::vector<int64_t>{dim}});
+  Value* suffix =
+      c.call(ops::flip, {exclusive(c.call(ops::flip, {x, std::vector<int64_t>{dim}})), std::vector<int64_t>{dim}});
   return c.call(ops::mul_Tensor, {exclusive(x), suffix});
 }
 
@@ -70,8 +70,7 @@ Value* norm_tangent(Ctx& c, Value* x, Value* t, double p, const std::vector<int6
   Value* sgn = c.call(ops::sgn, {x});
   Value* f;
   if (std::isinf(p)) {
-    f = c.call(ops::mul_Tensor,
-               {sgn, tie_shares(c, c.call(ops::eq_Tensor, {c.call(ops::abs, {x}), norm}), dims)});
+    f = c.call(ops::mul_Tensor, {sgn, tie_shares(c, c.call(ops::eq_Tensor, {c.call(ops::abs, {x}), norm}), dims)});
   } else if (p == 1.0) {
     f = sgn;
   } else {
@@ -84,14 +83,13 @@ Value* norm_tangent(Ctx& c, Value* x, Value* t, double p, const std::vector<int6
 }
 
 void register_reductions(Registry& r) {
-  for (Op op : {ops::sum, ops::sum_dim_IntList, ops::mean, ops::mean_dim, ops::cumsum})
-    r.add(op, linear_in(0));
+  for (Op op : {ops::sum, ops::sum_dim_IntList, ops::mean, ops::mean_dim, ops::cumsum}) r.add(op, linear_in(0));
   r.add(ops::nansum, [](Ctx& c) -> std::vector<Value*> {  // the sum of the tangent where x is a number
     if (!c.t(0)) return {};
     Value* nan = c.call(ops::ne_Tensor, {c.x(0), c.x(0)});  // (isnan has no kernel of its own)
     // a plain sum: a NaN tangent where x is a number stays NaN, as in forward AD
-    return {c.call(ops::sum_dim_IntList,
-                   {c.call(ops::masked_fill_Scalar, {c.t(0), nan, 0.0}), c.a(1), c.a(2), c.a(3)})};
+    return {
+        c.call(ops::sum_dim_IntList, {c.call(ops::masked_fill_Scalar, {c.t(0), nan, 0.0}), c.a(1), c.a(2), c.a(3)})};
   });
   for (Op op : {ops::nll_loss_forward, ops::nll_loss2d_forward})
     r.add(op, [](Ctx& c) -> std::vector<Value*> {
@@ -123,8 +121,8 @@ void register_reductions(Registry& r) {
     Value* before_first = c.call(ops::eq_Scalar, {seen, 0});
     Value* before =
         c.call(ops::prod_dim_int, {ones_where(c.call(ops::gt_Scalar, {seen, 0})), dim, true});  // Π_{k<z} x_k
-    Value* after = c.call(
-        ops::cumprod, {ones_where(c.call(ops::bitwise_or_Tensor, {before_first, first})), dim});  // Π_{z<k≤i} x_k
+    Value* after = c.call(ops::cumprod,
+                          {ones_where(c.call(ops::bitwise_or_Tensor, {before_first, first})), dim});  // Π_{z<k≤i} x_k
     Value* f = c.call(ops::masked_fill_Scalar, {c.call(ops::mul_Tensor, {before, after}), before_first, 0.0});
     Value* tz = weighted_sum(c, c.call(ops::_to_copy, {first, dt}), {dim}, true);
     return {c.add(no_zero, c.mul(tz, f))};
@@ -137,17 +135,15 @@ void register_reductions(Registry& r) {
     if (!c.t(0)) return {};
     if (c.x(0)->meta().sizes.empty()) return {c.t(0)};
     int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);
-    Value* e =
-        c.call(ops::exp,
-               {c.call(ops::sub_Tensor, {c.x(0), c.call(ops::amax, {c.x(0), std::vector<int64_t>{dim}, true})})});
+    Value* e = c.call(
+        ops::exp, {c.call(ops::sub_Tensor, {c.x(0), c.call(ops::amax, {c.x(0), std::vector<int64_t>{dim}, true})})});
     Value* sums = c.call(ops::cumsum, {e, dim});
-    Value* f = c.call(ops::masked_fill_Scalar,
-                      {c.call(ops::reciprocal, {sums}), c.call(ops::eq_Scalar, {sums, 0}), 0.0});
+    Value* f =
+        c.call(ops::masked_fill_Scalar, {c.call(ops::reciprocal, {sums}), c.call(ops::eq_Scalar, {sums, 0}), 0.0});
     return {c.mul(c.call(ops::cumsum, {c.mul(c.t(0), e), dim}), f)};
   });
   // var and std, and var_mean and std_mean, which also return the mean (linear).
-  for (Op op :
-       {ops::var_correction, ops::std_correction, ops::var_mean_correction, ops::std_mean_correction})
+  for (Op op : {ops::var_correction, ops::std_correction, ops::var_mean_correction, ops::std_mean_correction})
     r.add(op, [std = std::string(op).find("std") != std::string::npos](Ctx& c) -> std::vector<Value*> {
       if (!c.t(0)) return {};
       auto dims = reduced_dims(c.x(0), c.c(1));
@@ -155,8 +151,7 @@ void register_reductions(Registry& r) {
       Value* f = c.call(ops::mul_Scalar, {centred(c, dims), 2.0});
       if (std) {  // d(std) = d(var) / (2 std), 0 where std is 0
         Value* s = c.call(ops::mul_Scalar, {keep_dims(c, c.out(), c.x(0), dims), 2.0});
-        f = c.call(ops::masked_fill_Scalar,
-                   {c.call(ops::div_Tensor, {f, s}), c.call(ops::eq_Scalar, {s, 0}), 0.0});
+        f = c.call(ops::masked_fill_Scalar, {c.call(ops::div_Tensor, {f, s}), c.call(ops::eq_Scalar, {s, 0}), 0.0});
       }
       std::vector<Value*> out = {weighted_sum(c, f, dims, keepdim)};
       if (c.n.outputs().size() == 2) out.push_back(c.call(ops::mean_dim, {c.t(0), dims, keepdim}));
@@ -187,8 +182,8 @@ void register_reductions(Registry& r) {
   });
   r.add(ops::prod, [](Ctx& c) -> std::vector<Value*> {  // over all elements, flattened
     if (!c.t(0)) return {};
-    Value* flat = c.call(ops::view,
-                         {c.call(ops::clone, {c.x(0), c10::MemoryFormat::Contiguous}), std::vector<int64_t>{-1}});
+    Value* flat =
+        c.call(ops::view, {c.call(ops::clone, {c.x(0), c10::MemoryFormat::Contiguous}), std::vector<int64_t>{-1}});
     Value* f = c.call(ops::view, {others_product(c, flat, 0), c.x(0)->meta().sizes});
     return {c.call(ops::sum, {c.mul(c.t(0), f)})};
   });
@@ -229,12 +224,11 @@ void register_reductions(Registry& r) {
     Value *fx, *fy;
     if (has_q) {
       Value* qy = c.call(ops::mul_Tensor, {c.x(3), y});
-      fx = c.call(
-          ops::sub_Tensor,
-          {c.call(ops::mul_Tensor, {sig, c.call(ops::add_Tensor, {c.call(ops::rsub_Scalar, {y, 1}), qy})}),
-           qy});
+      fx =
+          c.call(ops::sub_Tensor,
+                 {c.call(ops::mul_Tensor, {sig, c.call(ops::add_Tensor, {c.call(ops::rsub_Scalar, {y, 1}), qy})}), qy});
       Value* log_sig = c.call(ops::neg, {c.call(ops::softplus, {c.call(ops::neg, {x})})});  // log σ(x)
-      Value* log_sig_neg = c.call(ops::neg, {c.call(ops::softplus, {x})});                     // log σ(−x)
+      Value* log_sig_neg = c.call(ops::neg, {c.call(ops::softplus, {x})});                  // log σ(−x)
       fy = c.call(ops::sub_Tensor, {log_sig_neg, c.call(ops::mul_Tensor, {c.x(3), log_sig})});
     } else {
       fx = c.call(ops::sub_Tensor, {sig, y});

@@ -71,14 +71,22 @@ class Ctx {
   template <class S>
   using IfScalar = std::enable_if_t<std::is_arithmetic_v<S>, Value*>;
   template <class S>
-  IfScalar<S> add(Value* x, S s) { return call(ops::add_Scalar, {x, s}); }
+  IfScalar<S> add(Value* x, S s) {
+    return call(ops::add_Scalar, {x, s});
+  }
   template <class S>
-  IfScalar<S> sub(Value* x, S s) { return call(ops::sub_Scalar, {x, s}); }
+  IfScalar<S> sub(Value* x, S s) {
+    return call(ops::sub_Scalar, {x, s});
+  }
   /// s − x
   template <class S>
-  IfScalar<S> sub(S s, Value* x) { return call(ops::rsub_Scalar, {x, s}); }
+  IfScalar<S> sub(S s, Value* x) {
+    return call(ops::rsub_Scalar, {x, s});
+  }
   template <class S>
-  IfScalar<S> pow(Value* x, S s) { return call(ops::pow_Tensor_Scalar, {x, s}); }
+  IfScalar<S> pow(Value* x, S s) {
+    return call(ops::pow_Tensor_Scalar, {x, s});
+  }
   Value* div(Value* a, Value* b) { return call(ops::div_Tensor, {a, b}); }
   Value* neg(Value* x) { return call(ops::neg, {x}); }
   /// x·x (mul.Tensor)

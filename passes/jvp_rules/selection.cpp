@@ -89,19 +89,16 @@ void register_selection(Registry& r) {
     t = c.where(c.call(ops::lt_Tensor, {x, lo}), c.t(1), t);
     return {c.where(c.call(ops::gt_Tensor, {lo, hi}), c.t(2), t)};
   });
-  r.add(ops::clamp_min_Tensor, [](Ctx& c) -> std::vector<Value*> {
-    return {clamp_by(c, c.x(0), c.t(0), c.x(1), c.t(1), ops::gt_Tensor)};
-  });
-  r.add(ops::clamp_max_Tensor, [](Ctx& c) -> std::vector<Value*> {
-    return {clamp_by(c, c.x(0), c.t(0), c.x(1), c.t(1), ops::lt_Tensor)};
-  });
+  r.add(ops::clamp_min_Tensor,
+        [](Ctx& c) -> std::vector<Value*> { return {clamp_by(c, c.x(0), c.t(0), c.x(1), c.t(1), ops::gt_Tensor)}; });
+  r.add(ops::clamp_max_Tensor,
+        [](Ctx& c) -> std::vector<Value*> { return {clamp_by(c, c.x(0), c.t(0), c.x(1), c.t(1), ops::lt_Tensor)}; });
 
   // maximum(x, y): x's tangent where x wins, the mean of both at a tie, y's otherwise (a NaN
   // on either side); minimum likewise. clamp_min.Tensor and clamp_max.Tensor are the same.
   for (auto [op, wins] : {std::pair{ops::maximum, ops::gt_Tensor}, std::pair{ops::minimum, ops::lt_Tensor}})
-    r.add(op, [wins = wins](Ctx& c) -> std::vector<Value*> {
-      return {clamp_by(c, c.x(0), c.t(0), c.x(1), c.t(1), wins)};
-    });
+    r.add(op,
+          [wins = wins](Ctx& c) -> std::vector<Value*> { return {clamp_by(c, c.x(0), c.t(0), c.x(1), c.t(1), wins)}; });
 
   // fmax(x, y), fmin(x, y) ignore a NaN: x's tangent where x wins (fmax: x > y, fmin: x < y) or
   // y is NaN, the mean of both at a tie, else y's (x NaN), as LibTorch's forward AD.
@@ -120,8 +117,8 @@ void register_selection(Registry& r) {
       return {gather(c, dim, c.out(1), c.c(2).toBool()), nullptr};
     });
   // median, kthvalue and mode along a dim pick one element each, as max does.
-  for (auto [op, dim] : {std::pair{ops::median_dim, 1}, std::pair{ops::nanmedian_dim, 1},
-                         std::pair{ops::mode, 1}, std::pair{ops::kthvalue, 2}})
+  for (auto [op, dim] : {std::pair{ops::median_dim, 1}, std::pair{ops::nanmedian_dim, 1}, std::pair{ops::mode, 1},
+                         std::pair{ops::kthvalue, 2}})
     r.add(op, [dim = static_cast<size_t>(dim)](Ctx& c) -> std::vector<Value*> {
       return {gather(c, reduced_dims(c.x(0), c.c(dim)).at(0), c.out(1), c.c(dim + 1).toBool()), nullptr};
     });

@@ -82,8 +82,7 @@ bool factored_transpose(const Value* a) { return on_meta(a->meta()).is_contiguou
 /// A⁻ᵀ from the LU factorization det and slogdet return.
 Value* inverse_transposed(Ctx& c, Value* lu, Value* pivots) {
   const TensorMeta& m = lu->meta();
-  Value* eye =
-      c.call(ops::expand, {c.call(ops::eye, {m.sizes.back(), m.dtype, std::nullopt, m.device}), m.sizes});
+  Value* eye = c.call(ops::expand, {c.call(ops::eye, {m.sizes.back(), m.dtype, std::nullopt, m.device}), m.sizes});
   return c.call(ops::linalg_lu_solve, {lu, pivots, eye, true, /*adjoint=*/!factored_transpose(c.x(0))});
 }
 
@@ -100,18 +99,16 @@ Value* cofactors(Ctx& c, Value* lu, Value* pivots) {
   int64_t n = m.sizes.back();
   Value* rows = c.call(ops::arange_start, {1, n + 1, pivots->meta().dtype, std::nullopt, m.device});
   Value* swapped = c.call(ops::ne_Tensor, {pivots, rows});
-  Value* sign =
-      c.call(ops::rsub_Scalar, {c.call(ops::mul_Scalar, {c.call(ops::_to_copy, {swapped, m.dtype}), 2}), 1});
-  Value* det = c.call(ops::mul_Tensor, {c.call(ops::prod_dim_int, {diagonal, -1, true}),
-                                           c.call(ops::prod_dim_int, {sign, -1, true})});
+  Value* sign = c.call(ops::rsub_Scalar, {c.call(ops::mul_Scalar, {c.call(ops::_to_copy, {swapped, m.dtype}), 2}), 1});
+  Value* det = c.call(ops::mul_Tensor,
+                      {c.call(ops::prod_dim_int, {diagonal, -1, true}), c.call(ops::prod_dim_int, {sign, -1, true})});
   return c.call(ops::mul_Tensor, {inverse_transposed(c, perturbed, pivots), c.call(ops::unsqueeze, {det, -1})});
 }
 
 /// The matrix of 1/(w_k − w_j) at [j, k] off the diagonal, 0 on it (eigh's and svd's gaps).
 Value* inverse_gaps(Ctx& c, Value* w) {
-  Value* E =
-      c.call(ops::reciprocal,
-             {c.call(ops::sub_Tensor, {c.call(ops::unsqueeze, {w, -2}), c.call(ops::unsqueeze, {w, -1})})});
+  Value* E = c.call(ops::reciprocal,
+                    {c.call(ops::sub_Tensor, {c.call(ops::unsqueeze, {w, -2}), c.call(ops::unsqueeze, {w, -1})})});
   Value* eye = c.call(ops::eye, {w->meta().sizes.back(), c10::kBool, std::nullopt, w->meta().device});
   return c.call(ops::masked_fill_Scalar, {E, eye, 0.0});
 }
@@ -158,8 +155,8 @@ std::vector<Value*> cholesky(Ctx& c) {
   Value* dA = symmetric_from(c, c.t(0), upper ? "U" : "L");
   Value* s = c.call(ops::linalg_solve_triangular, {L, dA, false, true, false});
   s = c.call(ops::linalg_solve_triangular, {mT(c, L), s, true, false, false});
-  Value* half_diagonal = c.call(
-      ops::diag_embed, {c.call(ops::mul_Scalar, {c.call(ops::diagonal, {s, 0, -2, -1}), 0.5}), 0, -2, -1});
+  Value* half_diagonal =
+      c.call(ops::diag_embed, {c.call(ops::mul_Scalar, {c.call(ops::diagonal, {s, 0, -2, -1}), 0.5}), 0, -2, -1});
   Value* dL = matmul(c, L, c.call(ops::sub_Tensor, {c.call(ops::tril, {s, 0}), half_diagonal}));
   return {upper ? mT(c, dL) : dL};
 }
@@ -286,9 +283,8 @@ std::pair<Value*, Value*> lu_tangents(Ctx& c, Value* P, Value* L, Value* U, Valu
   Value *dL = dL1, *dU = dU1;
   if (m > k) {  // dL₂ = (Pᵀ·dA)₂·U⁻¹ − L₂·dU·U⁻¹
     Value* rest = sub(c, narrow(c, PtdA, -2, k, m - k), matmul(c, narrow(c, L, -2, k, m - k), dU1));
-    dL =
-        c.call(ops::cat,
-               {std::vector<Value*>{dL1, c.call(ops::linalg_solve_triangular, {U1, rest, true, false, false})}, -2});
+    dL = c.call(ops::cat,
+                {std::vector<Value*>{dL1, c.call(ops::linalg_solve_triangular, {U1, rest, true, false, false})}, -2});
   } else if (n > k) {  // dU₂ = L⁻¹·((Pᵀ·dA)₂ − dL·U₂)
     Value* rest = sub(c, narrow(c, PtdA, -1, k, n - k), matmul(c, dL1, narrow(c, U, -1, k, n - k)));
     dU = c.call(ops::cat,
@@ -320,8 +316,7 @@ std::vector<Value*> lu_solve(Ctx& c) {
   if (!c.c(3).toBool() || c.c(4).toBool()) throw Error("no tangent through LU for left=false or adjoint=true");
   Value *LU = c.x(0), *X = c.out(), *dLU = c.t(0);
   Value* UX = matmul(c, c.call(ops::triu, {LU, 0}), X);  // folded
-  Value* a =
-      c.call(ops::linalg_solve_triangular, {LU, matmul(c, c.call(ops::tril, {dLU, -1}), UX), false, true, true});
+  Value* a = c.call(ops::linalg_solve_triangular, {LU, matmul(c, c.call(ops::tril, {dLU, -1}), UX), false, true, true});
   Value* b = c.call(ops::add_Tensor, {a, matmul(c, c.call(ops::triu, {dLU, 0}), X)});
   Value* dX_LU = c.call(ops::neg, {c.call(ops::linalg_solve_triangular, {LU, b, true, true, false})});
   return {c.add(dX, dX_LU)};
@@ -339,7 +334,7 @@ std::vector<Value*> lstsq(Ctx& c) {
   BArg rtol = std::nullopt;
   if (!c.c(2).isNone())
     rtol = c.call(ops::scalar_tensor, {c.c(2).toDouble(), c10::toRealValueType(A->meta().dtype), std::nullopt,
-                                          A->meta().device, std::nullopt});
+                                       A->meta().device, std::nullopt});
   Value* P = c.call(ops::linalg_pinv_atol_rtol_tensor, {A, std::nullopt, rtol, false});
   Value* dX = c.add(dA ? pinv_tangent(c, P, dA, B) : nullptr, dB ? matmul(c, P, dB) : nullptr);
   std::vector<Value*> out = {as_vector(c, dX, vector, true), nullptr, nullptr, nullptr};

@@ -111,26 +111,24 @@ std::vector<Value*> embedding_bag(Ctx& c) {
 
 void register_views(Registry& r) {
   for (Op op :
-       {ops::expand, ops::transpose_int, ops::t, ops::permute, ops::unsqueeze, ops::squeeze,
-        ops::squeeze_dim, ops::squeeze_dims, ops::select_int, ops::slice_Tensor, ops::split_Tensor,
-        ops::split_with_sizes, ops::unsafe_split_Tensor, ops::unsafe_split_with_sizes, ops::unbind_int,
-        ops::alias, ops::diagonal, ops::unfold, ops::index_select, ops::gather, ops::repeat,
-        ops::flip, ops::roll, ops::index_Tensor, ops::embedding,
+       {ops::expand, ops::transpose_int, ops::t, ops::permute, ops::unsqueeze, ops::squeeze, ops::squeeze_dim,
+        ops::squeeze_dims, ops::select_int, ops::slice_Tensor, ops::split_Tensor, ops::split_with_sizes,
+        ops::unsafe_split_Tensor, ops::unsafe_split_with_sizes, ops::unbind_int, ops::alias, ops::diagonal, ops::unfold,
+        ops::index_select, ops::gather, ops::repeat, ops::flip, ops::roll, ops::index_Tensor, ops::embedding,
         // the copying forms of views (diag() is diagonal_copy)
-        ops::diagonal_copy, ops::expand_copy, ops::permute_copy, ops::transpose_copy_int,
-        ops::select_copy_int, ops::slice_copy_Tensor, ops::alias_copy})
+        ops::diagonal_copy, ops::expand_copy, ops::permute_copy, ops::transpose_copy_int, ops::select_copy_int,
+        ops::slice_copy_Tensor, ops::alias_copy})
     r.add(op, linear_in(0));
   // Pooling by averages, resampling and padding by reflection or replication: linear too.
   for (Op op :
-       {ops::avg_pool2d, ops::avg_pool3d, ops::_adaptive_avg_pool2d, ops::_adaptive_avg_pool3d,
-        ops::upsample_nearest1d, ops::upsample_nearest2d, ops::upsample_nearest3d,
-        ops::_upsample_nearest_exact1d, ops::_upsample_nearest_exact2d, ops::_upsample_nearest_exact3d,
-        ops::upsample_linear1d, ops::upsample_bilinear2d, ops::upsample_bicubic2d,
-        ops::upsample_trilinear3d, ops::reflection_pad1d, ops::reflection_pad2d, ops::reflection_pad3d,
-        ops::replication_pad1d, ops::replication_pad2d, ops::replication_pad3d, ops::pixel_shuffle,
-        ops::pixel_unshuffle, ops::channel_shuffle, ops::trace, ops::_upsample_bilinear2d_aa,
-        ops::_upsample_bicubic2d_aa, ops::im2col, ops::col2im, ops::narrow_copy, ops::masked_select,
-        ops::diag_embed, ops::affine_grid_generator,
+       {ops::avg_pool2d, ops::avg_pool3d, ops::_adaptive_avg_pool2d, ops::_adaptive_avg_pool3d, ops::upsample_nearest1d,
+        ops::upsample_nearest2d, ops::upsample_nearest3d, ops::_upsample_nearest_exact1d,
+        ops::_upsample_nearest_exact2d, ops::_upsample_nearest_exact3d, ops::upsample_linear1d,
+        ops::upsample_bilinear2d, ops::upsample_bicubic2d, ops::upsample_trilinear3d, ops::reflection_pad1d,
+        ops::reflection_pad2d, ops::reflection_pad3d, ops::replication_pad1d, ops::replication_pad2d,
+        ops::replication_pad3d, ops::pixel_shuffle, ops::pixel_unshuffle, ops::channel_shuffle, ops::trace,
+        ops::_upsample_bilinear2d_aa, ops::_upsample_bicubic2d_aa, ops::im2col, ops::col2im, ops::narrow_copy,
+        ops::masked_select, ops::diag_embed, ops::affine_grid_generator,
         // max pooling's backward: linear in grad_output; self enters only through the indices
         ops::max_pool2d_with_indices_backward, ops::max_pool3d_with_indices_backward})
     r.add(op, linear_in(0));

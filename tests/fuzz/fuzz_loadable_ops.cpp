@@ -445,8 +445,9 @@ int main(int argc, char** argv) {
     else if (a == "--verbose")
       jvpc::verbose = true;
     else {
-      std::cerr << "usage: fuzz_loadable_ops [--cases N] [--seed S] [--slow SECONDS] [--op NAME | --from NAME] [--quiet | "
-                   "--verbose]\n";
+      std::cerr
+          << "usage: fuzz_loadable_ops [--cases N] [--seed S] [--slow SECONDS] [--op NAME | --from NAME] [--quiet | "
+             "--verbose]\n";
       return 2;
     }
   }
