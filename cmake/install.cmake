@@ -15,7 +15,7 @@ include(CMakePackageConfigHelpers)
 set(JVPC_PUBLIC_HEADERS
   compiler/api/linearize.h compiler/api/program.h compiler/api/reference.h compiler/api/report.h
   ir/cost/cost_model.h ir/cost/kernel_watch.h
-  ir/builder.h ir/io/files.h ir/graph.h ir/io/graph_files.h ir/io/graph_json.h
+  ir/builder.h ir/io/files.h ir/graph.h ir/op.h ir/op_names.def ir/io/graph_files.h ir/io/graph_json.h
   ir/io/json_text.h ir/io/limits.h ir/ops.h ir/printer.h ir/retarget.h
   ir/io/safetensors.h ir/text.h ir/verifier.h
   compiler/trace/tracer.h
