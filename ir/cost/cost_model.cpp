@@ -16,17 +16,10 @@ namespace jvpc {
 
 namespace {
 
-// Counts are int64: a graph whose counts pass 2^63 is an error, never a wrapped number.
-int64_t add(int64_t a, int64_t b) {
-  std::optional<int64_t> r = checked::add(a, b);
-  if (!r) throw Error("cost exceeds 2^63 (sizes too large to count)");
-  return *r;
-}
+int64_t add(int64_t a, int64_t b) { return count_or_throw(checked::add(a, b)); }
 template <typename Ints>
 int64_t product_of(const Ints& xs) {
-  std::optional<int64_t> r = checked::product(xs);
-  if (!r) throw Error("cost exceeds 2^63 (sizes too large to count)");
-  return *r;
+  return count_or_throw(checked::product(xs));
 }
 int64_t product(std::initializer_list<int64_t> xs) { return product_of(xs); }
 int64_t product(const std::vector<int64_t>& xs) { return product_of(xs); }

@@ -16,11 +16,7 @@ namespace jvpc {
 
 namespace {
 
-int64_t mul(int64_t a, int64_t b) {
-  std::optional<int64_t> r = checked::mul(a, b);
-  if (!r) throw Error("cost exceeds 2^63 (sizes too large to count)");
-  return *r;
-}
+int64_t mul(int64_t a, int64_t b) { return count_or_throw(checked::mul(a, b)); }
 int64_t numel_of(const std::vector<int64_t>& s) {
   int64_t n = 1;
   for (int64_t x : s) n = mul(n, x);
@@ -145,6 +141,11 @@ const std::unordered_map<std::string, Rule>& rules() {
 }
 
 }  // namespace
+
+int64_t count_or_throw(std::optional<int64_t> count) {
+  if (!count) throw Error("cost exceeds 2^63 (sizes too large to count)");
+  return *count;
+}
 
 std::optional<int64_t> scaled_work_flops(const Node& n) {
   auto it = rules().find(n.op());
