@@ -10,64 +10,67 @@
 
 namespace jvpc {
 
+LinearizeConfig LinearizeConfig::of(std::vector<std::string> wrt, size_t primal_outputs,
+                                    std::optional<int64_t> residual_budget, bool split) {
+  LinearizeConfig c;
+  c.wrt = std::move(wrt);
+  c.primal_outputs = primal_outputs;
+  c.residual_budget = residual_budget;
+  c.match_attention = residual_budget != kNoMemoryLimit;
+  c.split = split;
+  c.dropped_outputs = split ? 0 : primal_outputs;
+  c.fold = split ? SplitOptions{primal_outputs, /*constants_as_residuals=*/true} : SplitOptions{};
+  return c;
+}
+
 const std::vector<LinearizePass>& linearize_passes() {
-  using Ctx = LinearizePassContext;
+  using Config = LinearizeConfig;
+  using State = LinearizeState;
   static const std::vector<LinearizePass> table = {
       {"jvp", false, "differentiates: a tangent input per primal input, each node's tangent after it",
-       [](Graph& g, const Ctx& c) { return jvp(g, c.wrt); }},
-      // With the P form everywhere (budget inf) the rules' P form stays as it is.
+       [](Graph& g, const Config& c, State&) { return jvp(g, c.wrt); }},
       {"attention-match", true, "while the traced attention outputs the O(L) form reads are in the graph",
-       [](Graph& g, const Ctx& c) {
-         *c.matched = c.residual_budget == kNoMemoryLimit ? std::vector<MatchedAttention>{} : attention_match(g);
-         return !c.matched->empty();
+       [](Graph& g, const Config& c, State& s) {
+         if (c.match_attention) s.matched = attention_match(g);
+         return !s.matched.empty();
        }},
-      // A program's primal graph computes f(x): there fold takes the primal outputs out with
-      // the residuals.
       {"drop-primal-outputs", false, "linearize returns f(x) from the tracing run; a program keeps it until fold",
-       [](Graph& g, const Ctx& c) {
-         if (c.split) return false;
-         for (size_t i = 0; i < c.primal_outputs; ++i) g.erase_output(0);
-         return c.primal_outputs > 0;
-       }},
+       [](Graph& g, const Config& c, State&) { return drop_primal_outputs(g, c.dropped_outputs); }},
       {"dce", false, "drops the P form of the attentions matched, now unread",
-       [](Graph& g, const Ctx&) { return dce(g); }},
+       [](Graph& g, const Config&, State&) { return dce(g); }},
       {"attention-form", false, "P or O(L) per attention under the budget, before the simplifications",
-       [](Graph& g, const Ctx& c) {
-         auto choices = attention_form(g, c.residual_budget, *c.matched);
-         bool changed = false;
-         for (const AttentionChoice& a : choices) changed |= !a.o_l_form;
-         if (c.attention) *c.attention = choices;
-         return changed;
+       [](Graph& g, const Config& c, State& s) {
+         s.attention = attention_form(g, c.residual_budget, s.matched);
+         return std::any_of(s.attention.begin(), s.attention.end(),
+                            [](const AttentionChoice& a) { return !a.o_l_form; });
        }},
       {"simplify-views", true, "from here to zero-blocks: work moves onto primal values, before fold",
-       [](Graph& g, const Ctx&) { return simplify_views(g); }},
+       [](Graph& g, const Config&, State&) { return simplify_views(g); }},
       {"simplify-arith", true, "multiplications by one, additions of zero, scalar chains merged",
-       [](Graph& g, const Ctx&) { return simplify_arith(g); }},
+       [](Graph& g, const Config&, State&) { return simplify_arith(g); }},
       {"cse", true, "one value for each repeat, so that the rewrites below see it once",
-       [](Graph& g, const Ctx&) { return cse(g); }},
+       [](Graph& g, const Config&, State&) { return cse(g); }},
       {"scale-to-residual", true, "scalar scales off the tangent path, onto a product's primal operand",
-       [](Graph& g, const Ctx&) { return scale_to_residual(g); }},
+       [](Graph& g, const Config&, State&) { return scale_to_residual(g); }},
       {"merge-factors", true, "t·a·b -> t·(a·b): one residual where there were two",
-       [](Graph& g, const Ctx&) { return merge_factors(g); }},
-      {"select-masks", true, "t·float(m) -> where(m, t, 0): the residual is a boolean mask",
-       [](Graph& g, const Ctx&) { return select_masks(g); }},
+       [](Graph& g, const Config&, State&) { return merge_factors(g); }},
+      {"select-masks", true, "t·float(m) -> t·m: the residual is the boolean mask itself",
+       [](Graph& g, const Config&, State&) { return select_masks(g); }},
       {"group-bmm", true, "grouped-query heads read unrepeated, before fold holds them",
-       [](Graph& g, const Ctx&) { return group_bmm(g); }},
+       [](Graph& g, const Config&, State&) { return group_bmm(g); }},
       {"zero-blocks", true, "products skip the zeros of a KV cache's tangent",
-       [](Graph& g, const Ctx&) { return zero_blocks(g); }},
+       [](Graph& g, const Config&, State&) { return zero_blocks(g); }},
       {"fold", false, "evaluates every primal-only value once; those the tangent reads become residuals",
-       [](Graph& g, const Ctx& c) {
-         if (!c.split) return fold(g, *c.known, {}, nullptr, c.fold_matmul_flops.get());
-         return fold(g, *c.known, {c.primal_outputs, /*constants_as_residuals=*/true}, c.split.get(),
-                     c.fold_matmul_flops.get());
+       [](Graph& g, const Config& c, State& s) {
+         return fold(g, s.known, c.fold, c.split ? &s.split : nullptr, &s.fold_matmul_flops);
        }},
       {"dce", false, "drops the forward and the primal inputs the tangent no longer reads",
-       [](Graph& g, const Ctx&) { return dce(g, /*prune_primal_inputs=*/true); }},
+       [](Graph& g, const Config&, State&) { return dce(g, /*prune_primal_inputs=*/true); }},
       {"simplify-views", true, "views of residuals fold took in",
-       [](Graph& g, const Ctx&) { return simplify_views(g); }},
+       [](Graph& g, const Config&, State&) { return simplify_views(g); }},
       {"fuse-matmul-add", true, "add(x, bmm(a, b)) -> baddbmm: after fold, so only tangent adds fuse",
-       [](Graph& g, const Ctx&) { return fuse_matmul_add(g); }},
-      {"cse", true, "repeats the rewrites after fold left", [](Graph& g, const Ctx&) { return cse(g); }},
+       [](Graph& g, const Config&, State&) { return fuse_matmul_add(g); }},
+      {"cse", true, "repeats the rewrites after fold left", [](Graph& g, const Config&, State&) { return cse(g); }},
   };
   return table;
 }
@@ -79,7 +82,8 @@ std::vector<std::string> optional_linearize_passes() {
   return out;
 }
 
-void add_linearize_passes(Pipeline& p, LinearizePassContext context, const std::set<std::string>& disabled) {
+void add_linearize_passes(Pipeline& p, LinearizeConfig config, std::shared_ptr<LinearizeState> state,
+                          const std::set<std::string>& disabled) {
   std::vector<std::string> optional = optional_linearize_passes();
   for (const std::string& name : disabled)
     if (std::find(optional.begin(), optional.end(), name) == optional.end()) {
@@ -90,11 +94,11 @@ void add_linearize_passes(Pipeline& p, LinearizePassContext context, const std::
       throw Error(required ? "pass '" + name + "' cannot be disabled (these can: " + list + ")"
                            : "no optional pass is named '" + name + "' (these can be disabled: " + list + ")");
     }
-  auto ctx = std::make_shared<LinearizePassContext>(std::move(context));
+  auto shared = std::make_shared<const LinearizeConfig>(std::move(config));
   for (const LinearizePass& lp : linearize_passes())
     if (!disabled.count(lp.name)) {
       const auto& run = lp.run;
-      p.add(make_pass(lp.name, [ctx, &run](Graph& g) { return run(g, *ctx); }));
+      p.add(make_pass(lp.name, [shared, state, &run](Graph& g) { return run(g, *shared, *state); }));
     }
 }
 

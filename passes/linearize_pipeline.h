@@ -13,7 +13,7 @@
 //  8  cse                  yes       one value for each repeat, so that the rewrites below see it once
 //  9  scale-to-residual    yes       scalar scales off the tangent path, onto a product's primal operand
 // 10  merge-factors        yes       t·a·b -> t·(a·b): one residual where there were two
-// 11  select-masks         yes       t·float(m) -> where(m, t, 0): the residual is a boolean mask
+// 11  select-masks         yes       t·float(m) -> t·m: the residual is the boolean mask itself
 // 12  group-bmm            yes       grouped-query heads read unrepeated, before fold holds them
 // 13  zero-blocks          yes       products skip the zeros of a KV cache's tangent
 // 14  fold                           evaluates every primal-only value once; those the tangent reads become residuals
@@ -46,25 +46,48 @@
 
 namespace jvpc {
 
-/// What linearize's passes need besides the graph.
-struct LinearizePassContext {
+/// How linearize's passes are to run: named fields, resolved once (LinearizeConfig::of) before
+/// the first pass. The table's steps read it and decide nothing themselves.
+struct LinearizeConfig {
   /// Primal inputs to differentiate (LinearizeOptions::wrt).
   std::vector<std::string> wrt;
-  size_t primal_outputs = 0;  ///< the traced graph's outputs, dropped from the tangent graph
-  /// Values by id, from the tracing run, for fold.
-  std::shared_ptr<TensorsById> known;
-  std::optional<int64_t> residual_budget;  ///< LinearizeOptions::residual_budget
-  /// Where attention-form writes its choices (the CompileReport's), if anywhere.
-  std::shared_ptr<std::vector<AttentionChoice>> attention;
-  /// Set when compiling a program (compiler/api/program.h): the primal outputs stay outputs
-  /// until fold, fold takes them into the primal graph with the residuals (captured constants
-  /// that tangent nodes read among them) and writes the primal graph here.
-  std::shared_ptr<PrimalSplit> split;
-  /// Where fold adds the matmul FLOPs of the kernels it runs, if anywhere (linearize's measured
-  /// count: its KernelWatch is paused while the passes run).
-  std::shared_ptr<std::map<std::string, int64_t>> fold_matmul_flops;
-  /// What attention-match recognized, for attention-form.
-  std::shared_ptr<std::vector<MatchedAttention>> matched = std::make_shared<std::vector<MatchedAttention>>();
+  /// The traced graph's outputs (f(x)), before the tangent outputs jvp appends.
+  size_t primal_outputs = 0;
+  /// LinearizeOptions::residual_budget, for attention-form.
+  std::optional<int64_t> residual_budget;
+  /// attention-match looks for attentions to give the O(L) form: not where the budget keeps
+  /// the P form everywhere (kNoMemoryLimit), where the rules' P form stays as it is.
+  bool match_attention = true;
+  /// Whether fold splits the primal graph off into LinearizeState::split: for a compiled
+  /// program (compiler/api/program.h), and for a linearize a LinearizeCache keeps.
+  bool split = false;
+  /// The outputs drop-primal-outputs removes: without a split, linearize's f(x) comes from the
+  /// tracing run, so all of them; with one, the primal graph computes f(x): none.
+  size_t dropped_outputs = 0;
+  /// How fold divides the graph: with a split, the primal outputs and the captured constants
+  /// the tangent reads go to the primal graph with the residuals.
+  SplitOptions fold;
+
+  /// The configuration for differentiating `wrt` of a traced graph with `primal_outputs`
+  /// outputs under `residual_budget`, with or without a `split`.
+  static LinearizeConfig of(std::vector<std::string> wrt, size_t primal_outputs, std::optional<int64_t> residual_budget,
+                            bool split);
+};
+
+/// What flows through linearize's passes besides the graph: fold's input, what one pass hands
+/// the next, and the results the caller reads after the pipeline ran.
+struct LinearizeState {
+  /// In: values by id, from the tracing run, for fold.
+  TensorsById known;
+  /// attention-match -> attention-form: the attentions given the O(L) form.
+  std::vector<MatchedAttention> matched;
+  /// Out: attention-form's choice per attention (the CompileReport's).
+  std::vector<AttentionChoice> attention;
+  /// Out, with LinearizeConfig::split: the primal graph fold split off.
+  PrimalSplit split;
+  /// Out: the matmul FLOPs of the kernels fold ran (linearize's measured count: its
+  /// KernelWatch is paused while the passes run).
+  std::map<std::string, int64_t> fold_matmul_flops;
 };
 
 /// One step of linearize's pipeline: its name, whether --disable-pass may leave it out, why it
@@ -73,7 +96,7 @@ struct LinearizePass {
   std::string name;
   bool optional;
   std::string why;
-  std::function<bool(Graph&, const LinearizePassContext&)> run;
+  std::function<bool(Graph&, const LinearizeConfig&, LinearizeState&)> run;
 };
 
 /// The pipeline linearize runs on a traced graph, `jvp` first, in order.
@@ -91,7 +114,9 @@ const std::vector<BatchedPass>& batched_passes();
 std::vector<std::string> optional_linearize_passes();
 /// Adds linearize_passes() to `p`, less the `disabled` ones (each must be optional; otherwise
 /// a jvpc::Error naming those that can be).
-void add_linearize_passes(Pipeline& p, LinearizePassContext context, const std::set<std::string>& disabled = {});
+/// The passes read `config` and `state`, which the caller keeps to read the results from.
+void add_linearize_passes(Pipeline& p, LinearizeConfig config, std::shared_ptr<LinearizeState> state,
+                          const std::set<std::string>& disabled = {});
 /// One step of the table: by name (its first row of that name: `dce` is row 4, not 15), or by
 /// its row number as print_linearize_passes() numbers them ("15"). Throws a one-line
 /// jvpc::Error listing the names for anything else.

@@ -37,18 +37,15 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, KernelWat
                            std::shared_ptr<PrimalSplit> split) {
   Linearized lin;
   lin.primal_outputs = t.outputs;
-  auto known = std::make_shared<TensorsById>(std::move(t.values));
+  auto state = std::make_shared<LinearizeState>();
+  state->known = std::move(t.values);
   Pipeline p;
   p.verify_each(options.verify_each);
   // A traced graph was verified by trace(), its shapes those its kernels produced; a given graph
   // by evaluate_graph().
   p.input_verified(true);
-  auto attention = std::make_shared<std::vector<AttentionChoice>>();
-  // Fold counts the kernels it runs, and the watch pauses: watching every dispatcher call
-  // (shape inference's Meta kernels too) would cost more than those kernels.
-  auto fold_flops = std::make_shared<std::map<std::string, int64_t>>();
   add_linearize_passes(
-      p, {options.wrt, t.graph->outputs().size(), known, options.residual_budget, attention, split, fold_flops},
+      p, LinearizeConfig::of(options.wrt, t.graph->outputs().size(), options.residual_budget, split != nullptr), state,
       options.disabled_passes);
   CostTable table("trace");
   if (options.pass_costs) p.observe(&table);
@@ -59,13 +56,16 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, KernelWat
   const ShapeInferenceStats shapes0 = shape_inference_stats();
   if (!options.pass_costs) table.start(*g);
   {
+    // Fold counts the kernels it runs, and the watch pauses: watching every dispatcher call
+    // (shape inference's Meta kernels too) would cost more than those kernels.
     KernelWatch::Paused by_fold(watch);
     p.run(*g);
   }
-  watch.add(*fold_flops);
+  watch.add(state->fold_matmul_flops);
+  if (split) *split = std::move(state->split);
   if (!options.pass_costs) table.after_pass("tangent graph", *g, true);
   const double shape_ms = shape_inference_stats().computed_ms - shapes0.computed_ms;
-  known.reset();  // only the residuals stay alive
+  state->known.clear();  // only the residuals stay alive
   // Residuals and captured constants keep no autograd graph alive (a detached tensor shares the
   // data and the version counter, so writes into it are still noticed).
   for (Input& in : g->inputs())
@@ -75,7 +75,7 @@ Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, KernelWat
   // The table's first row counted the traced graph, its last the tangent graph.
   lin.report.forward = table.rows().front().cost;
   lin.report.tangent = table.rows().back().cost;
-  lin.report.attention = *attention;
+  lin.report.attention = state->attention;
   lin.report.linearize_matmul_flops = watch.matmul_flops();
   lin.report.linearize_matmul_by_op = watch.matmul_flops_by_op();
   lin.tangent_graph = g;

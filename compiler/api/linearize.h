@@ -149,7 +149,7 @@ class KernelWatch;
 namespace detail {
 /// What linearize and compile (program.h) share: runs linearize_passes() on a trace, whose
 /// values are fold's, and makes the Linearized at the traced point. `split`: see
-/// LinearizePassContext::split.
+/// LinearizeConfig::split.
 Linearized linearize_trace(Trace&& t, const LinearizeOptions& options, KernelWatch& watch,
                            std::shared_ptr<PrimalSplit> split = nullptr);
 /// trace(), with `watch` paused: the tracer counts the matmul FLOPs of the kernels it records,

@@ -28,15 +28,29 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
+template <class Names>
+void put_names(std::ostream& os, const Names& names) {
+  for (const std::string& n : names) os << n << '\0';
+}
+
+void put_number(std::ostream& os, const std::optional<int64_t>& v) { os << '|' << (v ? std::to_string(*v) : "-"); }
+
+// The part of the key the options make. The structured bindings name every field of both
+// option structs, so that a field added to either is a compile error here until it is keyed
+// (or said here not to change the compiled graph).
 std::string options_key(const LinearizeOptions& o) {
+  const auto& [wrt, disabled_passes, observers, verify_each, residual_budget, pass_costs, runtime] = o;
+  (void)observers;    // a linearize with observers is not cached
+  (void)verify_each;  // checks the graph, changes nothing in it
+  const auto& [cuda_graph, static_outputs, reuse_buffers, functional_under_dispatch_mode, max_memory] = runtime;
   std::ostringstream os;
-  for (const std::string& w : o.wrt) os << w << '\0';
-  os << "|";
-  for (const std::string& p : o.disabled_passes) os << p << '\0';
-  const ExecutableOptions& r = o.runtime;
-  os << "|" << (o.residual_budget ? std::to_string(*o.residual_budget) : "-") << "|" << o.pass_costs << r.cuda_graph
-     << r.static_outputs << r.reuse_buffers << r.functional_under_dispatch_mode << "|"
-     << (r.max_memory ? std::to_string(*r.max_memory) : "-");
+  put_names(os, wrt);
+  os << '|';
+  put_names(os, disabled_passes);
+  os << '|';
+  for (bool b : {pass_costs, cuda_graph, static_outputs, reuse_buffers, functional_under_dispatch_mode}) os << b;
+  put_number(os, residual_budget);
+  put_number(os, max_memory);
   return os.str();
 }
 

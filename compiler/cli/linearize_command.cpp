@@ -49,8 +49,8 @@ struct Opts {
 // the passes that run, or "all".
 void check_pass_names(const std::vector<std::string>& names, const std::set<std::string>& disabled) {
   Pipeline p;
-  add_linearize_passes(p, {}, disabled);       // throws for a pass that cannot be disabled
-  std::vector<std::string> known = {"trace"};  // in pipeline order, each once (dce runs twice)
+  add_linearize_passes(p, {}, nullptr, disabled);  // throws for a pass that cannot be disabled
+  std::vector<std::string> known = {"trace"};      // in pipeline order, each once (dce runs twice)
   for (const std::string& k : p.pass_names())
     if (std::find(known.begin(), known.end(), k) == known.end()) known.push_back(k);
   std::string list;

@@ -137,17 +137,18 @@ void add_opt(CLI::App& app) {
       } catch (const Error& e) {
         throw Error(where + e.what());
       }
-      auto ctx = std::make_shared<LinearizePassContext>();
-      if (!o->wrt.empty()) ctx->wrt = comma_list(o->wrt, "--wrt", /*distinct=*/true);
-      ctx->primal_outputs = g->outputs().size();
-      if (cmd->count("--residual-budget")) ctx->residual_budget = parse_size(o->residual_budget, "--residual-budget");
+      std::vector<std::string> wrt;
+      if (!o->wrt.empty()) wrt = comma_list(o->wrt, "--wrt", /*distinct=*/true);
+      std::optional<int64_t> budget;
+      if (cmd->count("--residual-budget")) budget = parse_size(o->residual_budget, "--residual-budget");
+      const LinearizeConfig config = LinearizeConfig::of(wrt, g->outputs().size(), budget, /*split=*/false);
       // fold evaluates what the tangent reads at random primals (the text holds no values).
-      ctx->known = std::make_shared<TensorsById>();
+      auto state = std::make_shared<LinearizeState>();
       std::vector<at::Tensor> primal_values = random_inputs(*g, o->seed);
       size_t k = 0;
       for (const Input& in : g->inputs())
         if (in.role != Role::Constant) {
-          if (in.role == Role::Primal) (*ctx->known)[in.value->id()] = primal_values.at(k);
+          if (in.role == Role::Primal) state->known[in.value->id()] = primal_values.at(k);
           ++k;
         }
       Pipeline p;
@@ -157,8 +158,8 @@ void add_opt(CLI::App& app) {
       for (const std::string& n : names) {
         const LinearizePass& lp = linearize_pass(n);
         ran.push_back(lp.name);
-        p.add(make_pass(lp.name, [ctx, &lp, &changed](Graph& gr) {
-          bool c = lp.run(gr, *ctx);
+        p.add(make_pass(lp.name, [&config, state, &lp, &changed](Graph& gr) {
+          bool c = lp.run(gr, config, *state);
           changed.push_back(c);
           return c;
         }));
