@@ -25,12 +25,11 @@ Rule via_backward(Op backward) {
 /// backward kernel selects the tangent (or 0) rather than multiplying it, so that an infinite or
 /// NaN tangent where the derivative is 0 gives 0, as in LibTorch.
 Rule selecting_backward(Op backward) {
-  return [backward](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(0)) return {};
-    std::vector<BArg> args = {c.t(0), c.x(0)};
+  return per_arg({[backward](Ctx& c, Value* t) {
+    std::vector<BArg> args = {t, c.x(0)};
     for (size_t i = 1; i < c.n.args().size(); ++i) args.push_back(c.a(i));
-    return {c.call(backward, std::move(args))};
-  };
+    return c.call(backward, std::move(args));
+  }});
 }
 
 }  // namespace
@@ -65,16 +64,15 @@ void register_activations(Registry& r) {
                        [&](Ctx&, Value* t) { return c.mul(t, pick(0.0, c.x(0))); }})};
   });
   // glu(x, dim) = a·σ(b) for the halves a, b of x along dim: d = ta·σ(b) + tb·a·σ(b)(1 − σ(b))
-  r.add(ops::glu, [](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(0)) return {};
-    int64_t dim = c10::maybe_wrap_dim(c.c(1).toInt(), static_cast<int64_t>(c.x(0)->meta().sizes.size()));
-    int64_t h = c.x(0)->meta().sizes.at(static_cast<size_t>(dim)) / 2;
-    auto half = [&](Value* v, int64_t i) { return c.call(ops::slice_Tensor, {v, dim, i * h, (i + 1) * h}); };
-    Value* s = c.sigmoid(half(c.x(0), 1));
-    Value* a = half(c.x(0), 0);
-    Value* ds = c.mul(a, c.mul(s, c.sub(1, s)));
-    return {c.add(c.mul(half(c.t(0), 0), s), c.mul(half(c.t(0), 1), ds))};
-  });
+  r.add(ops::glu, per_arg({[](Ctx& c, Value* t) {
+          int64_t dim = c10::maybe_wrap_dim(c.c(1).toInt(), static_cast<int64_t>(c.x(0)->meta().sizes.size()));
+          int64_t h = c.x(0)->meta().sizes.at(static_cast<size_t>(dim)) / 2;
+          auto half = [&](Value* v, int64_t i) { return c.call(ops::slice_Tensor, {v, dim, i * h, (i + 1) * h}); };
+          Value* s = c.sigmoid(half(c.x(0), 1));
+          Value* a = half(c.x(0), 0);
+          Value* ds = c.mul(a, c.mul(s, c.sub(1, s)));
+          return c.add(c.mul(half(t, 0), s), c.mul(half(t, 1), ds));
+        }}));
   r.add(ops::leaky_relu, unary([](Ctx& c) {
           return c.call(ops::leaky_relu_backward, {ones(c), c.x(0), c.a(1), false});
         }));

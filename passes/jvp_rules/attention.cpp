@@ -54,12 +54,9 @@ Rule fused_attention(Layout at) {
       throw Error("causal attention with query length " + std::to_string(Sq) + " and key length " + std::to_string(Sk) +
                   " is aligned to the bottom right in this kernel; no JVP rule covers it");
     Value* lse = c.out(1);
-    if (lse->meta().numel() != B * H * Sq) {  // padded (efficient attention): keep the first Sq
-      lse = c.call(ops::slice_Tensor, {lse, 2, 0, Sq, 1});
-      lse = c.call(ops::clone, {lse, c10::MemoryFormat::Contiguous});
-    }
-    std::vector<int64_t> lse3 = {B, H, Sq};  // cuDNN's is [B, H, Sq, 1], flash's [B, H, Sq]
-    lse = reshape(c.b, lse, lse3);
+    if (lse->meta().numel() != B * H * Sq)  // padded (efficient attention): keep the first Sq
+      lse = c.call(ops::clone, {c.call(ops::slice_Tensor, {lse, 2, 0, Sq, 1}), c10::MemoryFormat::Contiguous});
+    lse = c.reshape(lse, {B, H, Sq});  // cuDNN's is [B, H, Sq, 1], flash's [B, H, Sq]
     auto opt = [](Value* t) { return t ? BArg(t) : BArg(std::nullopt); };
     return {c.call(ops::jvpc_attention_tangent, {q, k, v, c.out(0), lse, opt(tq), opt(tk), opt(tv),
                                                  has_mask ? BArg(c.x(at.mask)) : BArg(std::nullopt), opt(tm), causal,

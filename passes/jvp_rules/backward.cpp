@@ -14,32 +14,24 @@ namespace jvpc::jvp_rules {
 
 namespace {
 
-Value* mul(Ctx& c, Value* a, BArg b) { return c.call(ops::mul_Tensor, {a, std::move(b)}); }
-Value* mul_s(Ctx& c, Value* a, double s) { return c.call(ops::mul_Scalar, {a, s}); }
-Value* add(Ctx& c, Value* a, Value* b) { return c.call(ops::add_Tensor, {a, b}); }
 /// The tensor passed for optional argument `arg`, or null for None.
 Value* optional(Ctx& c, size_t arg) { return c.n.arg(arg).kind == ArgKind::Tensor ? c.x(arg) : nullptr; }
-Value* sub(Ctx& c, Value* a, Value* b) { return c.call(ops::sub_Tensor, {a, b}); }
-Value* one_minus(Ctx& c, Value* a) { return c.call(ops::rsub_Scalar, {a, 1.0, 1.0}); }
-Value* sum_keep(Ctx& c, Value* a, std::vector<int64_t> dims) {
-  return c.call(ops::sum_dim_IntList, {a, std::move(dims), true});
-}
 
 /// f'(x) of gelu, exact (erf) or with the tanh approximation, as LibTorch's gelu_backward has it.
 Value* gelu_derivative(Ctx& c, Value* x, bool tanh_form) {
   if (!tanh_form) {
-    Value* cdf = mul_s(c, c.call(ops::add_Scalar, {c.call(ops::erf, {mul_s(c, x, M_SQRT1_2)}), 1.0, 1.0}), 0.5);
-    Value* pdf = mul_s(c, c.call(ops::exp, {mul_s(c, mul(c, x, x), -0.5)}), M_2_SQRTPI * M_SQRT1_2 * 0.5);
-    return add(c, cdf, mul(c, x, pdf));
+    Value* cdf = c.scale(c.add(c.call(ops::erf, {c.scale(x, M_SQRT1_2)}), 1.0), 0.5);
+    Value* pdf = c.scale(c.exp(c.scale(c.square(x), -0.5)), M_2_SQRTPI * M_SQRT1_2 * 0.5);
+    return c.add(cdf, c.mul(x, pdf));
   }
   const double k_beta = M_SQRT2 * M_2_SQRTPI * 0.5, k_kappa = 0.044715;
-  Value* x2 = mul(c, x, x);
-  Value* inner = mul_s(c, add(c, x, mul_s(c, mul(c, x2, x), k_kappa)), k_beta);
+  Value* x2 = c.square(x);
+  Value* inner = c.scale(c.add(x, c.scale(c.mul(x2, x), k_kappa)), k_beta);
   Value* th = c.call(ops::tanh, {inner});
-  Value* left_derivative = mul_s(c, c.call(ops::add_Scalar, {th, 1.0, 1.0}), 0.5);
-  Value* inner_derivative = mul_s(c, c.call(ops::add_Scalar, {mul_s(c, x2, 3 * k_kappa), 1.0, 1.0}), k_beta);
-  Value* right_derivative = mul(c, mul(c, mul_s(c, x, 0.5), one_minus(c, mul(c, th, th))), inner_derivative);
-  return add(c, left_derivative, right_derivative);
+  Value* left_derivative = c.scale(c.add(th, 1.0), 0.5);
+  Value* inner_derivative = c.scale(c.add(c.scale(x2, 3 * k_kappa), 1.0), k_beta);
+  Value* right_derivative = c.mul(c.mul(c.scale(x, 0.5), c.sub(1.0, c.square(th))), inner_derivative);
+  return c.add(left_derivative, right_derivative);
 }
 
 /// The dims of `x` that a layer norm over `normalized` trailing dims reduces, and the others.
@@ -91,37 +83,37 @@ void register_backward(Registry& r) {
     r.add(op, linear_in(0));
   r.add(ops::tanh_backward, composite([](Ctx& c) -> std::vector<Value*> {
           Value* y = c.x(1);
-          return {mul(c, c.x(0), one_minus(c, mul(c, y, y)))};
+          return {c.mul(c.x(0), c.sub(1.0, c.square(y)))};
         }));
   r.add(ops::sigmoid_backward, composite([](Ctx& c) -> std::vector<Value*> {
           Value* y = c.x(1);
-          return {mul(c, c.x(0), mul(c, y, one_minus(c, y)))};
+          return {c.mul(c.x(0), c.mul(y, c.sub(1.0, y)))};
         }));
   r.add(ops::silu_backward, composite([](Ctx& c) -> std::vector<Value*> {
           Value* x = c.x(1);
-          Value* s = c.call(ops::sigmoid, {x});
-          Value* d = mul(c, s, c.call(ops::add_Scalar, {mul(c, x, one_minus(c, s)), 1.0, 1.0}));
-          return {mul(c, c.x(0), d)};
+          Value* s = c.sigmoid(x);
+          Value* d = c.mul(s, c.add(c.mul(x, c.sub(1.0, s)), 1.0));
+          return {c.mul(c.x(0), d)};
         }));
   r.add(ops::gelu_backward, composite([](Ctx& c) -> std::vector<Value*> {
           bool tanh_form = c.c(2).isString() && c.c(2).toStringRef() == "tanh";
-          return {mul(c, c.x(0), gelu_derivative(c, c.x(1), tanh_form))};
+          return {c.mul(c.x(0), gelu_derivative(c, c.x(1), tanh_form))};
         }));
   // g ↦ y·(g − Σ g·y) and g ↦ g − exp(y)·Σ g over `dim`, in input_dtype.
   r.add(ops::_softmax_backward_data, composite([](Ctx& c) -> std::vector<Value*> {
           Value *g = c.x(0), *y = c.x(1);
-          Value* out = mul(c, y, sub(c, g, sum_keep(c, mul(c, g, y), {c.c(2).toInt()})));
+          Value* out = c.mul(y, c.sub(g, c.sum(c.mul(g, y), {c.c(2).toInt()}, true)));
           return {c.call(ops::_to_copy, {out, c.a(3)})};
         }));
   r.add(ops::_log_softmax_backward_data, composite([](Ctx& c) -> std::vector<Value*> {
           Value *g = c.x(0), *y = c.x(1);
-          Value* out = sub(c, g, mul(c, c.call(ops::exp, {y}), sum_keep(c, g, {c.c(2).toInt()})));
+          Value* out = c.sub(g, c.mul(c.exp(y), c.sum(g, {c.c(2).toInt()}, true)));
           return {c.call(ops::_to_copy, {out, c.a(3)})};
         }));
   // mse_loss_backward(g, x, target, reduction): 2·(x − target)·g, over the element count for mean.
   r.add(ops::mse_loss_backward, composite([](Ctx& c) -> std::vector<Value*> {
-          Value* out = mul(c, mul_s(c, sub(c, c.x(1), c.x(2)), 2.0), c.x(0));
-          if (c.c(3).toInt() == 1) out = mul_s(c, out, 1.0 / static_cast<double>(c.x(1)->meta().numel()));
+          Value* out = c.mul(c.scale(c.sub(c.x(1), c.x(2)), 2.0), c.x(0));
+          if (c.c(3).toInt() == 1) out = c.scale(out, 1.0 / static_cast<double>(c.x(1)->meta().numel()));
           return {out};
         }));
   // native_layer_norm_backward(g, x, normalized_shape, mean, rstd, weight, bias, mask): with
@@ -132,12 +124,10 @@ void register_backward(Registry& r) {
           const auto dims = layer_dims(x, c.c(2).toIntVector().size());  // (clang 14 captures no bindings)
           const std::vector<int64_t>& inner = dims.first;
           const std::vector<int64_t>& outer = dims.second;
-          Value* xhat = mul(c, sub(c, x, c.x(3)), c.x(4));
-          Value* gx = normalized_tangent(c, weight ? mul(c, g, weight) : g, xhat, c.x(4), inner);
-          auto over_outer = [&](Value* v) {
-            return outer.empty() ? v : c.call(ops::sum_dim_IntList, {v, outer, false});
-          };
-          return {gx, weight ? over_outer(mul(c, g, xhat)) : nullptr, optional(c, 6) ? over_outer(g) : nullptr};
+          Value* xhat = c.mul(c.sub(x, c.x(3)), c.x(4));
+          Value* gx = normalized_tangent(c, weight ? c.mul(g, weight) : g, xhat, c.x(4), inner);
+          auto over_outer = [&](Value* v) { return outer.empty() ? v : c.sum(v, outer); };
+          return {gx, weight ? over_outer(c.mul(g, xhat)) : nullptr, optional(c, 6) ? over_outer(g) : nullptr};
         }));
   // native_batch_norm_backward(g, x, weight, running_mean, running_var, save_mean, save_invstd,
   // train, eps, mask), per channel (dim 1): in training, with x̂ = (x − save_mean)·save_invstd
@@ -156,14 +146,12 @@ void register_backward(Registry& r) {
             mean = channel(c.x(5)), invstd = channel(c.x(6));
           } else {
             mean = channel(c.x(3));
-            Value* var_eps = c.call(ops::add_Scalar, {c.x(4), c.c(8).toDouble(), 1.0});
-            invstd = channel(c.call(ops::rsqrt, {var_eps}));
+            invstd = channel(c.rsqrt(c.add(c.x(4), c.c(8).toDouble())));
           }
-          Value* xhat = mul(c, sub(c, x, mean), invstd);
-          Value* gw = weight ? mul(c, g, channel(weight)) : g;
-          Value* gx = train ? normalized_tangent(c, gw, xhat, invstd, others) : mul(c, gw, invstd);
-          return {gx, c.call(ops::sum_dim_IntList, {mul(c, g, xhat), others, false}),
-                  c.call(ops::sum_dim_IntList, {g, others, false})};
+          Value* xhat = c.mul(c.sub(x, mean), invstd);
+          Value* gw = weight ? c.mul(g, channel(weight)) : g;
+          Value* gx = train ? normalized_tangent(c, gw, xhat, invstd, others) : c.mul(gw, invstd);
+          return {gx, c.sum(c.mul(g, xhat), others), c.sum(g, others)};
         }));
   // native_group_norm_backward(g, x, mean, rstd, weight, N, C, HxW, group, mask): as the
   // training batch norm's, over each group of C/group channels × HxW, with mean and rstd [N, group].
@@ -173,14 +161,13 @@ void register_backward(Registry& r) {
           int64_t N = c.c(5).toInt(), C = c.c(6).toInt(), HxW = c.c(7).toInt(), G = c.c(8).toInt();
           std::vector<int64_t> grouped = {N, G, C / G * HxW}, stats = {N, G, 1}, by_channel = {N, C, HxW};
           Value* rstd = reshape(c.b, c.x(3), stats);
-          Value* xhat = mul(c, sub(c, reshape(c.b, x, grouped), reshape(c.b, c.x(2), stats)), rstd);
+          Value* xhat = c.mul(c.sub(reshape(c.b, x, grouped), reshape(c.b, c.x(2), stats)), rstd);
           Value* g_c = reshape(c.b, g, by_channel);
-          Value* gw = reshape(c.b, weight ? mul(c, g_c, reshape(c.b, weight, {C, 1})) : g_c, grouped);
+          Value* gw = reshape(c.b, weight ? c.mul(g_c, reshape(c.b, weight, {C, 1})) : g_c, grouped);
           Value* gx = normalized_tangent(c, gw, xhat, rstd, {2});
           Value* xhat_c = reshape(c.b, xhat, by_channel);
           std::vector<int64_t> n_hw = {0, 2};
-          return {reshape(c.b, gx, shape), c.call(ops::sum_dim_IntList, {mul(c, g_c, xhat_c), n_hw, false}),
-                  c.call(ops::sum_dim_IntList, {g_c, n_hw, false})};
+          return {reshape(c.b, gx, shape), c.sum(c.mul(g_c, xhat_c), n_hw), c.sum(g_c, n_hw)};
         }));
   // The CPU flash attention's backward, as the attention it differentiates: with P = softmax(S),
   // S = q·kᵀ·scale (masked), grad_v = Pᵀ·g, grad_s = P ⊙ (g·vᵀ − rowsum(P ⊙ g·vᵀ)),
@@ -193,24 +180,23 @@ void register_backward(Registry& r) {
           if (k->meta().sizes.size() != qs.size() || k->meta().sizes[qs.size() - 3] != qs[qs.size() - 3])
             throw Error("attention whose keys have fewer heads than its queries is not differentiated here");
           double scale = c.c(9).isNone() ? 1.0 / std::sqrt(static_cast<double>(qs.back())) : c.c(9).toDouble();
-          Value* scores = mul_s(c, matmul(c, q, mT(c, k)), scale);
+          Value* scores = c.scale(c.matmul(q, mT(c, k)), scale);
           int64_t L = qs[qs.size() - 2], S = k->meta().sizes[qs.size() - 2];
           if (c.c(7).toBool()) {
             Value* ones =
                 c.call(ops::ones, {std::vector<int64_t>{L, S}, c10::ScalarType::Bool, std::nullopt, q->meta().device});
-            scores = c.call(ops::masked_fill_Scalar,
-                            {scores, c.call(ops::triu, {ones, 1}), -std::numeric_limits<double>::infinity()});
+            scores = c.masked_fill(scores, c.call(ops::triu, {ones, 1}), -std::numeric_limits<double>::infinity());
           }
           if (mask)
-            scores = mask->meta().dtype == c10::ScalarType::Bool
-                         ? c.call(ops::masked_fill_Scalar,
-                                  {scores, c.call(ops::logical_not, {mask}), -std::numeric_limits<double>::infinity()})
-                         : add(c, scores, mask);
+            scores =
+                mask->meta().dtype == c10::ScalarType::Bool
+                    ? c.masked_fill(scores, c.call(ops::logical_not, {mask}), -std::numeric_limits<double>::infinity())
+                    : c.add(scores, mask);
           Value* p = c.call(ops::_softmax, {scores, -1, false});
-          Value* grad_v = matmul(c, mT(c, p), g);
-          Value* gp = matmul(c, g, mT(c, v));
-          Value* grad_s = mul(c, p, sub(c, gp, sum_keep(c, mul(c, p, gp), {-1})));
-          return {mul_s(c, matmul(c, grad_s, k), scale), mul_s(c, matmul(c, mT(c, grad_s), q), scale), grad_v};
+          Value* grad_v = c.matmul(mT(c, p), g);
+          Value* gp = c.matmul(g, mT(c, v));
+          Value* grad_s = c.mul(p, c.sub(gp, c.sum(c.mul(p, gp), {-1}, true)));
+          return {c.scale(c.matmul(grad_s, k), scale), c.scale(c.matmul(mT(c, grad_s), q), scale), grad_v};
         }));
   // convolution_backward is linear in the incoming gradient and in each of input and weight:
   // grad_input = A(g, weight), grad_weight = B(g, input), grad_bias = Σ g. Its tangent is the

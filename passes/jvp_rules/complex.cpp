@@ -19,18 +19,13 @@ namespace jvpc::jvp_rules {
 namespace {
 
 /// Σ over the last dim of view_as_real(t) ⊙ f: ⟨t, f⟩ per element, for a real factor f [..., 2].
-Value* pair_dot(Ctx& c, Value* t, Value* f) {
-  if (!t) return nullptr;
-  return c.call(ops::sum_dim_IntList, {c.mul(c.call(ops::view_as_real, {t}), f), std::vector<int64_t>{-1}});
-}
+Value* pair_dot(Ctx& c, Value* t, Value* f) { return c.sum(c.mul(c.call(ops::view_as_real, {t}), f), {-1}); }
 
 /// (re, im) of z over |z|^power, 0 where z = 0, as a real [..., 2] factor.
 Value* pairs_over_abs(Ctx& c, Value* z, double power) {
   Value* r = c.call(ops::abs, {z});
-  Value* inv = c.call(ops::reciprocal, {power == 1.0 ? r : c.call(ops::mul_Tensor, {r, r})});
-  inv = c.call(ops::masked_fill_Scalar, {inv, c.call(ops::eq_Scalar, {r, 0}), 0.0});
-  return c.call(ops::mul_Tensor,
-                {c.call(ops::view_as_real, {c.call(ops::resolve_conj, {z})}), c.call(ops::unsqueeze, {inv, -1})});
+  Value* inv = c.masked_fill(c.recip(power == 1.0 ? r : c.square(r)), c.eq(r, 0), 0.0);
+  return c.mul(c.call(ops::view_as_real, {c.call(ops::resolve_conj, {z})}), c.unsqueeze(inv, -1));
 }
 
 }  // namespace
@@ -39,32 +34,23 @@ void register_complex(Registry& r) {
   // FFTs: linear (over ℝ, for c2r, which reads a Hermitian half-spectrum).
   for (Op op : {ops::_fft_r2c, ops::_fft_c2r, ops::_fft_c2c}) r.add(op, linear_in(0));
   r.add(ops::view_as_real, linear_in(0));
-  r.add(ops::view_as_complex, [](Ctx& c) -> std::vector<Value*> {  // needs (re, im) pairs side by side
-    Value* t = c.t(0);
-    if (!t) return {};
-    if (!t->meta().is_contiguous()) t = c.call(ops::clone, {t, c10::MemoryFormat::Contiguous});
-    return {c.call(ops::view_as_complex, {t})};
-  });
+  r.add(ops::view_as_complex, per_arg({[](Ctx& c, Value* t) {  // needs (re, im) pairs side by side
+          if (!t->meta().is_contiguous()) t = c.call(ops::clone, {t, c10::MemoryFormat::Contiguous});
+          return c.call(ops::view_as_complex, {t});
+        }}));
   // conj, and the negation the imaginary part of a conjugate gets: views that set the conjugate
   // or negative bit. Tangents take them as copies, so that no tangent carries a bit
   // (view_as_real refuses the conjugate one).
   for (Op op : {ops::_conj, ops::_conj_physical})
-    r.add(op, [](Ctx& c) -> std::vector<Value*> {
-      if (!c.t(0)) return {};
-      return {c.call(ops::_conj_physical, {c.t(0)})};
-    });
-  r.add(ops::_neg_view, [](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(0)) return {};
-    return {c.call(ops::neg, {c.t(0)})};
-  });
-  r.add(ops::angle, [](Ctx& c) -> std::vector<Value*> {  // Im(conj(z)·dz)/|z|²; 0 for real x
-    if (!c.t(0) || !c10::isComplexType(c.x(0)->meta().dtype)) return {};
-    Value* pairs = pairs_over_abs(c, c.x(0), 2.0);  // (re, im) → (−im, re): Im(conj(z)·dz) = re·dim − im·dre
-    Value* rotated =
-        c.call(ops::cat,
-               {std::vector<Value*>{c.call(ops::neg, {narrow(c, pairs, -1, 1, 1)}), narrow(c, pairs, -1, 0, 1)}, -1});
-    return {pair_dot(c, c.t(0), rotated)};
-  });
+    r.add(op, per_arg({[](Ctx& c, Value* t) { return c.call(ops::_conj_physical, {t}); }}));
+  r.add(ops::_neg_view, per_arg({[](Ctx& c, Value* t) { return c.neg(t); }}));
+  r.add(ops::angle, per_arg({[](Ctx& c, Value* t) -> Value* {  // Im(conj(z)·dz)/|z|²; 0 for real x
+          if (!c10::isComplexType(c.x(0)->meta().dtype)) return nullptr;
+          Value* pairs = pairs_over_abs(c, c.x(0), 2.0);  // (re, im) → (−im, re): Im(conj(z)·dz) = re·dim − im·dre
+          Value* rotated = c.call(
+              ops::cat, {std::vector<Value*>{c.neg(narrow(c, pairs, -1, 1, 1)), narrow(c, pairs, -1, 0, 1)}, -1});
+          return pair_dot(c, t, rotated);
+        }}));
 
   // Which rules hold for complex tensors (see the banner).
   for (Op op :
@@ -93,8 +79,10 @@ void register_complex(Registry& r) {
 
 /// abs's rule, for real x (t·sgn(x)) and complex z (Re(conj(z)·dz)/|z|).
 Value* abs_tangent(Ctx& c) {
-  if (!c10::isComplexType(c.x(0)->meta().dtype)) return c.mul(c.t(0), c.call(ops::sgn, {c.x(0)}));
-  return pair_dot(c, c.t(0), pairs_over_abs(c, c.x(0), 1.0));
+  return c.per_arg({[](Ctx& c, Value* t) {
+    if (!c10::isComplexType(c.x(0)->meta().dtype)) return c.mul(t, c.call(ops::sgn, {c.x(0)}));
+    return pair_dot(c, t, pairs_over_abs(c, c.x(0), 1.0));
+  }});
 }
 
 }  // namespace jvpc::jvp_rules

@@ -20,9 +20,10 @@ Product op(Op name) {
 // addmm(addmm(dbias, da, b), a, db).
 Rule add_product(Product product) {
   return [product](Ctx& c) -> std::vector<Value*> {
+    auto times = [&](Value* a, Value* b) { return a && b ? product(c, a, b) : nullptr; };  // zero stays zero
     double beta = scalar(c.c(3)), alpha = scalar(c.c(4));
-    Value* left = c.t(1) ? product(c, c.t(1), c.x(2)) : nullptr;
-    Value* right = c.t(2) ? product(c, c.x(1), c.t(2)) : nullptr;
+    Value* left = times(c.t(1), c.x(2));
+    Value* right = times(c.x(1), c.t(2));
     Value* self = beta == 0.0 ? nullptr : c.scale(c.t(0), beta);
     if (alpha == 1.0) return {c.add(c.add(self, left), right)};
     return {c.add(c.scale(c.add(left, right), alpha), self)};
@@ -34,25 +35,21 @@ Rule add_product(Product product) {
 // two matmuls per call and no [P, R, M] residual; 0 where d_ij is 0.
 Value* euclidean_distance_tangent(Ctx& c) {
   Value *x = c.x(0), *y = c.x(1), *tx = c.t(0), *ty = c.t(1);
-  auto rows_dot = [&](Value* a, Value* t) {  // Σ_k a_ik t_ik
-    return c.call(ops::sum_dim_IntList, {c.mul(t, a), std::vector<int64_t>{-1}});
-  };
-  auto column = [&](Value* r) { return c.call(ops::unsqueeze, {r, -1}); };
-  auto row = [&](Value* r) { return c.call(ops::unsqueeze, {r, -2}); };
-  Value* num = nullptr;
+  auto rows_dot = [&](Value* a, Value* t) { return c.sum(c.mul(t, a), {-1}); };  // Σ_k a_ik t_ik
+  Value* num;
   if (x == y && tx == ty && tx) {  // distances within one set: x·dxᵀ is the transpose of dx·xᵀ
-    Value* m = matmul(c, tx, mT(c, x));
+    Value* m = c.matmul(tx, mT(c, x));
     Value* r = rows_dot(x, tx);
-    num =
-        c.call(ops::sub_Tensor, {c.call(ops::add_Tensor, {column(r), row(r)}), c.call(ops::add_Tensor, {m, mT(c, m)})});
+    num = c.sub(c.add(c.unsqueeze(r, -1), c.unsqueeze(r, -2)), c.add(m, mT(c, m)));
   } else {
-    if (tx) num = c.call(ops::sub_Tensor, {column(rows_dot(x, tx)), matmul(c, tx, mT(c, y))});
-    if (ty) num = c.add(num, c.call(ops::sub_Tensor, {row(rows_dot(y, ty)), matmul(c, x, mT(c, ty))}));
+    num = c.per_arg({
+        [&](Ctx&, Value* t) { return c.sub(c.unsqueeze(rows_dot(x, t), -1), c.matmul(t, mT(c, y))); },
+        [&](Ctx&, Value* t) { return c.sub(c.unsqueeze(rows_dot(y, t), -2), c.matmul(x, mT(c, t))); },
+    });
   }
   if (!num) return nullptr;
   Value* d = c.out();
-  Value* inv = c.call(ops::masked_fill_Scalar, {c.call(ops::reciprocal, {d}), c.call(ops::eq_Scalar, {d, 0}), 0.0});
-  return c.mul(num, inv);
+  return c.mul(num, c.masked_fill(c.recip(d), c.eq(d, 0), 0.0));
 }
 
 // cdist(x, y, p): d_ij = ‖x_i − y_j‖_p, a vector norm of the differences over the last dim (for
@@ -60,19 +57,10 @@ Value* euclidean_distance_tangent(Ctx& c) {
 std::vector<Value*> cdist(Ctx& c) {
   double p = c.c(2).toDouble();
   if (p == 2.0) return {euclidean_distance_tangent(c)};
-  if (!c.t(0) && !c.t(1)) return {};
-  auto pairs = [&](Value* a, Value* b) {  // a_i − b_j for all pairs: [.., P, R, M]
-    return c.call(ops::sub_Tensor, {c.call(ops::unsqueeze, {a, -2}), c.call(ops::unsqueeze, {b, -3})});
-  };
-  Value* t;
-  if (c.t(0) && c.t(1)) {
-    t = pairs(c.t(0), c.t(1));
-  } else if (c.t(0)) {
-    t = c.call(ops::unsqueeze, {c.t(0), -2});
-  } else {
-    t = c.call(ops::neg, {c.call(ops::unsqueeze, {c.t(1), -3})});
-  }
-  Value* diff = pairs(c.x(0), c.x(1));
+  auto pairs = [&](Value* a, Value* b) { return c.sub(c.unsqueeze(a, -2), c.unsqueeze(b, -3)); };  // a_i − b_j
+  Value* t = pairs(c.t(0), c.t(1));
+  if (!t) return {};
+  Value* diff = pairs(c.x(0), c.x(1));  // [.., P, R, M]
   int64_t last = static_cast<int64_t>(diff->meta().sizes.size()) - 1;
   return {norm_tangent(c, diff, t, p, {last}, false)};
 }
@@ -115,10 +103,10 @@ void register_linalg(Registry& r) {
   r.add(ops::baddbmm, add_product(op(ops::bmm)));
   r.add(ops::addmv, add_product(op(ops::mv)));
   r.add(ops::addbmm, add_product([](Ctx& c, Value* a, Value* b) {  // Σ over the batch of a_i·b_i
-          return c.call(ops::sum_dim_IntList, {c.call(ops::bmm, {a, b}), std::vector<int64_t>{0}});
+          return c.sum(c.call(ops::bmm, {a, b}), {0});
         }));
   r.add(ops::addr, add_product([](Ctx& c, Value* a, Value* b) {  // the outer product a·bᵀ
-          return c.call(ops::mul_Tensor, {c.call(ops::unsqueeze, {a, 1}), c.call(ops::unsqueeze, {b, 0})});
+          return c.mul(c.unsqueeze(a, 1), c.unsqueeze(b, 0));
         }));
   r.add(ops::_cdist_forward, cdist);
   r.add(ops::_euclidean_dist, [](Ctx& c) -> std::vector<Value*> { return {euclidean_distance_tangent(c)}; });

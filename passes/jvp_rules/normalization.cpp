@@ -20,13 +20,6 @@ namespace jvpc::jvp_rules {
 
 namespace {
 
-Value* softmax_jvp(Ctx& c, int64_t dim) {
-  Value* t = c.t(0);
-  c10::ScalarType dt = c.out()->meta().dtype;
-  if (t->meta().dtype != dt) t = c.call(ops::_to_copy, {t, dt});
-  return c.call(ops::_softmax_backward_data, {t, c.out(), dim, dt});
-}
-
 /// Tangents of a normalization x̂ = (x − μ)·rstd over `dims` (keepdim shapes).
 struct Normalized {
   Value* t_xhat = nullptr;
@@ -39,7 +32,7 @@ Normalized normalized(Ctx& c, Value* t, Value* xhat, Value* rstd, const std::vec
   std::pair<Value*, Value*> means;
   Value* t_xhat = normalized_tangent(c, t, xhat, rstd, dims, &means);
   auto [m1, m2] = means;
-  return {t_xhat, m1, c.mul(c.call(ops::neg, {m2}), c.call(ops::mul_Tensor, {rstd, rstd}))};
+  return {t_xhat, m1, c.mul(c.neg(m2), c.square(rstd))};
 }
 
 /// The node's optional weight argument, followed by its bias: 2 and 3 for layer norm (whose
@@ -55,10 +48,9 @@ bool has_affine(const Ctx& c) {
 /// `shape`.
 Value* affine(Ctx& c, Value* t_xhat, Value* xhat, const std::function<Value*(Value*)>& shape) {
   size_t w = weight_arg(c);
-  bool has_w = c.n.arg(w).kind == ArgKind::Tensor, has_b = c.n.arg(w + 1).kind == ArgKind::Tensor;
-  Value* t = has_w ? c.mul(t_xhat, shape(c.x(w))) : t_xhat;
-  if (Value* tw = has_w ? c.t(w) : nullptr) t = c.add(t, c.mul(shape(tw), xhat));
-  if (Value* tb = has_b ? c.t(w + 1) : nullptr) t = c.add(t, shape(tb));
+  Value* t = c.n.arg(w).kind == ArgKind::Tensor ? c.mul(t_xhat, shape(c.x(w))) : t_xhat;
+  if (Value* tw = c.t(w)) t = c.add(t, c.mul(shape(tw), xhat));  // (an absent weight or bias: no tangent)
+  if (Value* tb = c.t(w + 1)) t = c.add(t, shape(tb));
   return t;
 }
 
@@ -67,7 +59,7 @@ Value* affine(Ctx& c, Value* t_xhat, Value* xhat, const std::function<Value*(Val
 Value* normalized_input(Ctx& c, Value* x, Value* mean, Value* rstd) {
   if (!has_affine(c) && c.out()->meta().same_signature(x->meta()) && c.out()->meta().dtype == mean->meta().dtype)
     return c.out();
-  return c.call(ops::mul_Tensor, {c.call(ops::sub_Tensor, {x, mean}), rstd});
+  return c.mul(c.sub(x, mean), rstd);
 }
 
 /// Broadcasts per-channel vectors against an input of `rank` (group and batch norm).
@@ -82,25 +74,19 @@ Value* normalized_tangent(Ctx& c, Value* t, Value* xhat, Value* rstd, const std:
   Value* m1 = c.call(ops::mean_dim, {t, dims, true});
   Value* m2 = c.call(ops::mean_dim, {c.mul(t, xhat), dims, true});
   if (means) *means = {m1, m2};
-  Value* centred = c.call(ops::sub_Tensor, {c.call(ops::sub_Tensor, {t, m1}), c.mul(m2, xhat)});
-  return c.mul(centred, rstd);
+  return c.mul(c.sub(c.sub(t, m1), c.mul(m2, xhat)), rstd);
 }
 
 void register_normalization(Registry& r) {
+  // d(softmax) = out · (t − Σ out·t): softmax's backward kernel
   for (Op op : {ops::_safe_softmax, ops::_softmax})
-    r.add(op, [](Ctx& c) -> std::vector<Value*> {
-      if (!c.t(0)) return {};
-      return {softmax_jvp(c, c.c(1).toInt())};
-    });
+    r.add(op, per_arg({[](Ctx& c, Value* t) {
+            c10::ScalarType dt = c.out()->meta().dtype;
+            return c.call(ops::_softmax_backward_data, {c.cast(t, dt), c.out(), c.c(1).toInt(), dt});
+          }}));
   // d(log_softmax) = t − Σ t · exp(out)
-  r.add(ops::_log_softmax, [](Ctx& c) -> std::vector<Value*> {
-    Value* t = c.t(0);
-    if (!t) return {};
-    int64_t dim = c.c(1).toInt();
-    Value* p = c.call(ops::exp, {c.out()});
-    Value* s = c.call(ops::sum_dim_IntList, {c.mul(t, p), std::vector<int64_t>{dim}, true});
-    return {c.call(ops::sub_Tensor, {t, s})};
-  });
+  r.add(ops::_log_softmax,
+        per_arg({[](Ctx& c, Value* t) { return c.sub(t, c.sum(c.mul(t, c.exp(c.out())), {c.c(1).toInt()}, true)); }}));
 
   r.add(ops::native_layer_norm, [](Ctx& c) -> std::vector<Value*> {
     Value* x = c.x(0);
@@ -120,16 +106,14 @@ void register_normalization(Registry& r) {
     const std::vector<int64_t>& sizes = x->meta().sizes;
     int64_t n = c.c(3).toInt(), g = c.c(6).toInt();
     std::vector<int64_t> grouped = {n, g, -1}, stats = {n, g};
-    Value* mean = c.call(ops::unsqueeze, {c.out(1), -1});
-    Value* rstd = c.call(ops::unsqueeze, {c.out(2), -1});
+    Value* mean = c.unsqueeze(c.out(1), -1);
+    Value* rstd = c.unsqueeze(c.out(2), -1);
     Value* xhat = !has_affine(c) && c.out()->meta().is_contiguous() && c.out()->meta().dtype == mean->meta().dtype
                       ? reshape(c.b, c.out(), grouped)  // the output itself, viewed by group (as normalized_input)
-                      : c.call(ops::mul_Tensor, {c.call(ops::sub_Tensor, {reshape(c.b, x, grouped), mean}), rstd});
-    Normalized nd = normalized(c, c.t(0) ? reshape(c.b, c.t(0), grouped) : nullptr, xhat, rstd, {2});
-    Value* t_xhat = nd.t_xhat ? reshape(c.b, nd.t_xhat, sizes) : nullptr;
-    Value* out = affine(c, t_xhat, reshape(c.b, xhat, sizes), channels(c, sizes.size()));
-    auto flat = [&](Value* v) { return v ? reshape(c.b, v, stats) : nullptr; };
-    return {out, flat(nd.t_mean), flat(nd.t_rstd)};
+                      : c.mul(c.sub(reshape(c.b, x, grouped), mean), rstd);
+    Normalized nd = normalized(c, c.reshape(c.t(0), grouped), xhat, rstd, {2});
+    Value* out = affine(c, c.reshape(nd.t_xhat, sizes), reshape(c.b, xhat, sizes), channels(c, sizes.size()));
+    return {out, c.reshape(nd.t_mean, stats), c.reshape(nd.t_rstd, stats)};
   });
 
   // Batch norm: statistics per channel over all other dims (training), or the running ones.
@@ -150,18 +134,17 @@ void register_normalization(Registry& r) {
         Value* rstd = channel(c.out(2));
         Value* xhat = normalized_input(c, x, mean, rstd);
         Normalized n = normalized(c, c.t(0), xhat, rstd, dims);
-        auto flat = [&](Value* v) { return v ? reshape(c.b, v, {x->meta().sizes.at(1)}) : nullptr; };
-        return {affine(c, n.t_xhat, xhat, channel), flat(n.t_mean), flat(n.t_rstd)};
+        std::vector<int64_t> flat = {x->meta().sizes.at(1)};
+        return {affine(c, n.t_xhat, xhat, channel), c.reshape(n.t_mean, flat), c.reshape(n.t_rstd, flat)};
       }
       // eval: out = (x − m)·rstd·w + b with rstd = (v + eps)^(−1/2) from the running statistics,
       // which are buffers: like LibTorch, jvpc does not differentiate them.
       if (c.t(3) || c.t(4))
         throw Error("running_mean and running_var are not differentiable (differentiate the input, weight and bias)");
       double eps = c.c(7).toDouble();
-      Value* rstd = c.call(ops::rsqrt, {c.call(ops::add_Scalar, {channel(c.x(4)), eps})});
-      Value* xhat = c.call(ops::mul_Tensor, {c.call(ops::sub_Tensor, {x, channel(c.x(3))}), rstd});
-      Value* t_xhat = c.mul(c.t(0), rstd);
-      return {affine(c, t_xhat, xhat, channel)};
+      Value* rstd = c.rsqrt(c.add(channel(c.x(4)), eps));
+      Value* xhat = c.mul(c.sub(x, channel(c.x(3))), rstd);
+      return {affine(c, c.mul(c.t(0), rstd), xhat, channel)};
     });
 
   // RMS norm: y = x·rstd·w, rstd = (mean(x², dims) + eps)^(-1/2), so
@@ -169,23 +152,22 @@ void register_normalization(Registry& r) {
   r.add(ops::_fused_rms_norm, [](Ctx& c) -> std::vector<Value*> {
     Value* x = c.x(0);
     bool has_w = c.n.arg(2).kind == ArgKind::Tensor;
-    Value* tw = has_w ? c.t(2) : nullptr;
-    Value* tx = c.t(0);
-    if (!tx && !tw) return {};
     int64_t rank = static_cast<int64_t>(x->meta().sizes.size());
     int64_t k = static_cast<int64_t>(c.c(1).toIntVector().size());
     std::vector<int64_t> dims;
     for (int64_t d = rank - k; d < rank; ++d) dims.push_back(d);
-    Value* rstd = c.out(1);
-    if (rstd->meta().dtype != x->meta().dtype) rstd = c.call(ops::_to_copy, {rstd, x->meta().dtype});
-    Value *tout = nullptr, *trstd = nullptr;
-    if (tx) {
-      Value* cube = c.call(ops::neg, {c.call(ops::mul_Tensor, {rstd, c.call(ops::mul_Tensor, {rstd, rstd})})});
-      trstd = c.mul(c.call(ops::mean_dim, {c.mul(tx, x), dims, true}), cube);
-      tout = c.add(c.mul(tx, rstd), c.mul(trstd, x));
-      if (has_w) tout = c.mul(tout, c.x(2));
-    }
-    if (tw) tout = c.add(tout, c.mul(tw, c.call(ops::mul_Tensor, {x, rstd})));
+    Value* rstd = c.cast(c.out(1), x->meta().dtype);
+    Value* trstd = c.per_arg({[&](Ctx&, Value* t) {  // −rstd³·mean(x·dx)
+      return c.mul(c.call(ops::mean_dim, {c.mul(t, x), dims, true}), c.neg(c.mul(rstd, c.square(rstd))));
+    }});
+    Value* tout = c.per_arg({
+        [&](Ctx&, Value* t) {  // (dx·rstd + x·d(rstd))·w
+          Value* d = c.add(c.mul(t, rstd), c.mul(trstd, x));
+          return has_w ? c.mul(d, c.x(2)) : d;
+        },
+        {},
+        [&](Ctx&, Value* t) { return c.mul(t, c.mul(x, rstd)); },  // x·rstd·dw
+    });
     return {tout, trstd};
   });
 }

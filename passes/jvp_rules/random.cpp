@@ -13,14 +13,12 @@ void register_random(Registry& r) {
                 ops::random_from, ops::random_to})
     r.add(op, zero());
   // (out, mask) = native_dropout(x, p, train): out = x·mask/(1 − p) in training, x otherwise.
-  r.add(ops::native_dropout, [](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(0)) return {};
-    const c10::IValue& train = c.c(2);
-    if (!train.isNone() && !train.toBool()) return {c.t(0)};
-    double p = scalar(c.c(1));
-    Value* keep = c.call(ops::_to_copy, {c.out(1), c.out(0)->meta().dtype});
-    return {c.mul(c.t(0), c.call(ops::mul_Scalar, {keep, p == 1.0 ? 0.0 : 1.0 / (1.0 - p)}))};
-  });
+  r.add(ops::native_dropout, per_arg({[](Ctx& c, Value* t) {
+          const c10::IValue& train = c.c(2);
+          if (!train.isNone() && !train.toBool()) return t;
+          double p = scalar(c.c(1));
+          return c.mul(t, c.scale(c.cast(c.out(1), c.out(0)->meta().dtype), p == 1.0 ? 0.0 : 1.0 / (1.0 - p)));
+        }}));
 }
 
 }  // namespace jvpc::jvp_rules

@@ -27,60 +27,58 @@ std::vector<Value*> lstm_layer(Ctx& c) {
   if (w_ih->meta().sizes.at(0) != 4 * H) throw Error("only the LSTM layer has a rule");
   int64_t T = x->meta().sizes.at(0);
   auto step_time = [&](int64_t s) { return reverse ? T - 1 - s : s; };
-  auto at_time = [&](Value* v, int64_t t) { return c.call(ops::select_int, {v, 0, t}); };
+  // time step t of v, and gate k (i, f, g, o) of v [.., 4H]; zero stays zero
+  auto at_time = [&](Value* v, int64_t t) { return v ? c.call(ops::select_int, {v, 0, t}) : nullptr; };
+  auto at_gate = [&](Value* v, int64_t k) { return v ? narrow(c, v, -1, k * H, H) : nullptr; };
 
   // Primal (folded): the states before each time step, the gates, and the cell states.
-  Value* h_first = c.call(ops::unsqueeze, {h0, 0});
+  Value* h_first = c.unsqueeze(h0, 0);
   Value* h_prev = T == 1    ? h_first
                   : reverse ? c.call(ops::cat, {std::vector<Value*>{narrow(c, out, 0, 1, T - 1), h_first}, 0})
                             : c.call(ops::cat, {std::vector<Value*>{h_first, narrow(c, out, 0, 0, T - 1)}, 0});
-  Value* G = c.call(ops::add_Tensor, {matmul(c, x, mT(c, w_ih)), matmul(c, h_prev, mT(c, w_hh))});
-  if (biases) G = c.call(ops::add_Tensor, {G, c.call(ops::add_Tensor, {c.x(3), c.x(4)})});
-  Value* i = c.call(ops::sigmoid, {narrow(c, G, -1, 0, H)});
-  Value* f = c.call(ops::sigmoid, {narrow(c, G, -1, H, H)});
+  Value* G = c.add(c.matmul(x, mT(c, w_ih)), c.matmul(h_prev, mT(c, w_hh)));
+  if (biases) G = c.add(G, c.add(c.x(3), c.x(4)));
+  Value* i = c.sigmoid(narrow(c, G, -1, 0, H));
+  Value* f = c.sigmoid(narrow(c, G, -1, H, H));
   Value* g = c.call(ops::tanh, {narrow(c, G, -1, 2 * H, H)});
-  Value* o = c.call(ops::sigmoid, {narrow(c, G, -1, 3 * H, H)});
+  Value* o = c.sigmoid(narrow(c, G, -1, 3 * H, H));
   std::vector<Value*> cells(static_cast<size_t>(T)), cell_prev(static_cast<size_t>(T));
   Value* cell = c0;
   for (int64_t s = 0; s < T; ++s) {
     int64_t t = step_time(s);
     cell_prev[static_cast<size_t>(t)] = cell;
-    cell = c.call(ops::add_Tensor, {c.call(ops::mul_Tensor, {at_time(f, t), cell}),
-                                    c.call(ops::mul_Tensor, {at_time(i, t), at_time(g, t)})});
+    cell = c.add(c.mul(at_time(f, t), cell), c.mul(at_time(i, t), at_time(g, t)));
     cells[static_cast<size_t>(t)] = cell;
   }
   Value* C = c.call(ops::stack, {cells, 0});
   Value* tanh_c = c.call(ops::tanh, {C});
-  auto one_minus = [&](Value* v) { return c.call(ops::rsub_Scalar, {v, 1}); };
-  auto times = [&](Value* a, Value* b) { return c.call(ops::mul_Tensor, {a, b}); };
+  auto sigmoid_derivative = [&](Value* s) { return c.mul(s, c.sub(1, s)); };  // σ' = σ(1 − σ)
   // dG ⊙ D gives (di·g, df·c_{t−1}, dg·i, do·tanh(c_t)) side by side
   Value* D =
-      c.call(ops::cat, {std::vector<Value*>{times(times(i, one_minus(i)), g),
-                                            times(times(f, one_minus(f)), c.call(ops::stack, {cell_prev, 0})),
-                                            times(one_minus(times(g, g)), i), times(times(o, one_minus(o)), tanh_c)},
+      c.call(ops::cat, {std::vector<Value*>{c.mul(sigmoid_derivative(i), g),
+                                            c.mul(sigmoid_derivative(f), c.call(ops::stack, {cell_prev, 0})),
+                                            c.mul(c.sub(1, c.square(g)), i), c.mul(sigmoid_derivative(o), tanh_c)},
                         -1});
-  Value* o_dtanh = times(o, one_minus(times(tanh_c, tanh_c)));
+  Value* o_dtanh = c.mul(o, c.sub(1, c.square(tanh_c)));
 
   // Tangent: the parts of dG without the recurrence, for all steps at once.
-  Value* dG = nullptr;
-  if (c.t(0)) dG = c.add(dG, matmul(c, c.t(0), mT(c, w_ih)));
-  if (c.t(1)) dG = c.add(dG, matmul(c, x, mT(c, c.t(1))));
-  if (c.t(2)) dG = c.add(dG, matmul(c, h_prev, mT(c, c.t(2))));
+  Value* dG = c.per_arg({
+      [&](Ctx&, Value* t) { return c.matmul(t, mT(c, w_ih)); },
+      [&](Ctx&, Value* t) { return c.matmul(x, mT(c, t)); },
+      [&](Ctx&, Value* t) { return c.matmul(h_prev, mT(c, t)); },
+  });
   Value* db = biases ? c.add(c.t(3), c.t(4)) : nullptr;  // [4H]: added per step (a bias alone has no [T, B, 4H])
-  Value *dh = c.t(5), *dc = c.t(6);
+  Value *dh = c.t(5), *dc = c.t(6), *w_hh_t = mT(c, w_hh);
   std::vector<Value*> dout(static_cast<size_t>(T));
   for (int64_t s = 0; s < T; ++s) {
     int64_t t = step_time(s);
-    Value* dG_t = c.add(c.add(dG ? at_time(dG, t) : nullptr, dh ? matmul(c, dh, mT(c, w_hh)) : nullptr), db);
+    Value* dG_t = c.add(c.add(at_time(dG, t), c.matmul(dh, w_hh_t)), db);
     if (dG_t && dG_t->meta().sizes != at_time(D, t)->meta().sizes)
       dG_t = c.call(ops::expand, {dG_t, at_time(D, t)->meta().sizes});
     Value* parts = c.mul(dG_t, at_time(D, t));
-    Value* dc_new = c.mul(dc, at_time(f, t));
-    if (parts)
-      dc_new = c.add(dc_new, c.call(ops::add_Tensor,
-                                    {c.call(ops::add_Tensor, {narrow(c, parts, -1, 0, H), narrow(c, parts, -1, H, H)}),
-                                     narrow(c, parts, -1, 2 * H, H)}));
-    dh = c.add(parts ? narrow(c, parts, -1, 3 * H, H) : nullptr, c.mul(dc_new, at_time(o_dtanh, t)));
+    Value* dc_new =
+        c.add(c.mul(dc, at_time(f, t)), c.add(c.add(at_gate(parts, 0), at_gate(parts, 1)), at_gate(parts, 2)));
+    dh = c.add(at_gate(parts, 3), c.mul(dc_new, at_time(o_dtanh, t)));
     dc = dc_new;
     dout[static_cast<size_t>(t)] = dh ? dh : c.zeros_like(h0);
   }

@@ -48,6 +48,8 @@ Value* Ctx::where(Value* cond, Value* a, Value* b_) {
   return call(ops::where_ScalarSelf, {cond, 0.0, b_});
 }
 
+Value* Ctx::matmul(Value* a, Value* b_) { return a && b_ ? jvp_rules::matmul(*this, a, b_) : nullptr; }
+
 Value* Ctx::per_arg(const std::vector<Term>& terms) {
   Value* sum = nullptr;
   for (size_t i = 0; i < terms.size(); ++i)
@@ -204,6 +206,20 @@ Rule per_arg(std::vector<Term> terms) {
   return [terms = std::move(terms)](Ctx& c) -> std::vector<Value*> { return {c.per_arg(terms)}; };
 }
 
+Rule per_arg_outputs(std::vector<Terms> terms) {
+  return [terms = std::move(terms)](Ctx& c) -> std::vector<Value*> {
+    std::vector<Value*> sum;
+    for (size_t i = 0; i < terms.size(); ++i) {
+      Value* ti = terms[i] ? c.t(i) : nullptr;
+      if (!ti) continue;
+      std::vector<Value*> parts = terms[i](c, ti);
+      sum.resize(std::max(sum.size(), parts.size()), nullptr);
+      for (size_t k = 0; k < parts.size(); ++k) sum[k] = c.add(sum[k], parts[k]);
+    }
+    return sum;
+  };
+}
+
 Rule bilinear() {
   return [](Ctx& c) -> std::vector<Value*> {
     Value* left = c.linear_in(0);
@@ -212,11 +228,7 @@ Rule bilinear() {
 }
 
 Rule unary(std::function<Value*(Ctx&)> derivative) {
-  return [derivative](Ctx& c) -> std::vector<Value*> {
-    Value* t = c.t(0);
-    if (!t) return {};
-    return {c.mul(t, derivative(c))};
-  };
+  return per_arg({[derivative](Ctx& c, Value* t) { return c.mul(t, derivative(c)); }});
 }
 
 std::vector<int64_t> reduced_dims(const Value* x, const c10::IValue& dims) {
@@ -235,7 +247,7 @@ std::vector<int64_t> reduced_dims(const Value* x, const c10::IValue& dims) {
 
 Value* keep_dims(Ctx& c, Value* r, const Value* x, const std::vector<int64_t>& dims) {
   if (r->meta().sizes.size() == x->meta().sizes.size()) return r;
-  for (int64_t d : dims) r = c.call(ops::unsqueeze, {r, d});
+  for (int64_t d : dims) r = c.unsqueeze(r, d);
   return r;
 }
 
@@ -269,8 +281,8 @@ Value* per_channel(Ctx& c, Value* v, size_t rank) {
 }
 
 Value* tie_shares(Ctx& c, Value* hits, const std::vector<int64_t>& dims) {
-  Value* h = c.call(ops::_to_copy, {hits, c.out()->meta().dtype});
-  return c.call(ops::div_Tensor, {h, c.call(ops::sum_dim_IntList, {h, dims, true})});
+  Value* h = c.cast(hits, c.out()->meta().dtype);
+  return c.div(h, c.sum(h, dims, true));
 }
 
 double scalar(const c10::IValue& v, double if_none) {
@@ -283,10 +295,7 @@ Rule zero() {
 }
 
 Rule masked(std::function<Value*(Ctx&)> mask) {
-  return [mask](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(0)) return {};
-    return {c.where(mask(c), c.t(0), nullptr)};
-  };
+  return per_arg({[mask](Ctx& c, Value* t) { return c.where(mask(c), t, nullptr); }});
 }
 
 }  // namespace jvpc::jvp_rules

@@ -24,6 +24,9 @@ class Ctx;
 /// One argument's term of a tangent (JAX's per-argument jvp rules): given that argument's
 /// non-zero tangent t, the part of the output's tangent linear in t.
 using Term = std::function<Value*(Ctx& c, Value* t)>;
+/// The same for an op with several outputs: the parts of all outputs' tangents (nullptr: none;
+/// fewer entries: the rest none).
+using Terms = std::function<std::vector<Value*>(Ctx& c, Value* t)>;
 
 class Ctx {
  public:
@@ -58,6 +61,20 @@ class Ctx {
   Value* sub(Value* a, Value* b);
   /// t(arg), or a materialized zero shaped like x(arg) where the tangent is zero.
   Value* t_or_zeros(size_t arg) { return t(arg) ? t(arg) : zeros_like(x(arg)); }
+  /// a·b over the last two dims (jvp_rules::matmul); zero where either is zero.
+  Value* matmul(Value* a, Value* b);
+  /// Σ v over `dims` (sum.dim_IntList); zero stays zero.
+  Value* sum(Value* v, std::vector<int64_t> dims, bool keepdim = false) {
+    return v ? call(ops::sum_dim_IntList, {v, std::move(dims), keepdim}) : nullptr;
+  }
+  /// v with a dim of size 1 inserted at `dim`; zero stays zero.
+  Value* unsqueeze(Value* v, int64_t dim) { return v ? call(ops::unsqueeze, {v, dim}) : nullptr; }
+  /// v viewed as `sizes` (reshape, copying where it must); zero stays zero.
+  Value* reshape(Value* v, const std::vector<int64_t>& sizes) { return v ? jvpc::reshape(b, v, sizes) : nullptr; }
+  /// v as `dtype` (_to_copy), v itself where it has that dtype already; zero stays zero.
+  Value* cast(Value* v, c10::ScalarType dtype) {
+    return !v || v->meta().dtype == dtype ? v : call(ops::_to_copy, {v, dtype});
+  }
   /// where(cond, a, b) for tangents a and b, either of which may be a zero (nullptr; both: nullptr).
   Value* where(Value* cond, Value* a, Value* b);
   /// Σ terms[i](*this, t(i)) over the arguments i whose tangent is non-zero, in argument order
@@ -95,6 +112,13 @@ class Ctx {
   Value* exp(Value* x) { return call(ops::exp, {x}); }
   Value* rsqrt(Value* x) { return call(ops::rsqrt, {x}); }
   Value* sigmoid(Value* x) { return call(ops::sigmoid, {x}); }
+  /// x with `value` where `mask` holds (masked_fill.Scalar)
+  Value* masked_fill(Value* x, Value* mask, double value) { return call(ops::masked_fill_Scalar, {x, mask, value}); }
+  /// x == s, a boolean mask (eq.Scalar)
+  template <class S>
+  IfScalar<S> eq(Value* x, S s) {
+    return call(ops::eq_Scalar, {x, s});
+  }
 
   /// A materialized zero tangent shaped like `v`: aten::zeros from metadata alone, so that it
   /// reads no primal value and fold leaves it to be made per call rather than held as a residual.
@@ -147,6 +171,8 @@ Rule linear_in(size_t arg);
 Rule linear_in_list(size_t arg);
 /// The tangent as a sum of per-argument terms (Ctx::per_arg): terms[i] for argument i.
 Rule per_arg(std::vector<Term> terms);
+/// per_arg for several outputs: output k's tangent is Σ terms[i](c, t(i))[k].
+Rule per_arg_outputs(std::vector<Terms> terms);
 /// Bilinear in arguments 0 and 1: op(t0, x1) + op(x0, t1) (mm, bmm, mul).
 Rule bilinear();
 /// Elementwise in argument 0: t0 * f'(x0), with f'(x0) built by `derivative` from primals.
@@ -167,7 +193,7 @@ Rule masked(std::function<Value*(Ctx&)> mask);
 /// A Scalar argument (int, bool or float) as a double; `if_none` for None.
 double scalar(const c10::IValue& v, double if_none = 0.0);
 
-// reshape(c.b, v, sizes) (ir/builder.h) views v as sizes, copying first where its layout
+// reshape(c.b, v, sizes) (ir/builder.h; c.reshape) views v as sizes, copying first where its layout
 // cannot be viewed so: a tangent may be laid out unlike its primal (a tangent input is
 // contiguous, a primal may be a transposed weight).
 /// a·b over the last two dims, batch dims broadcast (as at::matmul does, but in the kernels the
@@ -186,8 +212,8 @@ Value* per_channel(Ctx& c, Value* v, size_t rank);
 std::vector<int64_t> reduced_dims(const Value* x, const c10::IValue& dims);
 /// A reduction's result `r` with the reduced dims kept (size 1), so it broadcasts against `x`.
 Value* keep_dims(Ctx& c, Value* r, const Value* x, const std::vector<int64_t>& dims);
-/// The tangent of ‖x‖_p over `dims`, the node's output, given the tangent `t` of x (nullptr:
-/// zero): Σ t·sgn(x)·(|x| / ‖x‖)^(p−1), 0 where the norm is 0 (and where x is, for p < 1); for
+/// The tangent of ‖x‖_p over `dims`, the node's output, given the (non-zero) tangent `t` of x:
+/// Σ t·sgn(x)·(|x| / ‖x‖)^(p−1), 0 where the norm is 0 (and where x is, for p < 1); for
 /// p = ±inf, the tangent of the extreme elements, averaged over ties; for p = 0 (a count), zero.
 /// In the output's dtype: a `dtype` argument may widen it (a float16 norm would overflow).
 Value* norm_tangent(Ctx& c, Value* x, Value* t, double p, const std::vector<int64_t>& dims, bool keepdim);

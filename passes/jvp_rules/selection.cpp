@@ -7,15 +7,14 @@
 #include "passes/jvp_rules/rules.h"
 #include "ir/op.h"
 
+#include <optional>
+
 namespace jvpc::jvp_rules {
 
 namespace {
 
 /// (a + b) / 2 for tangents a and b, either of which may be zero: a tie's share.
-Value* half_sum(Ctx& c, Value* a, Value* b) {
-  Value* s = c.add(a, b);
-  return s ? c.call(ops::mul_Scalar, {s, 0.5}) : nullptr;
-}
+Value* half_sum(Ctx& c, Value* a, Value* b) { return c.scale(c.add(a, b), 0.5); }
 
 /// The tangent of x clamped below by y (clamp_min.Tensor, maximum's choice at a clamp): x's
 /// where x > y, the mean of both at a tie, y's otherwise (below, or x NaN). clamp_max.Tensor
@@ -25,22 +24,29 @@ Value* clamp_by(Ctx& c, Value* x, Value* tx, Value* y, Value* ty, Op passes) {
   return c.where(c.call(passes, {x, y}), tx, tie);
 }
 
-/// The tangent of values picked out by indices along `dim` (max.dim, sort, topk).
-Value* gather(Ctx& c, int64_t dim, Value* indices, bool keepdim) {
-  if (!c.t(0)) return nullptr;
-  if (c.x(0)->meta().sizes.empty()) return c.t(0);  // a 0-dim input is its own max
-  if (!keepdim) indices = c.call(ops::unsqueeze, {indices, dim});
-  Value* g = c.call(ops::gather, {c.t(0), dim, indices});
+/// The tangent t of values picked out by indices along `dim` (max.dim, sort, topk).
+Value* gather(Ctx& c, Value* t, int64_t dim, Value* indices, bool keepdim) {
+  if (c.x(0)->meta().sizes.empty()) return t;  // a 0-dim input is its own max
+  if (!keepdim) indices = c.unsqueeze(indices, dim);
+  Value* g = c.call(ops::gather, {t, dim, indices});
   return keepdim ? g : c.call(ops::squeeze_dim, {g, dim});
+}
+
+/// The rule of an op that picks, along the dim argument `dim_arg` names, the elements its
+/// output 1 indexes; argument `keepdim_arg` says whether that dim is kept (none: it is).
+Rule picks(size_t dim_arg, std::optional<size_t> keepdim_arg = std::nullopt) {
+  return per_arg({[=](Ctx& c, Value* t) {
+    bool keepdim = !keepdim_arg || c.c(*keepdim_arg).toBool();
+    return gather(c, t, reduced_dims(c.x(0), c.c(dim_arg)).at(0), c.out(1), keepdim);
+  }});
 }
 
 /// amax, amin, max, min: the tangent averaged over the elements equal to the result, the
 /// others' left out (an infinite tangent elsewhere does not reach it).
-Value* evenly(Ctx& c, const std::vector<int64_t>& dims, bool keepdim) {
+Value* evenly(Ctx& c, Value* t, const std::vector<int64_t>& dims, bool keepdim) {
   Value* hits = c.call(ops::eq_Tensor, {c.x(0), keep_dims(c, c.out(), c.x(0), dims)});
-  Value* count = c.call(ops::sum_dim_IntList, {c.call(ops::_to_copy, {hits, c.out()->meta().dtype}), dims, keepdim});
-  Value* picked = c.call(ops::sum_dim_IntList, {c.where(hits, c.t(0), nullptr), dims, keepdim});
-  return c.call(ops::div_Tensor, {picked, count});
+  Value* count = c.sum(c.cast(hits, c.out()->meta().dtype), dims, keepdim);
+  return c.div(c.sum(c.where(hits, t, nullptr), dims, keepdim), count);
 }
 
 }  // namespace
@@ -48,15 +54,11 @@ Value* evenly(Ctx& c, const std::vector<int64_t>& dims, bool keepdim) {
 void register_selection(Registry& r) {
   // Tangents follow the selected branch; the condition has none.
   r.add(ops::where_self, [](Ctx& c) -> std::vector<Value*> { return {c.where(c.x(0), c.t(1), c.t(2))}; });
-  r.add(ops::masked_fill_Scalar, [](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(0)) return {};
-    return {c.call(ops::masked_fill_Scalar, {c.t(0), c.x(1), 0.0})};
-  });
-  r.add(ops::masked_fill_Tensor, [](Ctx& c) -> std::vector<Value*> {  // value: a 0-dim tensor
-    if (!c.t(2))
-      return {c.per_arg({[](Ctx& c, Value* t) { return c.call(ops::masked_fill_Scalar, {t, c.x(1), 0.0}); }})};
-    Value* self = c.t(0) ? c.t(0) : c.zeros_like(c.out());
-    return {c.call(ops::masked_fill_Tensor, {self, c.x(1), c.t(2)})};
+  const Term filled_with_zero = [](Ctx& c, Value* t) { return c.masked_fill(t, c.x(1), 0.0); };
+  r.add(ops::masked_fill_Scalar, per_arg({filled_with_zero}));
+  r.add(ops::masked_fill_Tensor, [filled_with_zero](Ctx& c) -> std::vector<Value*> {  // value: a 0-dim tensor
+    if (!c.t(2)) return {c.per_arg({filled_with_zero})};
+    return {c.call(ops::masked_fill_Tensor, {c.t_or_zeros(0), c.x(1), c.t(2)})};
   });
 
   // Clamps with scalar bounds: the tangent passes where min < x < max, strictly.
@@ -111,41 +113,20 @@ void register_selection(Registry& r) {
     });
 
   // Reductions that pick elements.
-  for (Op op : {ops::max_dim, ops::min_dim})
-    r.add(op, [](Ctx& c) -> std::vector<Value*> {
-      int64_t dim = reduced_dims(c.x(0), c.c(1)).at(0);
-      return {gather(c, dim, c.out(1), c.c(2).toBool()), nullptr};
-    });
+  for (Op op : {ops::max_dim, ops::min_dim}) r.add(op, picks(1, 2));
   // median, kthvalue and mode along a dim pick one element each, as max does.
-  for (auto [op, dim] : {std::pair{ops::median_dim, 1}, std::pair{ops::nanmedian_dim, 1}, std::pair{ops::mode, 1},
-                         std::pair{ops::kthvalue, 2}})
-    r.add(op, [dim = static_cast<size_t>(dim)](Ctx& c) -> std::vector<Value*> {
-      return {gather(c, reduced_dims(c.x(0), c.c(dim)).at(0), c.out(1), c.c(dim + 1).toBool()), nullptr};
-    });
+  for (Op op : {ops::median_dim, ops::nanmedian_dim, ops::mode}) r.add(op, picks(1, 2));
+  r.add(ops::kthvalue, picks(2, 3));
   // cummax and cummin pick, at each position, the element their indices name.
-  for (Op op : {ops::cummax, ops::cummin})
-    r.add(op, [](Ctx& c) -> std::vector<Value*> {
-      return {gather(c, reduced_dims(c.x(0), c.c(1)).at(0), c.out(1), true), nullptr};
-    });
-  for (Op op : {ops::sort, ops::topk})
-    r.add(op, [op = std::string(op)](Ctx& c) -> std::vector<Value*> {
-      int64_t dim = reduced_dims(c.x(0), c.c(op == ops::sort ? 1 : 2)).at(0);
-      return {gather(c, dim, c.out(1), true), nullptr};
-    });
-  r.add(ops::sort_stable, [](Ctx& c) -> std::vector<Value*> {
-    return {gather(c, reduced_dims(c.x(0), c.c(2)).at(0), c.out(1), true), nullptr};
-  });
+  for (Op op : {ops::cummax, ops::cummin}) r.add(op, picks(1));
+  r.add(ops::sort, picks(1));
+  r.add(ops::topk, picks(2));
+  r.add(ops::sort_stable, picks(2));
   for (Op op : {ops::amax, ops::amin})
-    r.add(op, [](Ctx& c) -> std::vector<Value*> {
-      if (!c.t(0)) return {};
-      return {evenly(c, reduced_dims(c.x(0), c.c(1)), c.c(2).toBool())};
-    });
+    r.add(op, per_arg({[](Ctx& c, Value* t) { return evenly(c, t, reduced_dims(c.x(0), c.c(1)), c.c(2).toBool()); }}));
   // median over all elements picks one too (LibTorch's forward AD spreads it over ties as max's).
   for (Op op : {ops::max, ops::min, ops::median, ops::nanmedian})
-    r.add(op, [](Ctx& c) -> std::vector<Value*> {
-      if (!c.t(0)) return {};
-      return {evenly(c, reduced_dims(c.x(0), c10::IValue()), false)};
-    });
+    r.add(op, per_arg({[](Ctx& c, Value* t) { return evenly(c, t, reduced_dims(c.x(0), c10::IValue()), false); }}));
 }
 
 }  // namespace jvpc::jvp_rules

@@ -34,27 +34,32 @@ std::vector<Value*> scatter_reduce(Ctx& c) {
   if (reduce == "sum" || reduce == "mean") return linear_in_self_and(3)(c);
   if (reduce != "amax" && reduce != "amin")
     throw Error("no tangent for reduce='" + reduce + "' (sum, mean, amax and amin have one)");
-  Value *self = c.x(0), *index = c.x(2), *out = c.out(), *src = c.x(3), *t_src = c.t(3);
-  // the op reads src where the index has entries: narrowed to the index's shape
-  const std::vector<int64_t>& is = index->meta().sizes;
-  for (size_t d = 0; d < is.size(); ++d)
-    if (src->meta().sizes.at(d) != is[d]) {
-      src = narrow(c, src, static_cast<int64_t>(d), 0, is[d]);
-      if (t_src) t_src = narrow(c, t_src, static_cast<int64_t>(d), 0, is[d]);
-    }
-  auto as_float = [&](Value* mask) { return c.call(ops::_to_copy, {mask, out->meta().dtype}); };
+  Value *self = c.x(0), *index = c.x(2), *out = c.out();
+  // the op reads src where the index has entries: src (and its tangent) narrowed to the index's shape
+  auto as_index = [&](Value* v) {
+    const std::vector<int64_t>& is = index->meta().sizes;
+    for (size_t d = 0; d < is.size(); ++d)
+      if (v->meta().sizes.at(d) != is[d]) v = narrow(c, v, static_cast<int64_t>(d), 0, is[d]);
+    return v;
+  };
+  auto as_float = [&](Value* mask) { return c.cast(mask, out->meta().dtype); };
   Value* h_self = as_float(c.call(ops::eq_Tensor, {self, out}));
   if (!c.c(5).toBool()) {
     Value* scattered = c.call(ops::scatter_value, {c.call(ops::zeros_like, {h_self}), c.a(1), index, 1.0});
-    h_self = c.call(ops::mul_Tensor, {h_self, c.call(ops::rsub_Scalar, {scattered, 1})});
+    h_self = c.mul(h_self, c.sub(1, scattered));
   }
-  Value* h_src = as_float(c.call(ops::eq_Tensor, {src, c.call(ops::gather, {out, c.a(1), index})}));
+  Value* h_src = as_float(c.call(ops::eq_Tensor, {as_index(c.x(3)), c.call(ops::gather, {out, c.a(1), index})}));
   Value* count = c.call(ops::scatter_add, {h_self, c.a(1), index, h_src});
-  Value* self_share = c.call(ops::div_Tensor, {h_self, count});
-  Value* src_share = c.call(ops::div_Tensor, {h_src, c.call(ops::gather, {count, c.a(1), index})});
-  Value* from_src = nullptr;
-  if (t_src) from_src = c.call(ops::scatter_add, {c.zeros_like(out), c.a(1), index, c.mul(t_src, src_share)});
-  return {c.add(c.mul(c.t(0), self_share), from_src)};
+  Value* self_share = c.div(h_self, count);
+  Value* src_share = c.div(h_src, c.call(ops::gather, {count, c.a(1), index}));
+  return {c.per_arg({
+      [&](Ctx&, Value* t) { return c.mul(t, self_share); },
+      {},
+      {},
+      [&](Ctx&, Value* t) {
+        return c.call(ops::scatter_add, {c.zeros_like(out), c.a(1), index, c.mul(as_index(t), src_share)});
+      },
+  })};
 }
 
 // grid_sampler_{2,3}d(x, grid, mode, padding, align_corners): linear in x; in the sampling
@@ -64,10 +69,9 @@ std::vector<Value*> scatter_reduce(Ctx& c) {
 // evaluates once. Nearest sampling is piecewise constant in the positions: no tangent there.
 // cuDNN's grid sampler (what LibTorch picks on CUDA for bilinear sampling, zero padding and
 // aligned corners) is the same function: its partials come from grid_sampler_2d_backward.
-std::vector<Value*> grid_sampler(Ctx& c) {
-  Value* t = c.linear_in(0);
+Value* sampling_positions_term(Ctx& c, Value* t) {
   bool cudnn = c.n.is(ops::cudnn_grid_sampler);
-  if (!c.t(1) || (!cudnn && c.c(2).toInt() == 1)) return {t};
+  if (!cudnn && c.c(2).toInt() == 1) return nullptr;
   const auto &xs = c.x(0)->meta().sizes, &gs = c.x(1)->meta().sizes;  // [N, C, in...], [N, out..., k]
   int64_t n = xs[0], ch = xs[1];
   std::vector<int64_t> x_flat = {n * ch, 1}, per_channel = {n, ch}, ones = {n * ch, 1};
@@ -77,7 +81,7 @@ std::vector<Value*> grid_sampler(Ctx& c) {
   std::vector<int64_t> grid_flat = per_channel;
   grid_flat.erase(grid_flat.begin());
   grid_flat[0] = n * ch;
-  Value* grid = reshape(c.b, c.call(ops::expand, {c.call(ops::unsqueeze, {c.x(1), 1}), per_channel}), grid_flat);
+  Value* grid = reshape(c.b, c.call(ops::expand, {c.unsqueeze(c.x(1), 1), per_channel}), grid_flat);
   const TensorMeta& m = c.out()->meta();
   Value* g = c.call(ops::ones, {ones, m.dtype, std::nullopt, m.device});
   std::vector<BArg> how = {0, 0, true};  // cuDNN's: bilinear, zeros, align_corners
@@ -87,8 +91,7 @@ std::vector<Value*> grid_sampler(Ctx& c) {
                {g, reshape(c.b, c.x(0), x_flat), grid, how[0], how[1], how[2], c10::List<bool>({true, true})})
           .at(1);
   Value* f = c.call(ops::view, {partials, per_channel});
-  Value* tg = c.call(ops::unsqueeze, {c.t(1), 1});
-  return {c.add(t, c.call(ops::sum_dim_IntList, {c.mul(tg, f), std::vector<int64_t>{-1}}))};
+  return c.sum(c.mul(c.unsqueeze(t, 1), f), {-1});
 }
 
 // _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
@@ -100,11 +103,10 @@ std::vector<Value*> embedding_bag(Ctx& c) {
     Value* w = c.linear_in(0);
     return {c.add(w, c.linear_in(6))};  // per-sample weights: none where not a tensor
   }
-  if (!c.t(0)) return {};
-  Value* rows = c.call(ops::clamp_min, {c.out(3), 0});
-  Value* picked = c.call(ops::gather, {c.t(0), 0, rows});
-  Value* empty = c.call(ops::unsqueeze, {c.call(ops::eq_Scalar, {c.out(2), 0}), 1});
-  return {c.call(ops::masked_fill_Scalar, {picked, empty, 0.0})};
+  return {c.per_arg({[](Ctx& c, Value* t) {
+    Value* picked = c.call(ops::gather, {t, 0, c.call(ops::clamp_min, {c.out(3), 0})});
+    return c.masked_fill(picked, c.unsqueeze(c.eq(c.out(2), 0), 1), 0.0);
+  }})};
 }
 
 }  // namespace
@@ -136,23 +138,21 @@ void register_views(Registry& r) {
   // channel's flattened spatial dims (the last 2 or 3).
   for (auto [op, space] : {std::pair{ops::max_pool2d_with_indices, 2}, std::pair{ops::max_pool3d_with_indices, 3},
                            std::pair{ops::adaptive_max_pool2d, 2}, std::pair{ops::adaptive_max_pool3d, 3}})
-    r.add(op, [space = static_cast<size_t>(space)](Ctx& c) -> std::vector<Value*> {
-      if (!c.t(0)) return {};
-      auto flat = [&](Value* v) {
-        std::vector<int64_t> sizes(v->meta().sizes.begin(), v->meta().sizes.end() - static_cast<std::ptrdiff_t>(space));
-        sizes.push_back(-1);
-        return reshape(c.b, v, sizes);
-      };
-      Value* picked = c.call(ops::gather, {flat(c.t(0)), -1, flat(c.out(1))});
-      return {reshape(c.b, picked, c.out()->meta().sizes), nullptr};
-    });
+    r.add(op, per_arg({[space = static_cast<size_t>(space)](Ctx& c, Value* t) {
+            auto flat = [&](Value* v) {
+              std::vector<int64_t> sizes(v->meta().sizes.begin(),
+                                         v->meta().sizes.end() - static_cast<std::ptrdiff_t>(space));
+              sizes.push_back(-1);
+              return c.reshape(v, sizes);
+            };
+            return c.reshape(c.call(ops::gather, {flat(t), -1, flat(c.out(1))}), c.out()->meta().sizes);
+          }}));
   r.add(ops::cat, linear_in_list(0));
   r.add(ops::stack, linear_in_list(0));
   r.add(ops::block_diag, linear_in_list(0));
-  r.add(ops::constant_pad_nd, [](Ctx& c) -> std::vector<Value*> {  // the padding is constant: tangent 0
-    if (!c.t(0)) return {};
-    return {c.call(ops::constant_pad_nd, {c.t(0), c.a(1), 0.0})};
-  });
+  r.add(ops::constant_pad_nd, per_arg({[](Ctx& c, Value* t) {  // the padding is constant: tangent 0
+          return c.call(ops::constant_pad_nd, {t, c.a(1), 0.0});
+        }}));
   // Scatters and writes into views (functionalized by the tracer) are linear in (self, source)
   // jointly.
   r.add(ops::scatter_add, linear_in_self_and(3, adds));
@@ -165,47 +165,40 @@ void register_views(Registry& r) {
   r.add(ops::masked_scatter, linear_in_self_and(2));
   r.add(ops::index_put, linear_in_self_and(2, [](const Ctx& c) { return c.c(3).toBool(); }));  // accumulate
   r.add(ops::scatter_reduce_two, scatter_reduce);
-  r.add(ops::index_fill_int_Scalar, [](Ctx& c) -> std::vector<Value*> {  // the filled value is constant
-    if (!c.t(0)) return {};
-    return {c.call(ops::index_fill_int_Scalar, {c.t(0), c.a(1), c.x(2), 0.0})};
-  });
-  r.add(ops::index_fill_int_Tensor, [](Ctx& c) -> std::vector<Value*> {  // value: a 0-dim tensor
-    if (!c.t(3))
-      return {c.per_arg({[](Ctx& c, Value* t) {
-        return c.call(ops::index_fill_int_Scalar, {t, c.a(1), c.x(2), 0.0});
-      }})};
+  // index_fill, scatter of a value: the value is constant, its positions get tangent 0
+  const Term filled_with_zero = [](Ctx& c, Value* t) {
+    return c.call(ops::index_fill_int_Scalar, {t, c.a(1), c.x(2), 0.0});
+  };
+  r.add(ops::index_fill_int_Scalar, per_arg({filled_with_zero}));
+  r.add(ops::index_fill_int_Tensor, [filled_with_zero](Ctx& c) -> std::vector<Value*> {  // value: a 0-dim tensor
+    if (!c.t(3)) return {c.per_arg({filled_with_zero})};
     return {c.call(ops::index_fill_int_Tensor, {c.t_or_zeros(0), c.a(1), c.x(2), c.t(3)})};
   });
-  r.add(ops::scatter_value, [](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(0)) return {};
-    return {c.call(ops::scatter_value, {c.t(0), c.a(1), c.x(2), 0.0})};
-  });
+  r.add(ops::scatter_value, per_arg({[](Ctx& c, Value* t) {
+          return c.call(ops::scatter_value, {t, c.a(1), c.x(2), 0.0});
+        }}));
   // as_strided reads storage, which a tangent shares only when laid out as its primal. A
   // restride that keeps every element where it was (same sizes, strides changed only on dims of
   // size 1, the same offset: adaptive_avg_pool2d of a channels-last input makes one) is the
   // identity; any other as_strided of a tangent differently laid out is refused.
-  r.add(ops::as_strided, [](Ctx& c) -> std::vector<Value*> {
-    Value* t = c.t(0);
-    if (!t) return {};
-    const TensorMeta &in = c.x(0)->meta(), &out = c.out()->meta();
-    bool same_elements = in.sizes == out.sizes && c.n.arg(3).kind == ArgKind::None;
-    for (size_t d = 0; same_elements && d < in.sizes.size(); ++d)
-      same_elements = in.sizes[d] == 1 || in.strides[d] == out.strides[d];
-    if (same_elements) return {t};
-    if (t->meta().sizes != in.sizes || t->meta().strides != in.strides || c.n.arg(3).kind != ArgKind::None)
-      throw Error(
-          "as_strided of a tangent laid out unlike its primal (or at an explicit storage offset) is not supported");
-    return c.reapply(0, t);
-  });
-  r.add(ops::grid_sampler_2d, grid_sampler);
-  r.add(ops::grid_sampler_3d, grid_sampler);
-  r.add(ops::cudnn_grid_sampler, grid_sampler);
+  r.add(
+      ops::as_strided, per_arg({[](Ctx& c, Value* t) {
+        const TensorMeta &in = c.x(0)->meta(), &out = c.out()->meta();
+        bool same_elements = in.sizes == out.sizes && c.n.arg(3).kind == ArgKind::None;
+        for (size_t d = 0; same_elements && d < in.sizes.size(); ++d)
+          same_elements = in.sizes[d] == 1 || in.strides[d] == out.strides[d];
+        if (same_elements) return t;
+        if (t->meta().sizes != in.sizes || t->meta().strides != in.strides || c.n.arg(3).kind != ArgKind::None)
+          throw Error(
+              "as_strided of a tangent laid out unlike its primal (or at an explicit storage offset) is not supported");
+        return c.reapply(0, t).at(0);
+      }}));
+  // linear in x, and the sampling positions' term
+  for (Op op : {ops::grid_sampler_2d, ops::grid_sampler_3d, ops::cudnn_grid_sampler})
+    r.add(op, per_arg({[](Ctx& c, Value* t) { return c.reapply(0, t).at(0); }, sampling_positions_term}));
   r.add(ops::_embedding_bag, embedding_bag);
   r.add(ops::_embedding_bag_forward_only, embedding_bag);
-  r.add(ops::view, [](Ctx& c) -> std::vector<Value*> {
-    if (!c.t(0)) return {};
-    return {reshape(c.b, c.t(0), c.c(1).toIntVector())};
-  });
+  r.add(ops::view, per_arg({[](Ctx& c, Value* t) { return c.reshape(t, c.c(1).toIntVector()); }}));
 }
 
 }  // namespace jvpc::jvp_rules
