@@ -104,9 +104,16 @@ Value* Builder::call(const std::string& op, std::vector<BArg> args) {
   return outs[0];
 }
 
+std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                                 const std::vector<int64_t>& new_sizes) {
+  auto st = at::detail::computeStride(sizes, strides, new_sizes);
+  if (!st) return std::nullopt;
+  return std::vector<int64_t>(st->begin(), st->end());
+}
+
 bool viewable(const Value* v, const std::vector<int64_t>& sizes) {
   const TensorMeta& m = v->meta();
-  return at::detail::computeStride(m.sizes, m.strides, at::infer_size(sizes, m.numel())).has_value();
+  return view_strides(m.sizes, m.strides, at::infer_size(sizes, m.numel())).has_value();
 }
 
 Value* reshape(Builder& b, Value* v, const std::vector<int64_t>& sizes) {

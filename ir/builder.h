@@ -60,7 +60,11 @@ class Builder {
   Graph& g_;
 };
 
-/// Whether v's layout can be viewed as `sizes` without a copy (as at::Tensor::view decides).
+/// The strides of a tensor laid out as (`sizes`, `strides`) viewed as `new_sizes` (no -1), or
+/// none where no view expresses it and a reshape would copy (as at::Tensor::view decides).
+std::optional<std::vector<int64_t>> view_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                                 const std::vector<int64_t>& new_sizes);
+/// Whether v's layout can be viewed as `sizes` (-1 allowed) without a copy.
 bool viewable(const Value* v, const std::vector<int64_t>& sizes);
 /// v viewed as `sizes` (-1 allowed), copied to a contiguous layout first where it cannot be
 /// viewed so; v itself where it already has them.

@@ -12,8 +12,6 @@
 #include "passes/batch_rules/rules.h"
 #include "ir/op.h"
 
-#include <ATen/TensorUtils.h>
-
 #include <algorithm>
 #include <initializer_list>
 #include <numeric>
@@ -51,7 +49,7 @@ Value* fold_as(Ctx& c, Value* v, bool rows, bool k_first, bool copy) {
     sizes.insert(sizes.end(), {r, c.K * cols});
   std::vector<int64_t> ps, pt;
   for (int64_t d : perm) ps.push_back(s[static_cast<size_t>(d)]), pt.push_back(m.strides[static_cast<size_t>(d)]);
-  if (!at::detail::computeStride(ps, pt, sizes).has_value()) {
+  if (!view_strides(ps, pt, sizes)) {
     if (!copy) return nullptr;
     // A transposed matrix (contiguous along its rows: a tangent that reaches the product as
     // dkᵀ) is copied as its transpose folded the other way, then transposed back (a view): the
