@@ -33,7 +33,8 @@
 // that count, the smallest budget that would do. Budget 0 puts every attention in the O(L) form,
 // kNoMemoryLimit ("inf") every one in the P form. A budget that a cheap bound on the all-P count
 // already meets (all_p_bound: every value the graph could hold; the default budget, a device's
-// memory, against a model's graph) keeps P everywhere without counting.
+// memory, against a model's graph) keeps P everywhere without counting. The graph changes only
+// where an attention keeps P: the O(L) form is what the rules emitted.
 #include "passes/passes.h"
 #include "ir/checked_math.h"
 #include "ir/op.h"

@@ -46,7 +46,6 @@
 #include "passes/jvp_rules/rules.h"
 #include "runtime/attention_tangent.h"
 
-#include <ATen/TensorUtils.h>
 #include <c10/core/WrapDimMinimal.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
@@ -220,9 +219,9 @@ bool apply(Strided& s, const Node* n) {
   const Op op = n->handle();
   const std::vector<int64_t>& out = n->output(0)->meta().sizes;
   if (is_reshape_op(op)) {
-    auto st = at::detail::computeStride(s.sizes, s.strides, out);
+    auto st = view_strides(s.sizes, s.strides, out);
     if (!st) return false;
-    s = {out, std::vector<int64_t>(st->begin(), st->end())};
+    s = {out, *st};
     return true;
   }
   if (op == ops::permute || op == ops::transpose_int) {

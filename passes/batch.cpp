@@ -5,7 +5,8 @@
 // the same tensors (never copied). Nodes are visited in order. A node none of whose operands is
 // batched (it reads residuals only: work that does not depend on the tangent) is copied once;
 // any other is rewritten by its op's batching rule (passes/batch_rules/), whose outputs are
-// batched. An op without a rule falls back to K unrolled copies of itself, one per tangent
+// batched: a product of a residual by a batched tangent becomes one product with K folded into
+// its rows or columns (below), not K products. An op without a rule falls back to K unrolled copies of itself, one per tangent
 // (select the k-th slice of each batched operand, apply the op, stack the K results), and is
 // named in the result. Outputs that do not depend on the tangent are broadcast to [K, ...] and
 // copied. The batched pipeline (batched_passes(), passes/linearize_pipeline.h) then runs, and the graph is verified:

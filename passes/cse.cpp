@@ -4,6 +4,12 @@
 //
 //   %5 = aten::transpose.int(%1, -2, -1)
 //   %9 = aten::transpose.int(%1, -2, -1)   // readers of %9 now read %5
+//
+// Products and sums with alpha 1 of two tensors are equal with their operands in either order
+// (x·dx and dx·x from a product rule are one product), as they are exactly in floating point;
+// differences, and sums with another alpha, are not. Constant arguments are compared exactly
+// (floats that differ in the last bit differ), and the outputs must have the same shapes and
+// dtypes. Random nodes never merge: their values differ.
 #include "passes/passes.h"
 
 #include <c10/util/flat_hash_map.h>
@@ -75,18 +81,18 @@ std::string key_of(const Node& n) {
 }  // namespace
 
 bool cse(Graph& g) {
-  bool changed = false;
   ska::flat_hash_map<std::string, Node*> seen;
   seen.reserve(g.num_nodes());
-  for (Node* n : g.nodes()) {
-    if (n->impure() || n->outputs().empty()) continue;
+  return rewrite_nodes(g, [&](Node* n, Builder&) {
+    if (n->impure() || n->outputs().empty()) return false;
     auto [it, added] = seen.emplace(key_of(*n), n);
-    if (added) continue;
+    if (added) return false;
     Node* first = it->second;
     bool same = first->outputs().size() == n->outputs().size();
     for (size_t i = 0; same && i < n->outputs().size(); ++i)
       same = n->output(i)->meta().same_signature(first->output(i)->meta());
-    if (!same) continue;
+    if (!same) return false;
+    bool changed = false;
     for (size_t i = 0; i < n->outputs().size(); ++i) {
       if (n->output(i)->has_uses()) {
         n->output(i)->replace_all_uses_with(first->output(i));
@@ -94,8 +100,8 @@ bool cse(Graph& g) {
       }
     }
     erase_if_dead(g, n);
-  }
-  return changed;
+    return changed;
+  });
 }
 
 }  // namespace jvpc

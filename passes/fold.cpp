@@ -1,10 +1,11 @@
 // Constant folding of the primal part of a graph: linearize's "do the primal work once", and the
 // split of a linearized graph into a primal graph and a tangent graph that jvpc::compile keeps.
 //
-// A value is primal-only when it does not depend on a tangent input and its node is pure.
-// Every primal-only value that a tangent-dependent node (or a tangent output) reads is a
-// residual. split_primal() takes the primal-only nodes that compute the residuals (and the
-// primal outputs, where the graph still returns them) into a graph of their own, the primal
+// A value is primal-only when it does not depend on a tangent input (a random node's draw
+// included: the linear map is for that one draw). Every primal-only value that a
+// tangent-dependent node (or a node without outputs, or a tangent output) reads is a residual.
+// split_primal() takes the primal-only nodes that compute the residuals (and the primal outputs,
+// where the graph still returns them, and every draw) into a graph of their own, the primal
 // graph, and leaves in their place a constant input "r<k>" per residual: what stays is the
 // tangent graph, from residuals and tangents to output tangents. fold() is that split followed
 // by one run of the primal graph, evaluate_primal() (where nothing keeps the primal graph, as in
@@ -13,6 +14,12 @@
 // once, only if a residual needs it, and in graph order, releasing each computed tensor after
 // its last read; each residual is bound to its tensor. What nothing
 // reads any more is left for dce.
+//
+// Never a residual: the zeros a rule materializes for a zero tangent (aten::zeros of a shape,
+// such as the cached half of a cat's tangent): made per call they cost a fill, held they would
+// cost their bytes for as long as the tangent graph lives. A residual that shares storage with a
+// primal input is marked as aliasing it (Input::aliases: the caller owns those bytes), and one
+// whose layout is not dense (an expanded view) is stored compactly.
 //
 //   %5 = aten::bmm(%1, %2)              // q·kᵀ: primal-only, known from the trace
 //   %6 = aten::_safe_softmax(%5, -1)    // primal-only, known

@@ -17,12 +17,9 @@
 namespace jvpc {
 
 bool fuse_matmul_add(Graph& g) {
-  bool changed = false;
-  Builder b(g);
-  InsertionGuard at(g);
-  for (Node* n : g.nodes()) {
-    if (!n->is(ops::add_Tensor) || n->inputs().size() != 2) continue;
-    if (!n->arg(2).is_number(1.0)) continue;  // alpha
+  return rewrite_nodes(g, [&](Node* n, Builder& b) {
+    if (!n->is(ops::add_Tensor) || n->inputs().size() != 2) return false;
+    if (!n->arg(2).is_number(1.0)) return false;  // alpha
     for (size_t side : {size_t(1), size_t(0)}) {
       Value* prod = n->input(side);
       Value* other = n->input(1 - side);
@@ -31,19 +28,16 @@ bool fuse_matmul_add(Graph& g) {
       const TensorMeta& out = n->output()->meta();
       if (!prod->meta().same_signature(out) || other->meta().dtype != out.dtype || other->meta().device != out.device)
         continue;
-      at.move_to(n);
       Value* fused = b.call(p->is(ops::bmm) ? ops::baddbmm : ops::addmm, {other, p->input(0), p->input(1)});
-      at.move_to(nullptr);
       if (!fused->meta().same_signature(n->output()->meta())) {  // not the sum's shape or dtype: undone
         erase_if_dead(g, fused->producer());
         continue;
       }
       replace_output(g, n, fused);
-      changed = true;
-      break;
+      return true;
     }
-  }
-  return changed;
+    return false;
+  });
 }
 
 }  // namespace jvpc

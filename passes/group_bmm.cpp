@@ -81,21 +81,17 @@ std::optional<Repeat> repeated(Value* x) {
 }  // namespace
 
 bool group_bmm(Graph& g) {
-  bool changed = false;
-  Builder b(g);
-  InsertionGuard at(g);
-  for (Node* n : g.nodes()) {
-    if (!n->is(ops::bmm)) continue;
+  return rewrite_nodes(g, [&](Node* n, Builder& b) {
+    if (!n->is(ops::bmm)) return false;
     Value *a = n->input(0), *x = n->input(1);
-    if (x->meta().sizes.size() != 3) continue;
+    if (x->meta().sizes.size() != 3) return false;
     std::optional<Repeat> rep = repeated(x);
-    if (!rep) continue;
+    if (!rep) return false;
     const auto &as = a->meta().sizes, &xs = x->meta().sizes;
     int64_t groups = xs[0] / rep->r, m = as[1];
     std::vector<int64_t> stacked = {groups, rep->r * m, as[2]};
-    if (!viewable(a, stacked)) continue;
+    if (!viewable(a, stacked)) return false;
 
-    at.move_to(n);
     Value* y = rep->base;
     for (const Node* s : rep->steps) {
       if (s->is(ops::transpose_int))
@@ -106,12 +102,9 @@ bool group_bmm(Graph& g) {
     std::vector<int64_t> shared = {groups, xs[1], xs[2]};
     y = reshape(b, y, shared);
     Value* out = b.call(ops::bmm, {b.call(ops::view, {a, stacked}), y});
-    out = b.call(ops::view, {out, n->output()->meta().sizes});
-    at.move_to(nullptr);
-    replace_output(g, n, out);
-    changed = true;
-  }
-  return changed;
+    replace_output(g, n, b.call(ops::view, {out, n->output()->meta().sizes}));
+    return true;
+  });
 }
 
 }  // namespace jvpc

@@ -1,9 +1,13 @@
 // Forward-mode differentiation (JVP) of a graph, in place.
 //
-// For each chosen primal input x a tangent input "dx" is added (in the order `wrt` names them). Nodes are visited in order;
+// For each chosen primal input x a tangent input "dx" is added: the inputs `wrt` names, in that
+// order, or where it names none every primal input marked differentiable, in graph order. The
+// name is primed until no input or output has it (inputs x and dx: dx' and ddx), and the
+// input's tangent_of names x. Nodes are visited in order;
 // for a node with at least one non-zero operand tangent and a floating output, the op's rule
 // (passes/jvp_rules/) emits the tangent computation right after the node. Zero tangents are
-// absent (nullptr) and cost nothing. One tangent output per primal output is appended.
+// absent (nullptr) and cost nothing. One tangent output per primal output is appended ("d" +
+// its name), zeros of its shape where it does not depend on the chosen inputs.
 //
 //   graph(%0 : f32[4,8] x, %1 : f32[8,3] w):           graph(..., %3 : f32[4,8] dx, %4 : f32[8,3] dw):
 //     %2 = aten::mm(%0, %1)                     =>        %2 = aten::mm(%0, %1)
@@ -16,7 +20,9 @@
 // mask times the input's tangent): the map is for that draw, as torch.func's is.
 //
 // Errors: an op with no rule (named), or whose rule is not marked as holding for the complex
-// tensors it meets (passes/jvp_rules/complex.cpp), and wrt names that are not primal inputs.
+// tensors it meets (passes/jvp_rules/complex.cpp); wrt names that are not primal inputs, or
+// that it names twice; an input chosen whose dtype has no tangent (not floating or complex);
+// nothing chosen.
 #include "passes/passes.h"
 #include "ir/op.h"
 

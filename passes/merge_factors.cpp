@@ -86,7 +86,6 @@ bool merge_chain(Graph& g, Builder& b, Node* n, const ValueSet& dep) {
   int64_t freed = (inner->factor ? freed_bytes(inner->factor, m, dep) : 0) +
                   (outer->factor ? freed_bytes(outer->factor, n, dep) : 0);
   if (bytes_of(sizes, dt) > freed) return false;
-  InsertionGuard at(g, n);
   Value* factor = inner->factor && outer->factor ? b.call(ops::mul_Tensor, {inner->factor, outer->factor})
                   : inner->factor                ? b.call(ops::mul_Scalar, {inner->factor, outer->number})
                                                  : b.call(ops::mul_Scalar, {outer->factor, inner->number});
@@ -107,7 +106,6 @@ bool merge_sum(Graph& g, Builder& b, Node* n, const ValueSet& dep) {
   int64_t freed =
       freed_bytes(l->factor, n->input(0)->producer(), dep) + freed_bytes(r->factor, n->input(1)->producer(), dep);
   if (bytes_of(sizes, dt) > freed) return false;
-  InsertionGuard at(g, n);
   Value* factor = b.call(op, {l->factor, r->factor});
   return replace_output_if_same_layout(g, n, b.call(ops::mul_Tensor, {l->tangent, factor}));
 }
@@ -115,19 +113,22 @@ bool merge_sum(Graph& g, Builder& b, Node* n, const ValueSet& dep) {
 }  // namespace
 
 bool merge_factors(Graph& g) {
+  // The merges build at the builder's insertion point, just before n. Each merge changes uses
+  // and dependences: the sweep skips the rest of the nodes and starts again from the first,
+  // with the dependences recomputed, until one merges nothing.
+  ValueSet dep;
+  bool merged = false;
+  auto rule = [&](Node* n, Builder& b) {
+    if (merged || n->outputs().size() != 1 || !mergeable_dtype(n->output()->meta().dtype)) return false;
+    merged = merge_chain(g, b, n, dep) || merge_sum(g, b, n, dep);
+    return merged;
+  };
   bool changed = false;
-  Builder b(g);
-  for (bool again = true; again;) {
-    again = false;
-    auto dep = tangent_dependent(g);
-    for (Node* n : g.nodes()) {
-      if (n->outputs().size() != 1 || !mergeable_dtype(n->output()->meta().dtype)) continue;
-      if (merge_chain(g, b, n, dep) || merge_sum(g, b, n, dep)) {
-        changed = again = true;
-        break;  // the uses and dependences changed
-      }
-    }
-  }
+  do {
+    dep = tangent_dependent(g);
+    merged = false;
+    changed |= rewrite_nodes(g, rule);
+  } while (merged);
   return changed;
 }
 

@@ -1,19 +1,33 @@
-// Helpers every rewrite uses: erasing what a rewrite left dead, replacing a node's result,
-// asking about layouts and graph outputs, and which values depend on the tangents.
+// Helpers every rewrite uses: the driver of local rewrites, erasing what a rewrite left dead,
+// replacing a node's result, asking about layouts, and which values depend on the tangents.
 #include "passes/rewrite.h"
 
-#include <ATen/TensorUtils.h>
+#include "ir/builder.h"
 
 #include <algorithm>
 #include <unordered_set>
 
 namespace jvpc {
 
-void erase_if_dead(Graph& g, Node* n) {
+bool rewrite_nodes(Graph& g, const NodeRewrite& rule) {
+  bool changed = false;
+  Builder b(g);
+  InsertionGuard at(g);
+  // A copy of the order: the rule may erase the node at hand (and those before it).
+  for (Node* n : g.nodes()) {
+    at.move_to(n);
+    changed |= rule(n, b);
+  }
+  return changed;
+}
+
+void erase_if_dead(Graph& g, Node* n) { erase_if_dead(g, std::vector<Node*>{n}); }
+
+void erase_if_dead(Graph& g, const std::vector<Node*>& nodes) {
   // Work proportional to what is erased: a node reached twice (it produced two operands of an
-  // erased one) is skipped once erased.
+  // erased one, or it is in `nodes` too) is skipped once erased, before it is read.
   std::unordered_set<Node*> erased;
-  std::vector<Node*> work{n};
+  std::vector<Node*> work = nodes;
   while (!work.empty()) {
     Node* m = work.back();
     work.pop_back();
@@ -33,9 +47,13 @@ void replace_output(Graph& g, Node* n, Value* v) {
   erase_if_dead(g, n);
 }
 
+bool same_layout(const Value* v, const Value* n) {
+  const TensorMeta &a = v->meta(), &b = n->meta();
+  return a.same_signature(b) && a.strides == b.strides;
+}
+
 bool replace_output_if_same_layout(Graph& g, Node* n, Value* v) {
-  const TensorMeta &a = v->meta(), &b = n->output()->meta();
-  if (!a.same_signature(b) || a.strides != b.strides) {
+  if (!same_layout(v, n->output())) {
     erase_if_dead(g, v->producer());
     return false;
   }

@@ -77,18 +77,14 @@ bool scaled_operands(const Value* v, const ValueSet& dep, std::vector<std::pair<
 }  // namespace
 
 bool scale_to_residual(Graph& g) {
-  bool changed = false;
-  Builder b(g);
-  InsertionGuard at(g);
   // Step 1: view(mul(t, s)) -> mul(view(t), s), for tangent-dependent t.
-  auto dep = tangent_dependent(g);
-  for (Node* n : g.nodes()) {
-    if (!is_simple_view(n)) continue;
+  ValueSet dep = tangent_dependent(g);
+  bool changed = rewrite_nodes(g, [&](Node* n, Builder& b) {
+    if (!is_simple_view(n)) return false;
     const Node* m = sole_scalar_mul(n->input(0));
-    if (!m || !dep.count(m->input(0))) continue;
+    if (!m || !dep.count(m->input(0))) return false;
     if (!c10::isFloatingType(m->input(0)->meta().dtype) || m->input(0)->meta().dtype != m->output()->meta().dtype)
-      continue;
-    at.move_to(n);
+      return false;
     std::vector<BArg> args;
     for (size_t i = 0; i < n->args().size(); ++i)
       args.push_back(i == 0 ? BArg(m->input(0)) : BArg::of_arg(n->arg(i), n));
@@ -96,54 +92,53 @@ bool scale_to_residual(Graph& g) {
     try {
       view = b.call(n->op(), std::move(args));
     } catch (const Error&) {  // a view the unscaled value's layout cannot take (t expanded: stride 0)
-      continue;
+      return false;
     }
     Value* scaled = b.call(ops::mul_Scalar, {view, scalar_of(m)});
     if (!scaled->meta().same_signature(n->output()->meta())) {  // not the view's shape or dtype: undone
       erase_if_dead(g, scaled->producer());
-      continue;
+      return false;
     }
     replace_output(g, n, scaled);
-    changed = true;
-  }
+    return true;
+  });
   // Step 2: mm/bmm(mul(t, s), w) -> mm/bmm(t, mul(w, s)) when w is tangent-independent.
   dep = tangent_dependent(g);
-  for (Node* n : g.nodes()) {
-    if (!n->is(ops::bmm) && !n->is(ops::mm)) continue;
+  changed |= rewrite_nodes(g, [&](Node* n, Builder& b) {
+    if (!n->is(ops::bmm) && !n->is(ops::mm)) return false;
     for (size_t side = 0; side < 2; ++side) {
       const Node* m = sole_scalar_mul(n->input(side));
       Value* other = n->input(1 - side);
       if (!m || dep.count(other) || !dep.count(m->input(0))) continue;
       if (m->input(0)->meta().dtype != other->meta().dtype) continue;
-      at.move_to(n);
       Value* scaled_other = b.call(ops::mul_Scalar, {other, scalar_of(m)});
       Node* old = n->input(side)->producer();
       n->replace_input(1 - side, scaled_other);
       n->replace_input(side, m->input(0));
       erase_if_dead(g, old);
-      changed = true;
-      break;
+      return true;
     }
-  }
+    return false;
+  });
   // Step 3: scale(products with primal operands, summed and viewed) -> the same with the primal
   // operands scaled.
   dep = tangent_dependent(g);
-  for (Node* n : g.nodes()) {
-    if ((!n->is(ops::mul_Scalar) && !n->is(ops::div_Scalar)) || !n->arg(1).number()) continue;
+  changed |= rewrite_nodes(g, [&](Node* n, Builder& b) {
+    if ((!n->is(ops::mul_Scalar) && !n->is(ops::div_Scalar)) || !n->arg(1).number()) return false;
     const TensorMeta &in = n->input(0)->meta(), &out = n->output()->meta();
-    if (!c10::isFloatingType(out.dtype) || !in.same_signature(out) || in.strides != out.strides) continue;
+    if (!c10::isFloatingType(out.dtype) || !in.same_signature(out) || in.strides != out.strides) return false;
     std::vector<std::pair<Node*, size_t>> targets;
-    if (!scaled_operands(n->input(0), dep, targets)) continue;
+    if (!scaled_operands(n->input(0), dep, targets)) return false;
     int64_t bytes = 0;
     for (const auto& [p, side] : targets) bytes += p->input(side)->meta().nbytes();
-    if (bytes > n->output()->meta().nbytes()) continue;
+    if (bytes > n->output()->meta().nbytes()) return false;
     for (const auto& [p, side] : targets) {
-      at.move_to(p);
+      InsertionGuard at(g, p);  // the scaled operand lands before the product that reads it
       p->replace_input(side, b.call(n->op(), {p->input(side), scalar_of(n)}));
     }
     replace_output(g, n, n->input(0));
-    changed = true;
-  }
+    return true;
+  });
   return changed;
 }
 

@@ -18,12 +18,9 @@
 namespace jvpc {
 
 bool select_masks(Graph& g) {
-  bool changed = false;
-  Builder b(g);
-  InsertionGuard at(g);
   auto dep = tangent_dependent(g);
-  for (Node* n : g.nodes()) {
-    if (!n->is(ops::mul_Tensor) || n->inputs().size() != 2) continue;
+  return rewrite_nodes(g, [&](Node* n, Builder& b) {
+    if (!n->is(ops::mul_Tensor) || n->inputs().size() != 2) return false;
     for (size_t side = 0; side < 2; ++side) {
       Value *t = n->input(side), *f = n->input(1 - side);
       const Node* cast = f->producer();
@@ -31,14 +28,12 @@ bool select_masks(Graph& g) {
           cast->input(0)->meta().dtype != c10::kBool || f->meta().dtype != t->meta().dtype ||
           n->output()->meta().dtype != t->meta().dtype)
         continue;
-      at.move_to(n);
       if (!replace_output_if_same_layout(g, n, b.call(ops::mul_Tensor, {t, cast->input(0)}))) continue;
-      changed = true;
       dep = tangent_dependent(g);
-      break;
+      return true;
     }
-  }
-  return changed;
+    return false;
+  });
 }
 
 }  // namespace jvpc

@@ -4,8 +4,10 @@
 //   %5 = aten::mul.Scalar(%2, 0.125)
 //   %6 = aten::mul.Scalar(%5, 2.)          -> %6 = aten::mul.Scalar(%2, 0.25)
 //
-// Multiplication or division by one, addition or subtraction of zero (where exact: see below),
-// double negation. Only where the result has the operand's shape and dtype (mul.Scalar(int, 1.)
+// Multiplication or division by one, addition or subtraction of zero where exact (x + (-0.0)
+// and x - 0.0 are x; x + 0.0 is not where x is -0.0, whose reciprocal changes sign; integers:
+// every zero), double negation, and chains of scalar multiplications merged (scales that cancel
+// leave none). Only where the result has the operand's shape and dtype (mul.Scalar(int, 1.)
 // promotes: kept). Merging scales is a reassociation: in float16 it can keep finite an
 // intermediate that the unmerged product overflows.
 #include "passes/passes.h"
@@ -36,27 +38,23 @@ Value* identity_of(const Node* n) {
 }  // namespace
 
 bool simplify_arith(Graph& g) {
-  bool changed = false;
-  for (Node* n : g.nodes()) {
+  return rewrite_nodes(g, [&](Node* n, Builder&) {
     if (Value* x = identity_of(n)) {
       replace_output(g, n, x);
-      changed = true;
-      continue;
+      return true;
     }
     // mul.Scalar(mul.Scalar(x, a), b) -> mul.Scalar(x, a·b)
-    if (n->is(ops::mul_Scalar)) {
-      Node* p = n->input(0)->producer();
-      if (p && p->is(ops::mul_Scalar) && p->input(0)->meta().same_signature(n->output()->meta()) &&
-          c10::isFloatingType(n->output()->meta().dtype) && n->arg(1).number() && p->arg(1).number()) {
-        n->set_constant_arg(1, Arg::of_float(*n->arg(1).number() * *p->arg(1).number()));
-        n->replace_input(0, p->input(0));
-        erase_if_dead(g, p);
-        changed = true;
-        if (Value* x = identity_of(n)) replace_output(g, n, x);  // the factors cancelled
-      }
-    }
-  }
-  return changed;
+    if (!n->is(ops::mul_Scalar)) return false;
+    Node* p = n->input(0)->producer();
+    if (!p || !p->is(ops::mul_Scalar) || !p->input(0)->meta().same_signature(n->output()->meta()) ||
+        !c10::isFloatingType(n->output()->meta().dtype) || !n->arg(1).number() || !p->arg(1).number())
+      return false;
+    n->set_constant_arg(1, Arg::of_float(*n->arg(1).number() * *p->arg(1).number()));
+    n->replace_input(0, p->input(0));
+    erase_if_dead(g, p);
+    if (Value* x = identity_of(n)) replace_output(g, n, x);  // the factors cancelled
+    return true;
+  });
 }
 
 }  // namespace jvpc

@@ -23,11 +23,6 @@ namespace jvpc {
 
 namespace {
 
-bool same_layout(const Value* a, const Value* b) {
-  return a->meta().sizes == b->meta().sizes && a->meta().strides == b->meta().strides &&
-         a->meta().dtype == b->meta().dtype && a->meta().device == b->meta().device;
-}
-
 std::pair<int64_t, int64_t> dims_of(const Node* n) {
   int64_t rank = static_cast<int64_t>(n->input(0)->meta().sizes.size());
   int64_t a = c10::maybe_wrap_dim(n->arg(1).value.toInt(), rank),
@@ -113,18 +108,12 @@ bool has_negative(const std::vector<int64_t>& v) {
 }  // namespace
 
 bool simplify_views(Graph& g) {
-  bool changed = false;
-  for (Node* n : g.nodes()) {
+  return rewrite_nodes(g, [&](Node* n, Builder& b) {
     if (Value* x = identity_of(n)) {
       replace_output(g, n, x);
-      changed = true;
-      continue;
+      return true;
     }
-    if (read_around_scatter(g, n)) {
-      changed = true;
-      continue;
-    }
-    // view(view(x)) -> view(x); expand(expand(x)) -> expand(x)  (the outer node reads x)
+    if (read_around_scatter(g, n)) return true;
     const Op op = n->handle();
     if (op == ops::add_Tensor && n->inputs().size() == 2) {
       // add(view(a, s), view(b, s)) -> view(add(a, b), s), for a and b of one layout: the
@@ -133,26 +122,22 @@ bool simplify_views(Graph& g) {
       if (p && q && p->is(ops::view) && q->is(ops::view) && same_layout(p->input(0), q->input(0)) &&
           same_layout(n->input(0), n->output()) && same_layout(n->input(1), n->output()) &&
           p->input(0)->meta().is_contiguous()) {
-        Builder b(g);
-        InsertionGuard at(g, n);
         Value* sum = b.call(ops::add_Tensor, {p->input(0), q->input(0), BArg::of_arg(n->arg(2), n)});
-        Value* v = b.call(ops::view, {sum, n->output()->meta().sizes});
-        at.move_to(nullptr);
-        replace_output(g, n, v);
-        changed = true;
-        continue;
+        replace_output(g, n, b.call(ops::view, {sum, n->output()->meta().sizes}));
+        return true;
       }
     }
+    // view(view(x)) -> view(x); expand(expand(x)) -> expand(x)  (the outer node reads x)
     if ((op == ops::view || op == ops::expand) && !n->inputs().empty()) {
       Node* p = n->input(0)->producer();
       if (p && p->op() == op && !(op == ops::expand && has_negative(n->arg(1).value.toIntVector()))) {
         n->replace_input(0, p->input(0));
         erase_if_dead(g, p->output()->producer());
-        changed = true;
+        return true;
       }
     }
-  }
-  return changed;
+    return false;
+  });
 }
 
 }  // namespace jvpc
