@@ -5,7 +5,8 @@ ops, jvpc::attention_tangent an opaque operator with its Meta kernel) becomes an
 Inductor compiles into fused kernels (C++/OpenMP on the CPU, Triton on GPUs). The residuals are
 inputs of the compiled function, not constants baked into it: a program's calls, each with new
 residuals, and a linearize at a new point of the same graph, reuse one compilation. Compilations
-are kept per graph text and input layout (`_compiled`); Inductor keeps its own caches on disk.
+are kept per graph text and input layout (`_compiled`, the 64 used last); Inductor keeps its own
+caches on disk.
 
 What stays on jvpc's interpreter: vmap over jvp_fn (the batched tangent graph), and a graph
 with a random op.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 import time
 from typing import Any, Callable
 
@@ -124,8 +126,9 @@ def _getitem(x, i):
 
 
 # One compilation per (graph text, input layouts): a program's calls and repeated linearizes of
-# one graph share it.
-_compiled: dict[tuple, Callable] = {}
+# one graph share it. The least recently used go beyond _CAPACITY (a linear map holds its own).
+_CAPACITY = 64
+_compiled: OrderedDict[tuple, Callable] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -156,6 +159,8 @@ def tangent_run(lin, shared: dict | None = None) -> Callable:
         fn = fns.get(layouts)
         if fn is None:
             fn, ms = _compiled_for(graph, shared["text"], layouts, args)
+            if len(fns) >= _CAPACITY:  # the oldest layout goes (it is still in _compiled while recent)
+                fns.pop(next(iter(fns)))
             fns[layouts] = fn
             shared["compile_ms"] = shared.get("compile_ms", 0.0) + ms
         with torch.no_grad():
@@ -170,6 +175,8 @@ def _compiled_for(graph: _C.Graph, text: str, layouts: tuple, args: list[torch.T
     key = (text, layouts)
     with _lock:
         fn = _compiled.get(key)
+        if fn is not None:
+            _compiled.move_to_end(key)
     if fn is not None:
         return fn, 0.0
     t0 = time.perf_counter()
@@ -177,6 +184,8 @@ def _compiled_for(graph: _C.Graph, text: str, layouts: tuple, args: list[torch.T
     ms = (time.perf_counter() - t0) * 1e3
     with _lock:
         _compiled[key] = fn
+        while len(_compiled) > _CAPACITY:
+            _compiled.popitem(last=False)
         _compile_ms.append(ms)
     return fn, ms
 

@@ -40,6 +40,21 @@ def test_linearize_and_jvp_equal_the_interpreter_and_torch_func():
     close(jvpc.linearize(m, x)[1](v), want[1])
 
 
+def test_the_kept_compilations_are_bounded(monkeypatch):
+    m = net()
+    monkeypatch.setattr(_inductor, "_CAPACITY", 1)
+    _inductor._compiled.clear()
+    for rows in (4, 2):  # two graphs: the second's compilation pushes the first's out
+        x, v = randn(rows, 8), randn(rows, 8)
+        _, jvp_fn = jvpc.linearize(m, x, backend="inductor")
+        close(jvp_fn(v), torch.func.jvp(m, (x,), (v,))[1])
+        assert len(_inductor._compiled) == 1
+    x, v = randn(4, 8), randn(4, 8)
+    _, jvp_fn = jvpc.linearize(m, x, backend="inductor")
+    jvp_fn(v)
+    assert jvp_fn.report()["phases_ms"]["inductor compile"] > 0  # compiled again
+
+
 def test_a_program_compiles_its_tangent_graph_once():
     m, x, v = net(), randn(4, 8), randn(4, 8)
     prog = jvpc.compile(m, x, backend="inductor")

@@ -3,9 +3,10 @@
 
 For one configuration (the functions and inputs of torch_reference.py, which are those of
 examples/sdpa.cpp and examples/block.cpp), it linearizes once with jvpc.linearize and once with
-torch.func.linearize, compiles PyTorch's jvp_fn with torch.compile, and then times the three
-jvp_fn calls in interleaved rounds (one call of each per round, in a rotating order, after a
-warm-up), so that all three meet the same machine state. It prints the median time of each and
+torch.func.linearize, compiles PyTorch's jvp_fn with torch.compile and jvpc's tangent graph with
+Inductor (backend="inductor"), and then times the four jvp_fn calls in interleaved rounds (one
+call of each per round, in a rotating order, after a warm-up), so that all meet the same machine
+state; the two compiled sides' compile times (their first calls) are printed apart. It prints the median time of each and
 the ratios to PyTorch's eager jvp_fn.
 
 The floor: a fourth timed call, "matmuls alone", runs only the matmul kernels of jvpc's tangent
@@ -39,6 +40,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 import warnings
 
 import torch
@@ -156,7 +158,7 @@ def parse_args(argv=None):
     add_device_args(p)
     p.add_argument("--rounds", type=int, default=200, help="interleaved rounds timed (medians reported)")
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--skip-compile", action="store_true", help="leave torch.compile(jvp_fn) out")
+    p.add_argument("--skip-compile", action="store_true", help="leave the compiled sides out: torch.compile(jvp_fn) and jvpc with backend=\"inductor\"")
     p.add_argument("--no-grad", action="store_true",
                    help="time the calls under torch.no_grad() (default: grad mode on, as the seed's script)")
     p.add_argument("--target", type=float, default=0.4, help="a target ratio of jvpc to torch.func eager, "
@@ -207,9 +209,18 @@ def main(argv=None):
     _, jvpc_fn = jvpc.linearize(f, *primals)
     _, torch_fn = torch.func.linearize(f, *primals)
     calls = {"jvpc": lambda: jvpc_fn(*tangents), "torch.func eager": lambda: torch_fn(*tangents)}
+    compile_s = {}
     if not args.skip_compile:
         compiled = torch.compile(torch_fn)
         calls["torch.compile(jvp_fn)"] = lambda: compiled(*tangents)
+        _, inductor_fn = jvpc.linearize(f, *primals, backend="inductor")
+        calls["jvpc, backend=inductor"] = lambda: inductor_fn(*tangents)
+        # Compilation happens at the first call of each: timed here, reported apart.
+        for name in ("torch.compile(jvp_fn)", "jvpc, backend=inductor"):
+            t0 = time.perf_counter()
+            calls[name]()
+            ref.sync(device)
+            compile_s[name] = time.perf_counter() - t0
     floor, floor_counted, kernels = matmuls_alone(jvpc_fn.to_json(), ref.TANGENT_SEED,
                                                   matmul_kernels_run(calls["jvpc"], device))
 
@@ -259,6 +270,8 @@ def main(argv=None):
     print(f"target {args.target}x torch.func eager: {target_s * 1e6:.1f} us per call, "
           f"{'below' if target_s < floor_s else 'above'} the {floor_s * 1e6:.1f} us the matmuls alone take "
           f"(it would need {flops[floor_name] / target_s / 1e9:.1f} GFLOP/s with nothing else in the call)")
+    for n, sec in compile_s.items():
+        print(f"compile time (its first call): {n} {sec:.1f} s")
     if args.profile:
         print(f"\ntorch.profiler over {args.profile} jvpc calls:")
         with mode:
@@ -268,7 +281,8 @@ def main(argv=None):
                "matmul_flops": flops, "floor": {"name": floor_name, "kernels": kernels, "time_s": floor_s,
                                                 "gflops_per_s": gflops, "jvpc_over_floor": med["jvpc"] / floor_s,
                                                 "floor_over_eager": floor_s / base},
-               "target": {"ratio": args.target, "time_s": target_s, "below_floor": target_s < floor_s}}
+               "target": {"ratio": args.target, "time_s": target_s, "below_floor": target_s < floor_s},
+               "compile_s": compile_s}
         with open(args.json + ".tmp", "w") as fh:
             json.dump(out, fh, indent=1)
         os.replace(args.json + ".tmp", args.json)
