@@ -134,7 +134,16 @@ void bind_graph(py::module_& m) {
                                for (const Input& in : g.inputs()) names.push_back(in.name);
                                return names;
                              })
-      .def_property_readonly("num_nodes", [](const Graph& g) { return g.nodes().size(); });
+      .def_property_readonly("num_nodes", [](const Graph& g) { return g.nodes().size(); })
+      .def_property_readonly(
+          "constants",
+          [](const Graph& g) {
+            std::vector<at::Tensor> out;
+            for (const Input& in : g.inputs())
+              if (in.role == Role::Constant) out.push_back(in.data);
+            return out;
+          },
+          "the tensors bound to its constant inputs, in graph order (undefined where unbound)");
 }
 
 void bind_options(py::module_& m) {
@@ -252,6 +261,16 @@ void bind_program(py::module_& m) {
             return py::make_tuple(outputs, lin);
           },
           py::arg("primals"))
+      .def(
+          "linearize_from",
+          [](const Program& p, const std::vector<at::Tensor>& primals, std::vector<at::Tensor> primal_graph_outputs) {
+            auto lin = std::make_shared<Linearized>(p.linearize_from(primals, std::move(primal_graph_outputs)));
+            std::vector<at::Tensor> outputs = lin->primal_outputs;
+            lin->primal_outputs.clear();
+            return py::make_tuple(outputs, lin);
+          },
+          py::arg("primals"), py::arg("primal_graph_outputs"),
+          "as linearize, from the primal graph's outputs at primals, computed by another backend")
       .def_property_readonly("primal_graph",
                              [](const std::shared_ptr<Program>& p) {
                                return std::shared_ptr<Graph>(p, const_cast<Graph*>(&p->primal_graph()));

@@ -138,7 +138,6 @@ ProgramExecutable::Point ProgramExecutable::linearize(const std::vector<at::Tens
     }
   }
   std::vector<at::Tensor> outs;
-  bool record = false;  // whether autograd records the run: the primal outputs get eager's history
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (Captured& c : captured_) {
@@ -151,9 +150,19 @@ ProgramExecutable::Point ProgramExecutable::linearize(const std::vector<at::Tens
     // Without a tensor that requires grad (or with grad mode off) nothing is recorded, and the
     // run keeps its in-place buffer reuse; with one, the run is the step's only forward.
     at::AutoGradMode grad(at::GradMode::is_enabled() && needs_grad(in));
-    record = at::GradMode::is_enabled();
     outs = primal_fn_->run(in);
   }
+  return point_from(primals, std::move(outs));
+}
+
+ProgramExecutable::Point ProgramExecutable::point_from(const std::vector<at::Tensor>& primals,
+                                                       std::vector<at::Tensor> outs) const {
+  const size_t expected = primal_->outputs().size();
+  if (primals.size() != primal_fn_->arguments().size() || outs.size() != expected)
+    throw Error("program: expected " + std::to_string(primal_fn_->arguments().size()) + " primals and " +
+                std::to_string(expected) + " primal-graph outputs, got " + std::to_string(primals.size()) + " and " +
+                std::to_string(outs.size()));
+  const bool record = at::GradMode::is_enabled();  // outputs with history: residuals are detached
   // The state the function writes, written where eager code writes it: into the caller's tensor,
   // moving no version counter, as BatchNorm's kernel writes its running statistics (autograd
   // saved them for the backward of the run just recorded, and checks their version there).

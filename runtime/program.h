@@ -56,6 +56,11 @@ class ProgramExecutable {
   /// running statistics) is written into the primals named by state_inputs(), as eager code
   /// writes it.
   Point linearize(const std::vector<at::Tensor>& primals) const;
+  /// The point at `primals` from the primal graph's outputs there (`outs`: its primal outputs,
+  /// state and residuals, as another backend that ran the primal graph computed them): what
+  /// linearize() does after its run (the state written, the residuals laid out, detached and
+  /// bound, the outputs that share a residual's storage copied). The primals are not checked.
+  Point point_from(const std::vector<at::Tensor>& primals, std::vector<at::Tensor> outs) const;
 
   const std::shared_ptr<const Graph>& primal_graph() const { return primal_; }
   const std::shared_ptr<const Graph>& tangent_graph() const { return tangent_; }

@@ -61,6 +61,21 @@ TEST_P(ProgramExamples, MatchLinearizeAndForwardAdAtNewPointsInFloat64) {
   }
 }
 
+// A point made from the primal graph's outputs computed elsewhere (here: by an Executable of the
+// primal graph, as Python's Inductor route computes them) is the point linearize makes.
+TEST_P(ProgramExamples, APointFromThePrimalGraphsOutputsIsLinearizes) {
+  auto ex = test::make_example(GetParam(), {"--dtype", "float64"});
+  Program prog = compile(ex.fn(), ex.inputs);
+  Tensors x2 = another_point(ex.inputs);
+  Executable primal(prog.primal_graph().clone(), ExecutableOptions::plain());
+  Linearized got = prog.linearize_from(x2, primal.run(x2));
+  Linearized want = prog.linearize(x2);
+  auto [t, ref] = tangents_for(want, ex.inputs);
+  EXPECT_LT(compare(got.jvp(t), want.jvp(t)).rel_error, 1e-12);
+  EXPECT_LT(compare(got.primal_outputs, want.primal_outputs).rel_error, 1e-12);
+  EXPECT_THROW(prog.linearize_from(x2, {}), Error);  // not the primal graph's outputs
+}
+
 // A point's batched linear map (compiler/api/batched.cpp) reads that point's residuals.
 TEST_P(ProgramExamples, APointsBatchedMapEqualsKSingleCallsInFloat64) {
   auto ex = test::make_example(GetParam(), {"--dtype", "float64"});

@@ -77,14 +77,26 @@ Program::Program(ProgramGraphs graphs, const ExecutableOptions& runtime, Compile
   exec_ = std::make_shared<const ProgramExecutable>(std::move(graphs), runtime);
 }
 
-Linearized Program::linearize(const std::vector<at::Tensor>& primals) const {
-  ProgramExecutable::Point p = exec_->linearize(primals);
+namespace {
+
+Linearized linearized_at(ProgramExecutable::Point p, const ProgramExecutable& exec, const CompileReport& report) {
   Linearized lin;
   lin.primal_outputs = std::move(p.primal_outputs);
-  lin.tangent_graph = exec_->tangent_graph();
+  lin.tangent_graph = exec.tangent_graph();
   lin.jvp_fn = std::move(p.jvp_fn);
-  lin.report.tangent = report_->tangent;
+  lin.report.tangent = report.tangent;
   return lin;
+}
+
+}  // namespace
+
+Linearized Program::linearize(const std::vector<at::Tensor>& primals) const {
+  return linearized_at(exec_->linearize(primals), *exec_, *report_);
+}
+
+Linearized Program::linearize_from(const std::vector<at::Tensor>& primals,
+                                   std::vector<at::Tensor> primal_graph_outputs) const {
+  return linearized_at(exec_->point_from(primals, std::move(primal_graph_outputs)), *exec_, *report_);
 }
 
 void Program::save(const std::string& path, const SaveOptions& options) const {

@@ -62,6 +62,9 @@ class Program {
   /// Under grad mode, where a primal or a captured tensor requires grad, the primal outputs carry
   /// eager's autograd history from this one run (runtime/program.h).
   Linearized linearize(const std::vector<at::Tensor>& primals) const;
+  /// The same from the primal graph's outputs at `primals`, computed elsewhere (Python's
+  /// backend="inductor": ProgramExecutable::point_from).
+  Linearized linearize_from(const std::vector<at::Tensor>& primals, std::vector<at::Tensor> primal_graph_outputs) const;
 
   /// Primal inputs (and captured tensors, as constants) -> primal outputs, then residuals.
   const Graph& primal_graph() const { return *exec_->primal_graph(); }

@@ -8,6 +8,10 @@ residuals, and a linearize at a new point of the same graph, reuse one compilati
 are kept per graph text and input layout (`_compiled`, the 64 used last); Inductor keeps its own
 caches on disk.
 
+A compiled program (jvpc.compile) runs its primal graph through torch.compile's Inductor backend
+too (primal_run): under grad mode AOTAutograd gives it a backward, so a training step's forward
+and backward are Inductor's fused kernels, and the residuals come out of the same run.
+
 What stays on jvpc's interpreter: vmap over jvp_fn (the batched tangent graph), and a graph
 with a random op.
 """
@@ -77,8 +81,10 @@ def _arg(a: dict, env: dict):
     raise Error(f"backend='inductor': unknown argument kind {kind!r}")
 
 
-def to_fx(graph: _C.Graph) -> torch.fx.GraphModule:
-    """The graph as an FX graph of the same operators: one placeholder per graph input, in order."""
+def to_fx(graph: _C.Graph, detach_from: int | None = None) -> torch.fx.GraphModule:
+    """The graph as an FX graph of the same operators: one placeholder per graph input, in order.
+    detach_from: the outputs from this one on are detached (a primal graph's state and residuals,
+    which hold no autograd history: AOTAutograd then differentiates the primal outputs alone)."""
     j = json.loads(graph.to_json())
     g = torch.fx.Graph()
     env: dict[int, Any] = {}
@@ -114,7 +120,10 @@ def to_fx(graph: _C.Graph) -> torch.fx.GraphModule:
             else:
                 env[outs[k]] = item
                 k += 1
-    g.output(tuple(env[o["id"]] for o in j["outputs"]))
+    outs = [env[o["id"]] for o in j["outputs"]]
+    if detach_from is not None:
+        outs[detach_from:] = [g.call_function(torch.ops.aten.detach.default, (o,)) for o in outs[detach_from:]]
+    g.output(tuple(outs))
     return torch.fx.GraphModule(torch.nn.Module(), g)
 
 
@@ -191,6 +200,40 @@ def _compiled_for(graph: _C.Graph, text: str, layouts: tuple, args: list[torch.T
 
 
 _compile_ms: list[float] = []
+
+
+def primal_run(prog: _C._Program, shared: dict) -> Callable | None:
+    """A program's primal graph through torch.compile's Inductor backend: tensors (the graph's
+    primal inputs, in order) -> the primal graph's outputs (primal outputs, state, residuals).
+    Under grad mode AOTAutograd records it: the outputs carry a backward that Inductor compiled
+    too. The captured tensors are passed at every call, as they are then. None where the graph
+    draws random numbers (it stays on the interpreter, whose draws are eager's). What compiling
+    took (the first call, and any recompilation torch.compile's guards ask for) is added to
+    shared["compile_ms"]."""
+    graph = prog.primal_graph
+    try:
+        gm = to_fx(graph, detach_from=prog.num_primal_outputs)
+    except Error:
+        return None
+    is_constant = [r["role"] == "constant" for r in json.loads(graph.to_json())["inputs"]]
+    constants = list(graph.constants)
+    compiled = torch.compile(gm, backend="inductor", fullgraph=True, dynamic=False)
+    seen: set = set()
+
+    def run(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        t, c = iter(tensors), iter(constants)
+        args = [next(c) if k else next(t) for k in is_constant]
+        key = (torch.is_grad_enabled(), tuple((a.shape, a.stride(), a.dtype, a.requires_grad) for a in args))
+        t0 = time.perf_counter()
+        outs = list(compiled(*args))
+        if key not in seen:  # a first call at these (a compilation, or a cache hit of Inductor's)
+            seen.add(key)
+            ms = (time.perf_counter() - t0) * 1e3
+            shared["compile_ms"] = shared.get("compile_ms", 0.0) + ms
+            _compile_ms.append(ms)
+        return outs
+
+    return run
 
 
 def compile_ms() -> list[float]:

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import torch
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import _C, _in_compile
 from ._C import Error
@@ -16,7 +17,7 @@ from ._context import eager_only, supported_context
 from ._guards import Guards, global_state, recording
 from ._jvp_fn import JvpFn
 from ._pytrees import Inputs, argnums_of, parameter_names, same_value, shape_of, traced_fn
-from ._inductor import check_backend, tangent_run
+from ._inductor import check_backend, primal_run, tangent_run
 from ._tangent_grad import rng_states, through_tangent, vjp_of_jvp
 from ._compat import distributed_data_parallel
 from ._weights import Weights, buffers_kept, reached, with_weights
@@ -84,7 +85,15 @@ class _Traced:
 
     def run(self, inputs: Inputs, who: str):
         rng = rng_states(inputs.tensors) if self.tangent_grad_of is not None else None  # what the call draws with
-        outputs, lin = self.prog.linearize(inputs.tensors)
+        if self.inductor is not None and "primal" not in self.inductor:
+            self.inductor["primal"] = primal_run(self.prog, self.inductor)
+        primal = self.inductor["primal"] if self.inductor is not None else None
+        # Under a dispatch mode (FlopCounterMode, a profiler's) torch.compile compiles nothing:
+        # the interpreter runs the primal graph there, kernel by kernel, as the mode expects.
+        if primal is not None and _get_current_dispatch_mode() is None:
+            outputs, lin = self.prog.linearize_from(inputs.tensors, primal(inputs.tensors))
+        else:
+            outputs, lin = self.prog.linearize(inputs.tensors)
         run = tangent_run(lin, self.inductor) if self.inductor is not None else None
         if self.tangent_grad_of is not None:
             run = through_tangent(run or lin.run, self.tangent_grad_of, inputs, rng, self.buffers())
@@ -260,9 +269,10 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
     modules' buffers are left as they were before it, so that a program's draws and its writes
     to the buffers (BatchNorm's running statistics, at every call) are eager's.
 
-    backend: what runs each jvp_fn's tangent graph, as linearize's; with "inductor" the tangent
-    graph is compiled once per traced graph and reused by every call (the primal graph stays on
-    the interpreter).
+    backend: what runs the program's graphs: "interpreter" (jvpc's runtime) or "inductor", which
+    compiles the tangent graph once per traced graph, reused by every call, and runs the primal
+    graph through torch.compile's Inductor backend (under grad mode with AOTAutograd's backward);
+    a graph that draws random numbers stays on the interpreter.
     """
     who = "jvpc.compile"
     check_backend(backend, who)

@@ -3,8 +3,11 @@ by Inductor. Its results equal the interpreter's and torch.func's in float64, fo
 programs (one compilation for every call), tangent_grad and attention's O(L) form; it checks its
 tangents and constants as the interpreter does."""
 
+import copy
+
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -63,8 +66,54 @@ def test_a_program_compiles_its_tangent_graph_once():
         xk = x + k
         out, jvp_fn = prog(xk)
         close(jvp_fn(v), torch.func.jvp(m, (xk,), (v,))[1])
-    assert len(_inductor.compile_ms()) - before <= 1  # none where an earlier test compiled this graph
+    # The primal graph and the tangent graph, once each (the tangent graph: none where an earlier
+    # test compiled this graph).
+    assert len(_inductor.compile_ms()) - before <= 2
     assert jvp_fn.report()["phases_ms"]["inductor compile"] >= 0
+
+
+def test_a_programs_primal_graph_and_its_backward_run_through_inductor():
+    """Under grad mode the primal graph runs through torch.compile (AOTAutograd's backward):
+    outputs, gradients (weights by name, after an optimizer step too), BatchNorm's running
+    statistics and the tangent equal eager's and torch.func's in float64."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.GELU(), nn.Linear(16, 8)).double()
+    ref = copy.deepcopy(m)
+    x, v = randn(6, 8), randn(6, 8)
+    prog = jvpc.compile(m, x, backend="inductor")
+    opt, ref_opt = (torch.optim.SGD(n.parameters(), lr=0.1) for n in (m, ref))
+    for step in range(2):
+        xk = x + step
+        with fwAD.dual_level():  # LibTorch's forward AD, on a copy whose statistics then move
+            dual = copy.deepcopy(ref)(fwAD.make_dual(xk, v))
+            want_out, want_dout = (t.detach() for t in fwAD.unpack_dual(dual))
+        out, jvp_fn = prog(xk)
+        assert type(out.grad_fn).__name__ == "CompiledFunctionBackward"  # AOTAutograd's
+        eager = ref(xk)  # the step eager code takes: its running statistics move as the program's
+        close(out, eager)
+        close(out, want_out)
+        close(jvp_fn(v), want_dout)
+        close(m[1].running_mean, ref[1].running_mean)
+        for o, n in ((opt, m), (ref_opt, ref)):
+            o.zero_grad()
+        out.square().sum().backward()
+        eager.square().sum().backward()
+        for a, b in zip(m.parameters(), ref.parameters()):
+            close(a.grad, b.grad)
+        opt.step()
+        ref_opt.step()
+
+
+def test_a_random_primal_graph_stays_on_the_interpreter():
+    torch.manual_seed(0)
+    d = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)).double()
+    x = randn(4, 8)
+    prog = jvpc.compile(d, x, backend="inductor")
+    torch.manual_seed(1)
+    out, _ = prog(x)
+    torch.manual_seed(1)
+    close(out, d(x))  # eager's draw
+    assert prog._graphs[0].inductor["primal"] is None
 
 
 def test_tangent_grad_and_attention_in_the_o_l_form():
