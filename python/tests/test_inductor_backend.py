@@ -104,6 +104,19 @@ def test_a_programs_primal_graph_and_its_backward_run_through_inductor():
         ref_opt.step()
 
 
+def test_gradients_through_the_tangent_of_a_program():
+    """tangent_grad=True with both graphs on Inductor: d(‖out‖² + ‖J·v‖²)/dweights is torch.func's."""
+    m, x, v = net(), randn(4, 8), randn(4, 8)
+    ref = copy.deepcopy(m)
+    out, jvp_fn = jvpc.compile(m, x, tangent_grad=True, backend="inductor")(x)
+    assert type(out.grad_fn).__name__ == "CompiledFunctionBackward"
+    (out.square().sum() + jvp_fn(v).square().sum()).backward()
+    o, d = torch.func.jvp(ref, (x,), (v,))
+    (o.square().sum() + d.square().sum()).backward()
+    for a, b in zip(m.parameters(), ref.parameters()):
+        close(a.grad, b.grad)
+
+
 def test_a_random_primal_graph_stays_on_the_interpreter():
     torch.manual_seed(0)
     d = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)).double()
