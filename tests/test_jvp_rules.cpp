@@ -11,6 +11,7 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -140,6 +141,20 @@ TEST(JvpRules, NansumKeepsANanTangentWhereXIsANumber) {
   at::Tensor x = at::tensor({1.0, NAN, 2.0}, at::kDouble), t = at::tensor({NAN, 5.0, 1.0}, at::kDouble);
   EXPECT_TRUE(linearize(fn, {{"x", x}}).jvp({t})[0].isnan().item<bool>());
   EXPECT_TRUE(forward_ad_jvp(fn, {x}, {t})[0].isnan().item<bool>());
+}
+
+// hypot where its result overflows: LibTorch's ta·a / out is NaN where ta·a overflows too, and
+// 0 where it does not; the rule gives the same, entry by entry.
+TEST(JvpRules, HypotMatchesForwardAdWhereItsResultOverflows) {
+  TensorFn fn = [](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{at::hypot(x[0], x[1])}; };
+  const double big = std::numeric_limits<double>::max();
+  at::Tensor a = at::tensor({big, big, 3.0}, at::kDouble), b = at::tensor({big, 1.0, 4.0}, at::kDouble);
+  at::Tensor ta = at::tensor({-1.5, 0.5, 1.0}, at::kDouble), tb = at::tensor({2.0, 1.0, 2.0}, at::kDouble);
+  at::Tensor got = linearize(fn, {{"a", a}, {"b", b}}).jvp({ta, tb})[0];
+  at::Tensor want = forward_ad_jvp(fn, {a, b}, {ta, tb})[0];
+  EXPECT_TRUE(got.isnan().equal(want.isnan())) << got << want;
+  EXPECT_TRUE(at::allclose(got.nan_to_num(0), want.nan_to_num(0)));
+  EXPECT_TRUE(got[0].isnan().item<bool>());
 }
 
 // A complex number as an op's scalar argument: an error naming the op and the way around it.

@@ -244,10 +244,11 @@ void register_elementwise(Registry& r) {
         c.per_arg({[&](Ctx&, Value* t) { return c.mul(t, x); }, [&](Ctx&, Value* t) { return c.mul(t, c.neg(y)); }});
     return {c.div(num, r2)};
   });
-  // hypot(a, b): (ta·a + tb·b) / out
+  // hypot(a, b): ta·a / out + tb·b / out, in LibTorch's order: where out overflows to inf and
+  // ta·a does too, the term is NaN there, as LibTorch's (ta·(a / out) would give 0).
   r.add(ops::hypot, per_arg({
-                        [](Ctx& c, Value* t) { return c.mul(t, c.div(c.x(0), c.out())); },
-                        [](Ctx& c, Value* t) { return c.mul(t, c.div(c.x(1), c.out())); },
+                        [](Ctx& c, Value* t) { return c.div(c.mul(t, c.x(0)), c.out()); },
+                        [](Ctx& c, Value* t) { return c.div(c.mul(t, c.x(1)), c.out()); },
                     }));
   r.add(ops::xlogy_Tensor, x_times_log(ops::log, 0.0));
 
