@@ -20,7 +20,7 @@ set(JVPC_PUBLIC_HEADERS
   ir/io/safetensors.h ir/text.h ir/verifier.h
   compiler/trace/tracer.h
   passes/cost_table.h passes/linearize_pipeline.h passes/pass.h passes/passes.h passes/rewrite.h
-  runtime/executable.h runtime/program.h)
+  runtime/aoti_program.h runtime/executable.h runtime/program.h)
 foreach(_header IN LISTS JVPC_PUBLIC_HEADERS)
   get_filename_component(_dir ${_header} DIRECTORY)
   install(FILES ${_header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/jvpc/${_dir})

@@ -321,6 +321,10 @@ void bind_program(py::module_& m) {
         return std::make_shared<Program>(Program::load(path, o, runtime));
       },
       py::arg("path"), py::arg("trusted"), py::arg("device"), py::arg("runtime"));
+  m.def("primal_package_path_for", &primal_package_path_for, py::arg("program_path"),
+        "The AOTInductor package of a program's primal graph: p.json -> p.primal.pt2.");
+  m.def("tangent_package_path_for", &tangent_package_path_for, py::arg("program_path"),
+        "The AOTInductor package of a program's tangent graph: p.json -> p.tangent.pt2.");
   m.def(
       "_compile",
       [](py::object fn, const std::vector<at::Tensor>& primals, const std::vector<std::string>& names,

@@ -105,7 +105,7 @@ bool ProgramExecutable::needs_grad(const std::vector<at::Tensor>& primals) const
   return false;
 }
 
-ProgramExecutable::Point ProgramExecutable::linearize(const std::vector<at::Tensor>& primals) const {
+std::vector<at::Tensor> ProgramExecutable::checked(const std::vector<at::Tensor>& primals) const {
   const std::vector<const Input*>& args = primal_fn_->arguments();
   if (primals.size() != args.size()) {
     std::string names;
@@ -137,6 +137,19 @@ ProgramExecutable::Point ProgramExecutable::linearize(const std::vector<at::Tens
       in.push_back(laid_out(t, m));
     }
   }
+  return in;
+}
+
+std::vector<at::Tensor> ProgramExecutable::primal_graph_inputs(const std::vector<at::Tensor>& primals) const {
+  std::vector<at::Tensor> in = checked(primals), out;
+  out.reserve(primal_->inputs().size());
+  size_t a = 0, c = 0;
+  for (const Input& i : primal_->inputs()) out.push_back(i.role == Role::Constant ? captured_[c++].tensor : in[a++]);
+  return out;
+}
+
+ProgramExecutable::Point ProgramExecutable::linearize(const std::vector<at::Tensor>& primals) const {
+  std::vector<at::Tensor> in = checked(primals);
   std::vector<at::Tensor> outs;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -62,6 +62,11 @@ class ProgramExecutable {
   /// bound, the outputs that share a residual's storage copied). The primals are not checked.
   Point point_from(const std::vector<at::Tensor>& primals, std::vector<at::Tensor> outs) const;
 
+  /// The primal graph's inputs at `primals`, in graph order: the primals checked as linearize()
+  /// checks them (and laid out as it lays them out), and the captured tensors as they are now;
+  /// for another backend that runs the primal graph (runtime/aoti_program.h).
+  std::vector<at::Tensor> primal_graph_inputs(const std::vector<at::Tensor>& primals) const;
+
   const std::shared_ptr<const Graph>& primal_graph() const { return primal_; }
   const std::shared_ptr<const Graph>& tangent_graph() const { return tangent_; }
   /// The primal inputs linearize() takes, in order.
@@ -87,6 +92,7 @@ class ProgramExecutable {
   };
   mutable std::vector<Captured> captured_;
   bool needs_grad(const std::vector<at::Tensor>& primals) const;
+  std::vector<at::Tensor> checked(const std::vector<at::Tensor>& primals) const;  // the guards
   mutable std::mutex mu_;  // rebinding a captured tensor's new version, and the run after it
 };
 

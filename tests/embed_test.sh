@@ -32,6 +32,15 @@ grep -q "out0 : f32\[1,5,128,64\]" "$WORK/out-ol.txt" || grep -q "dout0 : f32\[1
 "$JVPC" compile sdpa --device cpu -o "$WORK/prog.json" >/dev/null
 "$WORK/build/embed" --program "$WORK/prog.json" | tee "$WORK/out-prog.txt"
 [ "$(grep -c "PASS" "$WORK/out-prog.txt")" = 2 ]
+# The same program's graphs as AOTInductor packages, which the runtime loads and runs (written by
+# jvpc's Python module: where this build has none, as the sanitizer build, this part is skipped).
+if [ "$MODE" = find_package ] && ls "$BUILD"/python/jvpc/_C*.so >/dev/null 2>&1; then
+  JVPC_PYTHON=$PY "$JVPC" compile sdpa --device cpu --aoti -o "$WORK/prog-aoti.json" | tee "$WORK/compile-aoti.txt"
+  grep -q "check         AOTInductor packages .*: PASS" "$WORK/compile-aoti.txt"
+  [ -f "$WORK/prog-aoti.primal.pt2" ] && [ -f "$WORK/prog-aoti.tangent.pt2" ]
+  "$WORK/build/embed" --program "$WORK/prog-aoti.json" --aoti | tee "$WORK/out-aoti.txt"
+  [ "$(grep -c "(AOTInductor)  PASS" "$WORK/out-aoti.txt")" = 2 ]
+fi
 # The embedding links the runtime, not the tracer or the passes.
 ! nm -C "$WORK/build/embed" | grep -q "jvpc::trace\|jvpc::fold\|jvpc::jvp("
 echo "embed example built with $MODE and ran"

@@ -7,6 +7,7 @@
 
 #include "compiler/api/program.h"
 #include "compiler/api/reference.h"
+#include "runtime/aoti_program.h"
 #include "ir/cost/kernel_watch.h"
 #include "ir/cost/peak_bytes.h"
 #include "ir/io/files.h"
@@ -68,7 +69,7 @@ void add_compile(CLI::App& app) {
     uint64_t seed = 0;
     std::optional<double> tolerance;
     LimitFlags limits;
-    bool trusted = false, loose_strides = false;
+    bool trusted = false, loose_strides = false, aoti = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
@@ -87,12 +88,19 @@ void add_compile(CLI::App& app) {
                 "accept primals of other strides than the example's (copied into its layout); by default a "
                 "program takes exactly the example's strides");
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
+  cmd->add_flag(
+      "--aoti", o->aoti,
+      "also write both graphs as AOTInductor packages beside -o's file (p.primal.pt2, "
+      "p.tangent.pt2: Inductor's fused kernels, compiled ahead of time, for `jvpc jvp --aoti` and C++'s AotiProgram; takes seconds to minutes, and jvpc's Python module), and "
+      "check them at the new point too");
   add_max_memory(cmd, o->limits);
   add_max_flops(cmd, o->limits);
   cmd->allow_extras();
   cmd->footer(examples_help());
   cmd->callback([o, cmd] {
     o->limits.check();
+    const bool aoti = o->aoti;
+    if (aoti && o->out.empty()) throw Error("--aoti writes AOTInductor packages beside the program: give -o FILE");
     Target target = resolve_target({o->target, o->device, o->inputs, o->seed, o->trusted, o->limits}, leftover(*cmd));
     References refs = references_for(target, o->limits);
     if (!o->out.empty()) check_destination(constants_path_for(o->out));
@@ -195,6 +203,26 @@ void add_compile(CLI::App& app) {
       prog->save(o->out, so);
       std::cout << "program -> " << o->out << "\n";
     }
+    if (aoti) {
+      write_aoti_packages(o->out, o->trusted);
+      LoadOptions lo;
+      lo.trusted = o->trusted;
+      AotiProgram packaged(o->out, lo);
+      ErrorStats perr = compare(packaged.jvp(packaged.linearize(x2), tangents), want);
+      bool ppassed = perr.rel_error <= tolerance;
+      std::snprintf(line, sizeof line,
+                    "check         AOTInductor packages at the new point vs LibTorch forward AD: rel_error %.3e, "
+                    "max_abs_error %.3e: %s\n",
+                    perr.rel_error, perr.max_abs_error, ppassed ? "PASS" : "FAIL");
+      std::cout << line;
+      if (!ppassed) {
+        std::snprintf(line, sizeof line,
+                      "AOTInductor packages at a new point: rel_error %.3e against LibTorch forward AD is over the "
+                      "tolerance %.1e",
+                      perr.rel_error, tolerance);
+        fail_check(line);
+      }
+    }
     if (!passed) {
       std::snprintf(line, sizeof line,
                     "at a new point: rel_error %.3e against LibTorch forward AD is over the tolerance %.1e",
@@ -208,7 +236,7 @@ void add_jvp(CLI::App& app) {
   struct Opts {
     std::string file, device, primals, tangents, out;
     uint64_t seed = 0;
-    bool trusted = false;
+    bool trusted = false, aoti = false;
     LimitFlags limits;
   };
   auto o = std::make_shared<Opts>();
@@ -226,10 +254,16 @@ void add_jvp(CLI::App& app) {
   cmd->add_option("--device", o->device, "cpu or cuda (moves the program there)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
+  cmd->add_flag("--aoti", o->aoti,
+                "run the AOTInductor packages `jvpc compile --aoti` wrote beside the "
+                "program (shared libraries: load only packages you made)");
   add_max_memory(cmd, o->limits);
   add_max_flops(cmd, o->limits);
   cmd->callback([o] {
     o->limits.check();
+    const bool aoti = o->aoti;
+    if (aoti && !o->device.empty())
+      throw Error("--device cannot move AOTInductor packages: each was compiled for its program's device");
     if (!o->out.empty()) check_destination(o->out);
     std::optional<c10::Device> dev;
     if (!o->device.empty()) dev = c10::Device(o->device);
@@ -243,19 +277,29 @@ void add_jvp(CLI::App& app) {
     const Graph& primal = prog.primal_graph();
     std::vector<at::Tensor> x =
         o->primals.empty() ? random_inputs(primal, o->seed) : inputs_from_file(primal, o->primals);
-    KernelWatch lin_watch;
-    Linearized lin = prog.linearize(x);
-    int64_t lin_flops = lin_watch.matmul_flops();
     const Graph& tangent = *prog.tangent_graph();
     std::vector<at::Tensor> t =
         o->tangents.empty() ? random_inputs(tangent, o->seed + 1) : inputs_from_file(tangent, o->tangents);
-    KernelWatch jvp_watch;
-    std::vector<at::Tensor> dy = lin.jvp(t);
-    int64_t jvp_flops = jvp_watch.matmul_flops();
+    std::vector<at::Tensor> primal_outputs, dy;
+    int64_t lin_flops = 0, jvp_flops = 0;
+    if (aoti) {  // Inductor's kernels, which KernelWatch does not see
+      AotiProgram packaged(o->file, lo);
+      ProgramExecutable::Point point = packaged.linearize(x);
+      primal_outputs = point.primal_outputs;
+      dy = packaged.jvp(point, t);
+    } else {
+      KernelWatch lin_watch;
+      Linearized lin = prog.linearize(x);
+      lin_flops = lin_watch.matmul_flops();
+      primal_outputs = lin.primal_outputs;
+      KernelWatch jvp_watch;
+      dy = lin.jvp(t);
+      jvp_flops = jvp_watch.matmul_flops();
+    }
     std::vector<std::pair<std::string, at::Tensor>> written;
-    for (size_t i = 0; i < lin.primal_outputs.size(); ++i) {
-      print_tensor(primal.output_names()[i], lin.primal_outputs[i]);
-      written.emplace_back(primal.output_names()[i], lin.primal_outputs[i].cpu());
+    for (size_t i = 0; i < primal_outputs.size(); ++i) {
+      print_tensor(primal.output_names()[i], primal_outputs[i]);
+      written.emplace_back(primal.output_names()[i], primal_outputs[i].cpu());
     }
     for (size_t i = 0; i < dy.size(); ++i) {
       std::string name = tangent.output_names()[i];
@@ -264,10 +308,14 @@ void add_jvp(CLI::App& app) {
       print_tensor(name, dy[i]);
       written.emplace_back(name, dy[i].cpu());
     }
-    std::cout << flops_line(
-                     "linearize matmul FLOPs", lin_flops,
-                     "measured; the primal graph's cost model: " + std::to_string(prog.primal_cost().matmul_flops))
-              << flops_line("jvp matmul FLOPs", jvp_flops, "measured");
+    if (aoti)
+      std::cout << "matmul FLOPs           not measured: AOTInductor's kernels; the cost models: linearize "
+                << prog.primal_cost().matmul_flops << ", jvp " << prog.report().tangent.matmul_flops << "\n";
+    else
+      std::cout << flops_line(
+                       "linearize matmul FLOPs", lin_flops,
+                       "measured; the primal graph's cost model: " + std::to_string(prog.primal_cost().matmul_flops))
+                << flops_line("jvp matmul FLOPs", jvp_flops, "measured");
     if (!o->out.empty()) write_safetensors(o->out, written);
   });
 }

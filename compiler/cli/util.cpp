@@ -11,10 +11,15 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -25,6 +30,46 @@ int exit_code = 0;
 void fail_check(const std::string& what) {
   std::cerr << "jvpc: check failed: " << what << "\n";
   exit_code = 1;
+}
+
+extern "C" char** environ;
+
+void write_aoti_packages(const std::string& path, bool trusted) {
+  const char* env_python = std::getenv("JVPC_PYTHON");
+  std::string python = env_python && *env_python ? env_python : JVPC_BUILD_PYTHON;
+  if (python.empty()) python = "python3";
+  // The module built beside this CLI comes first on the path (an installed one is found as usual).
+  std::vector<std::string> env;
+  std::string pythonpath = JVPC_BUILD_PYTHON_PATH;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    if (kv.rfind("PYTHONPATH=", 0) == 0)
+      pythonpath += (pythonpath.empty() ? "" : ":") + kv.substr(11);
+    else
+      env.push_back(kv);
+  }
+  if (!pythonpath.empty()) env.push_back("PYTHONPATH=" + pythonpath);
+  std::vector<std::string> args = {python, "-m", "jvpc._aoti", path};
+  if (trusted) args.push_back("--trusted");
+  std::vector<char*> argv, envp;
+  for (std::string& a : args) argv.push_back(a.data());
+  for (std::string& e : env) envp.push_back(e.data());
+  argv.push_back(nullptr);
+  envp.push_back(nullptr);
+  std::cout.flush();
+  pid_t pid = 0;
+  if (int err = posix_spawnp(&pid, python.c_str(), nullptr, nullptr, argv.data(), envp.data()))
+    throw Error("--aoti: cannot start " + python + " (" + std::strerror(err) +
+                "): AOTInductor packages are written by jvpc's Python module; set JVPC_PYTHON to a Python with torch "
+                "and jvpc");
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw Error("--aoti: waiting for " + python + ": " + std::strerror(errno));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw Error("--aoti: " + python + " -m jvpc._aoti " + path + " failed (" +
+                (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : "killed") +
+                "): see its message above; without jvpc's Python module, set JVPC_PYTHON to a Python with torch and "
+                "jvpc");
 }
 
 std::vector<at::Tensor> random_inputs(const Graph& g, uint64_t seed) {

@@ -5,8 +5,12 @@
 //   embed tangent.json [calls]
 //   embed --program prog.json    linearizes at two random points, each checked against LibTorch's
 //                                forward AD of the primal graph's own outputs
+//   embed --program prog.json --aoti
+//                                the same through the AOTInductor packages beside the program
+//                                (from `jvpc compile --aoti -o prog.json`)
 #include "ir/io/graph_files.h"
 #include "ir/io/safetensors.h"
+#include "runtime/aoti_program.h"
 #include "runtime/executable.h"
 #include "runtime/program.h"
 
@@ -17,6 +21,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 namespace {
 
@@ -38,7 +43,9 @@ std::vector<at::Tensor> forward_ad(jvpc::Executable& primal, size_t outputs, con
 }
 
 // Linearizes the program at two random points and checks each linear map against forward AD.
-int run_program(const std::string& path) {
+int run_program(const std::string& path, bool inductor) {
+  std::optional<jvpc::AotiProgram> packaged;
+  if (inductor) packaged.emplace(path);                    // + prog.primal.pt2, prog.tangent.pt2
   jvpc::ProgramExecutable prog(jvpc::load_program(path));  // captured tensors: prog.safetensors
   jvpc::Executable reference(jvpc::load_program(path).primal, jvpc::ExecutableOptions::plain());
   bool ok = true;
@@ -49,7 +56,7 @@ int run_program(const std::string& path) {
       x.push_back(at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(m.device))
                       .copy_(at::randn(m.sizes, at::TensorOptions().dtype(m.dtype).device(m.device))));
     }
-    jvpc::ProgramExecutable::Point p = prog.linearize(x);
+    jvpc::ProgramExecutable::Point p = packaged ? packaged->linearize(x) : prog.linearize(x);
     std::vector<at::Tensor> t;
     std::vector<std::optional<at::Tensor>> per_primal(x.size());
     for (const jvpc::Input* in : p.jvp_fn->arguments()) {
@@ -58,7 +65,7 @@ int run_program(const std::string& path) {
       for (size_t i = 0; i < x.size(); ++i)
         if (prog.primal_inputs()[i]->name == in->tangent_of) per_primal[i] = t.back();
     }
-    std::vector<at::Tensor> dy = p.jvp_fn->run(t);
+    std::vector<at::Tensor> dy = packaged ? packaged->jvp(p, t) : p.jvp_fn->run(t);
     std::vector<at::Tensor> want = forward_ad(reference, prog.num_primal_outputs(), x, per_primal);
     double num = 0, den = 0;
     for (size_t i = 0; i < dy.size(); ++i) {
@@ -70,7 +77,7 @@ int run_program(const std::string& path) {
     ok &= pass;
     std::cout << "point " << point << ": " << prog.tangent_graph()->output_names()[0] << " : "
               << jvpc::TensorMeta::of(dy[0]).str() << "  rel_error vs forward AD " << rel
-              << (pass ? "  PASS" : "  FAIL") << "\n";
+              << (packaged ? " (AOTInductor)" : "") << (pass ? "  PASS" : "  FAIL") << "\n";
   }
   return ok ? 0 : 1;
 }
@@ -79,16 +86,16 @@ int run_program(const std::string& path) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: embed tangent.json [calls] | embed --program prog.json\n";
+    std::cerr << "usage: embed tangent.json [calls] | embed --program prog.json [--aoti]\n";
     return 2;
   }
   if (std::string(argv[1]) == "--program") {
-    if (argc != 3) {
-      std::cerr << "usage: embed --program prog.json\n";
+    if (argc != 3 && !(argc == 4 && std::string(argv[3]) == "--aoti")) {
+      std::cerr << "usage: embed --program prog.json [--aoti]\n";
       return 2;
     }
     try {
-      return run_program(argv[2]);
+      return run_program(argv[2], argc == 4);
     } catch (const std::exception& e) {
       std::cerr << "embed: error: " << e.what() << "\n";
       return 2;

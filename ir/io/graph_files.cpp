@@ -24,12 +24,21 @@ namespace jvpc {
 
 using nlohmann::json;
 
-std::string constants_path_for(const std::string& graph_path) {
+namespace {
+
+// "x.json" -> "x" + suffix; another name keeps its whole name.
+std::string beside(const std::string& graph_path, const char* suffix) {
   const std::string ext = ".json";
   if (graph_path.size() > ext.size() && graph_path.compare(graph_path.size() - ext.size(), ext.size(), ext) == 0)
-    return graph_path.substr(0, graph_path.size() - ext.size()) + ".safetensors";
-  return graph_path + ".safetensors";
+    return graph_path.substr(0, graph_path.size() - ext.size()) + suffix;
+  return graph_path + suffix;
 }
+
+}  // namespace
+
+std::string constants_path_for(const std::string& graph_path) { return beside(graph_path, ".safetensors"); }
+std::string primal_package_path_for(const std::string& program_path) { return beside(program_path, ".primal.pt2"); }
+std::string tangent_package_path_for(const std::string& program_path) { return beside(program_path, ".tangent.pt2"); }
 
 namespace {
 

@@ -89,5 +89,9 @@ ProgramGraphs load_program(const std::string& path, const LoadOptions& options =
 
 /// The safetensors file that goes with a graph file: "x.json" -> "x.safetensors".
 std::string constants_path_for(const std::string& graph_path);
+/// The AOTInductor packages of a program's two graphs (`jvpc compile --aoti`):
+/// "p.json" -> "p.primal.pt2" and "p.tangent.pt2".
+std::string primal_package_path_for(const std::string& program_path);
+std::string tangent_package_path_for(const std::string& program_path);
 
 }  // namespace jvpc

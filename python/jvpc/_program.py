@@ -239,14 +239,20 @@ class Program:
         keeps no compile report) shows its primal and tangent graphs' costs, as `jvpc cost` does."""
         return self._graphs[0].prog.report_text
 
-    def save(self, path: str, trusted: bool = False) -> None:
+    def save(self, path: str, trusted: bool = False, aoti: bool = False) -> None:
         """Writes the program (JSON) and its captured tensors (safetensors beside it); `jvpc jvp` runs it.
         (The graph the last call ran; the file holds no guards: a loaded program checks its
         primals' shapes, dtypes and devices.)
 
         trusted: allow ops off the list graph files may use (the derivative factors a primal graph
-        computes, such as gelu_backward, are on it); such a file loads back only as trusted."""
+        computes, such as gelu_backward, are on it); such a file loads back only as trusted.
+        aoti: also write both graphs as AOTInductor packages beside it (p.primal.pt2,
+        p.tangent.pt2), which C++ runs without Python (runtime/aoti_program.h, `jvpc jvp
+        --aoti`); compiling them takes seconds to minutes."""
         self._graphs[0].prog.save(str(path), trusted)
+        if aoti:
+            from ._aoti import write_packages
+            write_packages(str(path), trusted)
 
 
 @eager_only

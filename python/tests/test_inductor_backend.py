@@ -200,3 +200,50 @@ def test_vmap_the_cache_and_a_programs_guards():
 def test_an_unknown_backend_is_refused():
     with pytest.raises(jvpc.Error, match="backend must be one of interpreter, inductor"):
         jvpc.linearize(net(), randn(4, 8), backend="xla")
+
+
+def test_a_programs_aoti_packages_run_from_the_cli_as_torch_func(tmp_path):
+    """Program.save(aoti=True) writes both graphs as AOTInductor packages; `jvpc jvp --aoti`
+    runs them from C++ (runtime/aoti_program.h) and equals torch.func in float64. A
+    package beside a program file compiled again is refused."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from safetensors.torch import load_file, save_file
+
+    cli = os.environ.get("JVPC_CLI", str(Path(__file__).resolve().parents[2] / "build" / "jvpc"))
+    m, x, v = net(), randn(4, 8), randn(4, 8)
+    prog = jvpc.compile(m, x)
+    path = tmp_path / "p.json"
+    prog.save(path, aoti=True)
+    assert (tmp_path / "p.primal.pt2").is_file() and (tmp_path / "p.tangent.pt2").is_file()
+
+    def inputs(graph, role):
+        return [i["name"] for i in json.loads(graph.to_json())["inputs"] if i["role"] == role]
+
+    weights = {k: w.detach() for k, w in m.named_parameters()}  # primals by name, beside x
+    (x_name,), (v_name,) = [n for n in inputs(prog.primal_graph, "primal") if n not in weights], inputs(
+        prog.tangent_graph, "tangent")
+    save_file({**weights, x_name: x}, tmp_path / "x.safetensors")
+    save_file({v_name: v}, tmp_path / "v.safetensors")
+
+    def jvp(*extra):
+        r = subprocess.run([cli, "jvp", str(path), "--primals", str(tmp_path / "x.safetensors"), "--tangents",
+                            str(tmp_path / "v.safetensors"), "-o", str(tmp_path / "out.safetensors"), *extra],
+                           capture_output=True, text=True)
+        return r, (load_file(tmp_path / "out.safetensors") if r.returncode == 0 else None)
+
+    r, got = jvp("--aoti")
+    assert r.returncode == 0, r.stderr
+    assert "not measured: AOTInductor's kernels" in r.stdout
+    out, dout = torch.func.jvp(m, (x,), (v,))
+    close(got["out0"], out)
+    close(got["dout0"], dout)
+
+    jvpc.compile(net()[:2], x).save(path)  # another program in its place: the packages are stale
+    r, _ = jvp("--aoti")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"jvpc: error: AOTInductor package '{tmp_path / 'p.primal.pt2'}' was compiled from "
+                                "another program file: write it again (jvpc compile --aoti -o)")
