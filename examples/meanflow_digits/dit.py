@@ -3,9 +3,10 @@ and t.
 
 DigitsDiT is train.py's model: class-conditional, on the digits' 2x2 patches. DiT is the plain
 one that the training-step benchmark (scripts/bench/train_step.py) and the Python tests train:
-net(z, r, t), z [B, L, C] tokens, r and t [B] times; returns [B, L, C]. MeanFlow differentiates
-it along (v, 0, 1); sCM along (dx/dt, 1) with r unused. The tests and the benchmarks import this
-file with this folder on sys.path.
+net(z, r, t), z [B, L, C] tokens, r and t [B] times; returns [B, L, C]; with classes, net(z, r, t,
+y) adds y's label embedding to the conditioning, and qk_norm RMS-normalises each head's q and k.
+MeanFlow differentiates it along (v, 0, 1); sCM along (dx/dt, 1) with r unused. The tests and
+the benchmarks import this file with this folder on sys.path.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from torch import nn
 
 class Block(nn.Module):
     """A DiT block: attention and an MLP, each modulated by the conditioning c (adaLN-Zero).
-    zero_init: the modulation starts at zero, so that the block starts as the identity."""
+    zero_init: the modulation starts at zero, so that the block starts as the identity. qk_norm:
+    RMSNorm (a learnable weight) on each head's q and k."""
 
-    def __init__(self, d: int, heads: int, zero_init: bool = False):
+    def __init__(self, d: int, heads: int, zero_init: bool = False, qk_norm: bool = False):
         super().__init__()
         self.heads = heads
         self.ada = nn.Linear(d, 6 * d)
@@ -29,6 +31,8 @@ class Block(nn.Module):
             nn.init.zeros_(self.ada.weight)
             nn.init.zeros_(self.ada.bias)
         self.qkv = nn.Linear(d, 3 * d)
+        self.q_norm = nn.RMSNorm(d // heads) if qk_norm else nn.Identity()
+        self.k_norm = nn.RMSNorm(d // heads) if qk_norm else nn.Identity()
         self.proj = nn.Linear(d, d)
         self.fc1 = nn.Linear(d, 4 * d)
         self.fc2 = nn.Linear(4 * d, d)
@@ -38,29 +42,36 @@ class Block(nn.Module):
         s1, b1, g1, s2, b2, g2 = self.ada(F.silu(c)).unsqueeze(1).chunk(6, dim=-1)
         h = F.layer_norm(x, (D,)) * (1 + s1) + b1
         q, k, v = self.qkv(h).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
-        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, L, D)
+        a = F.scaled_dot_product_attention(self.q_norm(q), self.k_norm(k), v).transpose(1, 2).reshape(B, L, D)
         x = x + g1 * self.proj(a)
         h = F.layer_norm(x, (D,)) * (1 + s2) + b2
         return x + g2 * self.fc2(F.gelu(self.fc1(h), approximate="tanh"))
 
 
 class DiT(nn.Module):
-    """net(z, r, t): z [B, L, channels] tokens, r and t [B] times."""
+    """net(z, r, t, y=None): z [B, L, channels] tokens, r and t [B] times; with classes, y [B]
+    labels, from 0 to classes - 1, or classes for none (classifier-free guidance)."""
 
-    def __init__(self, channels: int = 4, d: int = 32, depth: int = 2, heads: int = 2, freq: int = 16):
+    def __init__(self, channels: int = 4, d: int = 32, depth: int = 2, heads: int = 2, freq: int = 16,
+                 classes: int | None = None, qk_norm: bool = False):
         super().__init__()
         self.register_buffer("freqs", torch.exp(-math.log(1e4) * torch.arange(freq // 2) / (freq // 2)))
         self.inp = nn.Linear(channels, d)
         self.t_mlp = nn.Sequential(nn.Linear(2 * freq, d), nn.SiLU(), nn.Linear(d, d))
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(depth))
+        if classes is not None:
+            self.label = nn.Embedding(classes + 1, d)
+        self.blocks = nn.ModuleList(Block(d, heads, qk_norm=qk_norm) for _ in range(depth))
         self.out = nn.Linear(d, channels)
 
     def embed(self, s: torch.Tensor) -> torch.Tensor:
         a = s[:, None] * self.freqs
         return torch.cat([a.sin(), a.cos()], dim=-1)
 
-    def forward(self, z: torch.Tensor, r: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    def forward(self, z: torch.Tensor, r: torch.Tensor, t: torch.Tensor,
+                y: torch.Tensor | None = None) -> torch.Tensor:
         c = self.t_mlp(torch.cat([self.embed(t), self.embed(t - r)], dim=-1))
+        if y is not None:
+            c = c + self.label(y)
         x = self.inp(z)
         for b in self.blocks:
             x = b(x, c)

@@ -5,6 +5,8 @@ step of it.
 MeanFlow: the JVP along (v, 0, 1), the loss through u; sCM in TrigFlow form: the JVP along
 (dx_t/dt, 1, 1), the loss through F. Each objective is (make, loss): make(x0, e, r, t) gives the
 JVP's primals, tangents and what the loss needs besides, loss(out, dout, aux, r, t) the loss.
+With classes, a batch also holds labels y, each replaced by the null class (classes) with
+probability drop, as classifier-free guidance trains: a primal of the network without a tangent.
 """
 
 import math
@@ -14,14 +16,19 @@ import torch
 CHANNELS = 4
 
 
-def batches(n, B, L, seed=0):
+def batches(n, B, L, seed=0, classes=None, drop=0.1):
+    """(x0, e, r, t), and y after them with classes."""
     g = torch.Generator().manual_seed(seed)
     for _ in range(n):
         x0 = torch.randn(B, L, CHANNELS, generator=g)
         e = torch.randn(B, L, CHANNELS, generator=g)
         t = torch.rand(B, generator=g) * 0.98 + 0.01
         r = t * torch.rand(B, generator=g)
-        yield x0, e, r, t
+        if classes is None:
+            yield x0, e, r, t
+            continue
+        y = torch.randint(classes, (B,), generator=g)
+        yield x0, e, r, t, torch.where(torch.rand(B, generator=g) < drop, classes, y)
 
 
 # Each objective: (primals, tangents) of the JVP from a batch, and the loss from (out, dout).

@@ -32,7 +32,9 @@ memory records, op by op: what the allocator hands out, jvpc's kernels included)
 func eager, and the losses of the first steps side by side (which must agree: the script exits 1
 where they do not), and the norms of their JVPs (the sCM loss is normalised, nearly constant: the
 JVP norms are what shows a tangent gone wrong). The long size traces attention through the CPU's fused kernel and takes the
-O(L) tangent form (residual_budget=0).
+O(L) tangent form (residual_budget=0). The trainer size has a public MeanFlow trainer's shape: RMSNorm
+on each head's q and k, and class labels (10, each dropped to the null class with probability 0.1 for
+classifier-free guidance) embedded into the conditioning: a primal without a tangent on every side.
 
 --autocast bf16 runs every side's step (and jvpc's compile) under torch.autocast("cpu",
 dtype=torch.bfloat16), as mixed-precision training wraps its forward; the losses must then agree
@@ -69,12 +71,31 @@ import jvpc  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
-# name: (d, depth, heads, batch, tokens, O(L) form)
+# name: (d, depth, heads, batch, tokens, O(L) form, DiT's other settings)
 SIZES = {
-    "small": (64, 2, 4, 4, 256, False),
-    "medium": (128, 4, 4, 4, 256, False),
-    "long": (64, 2, 4, 1, 2048, True),
+    "small": (64, 2, 4, 4, 256, False, {}),
+    "medium": (128, 4, 4, 4, 256, False, {}),
+    "long": (64, 2, 4, 1, 2048, True, {}),
+    "trainer": (64, 2, 4, 8, 256, False, {"classes": 10, "qk_norm": True}),
 }
+
+
+def network(size):
+    """The size's DiT, with seed 0's weights."""
+    d, depth, heads, _, _, _, settings = SIZES[size]
+    torch.manual_seed(0)
+    return DiT(CHANNELS, d, depth, heads, **settings)
+
+
+def size_batches(size, n, seed):
+    """n batches of the size's shape: (x0, e, r, t), and the labels y after them where it has classes."""
+    _, _, _, B, L, _, settings = SIZES[size]
+    return batches(n, B, L, seed=seed, classes=settings.get("classes"))
+
+
+def labelled(net, batch):
+    """net as a function of the differentiated primals (z, r, t), the batch's labels (if any) bound."""
+    return lambda *primals: net(*primals, *batch[4:])
 
 
 AUTOCAST = {"none": None, "bf16": torch.bfloat16}
@@ -102,11 +123,10 @@ class Side:
 
 
 def make_sides(size, objective, skip_compile, autocast="none"):
-    d, depth, heads, B, L, long_form = SIZES[size]
+    _, _, _, B, L, long_form, _ = SIZES[size]
     make, loss_of = OBJECTIVES[objective]
-    torch.manual_seed(0)
-    net = DiT(CHANNELS, d, depth, heads)
-    x0, e, r, t = next(batches(1, B, L, seed=99))
+    net = network(size)
+    x0, e, r, t, *labels = next(size_batches(size, 1, seed=99))
     primals, _, _ = make(x0, e, r, t)
     options = jvpc.LinearizeOptions()
     if long_form:
@@ -114,37 +134,39 @@ def make_sides(size, objective, skip_compile, autocast="none"):
     def program(backend="interpreter"):  # a copy of the network and its program
         jnet = copy.deepcopy(net)
         with precision(autocast):  # traced as it runs: under the autocast its steps run in
-            return jnet, jvpc.compile(jnet, *primals, options=options, backend=backend)
+            # z, r and t differentiated; the labels (integers) are primals without a tangent
+            return jnet, jvpc.compile(jnet, *primals, *labels, argnums=(0, 1, 2), options=options, backend=backend)
 
     def jvpc_step(prog):  # prog.jvp: the program's call and its jvp_fn's (one operator under torch.compile)
         def step(batch):
-            primals, tangents, aux = make(*batch)
-            out, dout = prog.jvp(primals, tangents)
+            primals, tangents, aux = make(*batch[:4])
+            out, dout = prog.jvp(primals + batch[4:], tangents)
             return loss_of(out, dout, aux, batch[2], batch[3]), dout
         return step
 
     def torch_step(net):
         def step(batch):
-            primals, tangents, aux = make(*batch)
+            primals, tangents, aux = make(*batch[:4])
             with sdpa_kernel(SDPBackend.MATH):
-                out, dout = torch.func.jvp(net, primals, tangents)
+                out, dout = torch.func.jvp(labelled(net, batch), primals, tangents)
             return loss_of(out, dout, aux, batch[2], batch[3]), dout
         return step
 
     def plain_step(net):  # the floor: the same forward and backward, a regression loss, no JVP
         def step(batch):
-            primals, tangents, aux = make(*batch)
-            out = net(*primals)
+            primals, tangents, aux = make(*batch[:4])
+            out = labelled(net, batch)(*primals)
             target = tangents[0]  # a tensor of the output's shape: v (MeanFlow), dx_t/dt (sCM)
             return ((out - target) ** 2).mean(), torch.zeros_like(out)
         return step
 
     def fd_step(net, eps=FD_EPS):  # the JVP by central differences: two more forwards, no autograd
         def step(batch):
-            primals, tangents, aux = make(*batch)
+            primals, tangents, aux = make(*batch[:4])
+            f = labelled(net, batch)
             with sdpa_kernel(SDPBackend.MATH):
-                out = net(*primals)
-            dout = central_differences(net, primals, tangents, eps)
+                out = f(*primals)
+            dout = central_differences(f, primals, tangents, eps)
             return loss_of(out, dout, aux, batch[2], batch[3]), dout
         return step
 
@@ -181,13 +203,13 @@ def jvp_errors(size, objective):
     """Relative errors (‖got − exact‖ / ‖exact‖) of the JVP at the first batch against torch.func's
     in float64: jvpc's and central differences' (step FD_EPS) in float32, and central differences
     under autocast to bfloat16."""
-    d, depth, heads, B, L, long_form = SIZES[size]
+    long_form = SIZES[size][5]
     make, _ = OBJECTIVES[objective]
-    torch.manual_seed(0)
-    net = DiT(CHANNELS, d, depth, heads)
-    primals, tangents, _ = make(*next(batches(1, B, L, seed=1)))
+    net = network(size)
+    batch = next(size_batches(size, 1, seed=1))
+    primals, tangents, _ = make(*batch[:4])
     with sdpa_kernel(SDPBackend.MATH):
-        exact = torch.func.jvp(copy.deepcopy(net).double(), tuple(p.double() for p in primals),
+        exact = torch.func.jvp(labelled(copy.deepcopy(net).double(), batch), tuple(p.double() for p in primals),
                                tuple(t.double() for t in tangents))[1]
 
     def err(got):
@@ -196,12 +218,13 @@ def jvp_errors(size, objective):
     options = jvpc.LinearizeOptions()
     if long_form:
         options.residual_budget = 0
+    f, labels = labelled(net, batch), batch[4:]
     with torch.no_grad():
-        got = {"jvpc float32": err(jvpc.jvp(net, primals, tangents, options=options)[1]),
-               "finite differences float32": err(central_differences(net, primals, tangents, FD_EPS))}
+        got = {"jvpc float32": err(jvpc.jvp(net, primals + labels, tangents, argnums=(0, 1, 2), options=options)[1]),
+               "finite differences float32": err(central_differences(f, primals, tangents, FD_EPS))}
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            got["finite differences bf16"] = err(central_differences(net, primals, tangents, FD_EPS))
-            got["jvpc bf16"] = err(jvpc.jvp(net, primals, tangents, options=options)[1])
+            got["finite differences bf16"] = err(central_differences(f, primals, tangents, FD_EPS))
+            got["jvpc bf16"] = err(jvpc.jvp(net, primals + labels, tangents, argnums=(0, 1, 2), options=options)[1])
     return got
 
 
@@ -227,7 +250,7 @@ def flops(fn):
 def run(size, objective, args):
     sides, (B, L), prog = make_sides(size, objective, args.skip_compile, args.autocast)
     n = args.warmup + args.rounds
-    data = list(batches(n + 2, B, L, seed=1))
+    data = list(size_batches(size, n + 2, seed=1))
     failed = {}
     for i in range(n):
         batch = data[i]
