@@ -26,7 +26,8 @@ against torch.func's in float64 at the first batch: jvpc's and central differenc
 and under autocast to bfloat16.
 
 Steps are timed in interleaved rounds (one step of each side per round, in rotating order) after
-warm-up steps; the table gives median time per step, FlopCounterMode's FLOPs of one step
+warm-up steps; the table gives median time per step, the time of each side's first step (with its
+compilation, where torch.compile or Inductor compiles then), FlopCounterMode's FLOPs of one step
 (forward, JVP and backward), the peak of CPU memory allocated during one step (torch.profiler's
 memory records, op by op: what the allocator hands out, jvpc's kernels included), each side's ratio to
 func eager, and the losses of the first steps side by side (which must agree: the script exits 1
@@ -268,6 +269,8 @@ def run(size, objective, args):
             dt = time.perf_counter() - t0
             s.losses.append(loss.item())
             s.jvp_norms.append(norm.item())
+            if i == 0:
+                s.first_s = dt  # with the compilation, where the side compiles at its first step
             if i >= args.warmup:
                 s.times.append(dt)
     # FLOPs and peak memory of one more step each (not timed); the weights move on alike.
@@ -275,7 +278,8 @@ def run(size, objective, args):
     for k, s in enumerate(sides):
         f = flops(lambda: s.step(data[n]))
         p = peak_bytes(lambda: s.step(data[n + 1]))
-        row["sides"][s.name] = {"median_s": statistics.median(s.times), "flops": f, "peak_bytes": p,
+        row["sides"][s.name] = {"median_s": statistics.median(s.times), "first_s": s.first_s, "flops": f,
+                                "peak_bytes": p,
                                 "losses": s.losses[:args.show_losses], "jvp_norms": s.jvp_norms[:args.show_losses]}
     ref = sides[1]
     exact = [s for s in sides if s.name in ("jvpc", "func eager", "compiled", "jvpc compiled", "jvpc inductor")]
@@ -291,18 +295,19 @@ def run(size, objective, args):
 
 def table(rows, header):
     out = [header, "",
-           "| size | objective | B×L | form | side | ms/step | ×eager | GFLOP/step | ×eager | peak MiB | losses (first steps) | ‖JVP‖ (first steps) |",
-           "|---|---|---|---|---|---:|---:|---:|---:|---:|---|---|"]
+           "| size | objective | B×L | form | side | ms/step | ×eager | first step s | GFLOP/step | ×eager | peak MiB | losses (first steps) | ‖JVP‖ (first steps) |",
+           "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         e = r["sides"]["func eager"]
         for name, s in r["sides"].items():
             losses = ", ".join(f"{x:.5g}" for x in s["losses"])
             norms = ", ".join(f"{x:.5g}" for x in s["jvp_norms"])
             out.append(f"| {r['size']} | {r['objective']} | {r['B']}×{r['L']} | {r['tangent_form']} | {name} | "
-                       f"{1e3 * s['median_s']:.1f} | {s['median_s'] / e['median_s']:.2f} | {s['flops'] / 1e9:.3f} | "
+                       f"{1e3 * s['median_s']:.1f} | {s['median_s'] / e['median_s']:.2f} | {s['first_s']:.2f} | "
+                       f"{s['flops'] / 1e9:.3f} | "
                        f"{s['flops'] / e['flops']:.2f} | {s['peak_bytes'] / 2**20:.1f} | {losses} | {norms} |")
         for name, why in r["failed"].items():
-            out.append(f"| {r['size']} | {r['objective']} | {r['B']}×{r['L']} | | {name} | failed: {why} | | | | | | |")
+            out.append(f"| {r['size']} | {r['objective']} | {r['B']}×{r['L']} | | {name} | failed: {why} | | | | | | | |")
     for r in rows:
         ratios = ", ".join(f"{1 / v:.2f}x faster than {k}" if v < 1 else f"{v:.2f}x {k}"
                            for k, v in r["jvpc_over"].items())
