@@ -204,8 +204,9 @@ def test_an_unknown_backend_is_refused():
 
 def test_a_programs_aoti_packages_run_from_the_cli_as_torch_func(tmp_path):
     """Program.save(aoti=True) writes both graphs as AOTInductor packages; `jvpc jvp --aoti`
-    runs them from C++ (runtime/aoti_program.h) and equals torch.func in float64. A
-    package beside a program file compiled again is refused."""
+    runs them from C++ (runtime/aoti_program.h) and equals torch.func in float64, attention's
+    O(L) form (jvpc::attention_tangent in the package) included. A package beside a program file
+    compiled again is refused."""
     import json
     import os
     import subprocess
@@ -247,3 +248,24 @@ def test_a_programs_aoti_packages_run_from_the_cli_as_torch_func(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip() == (f"jvpc: error: AOTInductor package '{tmp_path / 'p.primal.pt2'}' was compiled from "
                                 "another program file: write it again (jvpc compile --aoti -o)")
+
+    # Attention's tangent in the O(L) form: jvpc::attention_tangent, one operator in the package.
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+    qkv, dqkv = [randn(1, 2, 32, 8) for _ in range(3)], [randn(1, 2, 32, 8) for _ in range(3)]
+    options = jvpc.LinearizeOptions()
+    options.residual_budget = 0
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        attention = jvpc.compile(f, *qkv, options=options)
+    assert "jvpc::attention_tangent" in attention.tangent_graph.to_text()
+    attention.save(path, aoti=True)
+    save_file(dict(zip("qkv", qkv)), tmp_path / "x.safetensors")
+    save_file(dict(zip(("dq", "dk", "dv"), dqkv)), tmp_path / "v.safetensors")
+    r, got = jvp("--aoti")
+    assert r.returncode == 0, r.stderr
+    with sdpa_kernel(SDPBackend.MATH):
+        out, dout = torch.func.jvp(f, tuple(qkv), tuple(dqkv))
+    close(got["out0"], out)
+    close(got["dout0"], dout)
+
