@@ -469,7 +469,9 @@ TEST(Dtypes, EveryNameLeadsBackToItsDtype) {
     c10::ScalarType t = dtype_from_aten_name(aten);
     EXPECT_EQ(dtype_from_python_name(python), t) << python;
     EXPECT_EQ(dtype_from_text(short_dtype_name(t)), t) << aten;
-    if (t != c10::kUInt64) EXPECT_EQ(dtype_from_safetensors_name(safetensors_dtype_name(t)), t) << aten;
+    if (t != c10::kUInt64) {
+      EXPECT_EQ(dtype_from_safetensors_name(safetensors_dtype_name(t)), t) << aten;
+    }
     EXPECT_EQ(TensorMeta::contiguous({2}, t, c10::kCPU).str(), short_dtype_name(t) + "[2]");
   }
   EXPECT_EQ(short_dtype_name(c10::kBFloat16), "bf16");

@@ -19,7 +19,9 @@ TEST(OpHandles, EveryHandleNamesARegisteredOperator) {
   std::set<std::string> seen;
   for (Op op : Op::all()) {
     EXPECT_TRUE(seen.insert(op.name()).second) << op.name() << " is listed twice";
-    if (!op.has(kNotInEveryRelease)) EXPECT_NO_THROW(op_info(op.name())) << op.name();
+    if (!op.has(kNotInEveryRelease)) {
+      EXPECT_NO_THROW(op_info(op.name())) << op.name();
+    }
     EXPECT_EQ(Op::find(op.name()), op) << op.name();
   }
   EXPECT_EQ(seen.size() + 1, size_t{ops::count_index});

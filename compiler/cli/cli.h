@@ -31,8 +31,9 @@ constexpr const char* kTrustedHelp =
     "(jvpc rules --loadable), in loading and in saving. Never use it on a file from someone else";
 
 /// Writes the AOTInductor packages of the program at `path` beside it: runs jvpc's Python module
-/// (python -m jvpc._aoti; the Python is $JVPC_PYTHON, else the one jvpc was built with), whose
-/// output and errors go to the terminal. A failure is a jvpc::Error.
+/// (python -m jvpc._aoti; the Python is $JVPC_PYTHON, else the one jvpc was built with where it
+/// exists, else python3 on PATH), whose output and errors go to the terminal. A failure is a
+/// jvpc::Error.
 void write_aoti_packages(const std::string& path, bool trusted);
 
 /// The exit code of the command that ran (set by the command's callback).

@@ -90,9 +90,10 @@ void add_compile(CLI::App& app) {
   cmd->add_flag("--trusted", o->trusted, kTrustedHelp);
   cmd->add_flag(
       "--aoti", o->aoti,
-      "also write both graphs as AOTInductor packages beside -o's file (p.primal.pt2, "
-      "p.tangent.pt2: Inductor's fused kernels, compiled ahead of time, for `jvpc jvp --aoti` and C++'s AotiProgram; takes seconds to minutes, and jvpc's Python module), and "
-      "check them at the new point too");
+      "also write both graphs as AOTInductor packages beside -o's file (p.primal.pt2, p.tangent.pt2: "
+      "Inductor's fused kernels, compiled ahead of time, for `jvpc jvp --aoti` and C++'s jvpc::AotiProgram), and "
+      "check them at the new point too. Takes seconds to minutes, and jvpc's Python module (the Python: "
+      "$JVPC_PYTHON, else the one jvpc was built with)");
   add_max_memory(cmd, o->limits);
   add_max_flops(cmd, o->limits);
   cmd->allow_extras();

@@ -12,6 +12,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <spawn.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -37,7 +38,8 @@ extern "C" char** environ;
 void write_aoti_packages(const std::string& path, bool trusted) {
   const char* env_python = std::getenv("JVPC_PYTHON");
   std::string python = env_python && *env_python ? env_python : JVPC_BUILD_PYTHON;
-  if (python.empty()) python = "python3";
+  if (python.empty() || (!(env_python && *env_python) && access(python.c_str(), X_OK) != 0))
+    python = "python3";  // built elsewhere (a wheel): the Python on PATH
   // The module built beside this CLI comes first on the path (an installed one is found as usual).
   std::vector<std::string> env;
   std::string pythonpath = JVPC_BUILD_PYTHON_PATH;

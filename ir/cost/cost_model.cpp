@@ -287,11 +287,12 @@ NodeCost cost_of(const Node& n) {
   const bool matmul = is_matmul(n.op());
   std::vector<std::vector<int64_t>> shapes;  // the matmul formulas' operands
   if (matmul)
-    for (const Arg& a : n.args())
+    for (const Arg& a : n.args()) {
       if (a.kind == ArgKind::Tensor)
         shapes.push_back(n.input(static_cast<size_t>(a.operands[0]))->meta().sizes);
       else if (a.kind == ArgKind::None)
         shapes.emplace_back();
+    }
   for (const Value* v : n.inputs()) accumulate(c.bytes, distinct_bytes(v->meta()));
   int64_t out_elems = 0;
   for (const Value* v : n.outputs()) {
