@@ -271,6 +271,14 @@ void bind_program(py::module_& m) {
           },
           py::arg("primals"), py::arg("primal_graph_outputs"),
           "as linearize, from the primal graph's outputs at primals, computed by another backend")
+      .def(
+          "primal_graph_inputs",
+          [](const Program& p, const std::vector<at::Tensor>& primals) {
+            return p.executable().primal_graph_inputs(primals);
+          },
+          py::arg("primals"),
+          "the primal graph's inputs at primals, in graph order: the primals checked (and laid out) as "
+          "linearize checks them, and the captured tensors as they are now; what another backend runs")
       .def_property_readonly("primal_graph",
                              [](const std::shared_ptr<Program>& p) {
                                return std::shared_ptr<Graph>(p, const_cast<Graph*>(&p->primal_graph()));

@@ -175,6 +175,16 @@ ProgramExecutable::Point ProgramExecutable::point_from(const std::vector<at::Ten
     throw Error("program: expected " + std::to_string(primal_fn_->arguments().size()) + " primals and " +
                 std::to_string(expected) + " primal-graph outputs, got " + std::to_string(primals.size()) + " and " +
                 std::to_string(outs.size()));
+  // Another backend's outputs are what the interpreter's would be, in shape and dtype, or refused
+  // (the residuals are checked as they are bound).
+  for (size_t i = 0; i < num_outputs_; ++i) {
+    const TensorMeta& m = primal_->outputs()[i]->meta();
+    if (!outs[i].defined() || outs[i].sizes() != at::IntArrayRef(m.sizes) || outs[i].scalar_type() != m.dtype)
+      throw Error("program: primal output '" + primal_->output_names()[i] + "' is " + m.str() +
+                  " in the primal graph but " +
+                  (outs[i].defined() ? TensorMeta::of(outs[i]).str() : std::string("undefined")) +
+                  " where another backend ran it");
+  }
   const bool record = at::GradMode::is_enabled();  // outputs with history: residuals are detached
   // The state the function writes, written where eager code writes it: into the caller's tensor,
   // moving no version counter, as BatchNorm's kernel writes its running statistics (autograd

@@ -74,6 +74,16 @@ TEST_P(ProgramExamples, APointFromThePrimalGraphsOutputsIsLinearizes) {
   EXPECT_LT(compare(got.jvp(t), want.jvp(t)).rel_error, 1e-12);
   EXPECT_LT(compare(got.primal_outputs, want.primal_outputs).rel_error, 1e-12);
   EXPECT_THROW(prog.linearize_from(x2, {}), Error);  // not the primal graph's outputs
+  // Another backend's primal output in another dtype (or shape) is refused, naming it.
+  Tensors outs = primal.run(x2);
+  outs[0] = outs[0].to(at::kFloat);
+  try {
+    prog.linearize_from(x2, outs);
+    ADD_FAILURE() << "a float32 primal output was taken for a float64 one";
+  } catch (const Error& e) {
+    std::string want = "primal output '" + prog.primal_graph().output_names()[0] + "' is f64";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
 }
 
 // A point's batched linear map (compiler/api/batched.cpp) reads that point's residuals.

@@ -27,7 +27,7 @@ __all__ = ["Loaded", "TracedGraph", "jvp", "linearize", "load", "trace"]
 
 @eager_only
 def linearize(func: Callable, *primals: Any, argnums=None, has_aux: bool = False, cache: bool = False,
-              options: _C.LinearizeOptions | None = None, tangent_grad: bool = False, backend: str = "interpreter"):
+              options: _C.LinearizeOptions | None = None, tangent_grad: bool = False, backend: str | None = None):
     """As torch.func.linearize(func, *primals): (func(*primals), jvp_fn), with func run once.
 
     argnums (int or tuple of ints, as torch.func.jacfwd's): the positional arguments to
@@ -43,16 +43,17 @@ def linearize(func: Callable, *primals: Any, argnums=None, has_aux: bool = False
     weights of the modules func reaches (jvpc/_tangent_grad.py; docs/training.md).
     backend: what runs jvp_fn's tangent graph: "interpreter" (jvpc's runtime, kernel by kernel) or
     "inductor" (compiled by torch.compile's Inductor into fused kernels on first call, seconds,
-    then shared by every graph of the same text: jvpc/_inductor.py).
+    then shared by every graph of the same text: jvpc/_inductor.py). None (the default):
+    $JVPC_BACKEND, else "interpreter".
     """
     return _linearize(func, primals, argnums, has_aux, cache, options, tangent_grad, guard=True, backend=backend)
 
 
 def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bool, options, tangent_grad: bool, *,
-               guard: bool, backend: str = "interpreter"):
+               guard: bool, backend: str | None = None):
     """linearize; guard: jvp_fn checks before each call that the weights are as they were."""
     who = "jvpc.linearize"
-    check_backend(backend, who)
+    backend = check_backend(backend, who)
     if _C._tracing():  # inside a function jvpc traces (jacfwd(jacfwd(f))): by torch.autograd
         return nested_linearize(func, primals, argnums_of(argnums, len(primals), who), has_aux)
     names = parameter_names(func, len(primals))
@@ -93,7 +94,7 @@ def _linearize(func: Callable, primals: tuple, argnums, has_aux: bool, cache: bo
 
 @eager_only
 def jvp(func: Callable, primals: Any, tangents: Any, *, argnums=None, has_aux: bool = False, cache: bool = False,
-        options=None, tangent_grad: bool = False, backend: str = "interpreter"):
+        options=None, tangent_grad: bool = False, backend: str | None = None):
     """As torch.func.jvp(func, primals, tangents, has_aux=): (func(*primals), J·tangents), and
     with has_aux (func returns (output, aux)) (output, J·tangents, aux). argnums, cache, options,
     tangent_grad and backend as linearize's."""

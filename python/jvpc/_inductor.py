@@ -18,13 +18,16 @@ with a random op.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
 from collections import OrderedDict
 import time
 from typing import Any, Callable
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import _C
 from ._C import Error
@@ -37,9 +40,13 @@ _FORMATS = {"Contiguous": torch.contiguous_format, "Preserve": torch.preserve_fo
             "ChannelsLast": torch.channels_last, "ChannelsLast3d": torch.channels_last_3d}
 
 
-def check_backend(backend: str, who: str) -> str:
+def check_backend(backend: str | None, who: str) -> str:
+    """backend, or where it is None, $JVPC_BACKEND ("interpreter" where that is unset)."""
+    where = ""
+    if backend is None:
+        backend, where = os.environ.get("JVPC_BACKEND") or "interpreter", " (from $JVPC_BACKEND)"
     if backend not in BACKENDS:
-        raise Error(f"{who}: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        raise Error(f"{who}: backend must be one of {', '.join(BACKENDS)}, got {backend!r}{where}")
     return backend
 
 
@@ -103,8 +110,19 @@ def to_fx(graph: _C.Graph, detach_from: int | None = None) -> torch.fx.GraphModu
                 kwargs[spec.name] = v
             else:
                 args.append(v)
-        node = g.call_function(op, tuple(args), kwargs)
         outs = [o["id"] for o in n["outputs"]]
+        dtypes = [_DTYPES[o["meta"]["dtype"]] for o in n["outputs"]]
+        if n["op"] in _MIXED_NORMS and dtypes[1] != dtypes[0]:
+            # A low-precision input with float32 weights: LibTorch's kernel computes in float32
+            # and returns float32 statistics, Inductor's decomposition the input's dtype. The
+            # input upcast gives both the same float32 statistics and output, rounded after.
+            args[0] = g.call_function(torch.ops.aten._to_copy.default, (args[0],), {"dtype": dtypes[1]})
+            node = g.call_function(op, tuple(args), kwargs)
+            items = [g.call_function(_getitem, (node, r)) for r in range(3)]
+            items[0] = g.call_function(torch.ops.aten._to_copy.default, (items[0],), {"dtype": dtypes[0]})
+            env.update(zip(outs, items))
+            continue
+        node = g.call_function(op, tuple(args), kwargs)
         returns = op._schema.returns
         if len(returns) == 1 and not isinstance(returns[0].type, torch.ListType):
             env[outs[0]] = node
@@ -128,6 +146,7 @@ def to_fx(graph: _C.Graph, detach_from: int | None = None) -> torch.fx.GraphModu
 
 
 _AS_RESHAPE = {"aten::view": "aten::reshape", "aten::_unsafe_view": "aten::reshape"}
+_MIXED_NORMS = ("aten::native_layer_norm", "aten::native_group_norm")
 
 
 def _getitem(x, i):
@@ -162,17 +181,20 @@ def tangent_run(lin, shared: dict | None = None) -> Callable:
     graph = lin.graph
 
     def run(tangents: list[torch.Tensor]) -> list[torch.Tensor]:
+        if _get_current_dispatch_mode() is not None:  # FlopCounterMode, a profiler's: kernel by kernel
+            return lin.run(list(tangents))
         t = lin.checked(list(tangents))
         args = [constants[k] if is_constant else t[k] for is_constant, k in order]
         layouts = tuple((a.shape, a.stride(), a.dtype, a.device) for a in args)
         fn = fns.get(layouts)
         if fn is None:
-            fn, ms = _compiled_for(graph, shared["text"], layouts, args)
+            with _without_autocast():
+                fn, ms = _compiled_for(graph, shared["text"], layouts, args)
             if len(fns) >= _CAPACITY:  # the oldest layout goes (it is still in _compiled while recent)
                 fns.pop(next(iter(fns)))
             fns[layouts] = fn
             shared["compile_ms"] = shared.get("compile_ms", 0.0) + ms
-        with torch.no_grad():
+        with torch.no_grad(), _without_autocast():
             return list(fn(*args))
 
     return run
@@ -206,7 +228,8 @@ def primal_run(prog: _C._Program, shared: dict) -> Callable | None:
     """A program's primal graph through torch.compile's Inductor backend: tensors (the graph's
     primal inputs, in order) -> the primal graph's outputs (primal outputs, state, residuals).
     Under grad mode AOTAutograd records it: the outputs carry a backward that Inductor compiled
-    too. The captured tensors are passed at every call, as they are then. None where the graph
+    too. The primals are checked (and laid out) as the interpreter's program checks them, and the
+    captured tensors are passed at every call, as they are then. None where the graph
     draws random numbers (it stays on the interpreter, whose draws are eager's). What compiling
     took (the first call, and any recompilation torch.compile's guards ask for) is added to
     shared["compile_ms"]."""
@@ -215,17 +238,15 @@ def primal_run(prog: _C._Program, shared: dict) -> Callable | None:
         gm = to_fx(graph, detach_from=prog.num_primal_outputs)
     except Error:
         return None
-    is_constant = [r["role"] == "constant" for r in json.loads(graph.to_json())["inputs"]]
-    constants = list(graph.constants)
     compiled = torch.compile(gm, backend="inductor", fullgraph=True, dynamic=False)
     seen: set = set()
 
     def run(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        t, c = iter(tensors), iter(constants)
-        args = [next(c) if k else next(t) for k in is_constant]
+        args = prog.primal_graph_inputs(tensors)  # checked as the interpreter checks them
         key = (torch.is_grad_enabled(), tuple((a.shape, a.stride(), a.dtype, a.requires_grad) for a in args))
         t0 = time.perf_counter()
-        outs = list(compiled(*args))
+        with _without_autocast():
+            outs = list(compiled(*args))
         if key not in seen:  # a first call at these (a compilation, or a cache hit of Inductor's)
             seen.add(key)
             ms = (time.perf_counter() - t0) * 1e3
@@ -234,6 +255,18 @@ def primal_run(prog: _C._Program, shared: dict) -> Callable | None:
         return outs
 
     return run
+
+
+@contextlib.contextmanager
+def _without_autocast():
+    """A graph states its casts (it was traced under the autocast it ran in): autocast around
+    its compilation or its run would cast its operands again, as the interpreter's run excludes."""
+    with torch.autocast("cpu", enabled=False):
+        if torch.cuda.is_available():
+            with torch.autocast("cuda", enabled=False):
+                yield
+        else:
+            yield
 
 
 def compile_ms() -> list[float]:

@@ -258,7 +258,7 @@ class Program:
 @eager_only
 def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: bool = True,
             options: _C.LinearizeOptions | None = None, tangent_grad: bool = False, retrace: bool = True,
-            max_graphs: int = 8, backend: str = "interpreter") -> Program:
+            max_graphs: int = 8, backend: str | None = None) -> Program:
     """Traces and optimizes func once, at example_primals; returns a Program, prog(*primals) -> (out, jvp_fn).
 
     argnums and options as jvpc.linearize's. exact_strides=False admits primals of other layouts
@@ -278,10 +278,11 @@ def compile(func: Callable, *example_primals: Any, argnums=None, exact_strides: 
     backend: what runs the program's graphs: "interpreter" (jvpc's runtime) or "inductor", which
     compiles the tangent graph once per traced graph, reused by every call, and runs the primal
     graph through torch.compile's Inductor backend (under grad mode with AOTAutograd's backward);
-    a graph that draws random numbers stays on the interpreter.
+    a graph that draws random numbers stays on the interpreter. None (the default):
+    $JVPC_BACKEND, else "interpreter".
     """
     who = "jvpc.compile"
-    check_backend(backend, who)
+    backend = check_backend(backend, who)
     if not isinstance(max_graphs, int) or max_graphs < 1:
         raise Error(f"{who}: max_graphs must be a positive int, got {max_graphs!r}")
     n = len(example_primals)

@@ -75,11 +75,15 @@ def test_compiled_program_at_a_second_point(name):
     t = tangents_for(case)
     dout = jvp_fn(*t)
     g, x2 = partial(case, case.point2), diff_primals(case, case.point2)
+    # Inductor's kernels (JVPC_BACKEND=inductor) round as torch.compile's: the DiT computes its
+    # time embedding in float32 whatever its dtype, where Inductor's sin and cos are not libm's,
+    # and torch.compile's own output is 5.8e-8 from eager's there.
+    inductor = os.environ.get("JVPC_BACKEND") == "inductor"
     with torch.no_grad():
-        assert rel_error(out, g(*x2)) <= 1e-12
+        assert rel_error(out, g(*x2)) <= (1e-7 if inductor else 1e-12)
     if case.torch_func_jvp:
         want = torch.func.jvp(on_math(g), x2, t)[1]
-        assert rel_error(dout, want) <= 1e-10
+        assert rel_error(dout, want) <= (1e-7 if inductor else 1e-10)
     else:
         with torch.no_grad():
             assert rel_error(dout, central_differences(g, x2, t)) <= 1e-7

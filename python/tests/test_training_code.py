@@ -4,6 +4,7 @@ qk-norm before hand-written attention. Each is checked against torch.func (float
 numbers allow) or against eager with the same seed."""
 
 import copy
+import os
 
 import pytest
 import torch
@@ -203,8 +204,12 @@ def test_autocast_bf16_as_torch_func(where):
         prog = jvpc.compile(f, x)
         out_p, jvp_fn = prog(x)
         dout_p = jvp_fn(t)
-    assert out.dtype == want_out.dtype == torch.bfloat16
-    assert torch.equal(out, want_out) and torch.equal(out_p, want_out)  # autocast's casts, recorded as they ran
+    assert out.dtype == out_p.dtype == want_out.dtype == torch.bfloat16
+    assert torch.equal(out, want_out)  # autocast's casts, recorded as they ran
+    if os.environ.get("JVPC_BACKEND") == "inductor":  # fused: bfloat16 rounding where Inductor's kernels end
+        assert bf16_close(out_p, want_out, want_out.float().abs().max().item())
+    else:
+        assert torch.equal(out_p, want_out)
     scale = want_t.float().abs().max().item()
     assert bf16_close(dout, want_t, scale) and bf16_close(dout_p, want_t, scale)
 
