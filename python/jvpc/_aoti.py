@@ -83,9 +83,12 @@ def write_packages(path: str, trusted: bool = False) -> list[tuple[str, float]]:
 
 def main(argv: list[str]) -> int:
     usage = "usage: python -m jvpc._aoti PROGRAM.json [--trusted]"
-    if not argv or argv[0] in ("-h", "--help"):
+    if argv and argv[0] in ("-h", "--help"):
         print(usage + "\nWrites the AOTInductor packages of a program `jvpc compile -o` wrote, beside it.")
-        return 0 if argv else 2
+        return 0
+    if not argv:
+        print(f"jvpc: error: {usage}", file=sys.stderr)
+        return 2
     path, rest = argv[0], argv[1:]
     if rest not in ([], ["--trusted"]):
         print(f"jvpc: error: {usage}", file=sys.stderr)
