@@ -259,7 +259,7 @@ def write_json(path, record):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--jvp", choices=["jvpc", "torch", "fd"], default="jvpc", help="how du/dt is computed")
     p.add_argument("--compare", action="store_true", help="train jvpc and torch from one seed, plot both")
     p.add_argument("--steps", type=int, default=2000)
