@@ -269,3 +269,20 @@ def test_a_programs_aoti_packages_run_from_the_cli_as_torch_func(tmp_path):
     close(got["out0"], out)
     close(got["dout0"], dout)
 
+
+
+def test_jvpc_backend_sets_the_default_backend(monkeypatch):
+    """JVPC_BACKEND names the backend where none is given (the suites' *_inductor runs rely on it);
+    an unknown name is refused, saying where it came from."""
+    m, x, v = net(), randn(4, 8), randn(4, 8)
+    monkeypatch.setenv("JVPC_BACKEND", "inductor")
+    _inductor._compiled.clear()
+    _, jvp_fn = jvpc.linearize(m, x)
+    close(jvp_fn(v), torch.func.jvp(m, (x,), (v,))[1])
+    assert jvp_fn.report()["phases_ms"]["inductor compile"] > 0
+    _, jvp_fn = jvpc.linearize(m, x, backend="interpreter")  # an explicit backend wins
+    jvp_fn(v)
+    assert "inductor compile" not in jvp_fn.report()["phases_ms"]
+    monkeypatch.setenv("JVPC_BACKEND", "xla")
+    with pytest.raises(jvpc.Error, match=r"got 'xla' \(from \$JVPC_BACKEND\)"):
+        jvpc.compile(m, x)
